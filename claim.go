@@ -1,0 +1,278 @@
+package idemkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Claim is an attempt's hold on a record, returned by [Guard.Begin]. Finish it exactly once with
+// [Claim.Finish] or [Claim.Detach]. A Claim is not safe for concurrent use.
+type Claim struct {
+	g      *Guard
+	st     Store
+	mode   Mode
+	ctx    context.Context // Begin's context, with the observer's additions
+	id     identity
+	rawKey string
+	token  string
+	locked bool
+	rec    Record // the record as this claim last wrote it
+	start  time.Time
+	ev     Event
+	end    func(*Event)
+	done   bool
+	// cacheable is a finished record read from the Store, cached when the lock is released.
+	cacheable *Record
+}
+
+// Fence returns the claim's fence: greater than that of every earlier claim of the record.
+func (cl *Claim) Fence() int64 { return cl.rec.Fence }
+
+// Record returns a copy of the record as this claim wrote it.
+func (cl *Claim) Record() Record { return cl.rec }
+
+// Context returns ctx carrying the claim's fence (see [FenceFromContext]).
+func (cl *Claim) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, fenceKey{}, cl.rec.Fence)
+}
+
+type fenceKey struct{}
+
+// FenceFromContext returns the fence of the claim a guarded function runs under. Use it to condition
+// the function's own writes (UPDATE ... WHERE fence < ?) so a stale attempt cannot overwrite a newer one.
+func FenceFromContext(ctx context.Context) (int64, bool) {
+	f, ok := ctx.Value(fenceKey{}).(int64)
+	return f, ok
+}
+
+// run executes fn under the claim and finishes it. A panic in fn finishes the claim as a retryable
+// failure (in Tx mode it only releases the lock: the caller's rollback removes the claim) and goes on.
+func (cl *Claim) run(fn Func) (res Result, err error) {
+	ctx := cl.Context(cl.ctx)
+	stop := func() {}
+	if cl.g.opts.Watchdog {
+		ctx, stop = cl.watch(ctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			stop()
+			cl.abort()
+		}
+	}()
+	val, ferr := fn(ctx)
+	panicked = false
+	stop()
+	return cl.Finish(cl.ctx, val, ferr)
+}
+
+// abort finishes a claim whose function panicked.
+func (cl *Claim) abort() {
+	if cl.done {
+		return
+	}
+	if cl.mode == ModeTx {
+		cl.done = true
+		cl.ev.Err = errors.New("idemkit: panic in guarded function")
+		cl.releaseLock(nil)
+		cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
+		return
+	}
+	_, _ = cl.Finish(cl.ctx, nil, errors.New("idemkit: panic in guarded function"))
+}
+
+// Finish records the outcome of the claimed work and releases the lock: SUCCEEDED with value when err
+// is nil, REJECTED when Options.IsPermanent(err), FAILED otherwise. The write runs on a context that
+// survives ctx's cancellation, bounded by Options.FinishTimeout (in Tx mode, on ctx itself).
+//
+// It returns value and err as given, or ErrFenced when a newer attempt took the record over (the
+// outcome was not stored), or ErrStoreUnavailable when the write failed, joined with err if any.
+func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, error) {
+	if cl.done {
+		return Result{}, errors.New("idemkit: claim already finished")
+	}
+	cl.done = true
+	g := cl.g
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if cl.mode != ModeTx {
+		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), g.opts.FinishTimeout)
+	}
+	defer cancel()
+
+	now := g.opts.Now()
+	next := cl.rec
+	next.UpdatedAt = now
+	permanent := err != nil && g.opts.IsPermanent(err)
+	switch {
+	case err == nil:
+		next.Status, next.Response, next.Error = StatusSucceeded, value, ""
+	case permanent:
+		next.Status, next.Response, next.Error = StatusRejected, value, errorText(err)
+	default:
+		next.Status, next.Response, next.Error = StatusFailed, nil, errorText(err)
+	}
+
+	var werr error
+	switch {
+	case cl.mode == ModeMark && err == nil:
+		// The mark written by the claim already says SUCCEEDED.
+	case cl.mode == ModeMark && !permanent:
+		werr = cl.st.Delete(wctx, cl.rec.Scope, cl.rec.Key, cl.rec.Version())
+	default:
+		werr = cl.st.Update(wctx, &next, cl.rec.Version())
+	}
+
+	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeExecuted, next.Fence, next.Status
+	var cached []byte
+	switch {
+	case werr == nil:
+		cl.rec = next
+		if cl.mode != ModeTx && next.Status.Terminal() {
+			if cl.mode == ModeMark {
+				next.Response = nil
+			}
+			cached = g.encodeForCache(&next, now)
+		}
+	case errors.Is(werr, ErrFenced):
+		cl.ev.Fenced = true
+		werr = fmt.Errorf("%w: the lease ran out and another attempt took over; this outcome was not recorded", ErrFenced)
+	default:
+		werr = storeErr("finishing record", werr)
+	}
+	cl.releaseLock(cached)
+
+	res := Result{Value: value, Fence: cl.rec.Fence}
+	if werr != nil {
+		res = Result{}
+		err = errors.Join(werr, err)
+	}
+	cl.ev.Err = err
+	g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
+	return res, err
+}
+
+// Detach releases the lock and leaves the record PROCESSING, for work whose outcome is settled
+// elsewhere (a reconciler asking the transaction manager). Duplicates keep getting ErrInFlight until
+// then: a record with a GID is never taken over, one without is taken over once its lease runs out.
+func (cl *Claim) Detach(ctx context.Context) {
+	if cl.done {
+		return
+	}
+	cl.done = true
+	cl.releaseLock(nil)
+	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeDetached, cl.rec.Fence, cl.rec.Status
+	cl.g.report(ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
+}
+
+// Extend renews the claim: the lock to Options.LockTTL and, outside Tx and Mark mode, the record's lease
+// to Options.Lease from now. It returns ErrLockNotHeld or ErrFenced when the claim was lost, and Locker
+// or Store errors as they come (a Locker error is ignored under Options.FailOpen).
+func (cl *Claim) Extend(ctx context.Context) error {
+	g := cl.g
+	if cl.locked {
+		if err := g.opts.Locker.Refresh(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL); err != nil {
+			if errors.Is(err, ErrLockNotHeld) || !g.opts.FailOpen {
+				return err
+			}
+			cl.ev.FailOpen = true
+		}
+	}
+	if cl.mode != ModeExecute {
+		return nil
+	}
+	next := cl.rec
+	next.LeaseUntil = g.opts.Now().Add(g.opts.Lease)
+	next.UpdatedAt = g.opts.Now()
+	if err := cl.st.Update(ctx, &next, cl.rec.Version()); err != nil {
+		return err
+	}
+	cl.rec = next
+	return nil
+}
+
+// replay answers with a finished record (from the Store or the cache).
+func (cl *Claim) replay(r *Record, fingerprint string, now time.Time) (*Claim, Result, error) {
+	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {
+		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
+	}
+	cl.cacheable = r
+	cl.ev.Fence, cl.ev.Status = r.Fence, r.Status
+	if cl.mode == ModeMark {
+		return cl.fail(OutcomeDuplicate, ErrDuplicate)
+	}
+	var err error
+	if r.Status == StatusRejected {
+		err = &RejectedError{Message: r.Error}
+	}
+	cl.finishEarly(OutcomeReplayed, err)
+	return nil, Result{Value: r.Response, Replayed: true, Fence: r.Fence}, err
+}
+
+// fail ends a call that did not get a claim.
+func (cl *Claim) fail(o Outcome, err error) (*Claim, Result, error) {
+	cl.finishEarly(o, err)
+	return nil, Result{}, err
+}
+
+func (cl *Claim) finishEarly(o Outcome, err error) {
+	cl.done = true
+	var cached []byte
+	if cl.locked && cl.cacheable != nil && !cl.ev.Cached {
+		cached = cl.g.encodeForCache(cl.cacheable, cl.g.opts.Now())
+	}
+	cl.releaseLock(cached)
+	cl.ev.Outcome, cl.ev.Err = o, err
+	cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
+}
+
+func (g *Guard) encodeForCache(r *Record, now time.Time) []byte {
+	if g.opts.Locker == nil || g.cacheTTL(r, now) <= 0 {
+		return nil
+	}
+	return encodeCached(r)
+}
+
+// releaseLock unlocks (and caches result) on a context that survives the caller's cancellation.
+func (cl *Claim) releaseLock(result []byte) {
+	if !cl.locked {
+		return
+	}
+	cl.locked = false
+	g := cl.g
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), g.opts.FinishTimeout)
+	defer cancel()
+	var ttl time.Duration
+	if result != nil {
+		ttl = g.cacheTTL(&cl.rec, g.opts.Now())
+		if cl.cacheable != nil {
+			ttl = g.cacheTTL(cl.cacheable, g.opts.Now())
+		}
+		if ttl <= 0 {
+			result = nil
+		}
+	}
+	err := g.opts.Locker.Release(ctx, cl.id.lockKey, cl.token, result, ttl)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrLockNotHeld):
+		g.opts.Logger.DebugContext(ctx, "idemkit: lock expired before release", "scope", cl.ev.Scope)
+	default:
+		g.opts.Logger.WarnContext(ctx, "idemkit: releasing lock", "scope", cl.ev.Scope, "error", err)
+		if g.opts.FailOpen {
+			cl.ev.FailOpen = true
+		}
+	}
+}
+
+// maxErrorText bounds the error message stored on a record.
+const maxErrorText = 1024
+
+func errorText(err error) string {
+	s := err.Error()
+	if len(s) > maxErrorText {
+		s = s[:maxErrorText]
+	}
+	return s
+}

@@ -1,0 +1,92 @@
+package idemkit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by a Guard. Compare with errors.Is.
+var (
+	// ErrInFlight: another attempt holds the key. The error is an [*InFlightError] carrying a retry hint.
+	ErrInFlight = errors.New("idemkit: request in flight")
+	// ErrPayloadMismatch: the key was first used with a different fingerprint.
+	ErrPayloadMismatch = errors.New("idemkit: idempotency key reused with a different payload")
+	// ErrFenced: the attempt's claim was taken over (its lease ran out) before it finished; its result
+	// was not stored. The attempt that took over decides the outcome.
+	ErrFenced = errors.New("idemkit: claim fenced by a newer attempt")
+	// ErrRejected: the key finished with a permanent error, replayed as an [*RejectedError].
+	ErrRejected = errors.New("idemkit: request rejected")
+	// ErrDuplicate: Mark mode saw the key already marked.
+	ErrDuplicate = errors.New("idemkit: duplicate request")
+	// ErrStoreUnavailable: the record store failed; nothing ran, or the result could not be recorded.
+	ErrStoreUnavailable = errors.New("idemkit: record store unavailable")
+	// ErrLockUnavailable: the Locker failed and fail-open is off; nothing ran.
+	ErrLockUnavailable = errors.New("idemkit: lock unavailable")
+	// ErrInvalidKey: the key or scope is empty, too long, not UTF-8 or has control characters.
+	ErrInvalidKey = errors.New("idemkit: invalid idempotency key")
+	// ErrNilFunc: a nil function was passed.
+	ErrNilFunc = errors.New("idemkit: nil function")
+	// ErrLockLost: the watchdog could not keep the claim alive; the work context is cancelled with it.
+	ErrLockLost = errors.New("idemkit: lock lost")
+)
+
+// Errors returned by Store and Locker implementations to the Guard.
+var (
+	// ErrNotFound: no record (Store.Get) or nothing cached.
+	ErrNotFound = errors.New("idemkit: record not found")
+	// ErrExists: Store.Insert found a record with the same scope and key.
+	ErrExists = errors.New("idemkit: record exists")
+	// ErrLocked: Locker.Acquire found the key locked by another token. Lockers return an
+	// [*InFlightError], which matches both ErrLocked and ErrInFlight.
+	ErrLocked = errors.New("idemkit: key locked")
+	// ErrLockNotHeld: Locker.Refresh or Release found the lock gone or held by another token.
+	ErrLockNotHeld = errors.New("idemkit: lock not held")
+)
+
+// InFlightError reports a key held by another attempt. It matches [ErrInFlight] and [ErrLocked].
+type InFlightError struct {
+	// RetryAfter is how long the current holder may still hold the key; a hint, never negative.
+	RetryAfter time.Duration
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("%s (retry after %s)", ErrInFlight.Error(), e.RetryAfter.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrInFlight or ErrLocked.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight || target == ErrLocked }
+
+// RejectedError is a permanent failure stored for a key and replayed to duplicates. It matches
+// [ErrRejected].
+type RejectedError struct {
+	// Message is the text of the original permanent error.
+	Message string
+}
+
+func (e *RejectedError) Error() string { return "idemkit: request rejected: " + e.Message }
+
+// Is reports whether target is ErrRejected.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// PermanentError marks an error as permanent: the Guard stores it (REJECTED) and replays it to duplicates
+// instead of letting them run again. Create one with [Permanent].
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as a permanent business failure (insufficient funds, invalid input): it is recorded
+// as REJECTED and replayed. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err was marked with [Permanent]. It is the default [Options.IsPermanent].
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}

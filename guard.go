@@ -1,0 +1,287 @@
+package idemkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Guard runs functions at most once per (scope, key) and replays their results to duplicates.
+// A Guard is safe for concurrent use; create one per Store and share it.
+type Guard struct {
+	store Store
+	opts  Options
+}
+
+// New returns a Guard over store, configured by opts (nil for defaults). It returns an error when
+// store is nil or an option is invalid.
+func New(store Store, opts *Options) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("idemkit: nil Store")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Guard{store: store, opts: o}, nil
+}
+
+// Call names one guarded operation.
+type Call struct {
+	// Scope is the business type: a route pattern, a queue name, a saga step. Required.
+	Scope string
+	// Key is the idempotency key, unique per operation within Scope. Required; see Options.MaxKeyLen.
+	Key string
+	// Fingerprint is a hash of the request payload. When both it and the stored one are set and they
+	// differ, the call fails with ErrPayloadMismatch. Optional.
+	Fingerprint string
+	// GID and BranchID tie the record to a distributed transaction. A PROCESSING record with a GID is
+	// never taken over on lease expiry: its outcome is the global transaction's, settled by hooks or a
+	// reconciler. Optional.
+	GID      string
+	BranchID string
+}
+
+// Func is a guarded function. It returns the result bytes stored and replayed on success. Its
+// context carries the claim's fence (see [FenceFromContext]).
+type Func func(ctx context.Context) ([]byte, error)
+
+// Result is a guarded call's result.
+type Result struct {
+	// Value is the function's result, or the stored one when Replayed.
+	Value []byte
+	// Replayed is true when the function did not run and Value (or the error) was stored before.
+	Replayed bool
+	// Fence is the fence of the claim that produced the result.
+	Fence int64
+}
+
+// Do runs fn once for c (Execute mode): it claims the record in its own write, runs fn, and records
+// the outcome with a fenced update.
+//
+// It returns fn's result and error on the first run; the stored result with Replayed set (or an
+// [*RejectedError] for a stored permanent failure) for a finished key; [*InFlightError] when another
+// attempt holds the key; ErrPayloadMismatch, ErrInvalidKey, ErrNilFunc, ErrStoreUnavailable,
+// ErrLockUnavailable as documented on each; ErrFenced when fn ran but its claim was taken over before it
+// finished. A panic in fn releases the claim (FAILED, retry allowed) and continues.
+func (g *Guard) Do(ctx context.Context, c Call, fn Func) (Result, error) {
+	if fn == nil {
+		return Result{}, ErrNilFunc
+	}
+	cl, res, err := g.begin(ctx, g.store, ModeExecute, &c)
+	if cl == nil {
+		return res, err
+	}
+	return cl.run(fn)
+}
+
+// DoTx runs fn once for c inside the caller's transaction (Tx mode). tx is a Store bound to that
+// transaction (for example record.Store.WithTx); the claim and the finish are written through it, so
+// they commit or roll back with the business writes fn makes in the same transaction. DoTx never
+// commits or rolls back. Return fn's error from the transaction to roll everything back: the key is
+// then free again.
+//
+// The result cache is not filled by DoTx, because the transaction may still roll back; the first
+// replay reads the committed record and fills it. Results and errors are those of [Guard.Do].
+func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
+	if fn == nil {
+		return Result{}, ErrNilFunc
+	}
+	if tx == nil {
+		return Result{}, errors.New("idemkit: nil transaction Store")
+	}
+	cl, res, err := g.begin(ctx, tx, ModeTx, &c)
+	if cl == nil {
+		return res, err
+	}
+	return cl.run(fn)
+}
+
+// Mark runs fn once for c (Mark mode): the key is marked done before fn runs, duplicates get
+// ErrDuplicate and nothing is stored or replayed. A retryable error from fn removes the mark so a retry
+// may run; a permanent one keeps it (REJECTED). Mark costs one write on success, but a crash while fn
+// runs leaves the key marked: use Do or DoTx when that matters.
+func (g *Guard) Mark(ctx context.Context, c Call, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return ErrNilFunc
+	}
+	cl, _, err := g.begin(ctx, g.store, ModeMark, &c)
+	if cl == nil {
+		return err
+	}
+	_, err = cl.run(func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) })
+	return err
+}
+
+// Begin claims c for work the caller finishes later with [Claim.Finish] (or leaves to a reconciler
+// with [Claim.Detach]); it is the primitive under Do for work that does not fit one function call.
+// Exactly one of its results is meaningful: a *Claim to run the work under; a Result with Replayed set
+// (and possibly an [*RejectedError]) for a finished key; or an error, as for Do.
+func (g *Guard) Begin(ctx context.Context, c Call) (*Claim, Result, error) {
+	return g.begin(ctx, g.store, ModeExecute, &c)
+}
+
+// Get returns the record for scope and key as the Guard stores it (namespace and hashing applied), or
+// ErrNotFound, ErrInvalidKey or a Store error.
+func (g *Guard) Get(ctx context.Context, scope, key string) (*Record, error) {
+	id, err := g.identify(&Call{Scope: scope, Key: key})
+	if err != nil {
+		return nil, err
+	}
+	return g.store.Get(ctx, id.scope, id.key)
+}
+
+// verdict is what an existing record means for a new attempt.
+type verdict uint8
+
+const (
+	verdictTakeover verdict = iota
+	verdictReplay
+	verdictInFlight
+	verdictMismatch
+	verdictDuplicate
+)
+
+// judge applies the state table to an existing, non-claimed record.
+func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
+	if cur.Expired(now) {
+		return verdictTakeover
+	}
+	if fingerprint != "" && cur.Fingerprint != "" && fingerprint != cur.Fingerprint {
+		return verdictMismatch
+	}
+	switch cur.Status {
+	case StatusSucceeded, StatusRejected:
+		if mode == ModeMark {
+			return verdictDuplicate
+		}
+		return verdictReplay
+	case StatusProcessing:
+		if cur.GID != "" || !cur.LeaseExpired(now) {
+			return verdictInFlight
+		}
+		return verdictTakeover
+	default: // FAILED, or a state this version does not know: run again
+		return verdictTakeover
+	}
+}
+
+func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim, Result, error) {
+	cl := &Claim{g: g, st: st, mode: mode, rawKey: c.Key, start: g.opts.Now()}
+	cl.ev = Event{Mode: mode, Scope: c.Scope}
+	if g.opts.Observer != nil {
+		ctx, cl.end = g.opts.Observer.Start(ctx, mode, c.Scope)
+	}
+	cl.ctx = ctx
+	id, err := g.identify(c)
+	if err != nil {
+		return cl.fail(OutcomeInvalid, err)
+	}
+	cl.id = id
+	cl.token = newToken()
+
+	if lk := g.opts.Locker; lk != nil {
+		cached, err := lk.Acquire(ctx, id.lockKey, cl.token, g.opts.LockTTL)
+		switch {
+		case err == nil && cached == nil:
+			cl.locked = true
+		case err == nil:
+			rec, derr := decodeCached(cached)
+			if derr == nil {
+				cl.ev.Cached = true
+				return cl.replay(&rec, c.Fingerprint, g.opts.Now())
+			}
+			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
+		case errors.Is(err, ErrLocked):
+			return cl.fail(OutcomeInFlight, inFlight(err))
+		case ctx.Err() != nil:
+			return cl.fail(OutcomeUnavailable, errors.Join(fmt.Errorf("%w: %w", ErrLockUnavailable, err), ctx.Err()))
+		case g.opts.FailOpen:
+			cl.ev.FailOpen = true
+		default:
+			return cl.fail(OutcomeUnavailable, fmt.Errorf("%w: %w", ErrLockUnavailable, err))
+		}
+	}
+
+	now := g.opts.Now()
+	rec := &cl.rec
+	*rec = Record{
+		Scope: id.scope, Key: id.key, Status: StatusProcessing, Fence: 1, Owner: cl.token,
+		Fingerprint: c.Fingerprint, GID: c.GID, BranchID: c.BranchID,
+		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.TTL), CreatedAt: now, UpdatedAt: now,
+	}
+	if mode == ModeMark {
+		rec.Status, rec.LeaseUntil = StatusSucceeded, now
+	}
+	for attempt := 0; ; attempt++ {
+		err := st.Insert(ctx, rec)
+		if err == nil {
+			return cl, Result{}, nil
+		}
+		if !errors.Is(err, ErrExists) {
+			return cl.fail(OutcomeUnavailable, storeErr("claiming record", err))
+		}
+		cur, err := st.Get(ctx, id.scope, id.key)
+		if errors.Is(err, ErrNotFound) && attempt < 2 {
+			continue // deleted between our insert and read (Mark release, sweeper): try again
+		}
+		if err != nil {
+			return cl.fail(OutcomeUnavailable, storeErr("reading record", err))
+		}
+		now = g.opts.Now()
+		switch judge(cur, c.Fingerprint, mode, now) {
+		case verdictReplay:
+			return cl.replay(cur, c.Fingerprint, now)
+		case verdictDuplicate:
+			cl.cacheable = cur
+			return cl.fail(OutcomeDuplicate, ErrDuplicate)
+		case verdictMismatch:
+			return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
+		case verdictInFlight:
+			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)})
+		}
+		// Take over: a fresh claim that keeps counting fences.
+		rec.Fence = cur.Fence + 1
+		rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt = now.Add(g.opts.Lease), now.Add(g.opts.TTL), now, now
+		if mode == ModeMark {
+			rec.LeaseUntil = now
+		}
+		err = st.Update(ctx, rec, cur.Version())
+		switch {
+		case err == nil:
+			cl.ev.Takeover = true
+			return cl, Result{}, nil
+		case errors.Is(err, ErrFenced):
+			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})
+		default:
+			return cl.fail(OutcomeUnavailable, storeErr("taking over record", err))
+		}
+	}
+}
+
+func inFlight(err error) error {
+	var e *InFlightError
+	if errors.As(err, &e) {
+		return e
+	}
+	return &InFlightError{}
+}
+
+func storeErr(doing string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("idemkit: %s: %w", doing, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, doing, err)
+}
+
+// cacheTTL is how long a finished record may be cached at now: never past its expiry.
+func (g *Guard) cacheTTL(r *Record, now time.Time) time.Duration {
+	if g.opts.CacheTTL < 0 {
+		return 0
+	}
+	if r.ExpiresAt.IsZero() {
+		return g.opts.CacheTTL
+	}
+	return min(g.opts.CacheTTL, r.ExpiresAt.Sub(now))
+}

@@ -1,0 +1,14 @@
+// Package idemtest holds conformance suites for [idemkit.Store] and [idemkit.Locker] implementations.
+// Every backend in this module runs them, and third-party backends should too:
+//
+//	func TestConformance(t *testing.T) {
+//		idemtest.RunStore(t, func(t *testing.T) idemkit.Store { return newStoreOnFreshTable(t) })
+//		idemtest.RunLocker(t, func(t *testing.T) idemkit.Locker { return newLockerWithFreshPrefix(t) })
+//	}
+//
+// The Store suite checks the Store contract (insert-first uniqueness, compare-and-swap updates and
+// deletes, round-tripping every field, concurrency) and then drives a Guard over the Store through every
+// row of the state table: new key, replay, permanent and retryable failures, in-flight, lease takeover,
+// fencing of a stale holder, expiry, payload mismatch, Mark mode, panics, and concurrent duplicates.
+// When the Store also has the sweeper hooks (DeleteExpired, RecoverStale) the suite checks them.
+package idemtest

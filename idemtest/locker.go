@@ -1,0 +1,185 @@
+package idemtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// NewLocker returns the Locker under test; each call gets a fresh key space (e.g. its own prefix).
+type NewLocker func(t *testing.T) idemkit.Locker
+
+// eventually polls cond every 10ms until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func wantLocked(t *testing.T, l idemkit.Locker, key string, ttl time.Duration) {
+	t.Helper()
+	cached, err := l.Acquire(ctxb, key, "intruder", ttl)
+	var inf *idemkit.InFlightError
+	if cached != nil || !errors.As(err, &inf) || !errors.Is(err, idemkit.ErrLocked) || !errors.Is(err, idemkit.ErrInFlight) {
+		t.Fatalf("Acquire of a held lock: cached %q, error %v; want an InFlightError", cached, err)
+	}
+	if inf.RetryAfter < 0 || inf.RetryAfter > ttl {
+		t.Fatalf("RetryAfter %s outside [0, %s]", inf.RetryAfter, ttl)
+	}
+}
+
+// RunLocker runs the Locker conformance suite. Subtests run one after another.
+func RunLocker(t *testing.T, newLocker NewLocker) {
+	const ttl = 10 * time.Second
+
+	t.Run("ExclusiveAndNotReentrant", func(t *testing.T) {
+		l := newLocker(t)
+		cached, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		if err != nil || cached != nil {
+			t.Fatalf("Acquire of a free key: %q, %v", cached, err)
+		}
+		wantLocked(t, l, "k", ttl)
+		if _, err := l.Acquire(ctxb, "k", "tok-1", ttl); !errors.Is(err, idemkit.ErrLocked) {
+			t.Fatalf("re-Acquire by the same token: %v, want ErrLocked (locks are not re-entrant)", err)
+		}
+		if _, err := l.Acquire(ctxb, "other", "tok-2", ttl); err != nil {
+			t.Fatalf("another key: %v", err)
+		}
+	})
+
+	t.Run("ReleaseComparesToken", func(t *testing.T) {
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		wantErr(t, l.Release(ctxb, "k", "tok-2", nil, 0), idemkit.ErrLockNotHeld)
+		wantLocked(t, l, "k", ttl)
+		must(t, l.Release(ctxb, "k", "tok-1", nil, 0))
+		wantErr(t, l.Release(ctxb, "k", "tok-1", nil, 0), idemkit.ErrLockNotHeld)
+		if _, err := l.Acquire(ctxb, "k", "tok-2", ttl); err != nil {
+			t.Fatalf("Acquire after release: %v", err)
+		}
+	})
+
+	t.Run("LockExpires", func(t *testing.T) {
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", 100*time.Millisecond)
+		must(t, err)
+		eventually(t, "lock expiry", func() bool {
+			_, err := l.Acquire(ctxb, "k", "tok-2", ttl)
+			return err == nil
+		})
+		wantErr(t, l.Refresh(ctxb, "k", "tok-1", ttl), idemkit.ErrLockNotHeld)
+		wantErr(t, l.Release(ctxb, "k", "tok-1", nil, 0), idemkit.ErrLockNotHeld)
+		wantLocked(t, l, "k", ttl) // tok-2 still holds it
+	})
+
+	t.Run("RefreshExtends", func(t *testing.T) {
+		l := newLocker(t)
+		short := 400 * time.Millisecond
+		_, err := l.Acquire(ctxb, "k", "tok-1", short)
+		must(t, err)
+		wantErr(t, l.Refresh(ctxb, "k", "tok-2", ttl), idemkit.ErrLockNotHeld)
+		must(t, l.Refresh(ctxb, "k", "tok-1", ttl))
+		time.Sleep(2 * short) // past the original TTL
+		wantLocked(t, l, "k", ttl)
+		must(t, l.Release(ctxb, "k", "tok-1", nil, 0))
+	})
+
+	t.Run("ReleaseFillsCache", func(t *testing.T) {
+		l := newLocker(t)
+		result := []byte{0, 'r', 0, 0xff}
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "k", "tok-1", result, time.Hour))
+		for _, tok := range []string{"tok-2", "tok-3"} { // a cache hit takes no lock
+			cached, err := l.Acquire(ctxb, "k", tok, ttl)
+			must(t, err)
+			if !bytes.Equal(cached, result) {
+				t.Fatalf("cached %q, want %q", cached, result)
+			}
+		}
+		big := bytes.Repeat([]byte("x"), 256<<10)
+		_, err = l.Acquire(ctxb, "big", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "big", "tok-1", big, time.Hour))
+		cached, err := l.Acquire(ctxb, "big", "tok-2", ttl)
+		must(t, err)
+		if !bytes.Equal(cached, big) {
+			t.Fatalf("big result: got %d bytes", len(cached))
+		}
+	})
+
+	t.Run("CacheExpires", func(t *testing.T) {
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "k", "tok-1", []byte("r"), 100*time.Millisecond))
+		eventually(t, "cache expiry", func() bool {
+			cached, err := l.Acquire(ctxb, "k", "tok-2", ttl)
+			must(t, err)
+			return cached == nil // not cached any more: tok-2 now holds the lock
+		})
+		wantLocked(t, l, "k", ttl)
+	})
+
+	t.Run("ReleaseByNonHolderStillCaches", func(t *testing.T) {
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		wantErr(t, l.Release(ctxb, "k", "tok-2", []byte("r"), time.Hour), idemkit.ErrLockNotHeld)
+		cached, err := l.Acquire(ctxb, "k", "tok-3", ttl)
+		must(t, err)
+		if string(cached) != "r" {
+			t.Fatalf("cached %q, want r", cached)
+		}
+		// Without a result, nothing is cached.
+		_, err = l.Acquire(ctxb, "k2", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "k2", "tok-1", nil, time.Hour))
+		cached, err = l.Acquire(ctxb, "k2", "tok-2", ttl)
+		must(t, err)
+		if cached != nil {
+			t.Fatalf("cached %q after a release without result", cached)
+		}
+	})
+
+	t.Run("Concurrent", func(t *testing.T) {
+		l := newLocker(t)
+		var wins, locked atomic.Int32
+		parallel(64, func(i int) {
+			_, err := l.Acquire(ctxb, "race", fmt.Sprintf("tok-%d", i), ttl)
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, idemkit.ErrLocked):
+				locked.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+		if wins.Load() != 1 || locked.Load() != 63 {
+			t.Fatalf("%d acquired, %d locked out; want 1 and 63", wins.Load(), locked.Load())
+		}
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		l := newLocker(t)
+		ctx, cancel := context.WithCancel(ctxb)
+		cancel()
+		_, err := l.Acquire(ctx, "k", "tok-1", ttl)
+		if err == nil || errors.Is(err, idemkit.ErrLocked) {
+			t.Fatalf("Acquire on a cancelled context: %v", err)
+		}
+	})
+}

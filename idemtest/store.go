@@ -1,0 +1,329 @@
+package idemtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// NewStore returns the Store under test over a fresh, empty table.
+type NewStore func(t *testing.T) idemkit.Store
+
+// Sweepable is implemented by Stores that support the sweeper.
+type Sweepable interface {
+	DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	RecoverStale(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// RunStore runs the Store conformance suite. Subtests run one after another; each calls newStore.
+func RunStore(t *testing.T, newStore NewStore) {
+	t.Run("Contract", func(t *testing.T) { runContract(t, newStore) })
+	t.Run("StateTable", func(t *testing.T) { runStateTable(t, newStore) })
+	t.Run("Sweeper", func(t *testing.T) { runSweeper(t, newStore) })
+	t.Run("Storm", func(t *testing.T) {
+		s := newStore(t)
+		Storm(t, StormConfig{Stores: []idemkit.Store{s, s, s}})
+	})
+}
+
+var ctxb = context.Background()
+
+// sample returns a fully populated record at the clock's time.
+func sample(now time.Time, scope, key string) *idemkit.Record {
+	return &idemkit.Record{
+		Scope: scope, Key: key, Status: idemkit.StatusProcessing, Fence: 1, Owner: "owner-1",
+		Fingerprint: "fp-1", GID: "gid-1", BranchID: "01", Response: []byte("resp"), Error: "err text",
+		LeaseUntil: now.Add(30 * time.Second), ExpiresAt: now.Add(24 * time.Hour), CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// RequireSameRecord fails t unless got holds want's fields, times compared at millisecond precision
+// and a nil Response equal to an empty one.
+func RequireSameRecord(t testing.TB, want, got *idemkit.Record) {
+	t.Helper()
+	if got == nil {
+		t.Fatalf("record is nil, want %+v", want)
+	}
+	same := func(a, b time.Time) bool { return a.Truncate(time.Millisecond).Equal(b.Truncate(time.Millisecond)) }
+	switch {
+	case want.Scope != got.Scope, want.Key != got.Key:
+		t.Fatalf("identity: got %q/%q, want %q/%q", got.Scope, got.Key, want.Scope, want.Key)
+	case want.Status != got.Status, want.Fence != got.Fence, want.Owner != got.Owner:
+		t.Fatalf("state: got %s/%d/%q, want %s/%d/%q", got.Status, got.Fence, got.Owner, want.Status, want.Fence, want.Owner)
+	case want.Fingerprint != got.Fingerprint, want.GID != got.GID, want.BranchID != got.BranchID, want.Error != got.Error:
+		t.Fatalf("fields: got %+v, want %+v", got, want)
+	case !bytes.Equal(want.Response, got.Response):
+		t.Fatalf("response: got %d bytes, want %d bytes", len(got.Response), len(want.Response))
+	case !same(want.LeaseUntil, got.LeaseUntil), !same(want.ExpiresAt, got.ExpiresAt),
+		!same(want.CreatedAt, got.CreatedAt), !same(want.UpdatedAt, got.UpdatedAt):
+		t.Fatalf("times: got lease %v expires %v created %v updated %v, want %v %v %v %v",
+			got.LeaseUntil, got.ExpiresAt, got.CreatedAt, got.UpdatedAt,
+			want.LeaseUntil, want.ExpiresAt, want.CreatedAt, want.UpdatedAt)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantErr(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v, want %v", err, target)
+	}
+}
+
+func runContract(t *testing.T, newStore NewStore) {
+	now := NewClock().Now()
+
+	t.Run("InsertGet", func(t *testing.T) {
+		s := newStore(t)
+		rec := sample(now, "scope", "key")
+		must(t, s.Insert(ctxb, rec))
+		got, err := s.Get(ctxb, "scope", "key")
+		must(t, err)
+		RequireSameRecord(t, rec, got)
+		_, err = s.Get(ctxb, "scope", "other")
+		wantErr(t, err, idemkit.ErrNotFound)
+		_, err = s.Get(ctxb, "other", "key")
+		wantErr(t, err, idemkit.ErrNotFound)
+	})
+
+	t.Run("InsertNeverOverwrites", func(t *testing.T) {
+		s := newStore(t)
+		for i, st := range []idemkit.Status{idemkit.StatusProcessing, idemkit.StatusSucceeded, idemkit.StatusFailed, idemkit.StatusRejected} {
+			key := "k" + string(rune('a'+i))
+			rec := sample(now, "s", key)
+			rec.Status = st
+			must(t, s.Insert(ctxb, rec))
+			dup := sample(now.Add(time.Hour), "s", key)
+			dup.Owner, dup.Response = "intruder", []byte("other")
+			wantErr(t, s.Insert(ctxb, dup), idemkit.ErrExists)
+			got, err := s.Get(ctxb, "s", key)
+			must(t, err)
+			RequireSameRecord(t, rec, got)
+		}
+	})
+
+	t.Run("UpdateCompareAndSwap", func(t *testing.T) {
+		s := newStore(t)
+		rec := sample(now, "s", "k")
+		must(t, s.Insert(ctxb, rec))
+		next := *rec
+		next.Status, next.Response, next.Error, next.UpdatedAt = idemkit.StatusSucceeded, []byte("done"), "", now.Add(time.Second)
+		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 2, Owner: rec.Owner}), idemkit.ErrFenced)
+		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 1, Owner: "someone-else"}), idemkit.ErrFenced)
+		got, err := s.Get(ctxb, "s", "k")
+		must(t, err)
+		RequireSameRecord(t, rec, got)
+
+		must(t, s.Update(ctxb, &next, rec.Version()))
+		got, err = s.Get(ctxb, "s", "k")
+		must(t, err)
+		RequireSameRecord(t, &next, got)
+
+		// A takeover changes fence and owner; the old version no longer matches.
+		taken := next
+		taken.Status, taken.Fence, taken.Owner = idemkit.StatusProcessing, 2, "owner-2"
+		must(t, s.Update(ctxb, &taken, next.Version()))
+		wantErr(t, s.Update(ctxb, &next, rec.Version()), idemkit.ErrFenced)
+		got, err = s.Get(ctxb, "s", "k")
+		must(t, err)
+		RequireSameRecord(t, &taken, got)
+
+		// An update that changes nothing still succeeds (MySQL reports such rows as unaffected).
+		must(t, s.Update(ctxb, &taken, taken.Version()))
+
+		missing := sample(now, "s", "missing")
+		wantErr(t, s.Update(ctxb, missing, missing.Version()), idemkit.ErrFenced)
+	})
+
+	t.Run("DeleteCompareAndSwap", func(t *testing.T) {
+		s := newStore(t)
+		rec := sample(now, "s", "k")
+		must(t, s.Insert(ctxb, rec))
+		wantErr(t, s.Delete(ctxb, "s", "k", idemkit.Version{Fence: 1, Owner: "x"}), idemkit.ErrFenced)
+		wantErr(t, s.Delete(ctxb, "s", "k", idemkit.Version{Fence: 9, Owner: rec.Owner}), idemkit.ErrFenced)
+		must(t, s.Delete(ctxb, "s", "k", rec.Version()))
+		_, err := s.Get(ctxb, "s", "k")
+		wantErr(t, err, idemkit.ErrNotFound)
+		wantErr(t, s.Delete(ctxb, "s", "k", rec.Version()), idemkit.ErrFenced)
+		must(t, s.Insert(ctxb, rec)) // the key is free again
+	})
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		s := newStore(t)
+		long := strings.Repeat("é", idemkit.MaxStoredLen/2) // 128 bytes of 2-byte runes
+		big := bytes.Repeat([]byte{0, 1, 2, 0xff}, 1<<18)   // 1 MiB with zero bytes
+		cases := []*idemkit.Record{
+			sample(now, long, long),
+			sample(now, "s", "日本語-キー"),
+			func() *idemkit.Record { r := sample(now, "s", "binary"); r.Response = []byte{0, 0, 'x', 0}; return r }(),
+			func() *idemkit.Record { r := sample(now, "s", "big"); r.Response = big; return r }(),
+			func() *idemkit.Record {
+				r := sample(now, "s", "empty")
+				r.Response, r.Error, r.GID, r.BranchID, r.Fingerprint = nil, "", "", "", ""
+				return r
+			}(),
+			func() *idemkit.Record { r := sample(now, "s", "fence"); r.Fence = 1 << 40; return r }(),
+		}
+		for _, rec := range cases {
+			must(t, s.Insert(ctxb, rec))
+			got, err := s.Get(ctxb, rec.Scope, rec.Key)
+			must(t, err)
+			RequireSameRecord(t, rec, got)
+		}
+	})
+
+	t.Run("ConcurrentInsert", func(t *testing.T) {
+		s := newStore(t)
+		var wins, exists atomic.Int32
+		parallel(32, func(i int) {
+			rec := sample(now, "s", "race")
+			rec.Owner = "owner-" + string(rune('A'+i))
+			switch err := s.Insert(ctxb, rec); {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, idemkit.ErrExists):
+				exists.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+		if wins.Load() != 1 || exists.Load() != 31 {
+			t.Fatalf("inserts: %d won, %d saw ErrExists; want 1 and 31", wins.Load(), exists.Load())
+		}
+	})
+
+	t.Run("ConcurrentUpdate", func(t *testing.T) {
+		s := newStore(t)
+		rec := sample(now, "s", "race")
+		must(t, s.Insert(ctxb, rec))
+		var wins, fenced atomic.Int32
+		parallel(32, func(i int) {
+			next := *rec
+			next.Fence, next.Owner = 2, "taker-"+string(rune('A'+i))
+			switch err := s.Update(ctxb, &next, rec.Version()); {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, idemkit.ErrFenced):
+				fenced.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+		if wins.Load() != 1 || fenced.Load() != 31 {
+			t.Fatalf("updates: %d won, %d fenced; want 1 and 31", wins.Load(), fenced.Load())
+		}
+	})
+
+	t.Run("CancelledContext", func(t *testing.T) {
+		s := newStore(t)
+		ctx, cancel := context.WithCancel(ctxb)
+		cancel()
+		if err := s.Insert(ctx, sample(now, "s", "k")); err == nil {
+			t.Fatal("Insert on a cancelled context succeeded")
+		}
+		if _, err := s.Get(ctx, "s", "k"); err == nil || errors.Is(err, idemkit.ErrNotFound) {
+			t.Fatalf("Get on a cancelled context: %v", err)
+		}
+	})
+}
+
+// parallel runs f(0..n-1) on n goroutines released together, and waits.
+func parallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			f(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+func runSweeper(t *testing.T, newStore NewStore) {
+	s := newStore(t)
+	sw, ok := s.(Sweepable)
+	if !ok {
+		t.Skip("the Store has no sweeper hooks (DeleteExpired, RecoverStale)")
+	}
+	now := NewClock().Now()
+	put := func(key string, mod func(r *idemkit.Record)) *idemkit.Record {
+		r := sample(now, "sweep", key)
+		r.GID = ""
+		mod(r)
+		must(t, s.Insert(ctxb, r))
+		return r
+	}
+	for i := range 5 {
+		put("expired"+string(rune('a'+i)), func(r *idemkit.Record) {
+			r.Status, r.ExpiresAt = idemkit.StatusSucceeded, now.Add(-time.Minute)
+		})
+	}
+	live := put("live", func(r *idemkit.Record) { r.Status = idemkit.StatusSucceeded })
+	stale := put("stale", func(r *idemkit.Record) { r.LeaseUntil = now.Add(-time.Second) })
+	stale2 := put("stale2", func(r *idemkit.Record) { r.LeaseUntil = now.Add(-time.Hour) })
+	withGID := put("gid", func(r *idemkit.Record) { r.LeaseUntil, r.GID = now.Add(-time.Second), "gid-1" })
+	leased := put("leased", func(r *idemkit.Record) {})
+
+	total := 0
+	for range 10 {
+		n, err := sw.DeleteExpired(ctxb, now, 2)
+		must(t, err)
+		if n > 2 {
+			t.Fatalf("DeleteExpired deleted %d records, more than its limit 2", n)
+		}
+		total += n
+		if n == 0 {
+			break
+		}
+	}
+	if total != 5 {
+		t.Fatalf("DeleteExpired deleted %d records in all, want 5", total)
+	}
+	got, err := s.Get(ctxb, "sweep", "live")
+	must(t, err)
+	RequireSameRecord(t, live, got)
+
+	n, err := sw.RecoverStale(ctxb, now, 1)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("RecoverStale(limit 1) = %d, want 1", n)
+	}
+	n, err = sw.RecoverStale(ctxb, now, 10)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("second RecoverStale = %d, want 1", n)
+	}
+	for _, r := range []*idemkit.Record{stale, stale2} {
+		got, err := s.Get(ctxb, "sweep", r.Key)
+		must(t, err)
+		if got.Status != idemkit.StatusFailed || got.Fence != r.Fence+1 || got.Owner != "" {
+			t.Fatalf("recovered %s: status %s fence %d owner %q; want FAILED, %d, \"\"", r.Key, got.Status, got.Fence, got.Owner, r.Fence+1)
+		}
+		// The stalled holder can no longer finish it.
+		done := *r
+		done.Status = idemkit.StatusSucceeded
+		wantErr(t, s.Update(ctxb, &done, r.Version()), idemkit.ErrFenced)
+	}
+	for _, r := range []*idemkit.Record{withGID, leased} {
+		got, err := s.Get(ctxb, "sweep", r.Key)
+		must(t, err)
+		RequireSameRecord(t, r, got)
+	}
+}

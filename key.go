@@ -1,0 +1,91 @@
+package idemkit
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// hashedPrefix marks a stored scope or key that was too long and is kept as its SHA-256.
+const hashedPrefix = "sha256:"
+
+// validateKey checks s is usable as a key or scope: non-empty, at most max bytes, valid UTF-8, no
+// control characters. The error wraps ErrInvalidKey and says what is wrong without echoing s.
+func validateKey(s string, max int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(s) > max:
+		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(s), max)
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return fmt.Errorf("%w: control character at byte %d", ErrInvalidKey, i)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return fmt.Errorf("%w: invalid UTF-8 at byte %d", ErrInvalidKey, i)
+		}
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: control character at byte %d", ErrInvalidKey, i)
+		}
+		i += n
+	}
+	return nil
+}
+
+// StoredForm returns s as a Store keeps it: unchanged up to MaxStoredLen bytes, else "sha256:<hex>".
+func StoredForm(s string) string {
+	if len(s) <= MaxStoredLen {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return hashedPrefix + hex.EncodeToString(sum[:])
+}
+
+// identity is a validated call's address in every backend.
+type identity struct {
+	scope, key string // stored forms
+	lockKey    string // unambiguous scope+key for the Locker
+}
+
+func (g *Guard) identify(c *Call) (identity, error) {
+	scope := c.Scope
+	if g.opts.Namespace != "" {
+		scope = g.opts.Namespace + "/" + scope
+	}
+	if err := validateKey(c.Scope, g.opts.MaxKeyLen); err != nil {
+		return identity{}, fmt.Errorf("scope: %w", err)
+	}
+	if err := validateKey(c.Key, g.opts.MaxKeyLen); err != nil {
+		return identity{}, err
+	}
+	id := identity{scope: StoredForm(scope), key: StoredForm(c.Key)}
+	id.lockKey = strconv.Itoa(len(id.scope)) + ":" + id.scope + ":" + id.key
+	return id, nil
+}
+
+// newToken returns a random 128-bit owner token, hex encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// keyHash is a short, stable stand-in for a key in logs and traces.
+func keyHash(scope, key string) string {
+	h := sha256.New()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}

@@ -1,0 +1,143 @@
+package memory
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Store is an in-memory [idemkit.Store]. The zero value is not usable; call [NewStore].
+// It is safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	records map[recKey]*idemkit.Record
+}
+
+type recKey struct{ scope, key string }
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{records: make(map[recKey]*idemkit.Record)}
+}
+
+func clone(r *idemkit.Record) *idemkit.Record {
+	c := *r
+	if r.Response != nil {
+		c.Response = append([]byte(nil), r.Response...)
+	}
+	return &c
+}
+
+// Insert implements [idemkit.Store].
+func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := recKey{rec.Scope, rec.Key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.records[k]; ok {
+		return idemkit.ErrExists
+	}
+	s.records[k] = clone(rec)
+	return nil
+}
+
+// Get implements [idemkit.Store].
+func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[recKey{scope, key}]
+	if !ok {
+		return nil, idemkit.ErrNotFound
+	}
+	return clone(r), nil
+}
+
+// Update implements [idemkit.Store].
+func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := recKey{rec.Scope, rec.Key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.records[k]
+	if !ok || cur.Version() != prev {
+		return idemkit.ErrFenced
+	}
+	s.records[k] = clone(rec)
+	return nil
+}
+
+// Delete implements [idemkit.Store].
+func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := recKey{scope, key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.records[k]
+	if !ok || cur.Version() != prev {
+		return idemkit.ErrFenced
+	}
+	delete(s.records, k)
+	return nil
+}
+
+// DeleteExpired deletes up to limit records whose ExpiresAt is not after now and returns how many it
+// deleted. It is the sweeper's hook.
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, r := range s.records {
+		if n >= limit {
+			break
+		}
+		if r.Expired(now) {
+			delete(s.records, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// RecoverStale marks up to limit PROCESSING records whose lease ran out before now FAILED, bumping
+// their fence and clearing their owner, so their stalled holders cannot finish them. Records with a GID
+// are left for a transaction reconciler. It returns how many it recovered.
+func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.records {
+		if n >= limit {
+			break
+		}
+		if r.Status == idemkit.StatusProcessing && r.GID == "" && r.LeaseExpired(now) && !r.Expired(now) {
+			r.Status, r.Fence, r.Owner, r.UpdatedAt = idemkit.StatusFailed, r.Fence+1, "", now
+			r.Error = "idemkit: lease expired; recovered by sweeper"
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Len returns the number of records held, expired ones included.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}

@@ -1,0 +1,124 @@
+package idemkit
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of [Options].
+const (
+	DefaultLease         = 30 * time.Second
+	DefaultTTL           = 24 * time.Hour
+	DefaultCacheTTL      = time.Hour
+	DefaultMaxHold       = 10 * time.Minute
+	DefaultFinishTimeout = 5 * time.Second
+	DefaultMaxKeyLen     = 255
+)
+
+// MaxStoredLen is the longest scope or key stored as is; longer ones (up to [Options.MaxKeyLen]) are
+// stored as "sha256:" followed by the hex SHA-256 of the value.
+const MaxStoredLen = 128
+
+// Options configure a [Guard]. The zero value works: no lock (database only), fail-closed, defaults
+// below. New copies the struct; later changes to it have no effect.
+type Options struct {
+	// Locker is the lock and result cache in front of the Store (lock.New for Redis, memory.NewLocker
+	// in-process). Defaults to none: every call goes to the Store.
+	Locker Locker
+	// FailOpen makes Locker errors non-fatal: the Guard skips the lock and cache and relies on the
+	// Store, which still guarantees one execution. Defaults to false: a Locker error fails the call
+	// with ErrLockUnavailable and nothing runs. Store errors always fail the call.
+	FailOpen bool
+	// Lease is how long a PROCESSING claim is protected before another attempt may take it over.
+	// Defaults to DefaultLease (30s). Set it above the function's longest run, or use Watchdog.
+	Lease time.Duration
+	// LockTTL is the lock's time to live. Defaults to Lease.
+	LockTTL time.Duration
+	// TTL is how long a record counts after its claim; afterwards the key is new again and a sweeper
+	// may delete it. Defaults to DefaultTTL (24h).
+	TTL time.Duration
+	// CacheTTL is how long a finished result stays in the Locker's cache, capped by the record's
+	// remaining TTL. Defaults to DefaultCacheTTL (1h); negative disables the cache.
+	CacheTTL time.Duration
+	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease while the
+	// function runs, up to MaxHold, and cancels the function's context with ErrLockLost when renewal
+	// fails. Defaults to false.
+	Watchdog bool
+	// MaxHold caps how long the watchdog keeps a claim alive. Defaults to DefaultMaxHold (10m).
+	MaxHold time.Duration
+	// FinishTimeout bounds the writes after the function returns; they run on a context that
+	// survives the caller's cancellation. Defaults to DefaultFinishTimeout (5s).
+	FinishTimeout time.Duration
+	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
+	// and a Redis. Defaults to "".
+	Namespace string
+	// MaxKeyLen is the longest key or scope accepted, in bytes; longer ones fail with ErrInvalidKey.
+	// Defaults to DefaultMaxKeyLen (255).
+	MaxKeyLen int
+	// IsPermanent classifies a function's error: true stores it as REJECTED and replays it, false
+	// leaves the record FAILED for a retry. Defaults to [IsPermanent].
+	IsPermanent func(error) bool
+	// Logger receives warnings (fail-open, fenced finishes, store errors) and debug events. Keys are
+	// logged as a short hash unless LogKeys is set. Defaults to discarding.
+	Logger *slog.Logger
+	// LogKeys logs and observes raw keys instead of their hash. Defaults to false.
+	LogKeys bool
+	// Observer receives every call's outcome, for traces and metrics (see package idemotel).
+	// Defaults to none.
+	Observer Observer
+	// Now is the clock. Defaults to time.Now. Leases and expiry compare times from this clock, so the
+	// processes sharing a Store need clocks in reasonable agreement (well under Lease).
+	Now func() time.Time
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.LockTTL = cmp.Or(c.LockTTL, c.Lease)
+	c.TTL = cmp.Or(c.TTL, DefaultTTL)
+	c.CacheTTL = cmp.Or(c.CacheTTL, DefaultCacheTTL)
+	c.MaxHold = cmp.Or(c.MaxHold, DefaultMaxHold)
+	c.FinishTimeout = cmp.Or(c.FinishTimeout, DefaultFinishTimeout)
+	c.MaxKeyLen = cmp.Or(c.MaxKeyLen, DefaultMaxKeyLen)
+	if c.IsPermanent == nil {
+		c.IsPermanent = IsPermanent
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	var errs []error
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Lease", c.Lease}, {"LockTTL", c.LockTTL}, {"TTL", c.TTL}, {"MaxHold", c.MaxHold}, {"FinishTimeout", c.FinishTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.name, d.v))
+		} else if d.v < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 1ms, got %s", d.name, d.v))
+		}
+	}
+	if c.TTL < c.Lease {
+		errs = append(errs, fmt.Errorf("TTL (%s) must not be shorter than Lease (%s)", c.TTL, c.Lease))
+	}
+	if c.MaxKeyLen < 1 {
+		errs = append(errs, fmt.Errorf("MaxKeyLen must be positive, got %d", c.MaxKeyLen))
+	}
+	if c.Namespace != "" {
+		if err := validateKey(c.Namespace, MaxStoredLen); err != nil {
+			errs = append(errs, fmt.Errorf("Namespace: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Options{}, fmt.Errorf("idemkit: invalid options: %w", err)
+	}
+	return c, nil
+}

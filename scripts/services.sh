@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Brings up the services idemkit's tests use on this machine: Redis, MariaDB (or MySQL) and PostgreSQL.
+# Starts each one that is not answering, installs it with apt-get when it is missing, and creates the
+# test databases. Idempotent: a second run changes nothing. Loopback only.
+set -euo pipefail
+
+log() { printf '[services] %s\n' "$*" >&2; }
+
+REDIS_ADDR=${IDEMKIT_TEST_REDIS:-127.0.0.1:6379}
+REDIS_PORT=${REDIS_ADDR##*:}
+DB=idemkit_test
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+  log "installing $* with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq >/dev/null
+  as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+wait_for() { # name, tries, command...
+  local name=$1 tries=$2; shift 2
+  for _ in $(seq "$tries"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  log "$name did not come up"; return 1
+}
+
+# --- Redis -------------------------------------------------------------------------------------------
+command -v redis-server >/dev/null || apt_install redis-server
+if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
+  log "starting Redis on 127.0.0.1:$REDIS_PORT"
+  mkdir -p /tmp/idemkit-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+    --dir /tmp/idemkit-redis --logfile /tmp/idemkit-redis/redis.log
+  wait_for Redis 40 redis-cli -p "$REDIS_PORT" ping
+fi
+
+# --- MariaDB -----------------------------------------------------------------------------------------
+mysql_ok() { mysql -uroot -h127.0.0.1 -P3306 -e 'select 1'; }
+if ! mysql_ok >/dev/null 2>&1; then
+  if [ ! -x /usr/sbin/mariadbd ] && [ ! -x /usr/sbin/mysqld ]; then apt_install mariadb-server; fi
+  log "starting MariaDB"
+  as_root mkdir -p /run/mysqld && as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
+  bin=/usr/sbin/mariadbd; [ -x "$bin" ] || bin=/usr/sbin/mysqld
+  as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- --user=mysql
+  if ! wait_for MariaDB 60 mysql_ok; then
+    # a fresh install answers on the socket only as root via unix_socket: allow root over TCP
+    as_root mysql -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); FLUSH PRIVILEGES;" || true
+    wait_for MariaDB 20 mysql_ok
+  fi
+fi
+mysql -uroot -h127.0.0.1 -P3306 -e "CREATE DATABASE IF NOT EXISTS $DB; CREATE DATABASE IF NOT EXISTS dtm_barrier;"
+
+# --- PostgreSQL --------------------------------------------------------------------------------------
+pg_ok() { psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1'; }
+if ! pg_ok >/dev/null 2>&1; then
+  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then apt_install postgresql; fi
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  # tests connect over loopback as postgres without a password
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  if ! as_root grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+    log "allowing trust auth on loopback in $hba"
+    as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+  fi
+  log "starting PostgreSQL $ver"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start || as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+  wait_for PostgreSQL 60 pg_ok
+fi
+if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname='$DB'")" != 1 ]; then
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE $DB" >/dev/null
+fi
+log "Redis, MariaDB and PostgreSQL are up; database $DB exists"

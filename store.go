@@ -1,0 +1,45 @@
+package idemkit
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps dedupe records. It is the source of truth: a unique (Scope, Key) and conditional writes
+// make a Guard correct even with no Locker at all.
+//
+// Implementations must be safe for concurrent use and must store times with at least millisecond
+// precision. The package idemtest holds a conformance suite every implementation should pass.
+type Store interface {
+	// Insert adds rec. It returns ErrExists when a record with the same Scope and Key exists, whatever
+	// its state; it never overwrites.
+	Insert(ctx context.Context, rec *Record) error
+	// Get returns the record for scope and key, or ErrNotFound.
+	Get(ctx context.Context, scope, key string) (*Record, error)
+	// Update replaces the record with rec's Scope and Key if its stored fence and owner equal prev,
+	// and returns ErrFenced otherwise (including when no record exists).
+	Update(ctx context.Context, rec *Record, prev Version) error
+	// Delete removes the record for scope and key if its stored fence and owner equal prev, and
+	// returns ErrFenced otherwise.
+	Delete(ctx context.Context, scope, key string, prev Version) error
+}
+
+// Locker is the fast layer in front of a Store: a short per-key lock that turns concurrent duplicates
+// away, and a cache of finished results. They share one interface because a Guard asks for both in the
+// same round trip: Acquire returns a cached result instead of locking, and Release fills the cache while
+// it unlocks.
+//
+// Locks are never re-entrant: a second Acquire with another token fails even from the same process.
+// Implementations must be safe for concurrent use.
+type Locker interface {
+	// Acquire returns the cached result for key when there is one, taking no lock. Otherwise it locks
+	// key with token for ttl and returns (nil, nil), or returns an [*InFlightError] (ErrLocked) when
+	// another token holds it.
+	Acquire(ctx context.Context, key, token string, ttl time.Duration) (cached []byte, err error)
+	// Refresh extends the lock to ttl if token still holds it; ErrLockNotHeld otherwise.
+	Refresh(ctx context.Context, key, token string, ttl time.Duration) error
+	// Release unlocks key if token holds it, and when result is not nil caches it for cacheTTL
+	// whoever holds the lock. It returns ErrLockNotHeld when the lock was gone or held by another
+	// token (the result is still cached).
+	Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error
+}
