@@ -222,6 +222,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		if !errors.Is(err, ErrExists) {
 			return cl.fail(OutcomeUnavailable, storeErr("claiming record", err))
 		}
+		cl.ev.Conflict = true
 		cur, err := st.Get(ctx, id.scope, id.key)
 		if errors.Is(err, ErrNotFound) && attempt < 2 {
 			continue // deleted between our insert and read (Mark release, sweeper): try again

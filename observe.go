@@ -74,6 +74,8 @@ type Event struct {
 	Fence int64
 	// Cached: the replay came from the Locker's cache.
 	Cached bool
+	// Conflict: the claim's insert met an existing record (a duplicate reached the Store).
+	Conflict bool
 	// Takeover: the call took over a FAILED, expired or lease-expired record.
 	Takeover bool
 	// Fenced: the finish was refused because a newer attempt took over.

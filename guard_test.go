@@ -1,0 +1,341 @@
+package idemkit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/memory"
+)
+
+var ctxb = context.Background()
+
+// flakyLocker fails every call while down is set, like a Redis that went away.
+type flakyLocker struct {
+	idemkit.Locker
+	down  atomic.Bool
+	calls atomic.Int32
+}
+
+var errRedisDown = errors.New("dial tcp 127.0.0.1:6379: connection refused")
+
+func (f *flakyLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return nil, errRedisDown
+	}
+	return f.Locker.Acquire(ctx, key, token, ttl)
+}
+
+func (f *flakyLocker) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return errRedisDown
+	}
+	return f.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []idemkit.Event
+}
+
+func (r *recorder) Start(ctx context.Context, mode idemkit.Mode, scope string) (context.Context, func(*idemkit.Event)) {
+	return ctx, func(ev *idemkit.Event) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.events = append(r.events, *ev)
+	}
+}
+
+func (r *recorder) last(t *testing.T) idemkit.Event {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.events) == 0 {
+		t.Fatal("no events")
+	}
+	return r.events[len(r.events)-1]
+}
+
+type bundle struct {
+	g      *idemkit.Guard
+	store  *memory.Store
+	locker *flakyLocker
+	obs    *recorder
+	clock  *idemtest.Clock
+}
+
+func setup(t *testing.T, mod func(*idemkit.Options)) *bundle {
+	t.Helper()
+	b := &bundle{store: memory.NewStore(), obs: &recorder{}, clock: idemtest.NewClock()}
+	b.locker = &flakyLocker{Locker: memory.NewLocker(&memory.LockerOptions{Now: b.clock.Now})}
+	o := &idemkit.Options{Locker: b.locker, Observer: b.obs, Now: b.clock.Now, Lease: 10 * time.Second}
+	if mod != nil {
+		mod(o)
+	}
+	g, err := idemkit.New(b.store, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.g = g
+	return b
+}
+
+func ok(v string) idemkit.Func {
+	return func(context.Context) ([]byte, error) { return []byte(v), nil }
+}
+
+func TestCachedReplay(t *testing.T) {
+	b := setup(t, nil)
+	call := idemkit.Call{Scope: "s", Key: "k", Fingerprint: "fp"}
+	if _, err := b.g.Do(ctxb, call, ok("v1")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.g.Do(ctxb, call, ok("v2"))
+	if err != nil || !res.Replayed || string(res.Value) != "v1" {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	if ev := b.obs.last(t); ev.Outcome != idemkit.OutcomeReplayed || !ev.Cached || ev.Status != idemkit.StatusSucceeded {
+		t.Fatalf("replay event %+v, want a cached replay", ev)
+	}
+	// The cache checks the fingerprint too.
+	call.Fingerprint = "other"
+	if _, err := b.g.Do(ctxb, call, ok("v3")); !errors.Is(err, idemkit.ErrPayloadMismatch) {
+		t.Fatalf("mismatch through the cache: %v", err)
+	}
+	// Mark mode on a cached key is a duplicate.
+	if err := b.g.Mark(ctxb, idemkit.Call{Scope: "s", Key: "k"}, func(context.Context) error { return nil }); !errors.Is(err, idemkit.ErrDuplicate) {
+		t.Fatalf("mark on a cached key: %v", err)
+	}
+}
+
+func TestRejectedIsCachedAndReplayed(t *testing.T) {
+	b := setup(t, nil)
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	_, err := b.g.Do(ctxb, call, func(context.Context) ([]byte, error) {
+		return nil, idemkit.Permanent(errors.New("card declined"))
+	})
+	if !idemkit.IsPermanent(err) {
+		t.Fatal(err)
+	}
+	_, err = b.g.Do(ctxb, call, ok("never"))
+	var rej *idemkit.RejectedError
+	if !errors.As(err, &rej) || rej.Message != "card declined" || !b.obs.last(t).Cached {
+		t.Fatalf("cached rejection: %v, event %+v", err, b.obs.last(t))
+	}
+}
+
+func TestStoreReplayFillsCache(t *testing.T) {
+	b := setup(t, func(o *idemkit.Options) { o.CacheTTL = -1 })
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	if _, err := b.g.Do(ctxb, call, ok("v")); err != nil {
+		t.Fatal(err)
+	}
+	// Cache disabled: replays come from the store.
+	if _, err := b.g.Do(ctxb, call, ok("v")); err != nil || b.obs.last(t).Cached {
+		t.Fatalf("replay with the cache disabled: %v %+v", err, b.obs.last(t))
+	}
+	// A second guard with the cache on fills it from the store on its first replay.
+	g2, err := idemkit.New(b.store, &idemkit.Options{Locker: b.locker, Observer: b.obs, Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, cached := range []bool{false, true} {
+		res, err := g2.Do(ctxb, call, ok("other"))
+		if err != nil || !res.Replayed || string(res.Value) != "v" || b.obs.last(t).Cached != cached {
+			t.Fatalf("replay %d: %+v %v cached=%v", i, res, err, b.obs.last(t).Cached)
+		}
+	}
+}
+
+func TestCacheNeverOutlivesRecord(t *testing.T) {
+	b := setup(t, func(o *idemkit.Options) { o.TTL = time.Minute; o.CacheTTL = time.Hour })
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	if _, err := b.g.Do(ctxb, call, ok("v1")); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(time.Minute)
+	res, err := b.g.Do(ctxb, call, ok("v2"))
+	if err != nil || res.Replayed || string(res.Value) != "v2" {
+		t.Fatalf("after the record expired: %+v %v (a stale cache entry was replayed)", res, err)
+	}
+}
+
+func TestLockerDown(t *testing.T) {
+	t.Run("FailClosed", func(t *testing.T) {
+		b := setup(t, nil)
+		b.locker.down.Store(true)
+		runs := 0
+		_, err := b.g.Do(ctxb, idemkit.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) { runs++; return nil, nil })
+		if !errors.Is(err, idemkit.ErrLockUnavailable) || !strings.Contains(err.Error(), "connection refused") || runs != 0 {
+			t.Fatalf("got %v after %d runs, want ErrLockUnavailable and no run", err, runs)
+		}
+		if b.store.Len() != 0 {
+			t.Fatal("a record was written although the call failed")
+		}
+		if ev := b.obs.last(t); ev.Outcome != idemkit.OutcomeUnavailable {
+			t.Fatalf("event %+v", ev)
+		}
+	})
+	t.Run("FailOpen", func(t *testing.T) {
+		b := setup(t, func(o *idemkit.Options) { o.FailOpen = true })
+		b.locker.down.Store(true)
+		var runs atomic.Int32
+		fn := func(context.Context) ([]byte, error) { runs.Add(1); time.Sleep(time.Millisecond); return []byte("v"), nil }
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := b.g.Do(ctxb, idemkit.Call{Scope: "s", Key: "k"}, fn)
+				if err != nil && !errors.Is(err, idemkit.ErrInFlight) || err == nil && string(res.Value) != "v" {
+					t.Errorf("%+v %v", res, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if runs.Load() != 1 {
+			t.Fatalf("ran %d times with the lock down, want 1 (the store decides)", runs.Load())
+		}
+		if !b.obs.last(t).FailOpen {
+			t.Fatalf("event %+v does not report fail-open", b.obs.last(t))
+		}
+	})
+}
+
+func TestStoreDown(t *testing.T) {
+	store := &brokenStore{Store: memory.NewStore(), err: errors.New("dial tcp 127.0.0.1:3306: connection refused")}
+	g, err := idemkit.New(store, &idemkit.Options{Locker: memory.NewLocker(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	_, err = g.Do(ctxb, idemkit.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) { runs++; return nil, nil })
+	if !errors.Is(err, idemkit.ErrStoreUnavailable) || runs != 0 {
+		t.Fatalf("got %v after %d runs, want ErrStoreUnavailable and no run", err, runs)
+	}
+	// The lock was released: once the store is back, the key works.
+	store.err = nil
+	if _, err := g.Do(ctxb, idemkit.Call{Scope: "s", Key: "k"}, ok("v")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type brokenStore struct {
+	*memory.Store
+	err error
+}
+
+func (b *brokenStore) Insert(ctx context.Context, r *idemkit.Record) error {
+	if b.err != nil {
+		return b.err
+	}
+	return b.Store.Insert(ctx, r)
+}
+
+func TestFinishSurvivesCancellation(t *testing.T) {
+	b := setup(t, nil)
+	ctx, cancel := context.WithCancel(ctxb)
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	_, err := b.g.Do(ctx, call, func(context.Context) ([]byte, error) {
+		cancel() // the client went away while we worked
+		return []byte("v"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := b.g.Get(ctxb, "s", "k")
+	if err != nil || rec.Status != idemkit.StatusSucceeded {
+		t.Fatalf("record after a cancelled request: %+v %v", rec, err)
+	}
+	res, err := b.g.Do(ctxb, call, ok("again"))
+	if err != nil || !res.Replayed {
+		t.Fatalf("%+v %v", res, err)
+	}
+}
+
+func TestWatchdogCancelsWhenLockLost(t *testing.T) {
+	store := memory.NewStore()
+	locker := memory.NewLocker(nil)
+	g, err := idemkit.New(store, &idemkit.Options{Locker: locker, Lease: 150 * time.Millisecond, Watchdog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	started := make(chan struct{})
+	var cause error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return nil, ctx.Err()
+		})
+	}()
+	<-started
+	// Steal the claim from under the watchdog: a newer attempt takes the record over.
+	rec, gerr := g.Get(ctxb, "s", "k")
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	next := *rec
+	next.Fence, next.Owner = rec.Fence+1, "thief"
+	if err := store.Update(ctxb, &next, rec.Version()); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if !errors.Is(cause, idemkit.ErrLockLost) || !errors.Is(err, idemkit.ErrFenced) {
+		t.Fatalf("cause %v, result %v; want ErrLockLost and ErrFenced", cause, err)
+	}
+}
+
+func TestLogsHashKeys(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for _, raw := range []bool{false, true} {
+		buf.Reset()
+		g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Logger: logger, LogKeys: raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(ctxb, idemkit.Call{Scope: "s", Key: "secret-key-123"}, ok("v")); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(buf.String(), "secret-key-123"); got != raw {
+			t.Fatalf("LogKeys=%v: log contains the raw key = %v:\n%s", raw, got, buf.String())
+		}
+	}
+}
+
+func TestEventsCoverOutcomes(t *testing.T) {
+	b := setup(t, nil)
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	cl, _, err := b.g.Begin(ctxb, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.g.Do(ctxb, call, ok("x")); !errors.Is(err, idemkit.ErrInFlight) || b.obs.last(t).Outcome != idemkit.OutcomeInFlight {
+		t.Fatalf("%v %+v", err, b.obs.last(t))
+	}
+	if _, err := cl.Finish(ctxb, []byte("v"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if ev := b.obs.last(t); ev.Outcome != idemkit.OutcomeExecuted || ev.Status != idemkit.StatusSucceeded || ev.Fence != 1 {
+		t.Fatalf("%+v", ev)
+	}
+	if _, err := b.g.Do(ctxb, idemkit.Call{Scope: "s", Key: ""}, ok("x")); b.obs.last(t).Outcome != idemkit.OutcomeInvalid || err == nil {
+		t.Fatalf("%+v", b.obs.last(t))
+	}
+}

@@ -1,0 +1,207 @@
+// Package sweep runs housekeeping over idemkit's tables in the background: it deletes expired records,
+// recovers PROCESSING records whose holder died (FAILED, fence + 1, so the holder can never finish them
+// and the next attempt may run), and deletes old barrier rows — in bounded batches, on one instance at a
+// time across processes when given a shared Locker.
+package sweep
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Defaults of [Options].
+const (
+	DefaultInterval   = time.Minute
+	DefaultBatchSize  = 500
+	DefaultMaxBatches = 100
+	DefaultLockKey    = "sweep"
+)
+
+// Target is a record store the sweeper can clean: record.Store and memory.Store implement it.
+type Target interface {
+	// DeleteExpired deletes up to limit records expired at now and returns how many.
+	DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error)
+	// RecoverStale marks up to limit lease-expired PROCESSING records without a GID FAILED (fence+1)
+	// and returns how many.
+	RecoverStale(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// Task is one kind of cleanup, run in batches of at most limit rows until a batch comes back short.
+type Task struct {
+	Name string
+	Run  func(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// RecordTasks returns the tasks for a record store: "delete_expired" and "recover_stale".
+func RecordTasks(t Target) []Task {
+	return []Task{{Name: "delete_expired", Run: t.DeleteExpired}, {Name: "recover_stale", Run: t.RecoverStale}}
+}
+
+// Options configure a [Sweeper]. The zero value works.
+type Options struct {
+	// Interval between passes. Defaults to DefaultInterval (1m).
+	Interval time.Duration
+	// BatchSize is the most rows one statement touches. Defaults to DefaultBatchSize (500).
+	BatchSize int
+	// MaxBatches bounds the batches of one task in one pass. Defaults to DefaultMaxBatches (100).
+	MaxBatches int
+	// Locker, when set, makes passes exclusive across every sweeper sharing it and LockKey: a pass
+	// that finds the lock held is skipped. Defaults to none (every instance sweeps; still correct,
+	// since every statement re-checks its conditions, only wasteful).
+	Locker idemkit.Locker
+	// LockKey names the lock. Defaults to DefaultLockKey.
+	LockKey string
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// Logger receives a line per pass that did something, and errors. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Stats counts what a pass did, per task name.
+type Stats map[string]int
+
+// Sweeper runs tasks every Interval. Create it with [New], start it with [Sweeper.Start] or drive it
+// with [Sweeper.RunOnce]; it is safe for concurrent use.
+type Sweeper struct {
+	opts  Options
+	tasks []Task
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Sweeper over tasks. It returns an error when there are no tasks or an option is
+// invalid.
+func New(opts *Options, tasks ...Task) (*Sweeper, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Interval = cmp.Or(o.Interval, DefaultInterval)
+	o.BatchSize = cmp.Or(o.BatchSize, DefaultBatchSize)
+	o.MaxBatches = cmp.Or(o.MaxBatches, DefaultMaxBatches)
+	o.LockKey = cmp.Or(o.LockKey, DefaultLockKey)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case len(tasks) == 0:
+		return nil, errors.New("sweep: no tasks")
+	case o.Interval < time.Millisecond:
+		return nil, fmt.Errorf("sweep: Interval must be at least 1ms, got %s", o.Interval)
+	case o.BatchSize < 1 || o.MaxBatches < 1:
+		return nil, fmt.Errorf("sweep: BatchSize and MaxBatches must be positive, got %d and %d", o.BatchSize, o.MaxBatches)
+	}
+	for _, t := range tasks {
+		if t.Name == "" || t.Run == nil {
+			return nil, errors.New("sweep: a task needs a Name and a Run function")
+		}
+	}
+	return &Sweeper{opts: o, tasks: tasks}, nil
+}
+
+// ErrSkipped is returned by RunOnce when another instance holds the sweeper lock.
+var ErrSkipped = errors.New("sweep: another instance is sweeping")
+
+// RunOnce runs one pass now: every task in batches until a batch comes back short or MaxBatches is
+// reached. It returns what each task did, ErrSkipped when another instance holds the lock, or the
+// tasks' errors joined (a failing task does not stop the others).
+func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
+	if lk := s.opts.Locker; lk != nil {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		token := hex.EncodeToString(b[:])
+		if _, err := lk.Acquire(ctx, s.opts.LockKey, token, s.opts.Interval); err != nil {
+			if errors.Is(err, idemkit.ErrLocked) {
+				return nil, ErrSkipped
+			}
+			return nil, fmt.Errorf("sweep: taking the sweeper lock: %w", err)
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = lk.Release(rctx, s.opts.LockKey, token, nil, 0)
+		}()
+	}
+	stats := make(Stats, len(s.tasks))
+	var errs []error
+	for _, t := range s.tasks {
+		for range s.opts.MaxBatches {
+			n, err := t.Run(ctx, s.opts.Now(), s.opts.BatchSize)
+			stats[t.Name] += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("sweep: %s: %w", t.Name, err))
+				break
+			}
+			if n < s.opts.BatchSize {
+				break
+			}
+		}
+	}
+	return stats, errors.Join(errs...)
+}
+
+// Start runs a pass every Interval in a goroutine the Sweeper owns, until ctx is done or Close is
+// called. Starting a started Sweeper does nothing.
+func (s *Sweeper) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go s.loop(ctx, s.done)
+}
+
+func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		stats, err := s.RunOnce(ctx)
+		switch {
+		case errors.Is(err, ErrSkipped), ctx.Err() != nil:
+		case err != nil:
+			s.opts.Logger.WarnContext(ctx, "idemkit sweep failed", "error", err, "stats", stats)
+		default:
+			for _, n := range stats {
+				if n > 0 {
+					s.opts.Logger.InfoContext(ctx, "idemkit sweep", "stats", stats)
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the goroutine started by Start and waits for it. It is safe to call more than once.
+func (s *Sweeper) Close() error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
