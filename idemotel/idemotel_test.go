@@ -76,4 +76,3 @@ func TestSpansAndMetrics(t *testing.T) {
 		t.Fatalf("calls by outcome %v, want 2 executed and 2 replayed", byOutcome)
 	}
 }
-
