@@ -276,3 +276,31 @@ func errorText(err error) string {
 	}
 	return s
 }
+
+// Settle writes the outcome of a record left PROCESSING by a detached claim, once that outcome is
+// known elsewhere — typically a reconciler asking a transaction manager about the record's GID. rec is
+// the record as read from the Store (or [Claim.Record]); the write is conditioned on its version, so
+// it fails with ErrFenced when the record was finished, taken over or recovered since. value and err
+// are classified as in [Claim.Finish]. The result cache is filled by the first replay, not here.
+func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error) error {
+	if rec == nil || rec.Status != StatusProcessing {
+		return fmt.Errorf("%w: only a PROCESSING record can be settled", ErrFenced)
+	}
+	next := *rec
+	next.UpdatedAt = g.opts.Now()
+	switch {
+	case err == nil:
+		next.Status, next.Response, next.Error = StatusSucceeded, value, ""
+	case g.opts.IsPermanent(err):
+		next.Status, next.Response, next.Error = StatusRejected, value, errorText(err)
+	default:
+		next.Status, next.Response, next.Error = StatusFailed, nil, errorText(err)
+	}
+	if werr := g.store.Update(ctx, &next, rec.Version()); werr != nil {
+		if errors.Is(werr, ErrFenced) {
+			return werr
+		}
+		return storeErr("settling record", werr)
+	}
+	return nil
+}

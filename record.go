@@ -56,14 +56,17 @@ type Record struct {
 	UpdatedAt time.Time
 }
 
-// Version identifies one claim of a record. Stores compare it before every update and delete.
+// Version is the state a write was decided from: the claim (fence and owner) and its status. Stores
+// compare it before every update and delete, so a write never lands on a record that moved on — taken
+// over (new fence and owner) or finished (new status) by someone else.
 type Version struct {
-	Fence int64
-	Owner string
+	Fence  int64
+	Owner  string
+	Status Status
 }
 
-// Version returns the record's fence and owner.
-func (r *Record) Version() Version { return Version{Fence: r.Fence, Owner: r.Owner} }
+// Version returns the record's fence, owner and status.
+func (r *Record) Version() Version { return Version{Fence: r.Fence, Owner: r.Owner, Status: r.Status} }
 
 // Expired reports whether the record no longer counts at now.
 func (r *Record) Expired(now time.Time) bool {

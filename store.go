@@ -16,11 +16,11 @@ type Store interface {
 	Insert(ctx context.Context, rec *Record) error
 	// Get returns the record for scope and key, or ErrNotFound.
 	Get(ctx context.Context, scope, key string) (*Record, error)
-	// Update replaces the record with rec's Scope and Key if its stored fence and owner equal prev,
-	// and returns ErrFenced otherwise (including when no record exists).
+	// Update replaces the record with rec's Scope and Key if its stored fence, owner and status equal
+	// prev, and returns ErrFenced otherwise (including when no record exists).
 	Update(ctx context.Context, rec *Record, prev Version) error
-	// Delete removes the record for scope and key if its stored fence and owner equal prev, and
-	// returns ErrFenced otherwise.
+	// Delete removes the record for scope and key if its stored fence, owner and status equal prev,
+	// and returns ErrFenced otherwise.
 	Delete(ctx context.Context, scope, key string, prev Version) error
 }
 

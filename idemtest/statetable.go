@@ -292,6 +292,43 @@ func runStateTable(t *testing.T, newStore NewStore) {
 		c.want(t, 1)
 	})
 
+	t.Run("SettleDetachedClaim", func(t *testing.T) {
+		clk := NewClock()
+		g := guardFor(t, newStore(t), clk, nil)
+		gcall := call
+		gcall.GID = "gid-9"
+		cl, _, err := g.Begin(ctxb, gcall)
+		must(t, err)
+		rec := cl.Record()
+		cl.Detach(ctxb)
+		clk.Advance(lease * 2)
+		must(t, g.Settle(ctxb, &rec, []byte("from reconciler"), nil))
+		got := wantStatus(t, g, gcall, idemkit.StatusSucceeded, 1)
+		if string(got.Response) != "from reconciler" {
+			t.Fatalf("response %q", got.Response)
+		}
+		// Settling again from the same (now stale) read is refused.
+		wantErr(t, g.Settle(ctxb, &rec, nil, errors.New("rolled back")), idemkit.ErrFenced)
+		res, err := g.Do(ctxb, gcall, (&counter{}).fn)
+		must(t, err)
+		if !res.Replayed || string(res.Value) != "from reconciler" {
+			t.Fatalf("replay %+v", res)
+		}
+
+		// A rolled-back transaction leaves the key FAILED: a retry runs.
+		other := idemkit.Call{Scope: call.Scope, Key: "rolled-back", GID: "gid-10"}
+		cl, _, err = g.Begin(ctxb, other)
+		must(t, err)
+		rec = cl.Record()
+		cl.Detach(ctxb)
+		must(t, g.Settle(ctxb, &rec, nil, errors.New("saga rolled back")))
+		wantStatus(t, g, other, idemkit.StatusFailed, 1)
+		c := &counter{}
+		_, err = g.Do(ctxb, idemkit.Call{Scope: other.Scope, Key: other.Key}, c.fn)
+		must(t, err)
+		c.want(t, 1)
+	})
+
 	t.Run("ExtendKeepsLease", func(t *testing.T) {
 		clk := NewClock()
 		g := guardFor(t, newStore(t), clk, nil)

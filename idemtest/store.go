@@ -121,8 +121,9 @@ func runContract(t *testing.T, newStore NewStore) {
 		must(t, s.Insert(ctxb, rec))
 		next := *rec
 		next.Status, next.Response, next.Error, next.UpdatedAt = idemkit.StatusSucceeded, []byte("done"), "", now.Add(time.Second)
-		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 2, Owner: rec.Owner}), idemkit.ErrFenced)
-		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 1, Owner: "someone-else"}), idemkit.ErrFenced)
+		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 2, Owner: rec.Owner, Status: rec.Status}), idemkit.ErrFenced)
+		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 1, Owner: "someone-else", Status: rec.Status}), idemkit.ErrFenced)
+		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 1, Owner: rec.Owner, Status: idemkit.StatusFailed}), idemkit.ErrFenced)
 		got, err := s.Get(ctxb, "s", "k")
 		must(t, err)
 		RequireSameRecord(t, rec, got)
@@ -131,6 +132,13 @@ func runContract(t *testing.T, newStore NewStore) {
 		got, err = s.Get(ctxb, "s", "k")
 		must(t, err)
 		RequireSameRecord(t, &next, got)
+
+		// Once finished, a write decided from the PROCESSING state no longer matches, although fence
+		// and owner are unchanged.
+		late := *rec
+		late.Status = idemkit.StatusFailed
+		wantErr(t, s.Update(ctxb, &late, rec.Version()), idemkit.ErrFenced)
+		wantErr(t, s.Delete(ctxb, "s", "k", rec.Version()), idemkit.ErrFenced)
 
 		// A takeover changes fence and owner; the old version no longer matches.
 		taken := next
@@ -152,8 +160,8 @@ func runContract(t *testing.T, newStore NewStore) {
 		s := newStore(t)
 		rec := sample(now, "s", "k")
 		must(t, s.Insert(ctxb, rec))
-		wantErr(t, s.Delete(ctxb, "s", "k", idemkit.Version{Fence: 1, Owner: "x"}), idemkit.ErrFenced)
-		wantErr(t, s.Delete(ctxb, "s", "k", idemkit.Version{Fence: 9, Owner: rec.Owner}), idemkit.ErrFenced)
+		wantErr(t, s.Delete(ctxb, "s", "k", idemkit.Version{Fence: 1, Owner: "x", Status: rec.Status}), idemkit.ErrFenced)
+		wantErr(t, s.Delete(ctxb, "s", "k", idemkit.Version{Fence: 9, Owner: rec.Owner, Status: rec.Status}), idemkit.ErrFenced)
 		must(t, s.Delete(ctxb, "s", "k", rec.Version()))
 		_, err := s.Get(ctxb, "s", "k")
 		wantErr(t, err, idemkit.ErrNotFound)
