@@ -141,3 +141,23 @@ func (s *Store) Len() int {
 	defer s.mu.Unlock()
 	return len(s.records)
 }
+
+// Pending returns up to limit PROCESSING records with a GID whose lease ran out before now: the
+// records a transaction reconciler must settle.
+func (s *Store) Pending(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*idemkit.Record
+	for _, r := range s.records {
+		if len(out) >= limit {
+			break
+		}
+		if r.Status == idemkit.StatusProcessing && r.GID != "" && r.LeaseExpired(now) && !r.Expired(now) {
+			out = append(out, clone(r))
+		}
+	}
+	return out, nil
+}

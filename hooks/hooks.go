@@ -1,0 +1,165 @@
+// Package hooks ties an idempotency record to the outcome of the global transaction it started.
+//
+// A [Lifecycle] runs three steps around a distributed transaction (a DTM saga or TCC):
+//
+//   - Begin, before the transaction starts: claim the record PROCESSING with the transaction's gid (a
+//     duplicate gets the stored result or ErrInFlight and no transaction starts), then run the user's
+//     BeforeTransaction hooks.
+//   - Commit, when the transaction succeeded: run the user's Commit hooks, then mark the record
+//     SUCCEEDED with the result.
+//   - Rollback, when it rolled back: run the user's Rollback hooks, then mark the record FAILED, so the
+//     client may retry with the same key.
+//
+// When the outcome is not known in time the initiator calls Detach: the record stays PROCESSING and a
+// [Reconciler] settles it later by asking the transaction manager, running the same Commit or Rollback
+// hooks. User hooks may therefore run more than once for one transaction (the initiator and the
+// reconciler can both see the outcome) and must be idempotent, e.g. "UPDATE orders SET status='PAID'
+// WHERE gid=?".
+package hooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Txn is one global transaction followed by a Lifecycle.
+type Txn struct {
+	// TransType is the transaction kind, "saga" or "tcc".
+	TransType string
+	// GID is the global transaction id.
+	GID string
+	// Record is the idempotency record as claimed by Begin, or as read by the Reconciler. Its zero
+	// value means there is no record (a Lifecycle without a Guard).
+	Record idemkit.Record
+
+	claim *idemkit.Claim
+}
+
+// BeforeTransaction runs before a global transaction starts; an error stops it from starting.
+type BeforeTransaction interface {
+	BeforeTransaction(ctx context.Context, t *Txn) error
+}
+
+// Commit runs when a global transaction succeeded.
+type Commit interface {
+	Commit(ctx context.Context, t *Txn, result []byte) error
+}
+
+// Rollback runs when a global transaction rolled back; reason says why when known.
+type Rollback interface {
+	Rollback(ctx context.Context, t *Txn, reason error) error
+}
+
+// BeforeTransactionFunc adapts a function to [BeforeTransaction].
+type BeforeTransactionFunc func(ctx context.Context, t *Txn) error
+
+// BeforeTransaction calls f.
+func (f BeforeTransactionFunc) BeforeTransaction(ctx context.Context, t *Txn) error { return f(ctx, t) }
+
+// CommitFunc adapts a function to [Commit].
+type CommitFunc func(ctx context.Context, t *Txn, result []byte) error
+
+// Commit calls f.
+func (f CommitFunc) Commit(ctx context.Context, t *Txn, result []byte) error { return f(ctx, t, result) }
+
+// RollbackFunc adapts a function to [Rollback].
+type RollbackFunc func(ctx context.Context, t *Txn, reason error) error
+
+// Rollback calls f.
+func (f RollbackFunc) Rollback(ctx context.Context, t *Txn, reason error) error { return f(ctx, t, reason) }
+
+// ErrRolledBack is the reason recorded on a record whose global transaction rolled back.
+var ErrRolledBack = errors.New("hooks: global transaction rolled back")
+
+// Lifecycle runs the hooks of global transactions and keeps their records. All fields are optional:
+// without a Guard no record is kept, without hooks only the record is. A Lifecycle is safe for
+// concurrent use once built; do not change its fields afterwards.
+type Lifecycle struct {
+	// Guard keeps the idempotency records.
+	Guard *idemkit.Guard
+	// Before, OnCommit and OnRollback are the user's hooks.
+	Before     BeforeTransaction
+	OnCommit   Commit
+	OnRollback Rollback
+}
+
+// Begin claims the record for call with gid and runs the Before hook. Exactly one of its results is
+// meaningful: a *Txn to run the transaction under; a replayed result (Replayed set, possibly with an
+// *idemkit.RejectedError) when the key already finished; or an error (ErrInFlight while another
+// attempt's transaction is running, a Guard error, or the Before hook's error — the record is then
+// FAILED so a retry may run).
+func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemkit.Call) (*Txn, idemkit.Result, error) {
+	t := &Txn{TransType: transType, GID: gid}
+	if l.Guard != nil {
+		call.GID = gid
+		cl, res, err := l.Guard.Begin(ctx, call)
+		if cl == nil {
+			return nil, res, err
+		}
+		t.claim, t.Record = cl, cl.Record()
+	}
+	if l.Before != nil {
+		if err := l.Before.BeforeTransaction(ctx, t); err != nil {
+			if t.claim != nil {
+				_, _ = t.claim.Finish(ctx, nil, err)
+			}
+			return nil, idemkit.Result{}, fmt.Errorf("hooks: before transaction %s: %w", gid, err)
+		}
+	}
+	return t, idemkit.Result{}, nil
+}
+
+// Commit runs the OnCommit hook, then marks the record SUCCEEDED with result. When the hook fails the
+// record is left PROCESSING (for the reconciler to retry the hook) and the hook's error is returned. It
+// returns idemkit.ErrFenced when the record was settled by someone else in the meantime.
+func (l *Lifecycle) Commit(ctx context.Context, t *Txn, result []byte) error {
+	if l.OnCommit != nil {
+		if err := l.OnCommit.Commit(ctx, t, result); err != nil {
+			l.Detach(ctx, t)
+			return fmt.Errorf("hooks: commit %s: %w", t.GID, err)
+		}
+	}
+	return l.settle(ctx, t, result, nil)
+}
+
+// Rollback runs the OnRollback hook, then marks the record FAILED (a retry with the same key runs
+// again). Errors as for Commit.
+func (l *Lifecycle) Rollback(ctx context.Context, t *Txn, reason error) error {
+	if reason == nil {
+		reason = ErrRolledBack
+	}
+	if l.OnRollback != nil {
+		if err := l.OnRollback.Rollback(ctx, t, reason); err != nil {
+			l.Detach(ctx, t)
+			return fmt.Errorf("hooks: rollback %s: %w", t.GID, err)
+		}
+	}
+	return l.settle(ctx, t, nil, reason)
+}
+
+// Detach leaves the record PROCESSING for the Reconciler and releases the claim's lock.
+func (l *Lifecycle) Detach(ctx context.Context, t *Txn) {
+	if t.claim != nil {
+		t.claim.Detach(ctx)
+		t.claim = nil
+	}
+}
+
+func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason error) error {
+	if t.claim != nil {
+		cl := t.claim
+		t.claim = nil
+		_, err := cl.Finish(ctx, result, reason)
+		if errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrStoreUnavailable) {
+			return err
+		}
+		return nil // err is reason itself: recorded as asked
+	}
+	if l.Guard == nil || t.Record.Status == "" {
+		return nil
+	}
+	return l.Guard.Settle(ctx, &t.Record, result, reason)
+}

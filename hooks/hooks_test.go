@@ -1,0 +1,210 @@
+package hooks_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/memory"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+var ctxb = context.Background()
+
+// journal records user hook calls per gid.
+type journal struct {
+	mu    sync.Mutex
+	calls []string
+	fail  error
+}
+
+func (j *journal) add(s string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.calls = append(j.calls, s)
+	return j.fail
+}
+
+func (j *journal) list() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]string(nil), j.calls...)
+}
+
+type bundle struct {
+	lc    *hooks.Lifecycle
+	g     *idemkit.Guard
+	store *memory.Store
+	clock *idemtest.Clock
+	j     *journal
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	b := &bundle{store: memory.NewStore(), clock: idemtest.NewClock(), j: &journal{}}
+	g, err := idemkit.New(b.store, &idemkit.Options{Lease: time.Second, Now: b.clock.Now, Locker: memory.NewLocker(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.g = g
+	b.lc = &hooks.Lifecycle{
+		Guard: g,
+		Before: hooks.BeforeTransactionFunc(func(ctx context.Context, t *hooks.Txn) error {
+			return b.j.add("before " + t.GID)
+		}),
+		OnCommit: hooks.CommitFunc(func(ctx context.Context, t *hooks.Txn, result []byte) error {
+			return b.j.add("commit " + t.GID)
+		}),
+		OnRollback: hooks.RollbackFunc(func(ctx context.Context, t *hooks.Txn, reason error) error {
+			return b.j.add("rollback " + t.GID)
+		}),
+	}
+	return b
+}
+
+func (b *bundle) status(t *testing.T, key string) *idemkit.Record {
+	t.Helper()
+	rec, err := b.g.Get(ctxb, "create-order", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func call(key string) idemkit.Call { return idemkit.Call{Scope: "create-order", Key: key} }
+
+func TestCommitAndReplay(t *testing.T) {
+	b := setup(t)
+	txn, _, err := b.lc.Begin(ctxb, "saga", "gid-1", call("k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.status(t, "k1"); rec.Status != idemkit.StatusProcessing || rec.GID != "gid-1" {
+		t.Fatalf("before the transaction: %+v", rec)
+	}
+	// A duplicate while the transaction runs is in flight and starts nothing.
+	if _, _, err := b.lc.Begin(ctxb, "saga", "gid-2", call("k1")); !errors.Is(err, idemkit.ErrInFlight) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := b.lc.Commit(ctxb, txn, []byte(`{"status":"PAID"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.status(t, "k1"); rec.Status != idemkit.StatusSucceeded || string(rec.Response) != `{"status":"PAID"}` {
+		t.Fatalf("after commit: %+v", rec)
+	}
+	txn2, res, err := b.lc.Begin(ctxb, "saga", "gid-3", call("k1"))
+	if txn2 != nil || err != nil || !res.Replayed || string(res.Value) != `{"status":"PAID"}` {
+		t.Fatalf("retry after commit: %v %+v %v", txn2, res, err)
+	}
+	if got := b.j.list(); len(got) != 2 || got[0] != "before gid-1" || got[1] != "commit gid-1" {
+		t.Fatalf("hooks ran: %v", got)
+	}
+}
+
+func TestRollbackAllowsRetry(t *testing.T) {
+	b := setup(t)
+	txn, _, err := b.lc.Begin(ctxb, "saga", "gid-1", call("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.lc.Rollback(ctxb, txn, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("after rollback: %+v", rec)
+	}
+	txn, _, err = b.lc.Begin(ctxb, "saga", "gid-2", call("k"))
+	if err != nil || txn.Record.Fence != 2 || txn.Record.GID != "gid-2" {
+		t.Fatalf("retry: %+v %v", txn, err)
+	}
+}
+
+func TestBeforeHookFailureReleasesKey(t *testing.T) {
+	b := setup(t)
+	b.j.fail = errors.New("order table down")
+	if _, _, err := b.lc.Begin(ctxb, "saga", "gid-1", call("k")); err == nil {
+		t.Fatal("Begin succeeded although the hook failed")
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("after a failing hook: %+v", rec)
+	}
+}
+
+func TestReconcilerSettlesDetached(t *testing.T) {
+	b := setup(t)
+	statuses := map[string]txstatus.Status{
+		"g-ok": txstatus.Succeed, "g-failed": txstatus.Failed, "g-lost": txstatus.Unknown, "g-running": txstatus.Submitted,
+	}
+	for gid := range statuses {
+		txn, _, err := b.lc.Begin(ctxb, "saga", gid, call("key-"+gid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.lc.Detach(ctxb, txn) // the initiator could not wait for the outcome, or died
+	}
+	r := &hooks.Reconciler{
+		Lifecycle: b.lc,
+		Pending:   b.store.Pending,
+		Status: func(ctx context.Context, gid string) (txstatus.Status, error) {
+			return statuses[gid], nil
+		},
+	}
+	// Within the lease nothing is pending.
+	if n, err := r.RunOnce(ctxb, b.clock.Now(), 100); n != 0 || err != nil {
+		t.Fatalf("within the lease: %d %v", n, err)
+	}
+	b.clock.Advance(2 * time.Second)
+	n, err := r.RunOnce(ctxb, b.clock.Now(), 100)
+	if n != 3 || err != nil {
+		t.Fatalf("settled %d, %v; want 3", n, err)
+	}
+	want := map[string]idemkit.Status{
+		"g-ok": idemkit.StatusSucceeded, "g-failed": idemkit.StatusFailed, "g-lost": idemkit.StatusFailed, "g-running": idemkit.StatusProcessing,
+	}
+	for gid, st := range want {
+		if rec := b.status(t, "key-"+gid); rec.Status != st {
+			t.Errorf("%s: %s, want %s", gid, rec.Status, st)
+		}
+	}
+	// Once the last one succeeds, the next pass settles it.
+	statuses["g-running"] = txstatus.Succeed
+	if n, err := r.RunOnce(ctxb, b.clock.Now(), 100); n != 1 || err != nil {
+		t.Fatalf("second pass: %d %v", n, err)
+	}
+	calls := b.j.list()
+	commits := 0
+	for _, c := range calls {
+		if c == "commit g-ok" || c == "commit g-running" {
+			commits++
+		}
+	}
+	if commits != 2 {
+		t.Fatalf("user hooks: %v", calls)
+	}
+}
+
+func TestReconcilerLosesRaceGracefully(t *testing.T) {
+	b := setup(t)
+	txn, _, err := b.lc.Begin(ctxb, "saga", "g", call("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(2 * time.Second)
+	pending, _ := b.store.Pending(ctxb, b.clock.Now(), 10)
+	// The initiator finishes after the reconciler listed the record but before it settles it.
+	if err := b.lc.Commit(ctxb, txn, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	stale := &hooks.Txn{GID: "g", Record: *pending[0]}
+	if err := b.lc.Rollback(ctxb, stale, nil); !errors.Is(err, idemkit.ErrFenced) {
+		t.Fatalf("stale settle: %v, want ErrFenced", err)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusSucceeded {
+		t.Fatalf("%+v", rec)
+	}
+}

@@ -1,0 +1,80 @@
+package hooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/sweep"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// Pending lists PROCESSING records that carry a gid and whose lease ran out before now, at most limit
+// (record.Store.Pending implements it).
+type Pending func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error)
+
+// StatusFunc reports a global transaction's status (txstatus.Client.Status implements it).
+type StatusFunc func(ctx context.Context, gid string) (txstatus.Status, error)
+
+// Reconciler settles records whose initiator could not: for each pending record it asks the transaction
+// manager and runs the Lifecycle's Commit (succeed) or Rollback (failed, or a gid the server never
+// heard of); prepared, submitted and aborting transactions are left for a later pass. Run it with
+// [Reconciler.Task] under a sweep.Sweeper, which bounds batches and keeps it to one instance at a time.
+type Reconciler struct {
+	Lifecycle *Lifecycle
+	Pending   Pending
+	Status    StatusFunc
+	// TransType is reported in the Txn passed to hooks. Defaults to "".
+	TransType string
+	// Logger receives one line per record it could not settle. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Task returns the reconciler as a sweep task named "reconcile".
+func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Run: r.RunOnce} }
+
+// RunOnce settles up to limit pending records and returns how many it settled. Records whose
+// transaction is still running are not counted; errors on single records are joined and returned after
+// the others were tried.
+func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
+	if r.Lifecycle == nil || r.Pending == nil || r.Status == nil {
+		return 0, errors.New("hooks: Reconciler needs Lifecycle, Pending and Status")
+	}
+	recs, err := r.Pending(ctx, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("hooks: listing pending records: %w", err)
+	}
+	settled := 0
+	var errs []error
+	for _, rec := range recs {
+		st, err := r.Status(ctx, rec.GID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t := &Txn{TransType: r.TransType, GID: rec.GID, Record: *rec}
+		switch st {
+		case txstatus.Succeed:
+			err = r.Lifecycle.Commit(ctx, t, nil)
+		case txstatus.Failed, txstatus.Unknown:
+			err = r.Lifecycle.Rollback(ctx, t, fmt.Errorf("%w (status %q, settled by reconciler)", ErrRolledBack, st))
+		default:
+			continue
+		}
+		switch {
+		case err == nil:
+			settled++
+		case errors.Is(err, idemkit.ErrFenced):
+			// settled by its initiator meanwhile
+		default:
+			errs = append(errs, err)
+			if r.Logger != nil {
+				r.Logger.WarnContext(ctx, "idemkit reconcile failed", "gid", rec.GID, "error", err)
+			}
+		}
+	}
+	return settled, errors.Join(errs...)
+}

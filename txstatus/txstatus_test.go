@@ -1,0 +1,77 @@
+package txstatus
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want Status
+		err  bool
+	}{
+		{`{"branches":[],"transaction":null}`, Unknown, false},
+		{`{"branches":[{"op":"action"}],"transaction":{"gid":"g","status":"succeed"}}`, Succeed, false},
+		{`{"transaction":{"status":"failed"}}`, Failed, false},
+		{`{"transaction":{"status":"prepared"}}`, Prepared, false},
+		{`{"transaction":{"status":"submitted"}}`, Submitted, false},
+		{`{"transaction":{"status":"aborting"}}`, Aborting, false},
+		{`{"transaction":{"status":"weird"}}`, Unknown, true},
+		{`not json`, Unknown, true},
+	} {
+		got, err := parse([]byte(tc.body))
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("parse(%s) = %q, %v", tc.body, got, err)
+		}
+	}
+}
+
+func TestWaitPollsUntilFinal(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/dtmsvr/query" || r.URL.Query().Get("gid") != "g 1" {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		if calls.Add(1) < 3 {
+			_, _ = w.Write([]byte(`{"transaction":{"status":"submitted"}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"transaction":{"status":"succeed"}}`))
+	}))
+	defer srv.Close()
+	c := &Client{Server: srv.URL + "/api/dtmsvr", PollInterval: time.Millisecond}
+	st, err := c.Wait(context.Background(), "g 1")
+	if err != nil || st != Succeed || calls.Load() != 3 {
+		t.Fatalf("Wait = %q, %v after %d calls", st, err, calls.Load())
+	}
+	// A bounded wait on a transaction that never settles returns its last status, no error.
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"transaction":{"status":"aborting"}}`))
+	}))
+	defer stuck.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	st, err = (&Client{Server: stuck.URL, PollInterval: 5 * time.Millisecond}).Wait(ctx, "g")
+	if err != nil || st != Aborting {
+		t.Fatalf("stuck Wait = %q, %v", st, err)
+	}
+	// A server answering errors is an error, not a status.
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }))
+	defer broken.Close()
+	if _, err := (&Client{Server: broken.URL}).Status(context.Background(), "g"); err == nil {
+		t.Fatal("HTTP 500 gave no error")
+	}
+}
+
+func TestNewGID(t *testing.T) {
+	a, b := NewGID(), NewGID()
+	if a == b || len(a) > 128 || len(a) < 16 {
+		t.Fatalf("gids %q %q", a, b)
+	}
+}
