@@ -63,13 +63,17 @@ func (f BeforeTransactionFunc) BeforeTransaction(ctx context.Context, t *Txn) er
 type CommitFunc func(ctx context.Context, t *Txn, result []byte) error
 
 // Commit calls f.
-func (f CommitFunc) Commit(ctx context.Context, t *Txn, result []byte) error { return f(ctx, t, result) }
+func (f CommitFunc) Commit(ctx context.Context, t *Txn, result []byte) error {
+	return f(ctx, t, result)
+}
 
 // RollbackFunc adapts a function to [Rollback].
 type RollbackFunc func(ctx context.Context, t *Txn, reason error) error
 
 // Rollback calls f.
-func (f RollbackFunc) Rollback(ctx context.Context, t *Txn, reason error) error { return f(ctx, t, reason) }
+func (f RollbackFunc) Rollback(ctx context.Context, t *Txn, reason error) error {
+	return f(ctx, t, reason)
+}
 
 // ErrRolledBack is the reason recorded on a record whose global transaction rolled back.
 var ErrRolledBack = errors.New("hooks: global transaction rolled back")
