@@ -55,15 +55,14 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 			errs = append(errs, err)
 			continue
 		}
-		t := &Txn{TransType: r.TransType, GID: rec.GID, Record: *rec}
-		switch st {
-		case txstatus.Succeed:
-			err = r.Lifecycle.Commit(ctx, t, nil)
-		case txstatus.Failed, txstatus.Unknown:
-			err = r.Lifecycle.Rollback(ctx, t, fmt.Errorf("%w (status %q, settled by reconciler)", ErrRolledBack, st))
-		default:
-			continue
+		if !st.Final() && st != txstatus.Unknown {
+			continue // still running: a later pass will see its outcome
 		}
+		if st == txstatus.Unknown {
+			st = txstatus.Failed // the manager never heard of it: it never started
+		}
+		t := &Txn{TransType: r.TransType, GID: rec.GID, Record: *rec}
+		err = r.Lifecycle.Conclude(ctx, t, st, nil)
 		switch {
 		case err == nil:
 			settled++
