@@ -30,6 +30,8 @@ type Store interface {
 // it unlocks.
 //
 // Locks are never re-entrant: a second Acquire with another token fails even from the same process.
+// Acquire with the token that holds the lock succeeds (and resets its ttl), so a client that retries a
+// command whose reply was lost does not lock its own attempt out; the Guard uses a new token per attempt.
 // Implementations must be safe for concurrent use.
 type Locker interface {
 	// Acquire returns the cached result for key when there is one, taking no lock. Otherwise it locks

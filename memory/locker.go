@@ -79,7 +79,7 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	if c, ok := live(l.cache, key, now); ok {
 		return c.value, nil
 	}
-	if e, ok := live(l.locks, key, now); ok {
+	if e, ok := live(l.locks, key, now); ok && e.token != token {
 		return nil, &idemkit.InFlightError{RetryAfter: e.expires.Sub(now)}
 	}
 	l.locks[key] = entry{token: token, expires: now.Add(ttl)}
