@@ -1,0 +1,25 @@
+package lock
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts, run with EVALSHA and, when the server does not have them cached (after a restart
+// or SCRIPT FLUSH), with EVAL ([redis.Script.Run]). They are built once; nothing loads them per request.
+// Each script touches only the keys passed to it as KEYS, all in one hash slot, and takes every value
+// (tokens, results, times) as ARGV: no caller data is ever spliced into Lua source.
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed refresh.lua
+	refreshLua    string
+	refreshScript = redis.NewScript(refreshLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+)
