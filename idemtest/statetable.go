@@ -409,7 +409,9 @@ func Storm(t *testing.T, cfg StormConfig) {
 	}
 	guards := make([]*idemkit.Guard, len(cfg.Stores))
 	for i, s := range cfg.Stores {
-		o := &idemkit.Options{Lease: time.Minute}
+		// Generous lease and finish timeout: a slow machine (SQLite under the race detector) must not
+		// turn a timing into a failure.
+		o := &idemkit.Options{Lease: 5 * time.Minute, TTL: time.Hour, FinishTimeout: 2 * time.Minute}
 		if cfg.Lockers != nil {
 			o.Locker = cfg.Lockers[i]
 		}

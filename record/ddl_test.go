@@ -1,0 +1,149 @@
+package record
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	idemsql "github.com/idemkit/idemkit/sql"
+)
+
+// TestDDLFilesAgreeWithStore creates the table by running the sql/ file itself (renamed by plain text
+// replacement, not by CreateTable's code), then writes, reads, updates and deletes through the Store and
+// checks the raw columns.
+func TestDDLFilesAgreeWithStore(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		ddl, err := idemsql.Records(db.Dialector.Name())
+		must(t, err)
+		table := testsvc.Name("t_ddl_")
+		testsvc.DropTable(t, db, table)
+		for _, stmt := range idemsql.Statements(strings.ReplaceAll(ddl, idemsql.RecordsTable, table)) {
+			must(t, db.Exec(stmt).Error)
+		}
+		s, err := New(db, &Options{Table: table})
+		must(t, err)
+		must(t, s.CreateTable(ctxb)) // IF NOT EXISTS: a no-op on the file's table
+
+		now := time.Date(2031, 2, 3, 4, 5, 6, 789_000_000, time.UTC)
+		rec := &idemkit.Record{
+			Scope: "POST /orders", Key: "k1", Status: idemkit.StatusProcessing, Fence: 1, Owner: "tok",
+			Fingerprint: "fp", GID: "g", BranchID: "b", Response: []byte{0, 1, 0}, Error: "e",
+			LeaseUntil: now.Add(time.Second), ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now,
+		}
+		must(t, s.Insert(ctxb, rec))
+		got, err := s.Get(ctxb, rec.Scope, rec.Key)
+		must(t, err)
+		idemtest.RequireSameRecord(t, rec, got)
+
+		// The times are BIGINT Unix milliseconds; the response is binary.
+		var lease, expires, created, updated, fence int64
+		var resp []byte
+		var status string
+		row := db.Raw("SELECT status, fence, response, lease_until, expires_at, created_at, updated_at FROM "+table+
+			" WHERE scope = ? AND idem_key = ?", rec.Scope, rec.Key).Row()
+		must(t, row.Scan(&status, &fence, &resp, &lease, &expires, &created, &updated))
+		if status != "PROCESSING" || fence != 1 || !bytes.Equal(resp, rec.Response) || lease != rec.LeaseUntil.UnixMilli() ||
+			expires != rec.ExpiresAt.UnixMilli() || created != now.UnixMilli() || updated != now.UnixMilli() {
+			t.Fatalf("raw columns %s %d %v %d %d %d %d", status, fence, resp, lease, expires, created, updated)
+		}
+
+		next := *rec
+		next.Status, next.Response, next.Error, next.UpdatedAt = idemkit.StatusSucceeded, []byte("done"), "", now.Add(time.Minute)
+		must(t, s.Update(ctxb, &next, rec.Version()))
+		got, err = s.Get(ctxb, rec.Scope, rec.Key)
+		must(t, err)
+		idemtest.RequireSameRecord(t, &next, got)
+		if err := s.Insert(ctxb, rec); err != idemkit.ErrExists {
+			t.Fatalf("duplicate Insert = %v, want ErrExists (the unique index)", err)
+		}
+		must(t, s.Delete(ctxb, rec.Scope, rec.Key, next.Version()))
+		if _, err := s.Get(ctxb, rec.Scope, rec.Key); err != idemkit.ErrNotFound {
+			t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// TestKeysCompareExactly: keys that differ in case or trailing spaces are different keys on every
+// database (MySQL's utf8mb4 collations would merge them; the DDL uses VARBINARY there).
+func TestKeysCompareExactly(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, _ := setup(t, b)
+		now := time.Now()
+		keys := []string{"key", "KEY", "key ", "kéy", "ke\u0301y"}
+		for _, k := range keys {
+			must(t, s.Insert(ctxb, &idemkit.Record{Scope: "s", Key: k, Status: idemkit.StatusSucceeded, Fence: 1,
+				Owner: "o", Response: []byte(k), CreatedAt: now, UpdatedAt: now}))
+		}
+		for _, k := range keys {
+			got, err := s.Get(ctxb, "s", k)
+			must(t, err)
+			if got.Key != k || string(got.Response) != k {
+				t.Fatalf("Get(%q) returned key %q response %q", k, got.Key, got.Response)
+			}
+		}
+		for _, sc := range []string{"S", "s "} {
+			if _, err := s.Get(ctxb, sc, "key"); err != idemkit.ErrNotFound {
+				t.Fatalf("Get(scope %q) = %v, want ErrNotFound", sc, err)
+			}
+		}
+	})
+}
+
+func TestCreateTableQualifiedAndIdempotent(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		var schema string
+		switch db.Dialector.Name() {
+		case dialectMySQL:
+			schema = testsvc.Database
+		case dialectSQLite:
+			schema = "main"
+		case dialectPostgres:
+			schema = testsvc.Name("s_")
+			must(t, db.Exec("CREATE SCHEMA "+schema).Error)
+			t.Cleanup(func() { db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE") })
+		}
+		name := schema + "." + testsvc.Name("t_q_")
+		testsvc.DropTable(t, db, name)
+		s, err := New(db, &Options{Table: name})
+		must(t, err)
+		must(t, s.CreateTable(ctxb))
+		must(t, s.CreateTable(ctxb))
+		rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+		must(t, s.Insert(ctxb, rec))
+		if err := s.Insert(ctxb, rec); err != idemkit.ErrExists {
+			t.Fatalf("duplicate = %v", err)
+		}
+		got, err := s.Get(ctxb, "s", "k")
+		must(t, err)
+		idemtest.RequireSameRecord(t, rec, got)
+	})
+}
+
+// TestCreateTableLongNames: on PostgreSQL index names live in the schema and are cut at 63 bytes; two
+// long table names sharing a prefix must still get their own indexes.
+func TestCreateTableLongNames(t *testing.T) {
+	db := backends[1].db(t, nil)
+	prefix := testsvc.Name("t_long_")
+	var tables []string
+	for _, c := range []string{"a", "b"} {
+		table := prefix + strings.Repeat("x", 62-len(prefix)) + c // 63 bytes: not truncated itself
+		tables = append(tables, table)
+		testsvc.DropTable(t, db, table)
+		s, err := New(db, &Options{Table: table})
+		must(t, err)
+		must(t, s.CreateTable(ctxb))
+	}
+	for _, table := range tables {
+		var n int
+		must(t, db.Raw("SELECT count(*) FROM pg_indexes WHERE tablename = ?", table).Row().Scan(&n))
+		if n != 4 { // primary key, unique (scope, idem_key), expires_at, (status, lease_until)
+			t.Errorf("%s has %d indexes, want 4", table, n)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Unique-violation codes.
+const (
+	mysqlDupEntry           = 1062    // ER_DUP_ENTRY (MySQL and MariaDB)
+	postgresUniqueViolation = "23505" // unique_violation
+	sqliteConstraintUnique  = 2067    // SQLITE_CONSTRAINT_UNIQUE
+	sqliteConstraintPK      = 1555    // SQLITE_CONSTRAINT_PRIMARYKEY
+)
+
+// interpretError translates a backend error: a unique violation becomes idemkit.ErrExists, anything
+// else is wrapped with what was being done. nil stays nil.
+func (q *queries) interpretError(doing string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isUniqueViolation(q.dialect, err) {
+		return idemkit.ErrExists
+	}
+	return fmt.Errorf("record: %s %s: %w", doing, q.name, err)
+}
+
+// isUniqueViolation recognises a unique-key violation of dialect's drivers: go-sql-driver/mysql,
+// pgx or lib/pq (anything with SQLState), glebarez/go-sqlite or modernc (anything with Code) and the
+// cgo mattn/go-sqlite3 (by its message), and gorm's translated ErrDuplicatedKey (TranslateError).
+func isUniqueViolation(dialect string, err error) bool {
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return true
+	}
+	switch dialect {
+	case dialectMySQL:
+		var e *mysql.MySQLError
+		return errors.As(err, &e) && e.Number == mysqlDupEntry
+	case dialectPostgres:
+		var e interface{ SQLState() string }
+		return errors.As(err, &e) && e.SQLState() == postgresUniqueViolation
+	case dialectSQLite:
+		var e interface{ Code() int }
+		if errors.As(err, &e) {
+			c := e.Code()
+			return c == sqliteConstraintUnique || c == sqliteConstraintPK
+		}
+		return strings.Contains(err.Error(), "UNIQUE constraint failed")
+	}
+	return false
+}

@@ -1,0 +1,151 @@
+package record
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/testsvc"
+)
+
+func insertArgs(rec *idemkit.Record) []any {
+	return []any{rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID, rec.BranchID,
+		response(rec.Response), rec.Error, millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt)}
+}
+
+// TestUniqueViolationRecognised runs a plain INSERT (no conflict clause) twice and checks that each
+// driver's duplicate-key error becomes ErrExists, with gorm's TranslateError off and on.
+func TestUniqueViolationRecognised(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		for _, translate := range []bool{false, true} {
+			db := b.db(t, &gorm.Config{Logger: logger.Discard, TranslateError: translate})
+			s := newTable(t, db)
+			rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+			_, err := s.c.exec(ctxb, s.q.plainInsert, insertArgs(rec)...)
+			must(t, err)
+			_, err = s.c.exec(ctxb, s.q.plainInsert, insertArgs(rec)...)
+			if err == nil {
+				t.Fatal("duplicate plain INSERT succeeded")
+			}
+			if !translate { // the driver's own error reaches interpretError
+				want, code := map[string]string{dialectMySQL: "1062", dialectPostgres: "23505", dialectSQLite: "2067"}[s.Dialect()], ""
+				var (
+					my   *mysql.MySQLError
+					pg   interface{ SQLState() string }
+					lite interface{ Code() int }
+				)
+				switch {
+				case errors.As(err, &my):
+					code = strconv.Itoa(int(my.Number))
+				case errors.As(err, &pg):
+					code = pg.SQLState()
+				case errors.As(err, &lite):
+					code = strconv.Itoa(lite.Code())
+				}
+				if code != want {
+					t.Fatalf("driver error %T %v: code %q, want %s", err, err, code, want)
+				}
+			}
+			if got := s.q.interpretError("inserting into", err); got != idemkit.ErrExists {
+				t.Fatalf("TranslateError %v: interpretError(%v) = %v, want ErrExists", translate, err, got)
+			}
+		}
+	})
+}
+
+func TestBackendErrorsAreWrapped(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		table := testsvc.Name("t_missing_")
+		s, err := New(db, &Options{Table: table})
+		must(t, err)
+		rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+		err = s.Insert(ctxb, rec)
+		if err == nil || errors.Is(err, idemkit.ErrExists) || !strings.Contains(err.Error(), "record: inserting into "+table) {
+			t.Fatalf("Insert into a missing table: %v", err)
+		}
+		if _, err := s.Get(ctxb, "s", "k"); err == nil || errors.Is(err, idemkit.ErrNotFound) || !strings.Contains(err.Error(), "record: reading "+table) {
+			t.Fatalf("Get from a missing table: %v", err)
+		}
+		if err := s.Update(ctxb, rec, rec.Version()); err == nil || errors.Is(err, idemkit.ErrFenced) {
+			t.Fatalf("Update of a missing table: %v", err)
+		}
+		if err := s.Delete(ctxb, "s", "k", rec.Version()); err == nil || errors.Is(err, idemkit.ErrFenced) {
+			t.Fatalf("Delete from a missing table: %v", err)
+		}
+		for name, f := range map[string]func() (int, error){
+			"DeleteExpired": func() (int, error) { return s.DeleteExpired(ctxb, time.Now(), 10) },
+			"RecoverStale":  func() (int, error) { return s.RecoverStale(ctxb, time.Now(), 10) },
+			"Pending":       func() (int, error) { r, err := s.Pending(ctxb, time.Now(), 10); return len(r), err },
+		} {
+			if _, err := f(); err == nil || !strings.Contains(err.Error(), table) {
+				t.Fatalf("%s on a missing table: %v", name, err)
+			}
+		}
+	})
+}
+
+// TestInsertDoesNotAbortTransaction: a duplicate Insert inside a transaction leaves it usable, even on
+// PostgreSQL, where a failed statement aborts the whole transaction.
+func TestInsertDoesNotAbortTransaction(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, db := setup(t, b)
+		rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+		must(t, s.Insert(ctxb, rec))
+		must(t, db.Transaction(func(tx *gorm.DB) error {
+			st := s.WithTx(tx)
+			if err := st.Insert(ctxb, rec); err != idemkit.ErrExists {
+				t.Fatalf("duplicate Insert in a transaction = %v", err)
+			}
+			got, err := st.Get(ctxb, "s", "k")
+			if err != nil {
+				return err
+			}
+			next := *got
+			next.Status, next.Fence, next.Owner = idemkit.StatusProcessing, 2, "o2"
+			return st.Update(ctxb, &next, got.Version())
+		}))
+		got, err := s.Get(ctxb, "s", "k")
+		must(t, err)
+		if got.Fence != 2 {
+			t.Fatalf("fence %d after the transaction, want 2", got.Fence)
+		}
+	})
+}
+
+// TestMySQLClientFoundRowsRejected: with clientFoundRows=true in the DSN, ON DUPLICATE KEY UPDATE
+// reports a duplicate as one row, like an insert; New refuses such a database rather than miss duplicates.
+func TestMySQLClientFoundRowsRejected(t *testing.T) {
+	for _, dsn := range []string{"?clientFoundRows=true", "?timeout=3s&clientFoundRows=true"} {
+		db, err := gorm.Open(gormmysql.New(gormmysql.Config{DSN: "root:@tcp(127.0.0.1:3306)/x" + dsn, SkipInitializeWithVersion: true}),
+			&gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
+		must(t, err)
+		if _, err := New(db, nil); err == nil || !strings.Contains(err.Error(), "clientFoundRows") {
+			t.Fatalf("New with %s: %v, want an error about clientFoundRows", dsn, err)
+		}
+	}
+	// The flag's effect, shown on the real server: a duplicate reports one affected row.
+	testsvc.MySQL(t, nil) // creates the database or skips
+	db, err := gorm.Open(gormmysql.Open(testsvc.MySQLDSN()+testsvc.Database+"?timeout=3s&clientFoundRows=true"),
+		&gorm.Config{Logger: logger.Discard})
+	must(t, err)
+	sqlDB, err := db.DB()
+	must(t, err)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	plain := newTable(t, testsvc.MySQL(t, nil))
+	rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+	must(t, plain.Insert(ctxb, rec))
+	r := db.Exec(plain.q.insert, insertArgs(rec)...)
+	must(t, r.Error)
+	if r.RowsAffected != 1 {
+		t.Fatalf("duplicate under clientFoundRows affected %d rows; the reason for refusing it is gone", r.RowsAffected)
+	}
+}

@@ -1,0 +1,227 @@
+package record
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Dialect names, as gorm's Dialector.Name() spells them.
+const (
+	dialectMySQL    = "mysql"
+	dialectPostgres = "postgres"
+	dialectSQLite   = "sqlite"
+)
+
+// maxIdentLen bounds each part of a table name (MySQL's limit; PostgreSQL truncates names at 63 bytes,
+// the same way in the DDL and in every query).
+const maxIdentLen = 64
+
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// validateTable checks name is an identifier, optionally with one schema prefix, each part at most
+// maxIdentLen bytes. It is the only thing standing between Options.Table and the SQL text.
+func validateTable(name string) (schema, table string, err error) {
+	if !tableName.MatchString(name) {
+		return "", "", fmt.Errorf("record: invalid table name %q: want [schema.]name of letters, digits and underscores, not starting with a digit", name)
+	}
+	schema, table, ok := strings.Cut(name, ".")
+	if !ok {
+		schema, table = "", name
+	}
+	if len(schema) > maxIdentLen || len(table) > maxIdentLen {
+		return "", "", fmt.Errorf("record: invalid table name %q: each part must be at most %d bytes", name, maxIdentLen)
+	}
+	return schema, table, nil
+}
+
+func quoteIdent(dialect, s string) string {
+	if dialect == dialectMySQL {
+		return "`" + s + "`"
+	}
+	return `"` + s + `"`
+}
+
+// qualified returns the quoted [schema.]table.
+func qualified(dialect, schema, table string) string {
+	if schema == "" {
+		return quoteIdent(dialect, table)
+	}
+	return quoteIdent(dialect, schema) + "." + quoteIdent(dialect, table)
+}
+
+// columns are the record's columns after scope and idem_key, in the order the Store scans them.
+const columns = "status, fence, owner, fingerprint, gid, branch_id, response, error, lease_until, expires_at, created_at, updated_at"
+
+// condVersion selects one record at one version (scope, key, fence, owner, status).
+const condVersion = "scope = ? AND idem_key = ? AND fence = ? AND owner = ? AND status = ?"
+
+// Conditions of the sweeper's statements; each takes now (Unix ms) as its arguments.
+const (
+	condExpired = "expires_at <> 0 AND expires_at <= ?"
+	condLive    = "(expires_at = 0 OR expires_at > ?)"
+	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND " + condLive
+	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ? AND " + condLive
+)
+
+// queries are a Store's SQL texts, built once by New. Placeholders are '?' (gorm rewrites them per
+// dialect); native holds the same texts in the driver's own placeholder syntax for database/sql.
+type queries struct {
+	dialect string
+	name    string // the configured table name, unquoted
+	schema  string
+	table   string // bare table name, unquoted
+	quoted  string // quoted [schema.]table
+
+	insert      string // insert-first claim, no error on conflict
+	plainInsert string // INSERT without conflict handling (tests of interpretError)
+	get         string
+	getLocked   string // get with a locking read, for transaction-bound stores
+	update      string
+	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
+	confirmLock string // confirm with a locking read, for transaction-bound stores
+	delete      string
+
+	selExpired string
+	delExpired string // followed by an id list
+	selStale   string
+	recoverPfx string // followed by an id list
+	pending    string
+	batch      int // ids per sweeper statement: maxBatch (tests lower it)
+
+	native *queries // the texts for database/sql: q itself, or a copy with $n placeholders
+	rebind bool     // the texts are in $n form: rebind what is built per call too
+}
+
+func buildQueries(dialect, schema, table string) *queries {
+	q := &queries{dialect: dialect, schema: schema, table: table, quoted: qualified(dialect, schema, table), batch: maxBatch}
+	q.name = table
+	if schema != "" {
+		q.name = schema + "." + table
+	}
+	t := q.quoted
+	cols := "scope, idem_key, " + columns
+	q.plainInsert = "INSERT INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	switch dialect {
+	case dialectMySQL:
+		q.insert = q.plainInsert + " ON DUPLICATE KEY UPDATE id = id"
+	default:
+		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
+	}
+	q.get = "SELECT " + columns + " FROM " + t + " WHERE scope = ? AND idem_key = ?"
+	q.getLocked = q.get
+	if dialect != dialectSQLite { // SQLite has no row locks: its writers are serialised anyway
+		q.getLocked += " FOR UPDATE"
+	}
+	q.update = "UPDATE " + t + " SET status = ?, fence = ?, owner = ?, fingerprint = ?, gid = ?, branch_id = ?, " +
+		"response = ?, error = ?, lease_until = ?, expires_at = ?, created_at = ?, updated_at = ? " +
+		"WHERE " + condVersion
+	q.confirm = "SELECT 1 FROM " + t + " WHERE " + condVersion
+	q.confirmLock = q.confirm
+	if dialect == dialectMySQL {
+		q.confirmLock += " FOR UPDATE" // read the row the UPDATE saw, not an older snapshot
+	}
+	q.delete = "DELETE FROM " + t + " WHERE " + condVersion
+
+	q.selExpired = "SELECT id FROM " + t + " WHERE " + condExpired + " ORDER BY expires_at LIMIT ?"
+	q.delExpired = "DELETE FROM " + t + " WHERE " + condExpired + " AND id IN ("
+	q.selStale = "SELECT id FROM " + t + " WHERE " + condStale + " ORDER BY lease_until LIMIT ?"
+	q.recoverPfx = "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? " +
+		"WHERE " + condStale + " AND id IN ("
+	q.pending = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " ORDER BY lease_until LIMIT ?"
+
+	q.native = q
+	if dialect == dialectPostgres {
+		n := *q
+		for _, s := range []*string{&n.insert, &n.plainInsert, &n.get, &n.getLocked, &n.update, &n.confirm, &n.confirmLock, &n.delete,
+			&n.selExpired, &n.selStale, &n.pending} {
+			*s = rebind(*s)
+		}
+		// delExpired and recoverPfx are completed per call, then rebound as a whole.
+		n.native, n.rebind = &n, true
+		q.native = &n
+	}
+	return q
+}
+
+// inList returns prefix followed by n placeholders and a closing parenthesis.
+func inList(prefix string, n int) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 2*n)
+	b.WriteString(prefix)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('?')
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// rebind rewrites '?' placeholders as $1, $2, ... (PostgreSQL). The texts it is given have no '?'
+// inside literals or identifiers.
+func rebind(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ddlName matches the table name of the DDL files and the index names derived from it.
+var ddlName = regexp.MustCompile(`\bidemkit_records(_\w+)?\b`)
+
+// renderDDL rewrites the record table DDL for q's table: the table name becomes q's quoted name and
+// each index name idemkit_records_<suffix> becomes <table>_<suffix> (bounded to PostgreSQL's 63 bytes).
+func (q *queries) renderDDL(ddl string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range ddlName.FindAllStringSubmatchIndex(ddl, -1) {
+		b.WriteString(ddl[last:m[0]])
+		last = m[1]
+		if m[2] < 0 { // the table
+			// SQLite wants "CREATE INDEX schema.index ON table": the table is not qualified there.
+			before := strings.TrimRight(ddl[:m[0]], " \t\n")
+			if q.dialect == dialectSQLite && q.schema != "" && len(before) >= 3 && strings.EqualFold(before[len(before)-3:], " ON") {
+				b.WriteString(quoteIdent(q.dialect, q.table))
+			} else {
+				b.WriteString(q.quoted)
+			}
+			continue
+		}
+		idx := indexName(q.table, ddl[m[2]:m[3]])
+		if q.dialect == dialectSQLite && q.schema != "" {
+			b.WriteString(quoteIdent(q.dialect, q.schema) + ".")
+		}
+		b.WriteString(quoteIdent(q.dialect, idx)) // PostgreSQL puts an index in its table's schema
+	}
+	b.WriteString(ddl[last:])
+	return b.String()
+}
+
+// maxIndexName is PostgreSQL's identifier limit; longer names would be truncated and could collide.
+const maxIndexName = 63
+
+// indexName returns table+suffix, or, when that is too long, a prefix of table, a hash of the whole
+// table name and suffix, so that different tables never share index names.
+func indexName(table, suffix string) string {
+	if len(table)+len(suffix) <= maxIndexName {
+		return table + suffix
+	}
+	sum := sha256.Sum256([]byte(table))
+	h := "_" + hex.EncodeToString(sum[:4])
+	keep := max(maxIndexName-len(suffix)-len(h), 1)
+	return table[:min(keep, len(table))] + h + suffix
+}

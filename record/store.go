@@ -1,0 +1,319 @@
+package record
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+)
+
+// DefaultTable is the record table's name when Options.Table is empty; the DDL files of package
+// github.com/idemkit/idemkit/sql create it.
+const DefaultTable = "idemkit_records"
+
+// Limits of the bounded columns, in bytes. Insert and Update check them, so no database ever
+// truncates a value (MySQL does when strict mode is off).
+const (
+	maxOwner       = 64
+	maxText        = 128 // fingerprint, gid, branch_id
+	maxStatus      = 16
+	maxMySQLResult = 1<<24 - 1 // MEDIUMBLOB
+)
+
+// Options configure a [Store]. The zero value works.
+type Options struct {
+	// Table is the record table: a name of letters, digits and underscores not starting with a digit,
+	// optionally qualified by one schema ("schema.table"), each part at most 64 bytes. Anything else
+	// makes New fail. The name is quoted in every statement, so on PostgreSQL it is case-sensitive:
+	// use lowercase to match a table created by an unquoted CREATE TABLE. Defaults to DefaultTable.
+	Table string
+}
+
+// Store is an [idemkit.Store] on a gorm database: MySQL/MariaDB (gorm.io/driver/mysql), PostgreSQL
+// (gorm.io/driver/postgres) or SQLite (github.com/glebarez/sqlite or gorm.io/driver/sqlite). Every
+// statement goes through gorm, so its callbacks, logger and PrepareStmt mode see them, except on a
+// Store bound to a *sql.Tx with [Store.WithSQLTx].
+//
+// Writes are insert-first and compare-and-swap: Insert never reads, Update and Delete are conditioned
+// on the record's version (fence, owner and status). A Store is safe for concurrent use; one bound to
+// a transaction is as safe as the transaction.
+type Store struct {
+	base *queries // texts for gorm
+	q    *queries // texts for c: base, or base.native on a *sql.Tx
+	c    conn
+	inTx bool
+}
+
+// New returns a Store on db, whose dialect (db.Dialector.Name()) must be mysql, postgres or sqlite,
+// with the table of opts (nil for defaults). It builds every SQL text once and touches no database;
+// create the table with [Store.CreateTable] or the DDL of package github.com/idemkit/idemkit/sql.
+//
+// It returns an error when db is nil or in DryRun mode, its dialect is not supported, Options.Table is
+// invalid, or a MySQL DSN sets clientFoundRows=true (a duplicate insert would then look like a new one).
+func New(db *gorm.DB, opts *Options) (*Store, error) {
+	if db == nil || db.Config == nil || db.Dialector == nil {
+		return nil, errors.New("record: nil gorm.DB")
+	}
+	if db.DryRun {
+		return nil, errors.New("record: gorm.DB in DryRun mode runs no statements")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Table = cmp.Or(o.Table, DefaultTable)
+	schema, table, err := validateTable(o.Table)
+	if err != nil {
+		return nil, err
+	}
+	switch name := db.Dialector.Name(); name {
+	case dialectMySQL:
+		if clientFoundRows(db.Dialector) {
+			// A duplicate under ON DUPLICATE KEY UPDATE would then report one row, like an insert, and
+			// the plain INSERT alternative deadlocks under concurrent duplicates.
+			return nil, errors.New("record: the MySQL DSN sets clientFoundRows=true, which makes a duplicate insert look like a new one; open the Store's gorm.DB without it")
+		}
+	case dialectPostgres, dialectSQLite:
+	default:
+		return nil, fmt.Errorf("record: unsupported gorm dialect %q (want mysql, postgres or sqlite)", name)
+	}
+	q := buildQueries(db.Dialector.Name(), schema, table)
+	return &Store{base: q, q: q, c: gormConn{db}}, nil
+}
+
+// clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
+// duplicate left unchanged by ON DUPLICATE KEY UPDATE as one row, like an insert.
+func clientFoundRows(d gorm.Dialector) bool {
+	var cfg *gormmysql.Config
+	switch v := d.(type) {
+	case *gormmysql.Dialector:
+		cfg = v.Config
+	case gormmysql.Dialector:
+		cfg = v.Config
+	}
+	if cfg == nil {
+		return false
+	}
+	if cfg.DSNConfig != nil {
+		return cfg.DSNConfig.ClientFoundRows
+	}
+	if c, err := mysql.ParseDSN(cfg.DSN); err == nil {
+		return c.ClientFoundRows
+	}
+	return false
+}
+
+// Table returns the configured table name.
+func (s *Store) Table() string { return s.q.name }
+
+// Dialect returns the database dialect: "mysql", "postgres" or "sqlite".
+func (s *Store) Dialect() string { return s.q.dialect }
+
+// WithTx returns a Store that runs every statement in tx, a transaction of a gorm.DB of the same
+// dialect (the tx argument of db.Transaction, or db.Begin()). Pass it to [idemkit.Guard.DoTx]: the
+// record then commits or rolls back with the business writes. Get locks the row it reads (SELECT ...
+// FOR UPDATE on MySQL and PostgreSQL) so that a record committed by another transaction after tx
+// began is seen. The returned Store never commits or rolls back tx; its statements fail when tx is nil
+// or of another dialect.
+func (s *Store) WithTx(tx *gorm.DB) *Store {
+	b := &Store{base: s.base, q: s.base, c: gormConn{tx}, inTx: true}
+	switch {
+	case tx == nil || tx.Config == nil || tx.Dialector == nil:
+		b.c = errConn{errors.New("record: WithTx: nil transaction")}
+	case tx.Dialector.Name() != s.q.dialect:
+		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
+	}
+	return b
+}
+
+// WithSQLTx returns a Store that runs every statement in tx, a database/sql transaction on the same
+// kind of database as s (placeholders are rewritten for PostgreSQL). Statements on it bypass gorm. On
+// MySQL its connection must not set clientFoundRows (see [New]); nothing can check that here. Like
+// [Store.WithTx] it reads with row locks and never commits or rolls back tx; its statements fail when
+// tx is nil.
+func (s *Store) WithSQLTx(tx *sql.Tx) *Store {
+	b := &Store{base: s.base, q: s.base.native, c: sqlTxConn{tx}, inTx: true}
+	if tx == nil {
+		b.c = errConn{errors.New("record: WithSQLTx: nil transaction")}
+	}
+	return b
+}
+
+// Insert implements [idemkit.Store]: one INSERT that does nothing on a duplicate (scope, key)
+// (ON CONFLICT DO NOTHING, or ON DUPLICATE KEY UPDATE id = id on MySQL), so it never aborts a
+// PostgreSQL transaction. It returns idemkit.ErrExists when the record exists, an error wrapping
+// idemkit.ErrInvalidKey when Scope or Key is empty or longer than idemkit.MaxStoredLen bytes, an error
+// when another field is too long for its column, or the database's error.
+func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
+	if err := checkRecord(s.q.dialect, rec); err != nil {
+		return err
+	}
+	n, err := s.c.exec(ctx, s.q.insert, rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint,
+		rec.GID, rec.BranchID, response(rec.Response), rec.Error,
+		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt))
+	if err != nil {
+		return s.q.interpretError("inserting into", err)
+	}
+	if n == 0 {
+		return idemkit.ErrExists
+	}
+	return nil
+}
+
+// Get implements [idemkit.Store]. It returns idemkit.ErrNotFound when there is no record. On a Store
+// bound to a transaction it locks the row (FOR UPDATE on MySQL and PostgreSQL) until the transaction
+// ends. Times come back with millisecond precision in the local time zone; an empty Response as nil.
+func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	query := s.q.get
+	if s.inTx {
+		query = s.q.getLocked
+	}
+	rec := &idemkit.Record{Scope: scope, Key: key}
+	if err := s.scanRecord(ctx, query, []any{scope, key}, rec); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, idemkit.ErrNotFound
+		}
+		return nil, s.q.interpretError("reading", err)
+	}
+	return rec, nil
+}
+
+// Update implements [idemkit.Store]: it writes every column of rec to the record with rec's Scope and
+// Key if its fence, owner and status equal prev, and returns idemkit.ErrFenced otherwise. MySQL counts
+// changed rather than matched rows; when it reports none, one SELECT tells a write that changed
+// nothing (success) from a fenced one. Other errors are those of Insert.
+func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if err := checkRecord(s.q.dialect, rec); err != nil {
+		return err
+	}
+	n, err := s.c.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
+		rec.BranchID, response(rec.Response), rec.Error,
+		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
+		rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	if err != nil {
+		return s.q.interpretError("updating", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if s.q.dialect == dialectMySQL {
+		return s.confirm(ctx, rec.Scope, rec.Key, prev)
+	}
+	return idemkit.ErrFenced
+}
+
+// confirm runs after a MySQL UPDATE changed no row: if the row with prev's version exists, the update
+// matched it and had nothing to change. (A record never returns to an earlier version: a takeover or
+// recovery bumps the fence, and a claim's status only leaves PROCESSING.)
+func (s *Store) confirm(ctx context.Context, scope, key string, prev idemkit.Version) error {
+	query := s.q.confirm
+	if s.inTx {
+		query = s.q.confirmLock
+	}
+	var one int
+	switch err := queryOne(ctx, s.c, query, []any{scope, key, prev.Fence, prev.Owner, string(prev.Status)}, &one); {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return idemkit.ErrFenced
+	default:
+		return s.q.interpretError("confirming update of", err)
+	}
+}
+
+// Delete implements [idemkit.Store]: it removes the record for scope and key if its fence, owner and
+// status equal prev, and returns idemkit.ErrFenced otherwise, or the database's error.
+func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
+	n, err := s.c.exec(ctx, s.q.delete, scope, key, prev.Fence, prev.Owner, string(prev.Status))
+	if err != nil {
+		return s.q.interpretError("deleting from", err)
+	}
+	if n == 0 {
+		return idemkit.ErrFenced
+	}
+	return nil
+}
+
+// checkRecord rejects what a column would not hold as given.
+func checkRecord(dialect string, rec *idemkit.Record) error {
+	switch {
+	case rec == nil:
+		return errors.New("record: nil Record")
+	case rec.Scope == "" || rec.Key == "":
+		return fmt.Errorf("record: %w: empty scope or key", idemkit.ErrInvalidKey)
+	case len(rec.Scope) > idemkit.MaxStoredLen || len(rec.Key) > idemkit.MaxStoredLen:
+		return fmt.Errorf("record: %w: scope or key longer than %d bytes", idemkit.ErrInvalidKey, idemkit.MaxStoredLen)
+	case len(rec.Status) > maxStatus:
+		return fmt.Errorf("record: status longer than %d bytes", maxStatus)
+	case len(rec.Owner) > maxOwner:
+		return fmt.Errorf("record: owner longer than %d bytes", maxOwner)
+	case len(rec.Fingerprint) > maxText || len(rec.GID) > maxText || len(rec.BranchID) > maxText:
+		return fmt.Errorf("record: fingerprint, gid or branch id longer than %d bytes", maxText)
+	case dialect == dialectMySQL && len(rec.Response) > maxMySQLResult:
+		return fmt.Errorf("record: response of %d bytes does not fit a MySQL MEDIUMBLOB (%d)", len(rec.Response), maxMySQLResult)
+	}
+	return nil
+}
+
+// scanRecord reads the one row of query (the columns constant) into rec, or returns sql.ErrNoRows.
+func (s *Store) scanRecord(ctx context.Context, query string, args []any, rec *idemkit.Record) error {
+	var c recordColumns
+	if err := queryOne(ctx, s.c, query, args, c.dest(rec)...); err != nil {
+		return err
+	}
+	c.fill(rec)
+	return nil
+}
+
+// recordColumns holds the columns that need converting on their way into a Record.
+type recordColumns struct {
+	status                       string
+	lease, expires, created, upd int64
+}
+
+// dest returns scan destinations for the columns constant.
+func (c *recordColumns) dest(rec *idemkit.Record) []any {
+	return []any{&c.status, &rec.Fence, &rec.Owner, &rec.Fingerprint, &rec.GID, &rec.BranchID, &rec.Response,
+		&rec.Error, &c.lease, &c.expires, &c.created, &c.upd}
+}
+
+func (c *recordColumns) fill(rec *idemkit.Record) {
+	rec.Status = idemkit.Status(c.status)
+	if len(rec.Response) == 0 {
+		rec.Response = nil
+	}
+	rec.LeaseUntil, rec.ExpiresAt = fromMillis(c.lease), fromMillis(c.expires)
+	rec.CreatedAt, rec.UpdatedAt = fromMillis(c.created), fromMillis(c.upd)
+}
+
+// response is what the response column gets: NULL for an empty result.
+func response(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// millis is t as Unix milliseconds, 0 for the zero time.
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// fromMillis is the inverse of millis.
+func fromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}

@@ -1,0 +1,195 @@
+package record
+
+import (
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+)
+
+// sweepFixture inserts records relative to now into a fresh table whose sweeper batches hold 2 ids,
+// so that every limit above 2 spans several statements.
+type sweepFixture struct {
+	t   *testing.T
+	s   *Store
+	db  *gorm.DB
+	now time.Time
+	n   int
+}
+
+func newSweepFixture(t *testing.T, b backend) *sweepFixture {
+	s, db := setup(t, b)
+	s.q.batch = 2
+	return &sweepFixture{t: t, s: s, db: db, now: time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)}
+}
+
+func (f *sweepFixture) put(key string, mod func(r *idemkit.Record)) *idemkit.Record {
+	f.t.Helper()
+	f.n++
+	r := &idemkit.Record{
+		Scope: "sweep", Key: key, Status: idemkit.StatusProcessing, Fence: int64(f.n), Owner: "owner-" + key,
+		Fingerprint: "fp", Response: []byte("r"), LeaseUntil: f.now.Add(time.Minute), ExpiresAt: f.now.Add(time.Hour),
+		CreatedAt: f.now.Add(-time.Hour), UpdatedAt: f.now.Add(-time.Hour),
+	}
+	mod(r)
+	must(f.t, f.s.Insert(ctxb, r))
+	return r
+}
+
+func (f *sweepFixture) get(key string) (*idemkit.Record, error) { return f.s.Get(ctxb, "sweep", key) }
+
+func (f *sweepFixture) wantCount(name string, got int, err error, want int) {
+	f.t.Helper()
+	must(f.t, err)
+	if got != want {
+		f.t.Fatalf("%s = %d, want %d", name, got, want)
+	}
+}
+
+func TestDeleteExpired(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newSweepFixture(t, b)
+		for i := range 7 {
+			f.put("expired"+string(rune('a'+i)), func(r *idemkit.Record) {
+				r.Status, r.ExpiresAt = idemkit.StatusSucceeded, f.now.Add(-time.Duration(i)*time.Minute) // the first at exactly now
+			})
+		}
+		keep := []*idemkit.Record{
+			f.put("live", func(r *idemkit.Record) { r.Status = idemkit.StatusSucceeded }),
+			f.put("soon", func(r *idemkit.Record) { r.ExpiresAt = f.now.Add(time.Millisecond) }),
+			f.put("never", func(r *idemkit.Record) { r.ExpiresAt = time.Time{} }),
+		}
+		n, err := f.s.DeleteExpired(ctxb, f.now, 0)
+		f.wantCount("DeleteExpired(limit 0)", n, err, 0)
+		n, err = f.s.DeleteExpired(ctxb, f.now, 5) // batches of 2, 2, 1
+		f.wantCount("DeleteExpired(limit 5)", n, err, 5)
+		n, err = f.s.DeleteExpired(ctxb, f.now, 100)
+		f.wantCount("DeleteExpired(limit 100)", n, err, 2)
+		n, err = f.s.DeleteExpired(ctxb, f.now, 100)
+		f.wantCount("DeleteExpired when done", n, err, 0)
+		for i := range 7 {
+			if _, err := f.get("expired" + string(rune('a'+i))); err != idemkit.ErrNotFound {
+				t.Fatalf("expired record %d: %v", i, err)
+			}
+		}
+		for _, r := range keep {
+			got, err := f.get(r.Key)
+			must(t, err)
+			idemtest.RequireSameRecord(t, r, got)
+		}
+	})
+}
+
+func TestRecoverStale(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newSweepFixture(t, b)
+		var stale []*idemkit.Record
+		for i := range 3 {
+			stale = append(stale, f.put("stale"+string(rune('a'+i)), func(r *idemkit.Record) {
+				r.LeaseUntil = f.now.Add(-time.Duration(i) * time.Second) // the first at exactly now
+			}))
+		}
+		keep := []*idemkit.Record{
+			f.put("gid", func(r *idemkit.Record) { r.LeaseUntil, r.GID = f.now.Add(-time.Second), "gid-1" }),
+			f.put("leased", func(r *idemkit.Record) { r.LeaseUntil = f.now.Add(time.Millisecond) }),
+			f.put("expired", func(r *idemkit.Record) { r.LeaseUntil, r.ExpiresAt = f.now.Add(-time.Hour), f.now }),
+			f.put("succeeded", func(r *idemkit.Record) { r.Status, r.LeaseUntil = idemkit.StatusSucceeded, f.now.Add(-time.Hour) }),
+			f.put("failed", func(r *idemkit.Record) { r.Status, r.LeaseUntil = idemkit.StatusFailed, f.now.Add(-time.Hour) }),
+		}
+		n, err := f.s.RecoverStale(ctxb, f.now, 0)
+		f.wantCount("RecoverStale(limit 0)", n, err, 0)
+		n, err = f.s.RecoverStale(ctxb, f.now, 100) // batches of 2 and 1
+		f.wantCount("RecoverStale", n, err, 3)
+		n, err = f.s.RecoverStale(ctxb, f.now, 100)
+		f.wantCount("RecoverStale when done", n, err, 0)
+		for _, r := range stale {
+			got, err := f.get(r.Key)
+			must(t, err)
+			want := *r
+			want.Status, want.Fence, want.Owner, want.Error, want.UpdatedAt = idemkit.StatusFailed, r.Fence+1, "", RecoveredError, f.now
+			idemtest.RequireSameRecord(t, &want, got)
+			done := *r
+			done.Status = idemkit.StatusSucceeded
+			if err := f.s.Update(ctxb, &done, r.Version()); err != idemkit.ErrFenced {
+				t.Fatalf("stalled holder's finish after recovery = %v, want ErrFenced", err)
+			}
+		}
+		for _, r := range keep {
+			got, err := f.get(r.Key)
+			must(t, err)
+			idemtest.RequireSameRecord(t, r, got)
+		}
+	})
+}
+
+func TestPending(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newSweepFixture(t, b)
+		newer := f.put("newer", func(r *idemkit.Record) { r.GID, r.BranchID, r.LeaseUntil = "gid-b", "01", f.now })
+		older := f.put("older", func(r *idemkit.Record) { r.GID, r.LeaseUntil = "gid-a", f.now.Add(-time.Hour) })
+		f.put("leased", func(r *idemkit.Record) { r.GID = "gid-c" })
+		f.put("nogid", func(r *idemkit.Record) { r.LeaseUntil = f.now.Add(-time.Hour) })
+		f.put("expired", func(r *idemkit.Record) { r.GID, r.LeaseUntil, r.ExpiresAt = "gid-d", f.now.Add(-time.Hour), f.now })
+		f.put("done", func(r *idemkit.Record) {
+			r.GID, r.Status, r.LeaseUntil = "gid-e", idemkit.StatusSucceeded, f.now.Add(-time.Hour)
+		})
+
+		got, err := f.s.Pending(ctxb, f.now, 10)
+		must(t, err)
+		if len(got) != 2 {
+			t.Fatalf("Pending returned %d records, want 2: %+v", len(got), got)
+		}
+		idemtest.RequireSameRecord(t, older, got[0])
+		idemtest.RequireSameRecord(t, newer, got[1])
+		got, err = f.s.Pending(ctxb, f.now, 1)
+		must(t, err)
+		if len(got) != 1 || got[0].Key != "older" {
+			t.Fatalf("Pending(limit 1) = %+v, want the oldest lease", got)
+		}
+		if got, err := f.s.Pending(ctxb, f.now, 0); err != nil || got != nil {
+			t.Fatalf("Pending(limit 0) = %v, %v", got, err)
+		}
+	})
+}
+
+// TestSweepInTransaction runs the hooks on transaction-bound Stores, gorm and database/sql (where the
+// per-call id lists are rewritten to $n on PostgreSQL).
+func TestSweepInTransaction(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newSweepFixture(t, b)
+		for i := range 3 {
+			f.put("exp"+string(rune('a'+i)), func(r *idemkit.Record) { r.ExpiresAt = f.now.Add(-time.Minute) })
+			f.put("stale"+string(rune('a'+i)), func(r *idemkit.Record) { r.LeaseUntil = f.now.Add(-time.Minute) })
+			f.put("pend"+string(rune('a'+i)), func(r *idemkit.Record) { r.LeaseUntil, r.GID = f.now.Add(-time.Minute), "g" })
+		}
+		must(t, f.db.Transaction(func(tx *gorm.DB) error {
+			st := f.s.WithTx(tx)
+			n, err := st.DeleteExpired(ctxb, f.now, 2)
+			f.wantCount("gorm tx DeleteExpired", n, err, 2)
+			n, err = st.RecoverStale(ctxb, f.now, 2)
+			f.wantCount("gorm tx RecoverStale", n, err, 2)
+			p, err := st.Pending(ctxb, f.now, 10)
+			f.wantCount("gorm tx Pending", len(p), err, 3)
+			return nil
+		}))
+		sqlDB, err := f.db.DB()
+		must(t, err)
+		tx, err := sqlDB.Begin()
+		must(t, err)
+		st := f.s.WithSQLTx(tx)
+		n, err := st.DeleteExpired(ctxb, f.now, 10)
+		f.wantCount("sql.Tx DeleteExpired", n, err, 1)
+		n, err = st.RecoverStale(ctxb, f.now, 10)
+		f.wantCount("sql.Tx RecoverStale", n, err, 1)
+		p, err := st.Pending(ctxb, f.now, 10)
+		f.wantCount("sql.Tx Pending", len(p), err, 3)
+		must(t, tx.Commit())
+		n, err = f.s.DeleteExpired(ctxb, f.now, 10)
+		f.wantCount("DeleteExpired after both", n, err, 0)
+		n, err = f.s.RecoverStale(ctxb, f.now, 10)
+		f.wantCount("RecoverStale after both", n, err, 0)
+	})
+}
