@@ -1,0 +1,171 @@
+package dtmserver
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestBuildModuleDir(t *testing.T) {
+	dir, err := BuildModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil || !strings.Contains(string(b), "github.com/dtm-labs/dtm "+Version) {
+		t.Fatalf("build module %s does not pin dtm %s: %v", dir, Version, err)
+	}
+}
+
+// TestBuildReuses: the second Build returns the cached binary without building.
+func TestBuildReuses(t *testing.T) {
+	ctx := context.Background()
+	var progress strings.Builder
+	start := time.Now()
+	first, err := Build(ctx, &progress)
+	if err != nil {
+		if os.Getenv("IDEMKIT_REQUIRE_SERVICES") != "1" {
+			t.Skipf("cannot build the DTM server: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Logf("first Build: %s (%s)\n%s", first, time.Since(start).Round(time.Millisecond), progress.String())
+	progress.Reset()
+	start = time.Now()
+	second, err := Build(ctx, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("second Build: %s", time.Since(start).Round(time.Microsecond))
+	if first != second {
+		t.Fatalf("paths differ: %s, %s", first, second)
+	}
+	if strings.Contains(progress.String(), "building") {
+		t.Fatalf("second Build built again: %s", progress.String())
+	}
+}
+
+// TestBuildConcurrent: several builders of an empty cache share one build (the lock) and all get a
+// complete binary. It builds from scratch into a temporary cache directory, which takes a while even
+// with a warm Go build cache, so it runs only when IDEMKIT_DTM_BUILD_TEST=1.
+func TestBuildConcurrent(t *testing.T) {
+	if os.Getenv("IDEMKIT_DTM_BUILD_TEST") != "1" {
+		t.Skip("set IDEMKIT_DTM_BUILD_TEST=1 to build the DTM server from scratch")
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir()) // os.UserCacheDir on macOS
+	const n = 3
+	paths := make([]string, n)
+	errs := make([]error, n)
+	logs := make([]strings.Builder, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() { paths[i], errs[i] = Build(context.Background(), &logs[i]) })
+	}
+	wg.Wait()
+	t.Logf("%d concurrent Builds took %s", n, time.Since(start).Round(time.Second))
+	builds := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Build %d: %v\n%s", i, errs[i], logs[i].String())
+		}
+		if paths[i] != paths[0] {
+			t.Fatalf("paths differ: %v", paths)
+		}
+		if strings.Contains(logs[i].String(), "dtmserver: built ") {
+			builds++
+		}
+	}
+	if builds != 1 {
+		t.Fatalf("%d builds ran, want 1", builds)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(paths[0]))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".dtm-build-") {
+			t.Fatalf("temporary file %s left behind", e.Name())
+		}
+	}
+}
+
+func TestBuildEnvBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "dtm")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvBinary, bin)
+	if got, err := Build(context.Background(), nil); err != nil || got != bin {
+		t.Fatalf("Build = %q, %v; want %q", got, err, bin)
+	}
+	t.Setenv(EnvBinary, bin+".missing")
+	if _, err := Build(context.Background(), nil); err == nil {
+		t.Fatal("missing IDEMKIT_DTM_BIN accepted")
+	}
+}
+
+// TestBuildCancelled: a cancelled context stops Build before it builds anything into the cache.
+func TestBuildCancelled(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Build(ctx, nil); err == nil {
+		t.Fatal("Build with a cancelled context succeeded")
+	}
+}
+
+func TestStartStop(t *testing.T) {
+	s := StartT(t)
+	ctx := context.Background()
+	resp, err := http.Get(s.URL() + "/newGid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("newGid: %d", resp.StatusCode)
+	}
+	if !strings.HasPrefix(s.URL(), "http://127.0.0.1:"+strconv.Itoa(s.HTTPPort())+"/api/dtmsvr") {
+		t.Fatalf("URL %s", s.URL())
+	}
+	tr, err := s.Query(ctx, "no-such-gid")
+	if err != nil || tr.Status != "" || len(tr.Branches) != 0 {
+		t.Fatalf("Query(unknown) = %+v, %v", tr, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), "dtm.bolt")); err != nil {
+		t.Fatalf("no boltdb file in the server's directory: %v", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if _, err := os.Stat(s.Dir()); !os.IsNotExist(err) {
+		t.Fatalf("server directory still there: %v", err)
+	}
+	for _, port := range []int{s.HTTPPort(), s.GRPCPort()} {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+			c.Close()
+			t.Fatalf("port %d still open after Stop", port)
+		}
+	}
+}
+
+func TestStartFailure(t *testing.T) {
+	_, err := Start(context.Background(), &Options{Binary: "/bin/false", StartTimeout: 5 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("Start(/bin/false) = %v, want an exit error", err)
+	}
+	_, err = Start(context.Background(), &Options{Binary: filepath.Join(t.TempDir(), "none")})
+	if err == nil {
+		t.Fatal("Start of a missing binary succeeded")
+	}
+}
