@@ -76,7 +76,9 @@ func (cl *Claim) abort() {
 	if cl.mode == ModeTx {
 		cl.done = true
 		cl.ev.Err = errors.New("idemkit: panic in guarded function")
-		cl.releaseLock(nil)
+		ctx, cancel := cl.detached(cl.ctx)
+		defer cancel()
+		cl.releaseLock(ctx, nil)
 		cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 		return
 	}
@@ -95,11 +97,14 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	}
 	cl.done = true
 	g := cl.g
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if cl.mode != ModeTx {
-		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), g.opts.FinishTimeout)
-	}
+	// One context for the writes that must survive the caller's cancellation: the record (outside Tx
+	// mode, where the caller's transaction decides) and the lock release.
+	dctx, cancel := cl.detached(ctx)
 	defer cancel()
+	wctx := dctx
+	if cl.mode == ModeTx {
+		wctx = ctx
+	}
 
 	now := g.opts.Now()
 	next := cl.rec
@@ -141,7 +146,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	default:
 		werr = storeErr("finishing record", werr)
 	}
-	cl.releaseLock(cached)
+	cl.releaseLock(dctx, cached)
 
 	res := Result{Value: value, Fence: cl.rec.Fence}
 	if werr != nil {
@@ -161,7 +166,9 @@ func (cl *Claim) Detach(ctx context.Context) {
 		return
 	}
 	cl.done = true
-	cl.releaseLock(nil)
+	dctx, cancel := cl.detached(ctx)
+	defer cancel()
+	cl.releaseLock(dctx, nil)
 	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeDetached, cl.rec.Fence, cl.rec.Status
 	cl.g.report(ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 }
@@ -218,11 +225,15 @@ func (cl *Claim) fail(o Outcome, err error) (*Claim, Result, error) {
 
 func (cl *Claim) finishEarly(o Outcome, err error) {
 	cl.done = true
-	var cached []byte
-	if cl.locked && cl.cacheable != nil && !cl.ev.Cached {
-		cached = cl.g.encodeForCache(cl.cacheable, cl.g.opts.Now())
+	if cl.locked {
+		var cached []byte
+		if cl.cacheable != nil {
+			cached = cl.g.encodeForCache(cl.cacheable, cl.g.opts.Now())
+		}
+		ctx, cancel := cl.detached(cl.ctx)
+		defer cancel()
+		cl.releaseLock(ctx, cached)
 	}
-	cl.releaseLock(cached)
 	cl.ev.Outcome, cl.ev.Err = o, err
 	cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 }
@@ -234,15 +245,18 @@ func (g *Guard) encodeForCache(r *Record, now time.Time) []byte {
 	return encodeCached(r)
 }
 
-// releaseLock unlocks (and caches result) on a context that survives the caller's cancellation.
-func (cl *Claim) releaseLock(result []byte) {
+// detached returns a context that survives ctx's cancellation, bounded by Options.FinishTimeout.
+func (cl *Claim) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cl.g.opts.FinishTimeout)
+}
+
+// releaseLock unlocks and caches result, on ctx (from detached).
+func (cl *Claim) releaseLock(ctx context.Context, result []byte) {
 	if !cl.locked {
 		return
 	}
 	cl.locked = false
 	g := cl.g
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), g.opts.FinishTimeout)
-	defer cancel()
 	var ttl time.Duration
 	if result != nil {
 		ttl = g.cacheTTL(&cl.rec, g.opts.Now())
