@@ -191,7 +191,11 @@ func TestLockerDown(t *testing.T) {
 		b := setup(t, func(o *idemkit.Options) { o.FailOpen = true })
 		b.locker.down.Store(true)
 		var runs atomic.Int32
-		fn := func(context.Context) ([]byte, error) { runs.Add(1); time.Sleep(time.Millisecond); return []byte("v"), nil }
+		fn := func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			time.Sleep(time.Millisecond)
+			return []byte("v"), nil
+		}
 		var wg sync.WaitGroup
 		for range 32 {
 			wg.Add(1)
