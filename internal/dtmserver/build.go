@@ -25,6 +25,10 @@ const Version = "v1.19.0"
 // EnvBinary names the environment variable that points at a ready DTM binary, skipping the build.
 const EnvBinary = "IDEMKIT_DTM_BIN"
 
+// EnvCache names the environment variable that overrides the directory holding built binaries
+// (default: os.UserCacheDir()/idemkit).
+const EnvCache = "IDEMKIT_DTM_CACHE"
+
 // modulePath is the module path of idemkit; buildModuleRel is the build module inside it.
 const (
 	modulePath     = "github.com/idemkit/idemkit"
@@ -38,8 +42,8 @@ const progressEvery = 15 * time.Second
 // Build returns the path of a DTM server binary, building it when needed.
 //
 // When IDEMKIT_DTM_BIN is set, Build returns that path after checking it is a file. Otherwise it looks
-// for a binary cached under os.UserCacheDir()/idemkit/dtm-<version>-<hash of the build module's go.mod and
-// go.sum>/dtm and, when it is missing, runs `go build github.com/dtm-labs/dtm` in the build module
+// for a binary cached under os.UserCacheDir()/idemkit (or IDEMKIT_DTM_CACHE)/dtm-<version>-<hash of the
+// build module's go.mod and go.sum>/dtm and, when it is missing, runs `go build github.com/dtm-labs/dtm` in the build module
 // (internal/dtmserver/build, found from this source file or by searching upward from the working
 // directory for idemkit's go.mod). A cold build takes minutes; Build prints progress lines to progress
 // (nil discards them) and stops when ctx ends.
@@ -145,9 +149,13 @@ func isIdemkitRoot(dir string) bool {
 // cacheDirFor names the cache directory after the DTM version and a hash of the build module's go.mod and
 // go.sum, so a change of pinned versions builds a fresh binary.
 func cacheDirFor(modDir string) (string, error) {
-	root, err := os.UserCacheDir()
-	if err != nil {
-		root = os.TempDir()
+	root := os.Getenv(EnvCache)
+	if root == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			dir = os.TempDir()
+		}
+		root = filepath.Join(dir, "idemkit")
 	}
 	h := sha256.New()
 	for _, name := range []string{"go.mod", "go.sum"} {
@@ -159,7 +167,7 @@ func cacheDirFor(modDir string) (string, error) {
 		h.Write([]byte{0})
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:12]
-	return filepath.Join(root, "idemkit", "dtm-"+Version+"-"+sum), nil
+	return filepath.Join(root, "dtm-"+Version+"-"+sum), nil
 }
 
 // goBuild builds the DTM server into a temporary file next to bin and renames it into place.

@@ -10,5 +10,6 @@
 // Environment:
 //
 //	IDEMKIT_DTM_BIN           path of a ready DTM binary; Build returns it without building
+//	IDEMKIT_DTM_CACHE         directory for built binaries (default os.UserCacheDir()/idemkit)
 //	IDEMKIT_REQUIRE_SERVICES  "1" makes StartT fail instead of skip when the server cannot be built or started
 package dtmserver

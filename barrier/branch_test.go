@@ -1,0 +1,159 @@
+package barrier
+
+import (
+	"errors"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestFromQuery(t *testing.T) {
+	tests := []struct {
+		name    string
+		query   string
+		wantErr string // substring; "" means success
+	}{
+		{"complete", "trans_type=saga&gid=g1&branch_id=01&op=action", ""},
+		{"missing all", "", "missing trans_type, gid, branch_id, op"},
+		{"missing gid and op", "trans_type=tcc&branch_id=01", "missing gid, op"},
+		{"empty value", "trans_type=tcc&gid=&branch_id=01&op=try", "missing gid"},
+		{"gid too long", "trans_type=tcc&gid=" + strings.Repeat("g", 129) + "&branch_id=01&op=try", "gid longer than 128"},
+		{"op too long", "trans_type=tcc&gid=g&branch_id=01&op=" + strings.Repeat("o", 46), "op longer than 45"},
+		{"invalid utf8", "trans_type=tcc&gid=%ff&branch_id=01&op=try", "gid not valid UTF-8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, err := url.ParseQuery(tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := FromQuery(q)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("FromQuery: %v", err)
+				}
+				if b.TransType != "saga" || b.Gid != "g1" || b.BranchID != "01" || b.Op != "action" {
+					t.Fatalf("got %+v", b)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidBranch) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want ErrInvalidBranch containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestFromRequest(t *testing.T) {
+	r := httptest.NewRequest("POST", "/TransOut?gid=g2&trans_type=tcc&branch_id=0101&op=cancel&dtm=x", nil)
+	b, err := FromRequest(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != "tcc g2 0101 cancel" {
+		t.Fatalf("String() = %q", got)
+	}
+	if _, err := FromRequest(httptest.NewRequest("POST", "/TransOut", nil)); !errors.Is(err, ErrInvalidBranch) {
+		t.Fatalf("err = %v, want ErrInvalidBranch", err)
+	}
+	if _, err := FromRequest(nil); !errors.Is(err, ErrInvalidBranch) {
+		t.Fatalf("nil request: err = %v", err)
+	}
+}
+
+func TestOriginOp(t *testing.T) {
+	for op, want := range map[string]string{
+		OpCancel: OpTry, OpCompensate: OpAction, OpRollback: OpAction,
+		OpTry: "", OpConfirm: "", OpAction: "", OpCommit: "", OpMsg: "", "other": "",
+	} {
+		if got := OriginOp(op); got != want {
+			t.Errorf("OriginOp(%q) = %q, want %q", op, got, want)
+		}
+	}
+}
+
+func TestBarrierIDFormat(t *testing.T) {
+	b := &Branch{}
+	var got []string
+	for range 11 {
+		got = append(got, b.nextBarrierID())
+	}
+	want := "01 02 03 04 05 06 07 08 09 10 11" // DTM's fmt.Sprintf("%02d")
+	if strings.Join(got, " ") != want {
+		t.Fatalf("barrier ids %v, want %s", got, want)
+	}
+}
+
+func TestOutcomeString(t *testing.T) {
+	for o, want := range map[Outcome]string{Proceed: "proceed", Duplicate: "duplicate",
+		NullCompensation: "null-compensation", Hanging: "hanging", 0: "Outcome(0)"} {
+		if o.String() != want {
+			t.Errorf("%d.String() = %q, want %q", int(o), o.String(), want)
+		}
+	}
+}
+
+func TestTableNameValidation(t *testing.T) {
+	good := []string{"barrier", "dtm_barrier.barrier", "B_1", "_x.y"}
+	bad := []string{"", "a.b.c", "bar rier", "barrier;drop table x", "a`b", `a"b`, "1abc", "a.", ".a",
+		"barrier--", strings.Repeat("x", 64)}
+	for _, name := range good {
+		for _, d := range []string{"mysql", "postgres", "sqlite"} {
+			if _, err := newDialect(d, name); err != nil {
+				t.Errorf("newDialect(%s, %q): %v", d, name, err)
+			}
+		}
+	}
+	for _, name := range bad {
+		if name == "" {
+			continue // empty means the default
+		}
+		if _, err := newDialect("mysql", name); err == nil {
+			t.Errorf("newDialect(mysql, %q) accepted", name)
+		}
+	}
+	if _, err := newDialect("sqlserver", ""); err == nil {
+		t.Error("sqlserver accepted")
+	}
+	d, _ := newDialect("mysql", "")
+	if d.table != DefaultTable {
+		t.Errorf("mysql default table %q", d.table)
+	}
+	d, _ = newDialect("sqlite", "")
+	if d.table != DefaultSQLiteTable {
+		t.Errorf("sqlite default table %q", d.table)
+	}
+}
+
+func TestSlotTag(t *testing.T) {
+	tests := []struct {
+		keys     []string
+		explicit string
+		want     string
+		err      bool
+	}{
+		{keys: []string{"{acct}:1", "{acct}:2"}, want: "acct"},
+		{keys: []string{"acct:1"}, want: "acct:1"},
+		{keys: []string{"x{}y"}, err: true}, // empty tag: the whole key hashes, and it has braces
+		{keys: []string{"acct:1", "acct:2"}, err: true},
+		{keys: []string{"{a}:1", "{b}:1"}, err: true},
+		{keys: nil, want: "gid-1"},
+		{keys: nil, explicit: "t", want: "t"},
+		{keys: []string{"{t}:k"}, explicit: "t", want: "t"},
+		{keys: []string{"{u}:k"}, explicit: "t", err: true},
+		{keys: []string{"a{b}c{d}"}, want: "b"},
+	}
+	for _, tt := range tests {
+		got, err := slotTag(tt.keys, tt.explicit, "gid-1")
+		if tt.err {
+			if !errors.Is(err, ErrCrossSlot) {
+				t.Errorf("slotTag(%q, %q) = %q, %v; want ErrCrossSlot", tt.keys, tt.explicit, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("slotTag(%q, %q) = %q, %v; want %q", tt.keys, tt.explicit, got, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+// Package barrier is DTM's branch barrier: it makes each branch operation of a DTM saga, TCC, XA,
+// workflow or message take effect at most once, in the right order, whatever the network does to the
+// server's calls.
+//
+// A branch call carries trans_type, gid, branch_id and op in its query string ([FromRequest],
+// [FromQuery]). In the business's own local transaction the barrier inserts a row keyed by
+// (gid, branch_id, op, barrier_id), and for a compensating op (cancel, compensate, rollback) first a row
+// for the op it undoes (try, action, action), then decides:
+//
+//   - the current row already exists: a duplicate delivery (or, for try/action, a hanging request that
+//     arrived after its compensation): the business does not run ([Duplicate], [Hanging]);
+//   - a compensating op inserted its origin's row itself: the op it undoes never ran (null
+//     compensation); the business does not run, and the row makes a late try/action hang
+//     ([NullCompensation]);
+//   - otherwise the business runs in the same transaction ([Proceed]); both commit or roll back together.
+//
+// Two backends:
+//
+//   - [Gorm] for business data in MySQL/MariaDB, PostgreSQL or SQLite, on a table with DTM's
+//     dtm_barrier.barrier schema (DDL in the repository's sql/ directory, or [Gorm.CreateTable]). Rows
+//     written by DTM's own dtmcli barrier and by this one honour each other. It runs inside the caller's
+//     transaction and never commits or rolls it back ([Gorm.Call], usable inside db.Transaction), works
+//     with gorm's PrepareStmt mode, and has a per-instance table name. [Gorm.Transaction] opens the
+//     transaction itself. [Gorm.DeleteOlder] lets a sweeper delete old rows in bounded batches.
+//   - [Redis] for business data in Redis (go-redis v9): one Lua script checks and sets the barrier keys
+//     and runs the business's own Lua ([NewScript]) atomically; all keys share one hash tag so it runs on
+//     Redis Cluster. Barrier keys expire after a TTL instead of being swept.
+//
+// barrier_id counts the barrier calls made with one [Branch] ("01", "02", ...), as DTM does, so a handler
+// may guard several local transactions with one branch. A Branch is therefore not safe for concurrent use;
+// build one per request. Gorm and Redis values are safe for concurrent use.
+package barrier

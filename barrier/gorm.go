@@ -1,0 +1,205 @@
+package barrier
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// GormOptions configure a [Gorm] barrier. The zero value works.
+type GormOptions struct {
+	// Table is the barrier table, "table" or "schema.table", each part an unquoted SQL identifier
+	// (letters, digits, underscore; at most 63 bytes). Defaults to DefaultTable ("dtm_barrier.barrier") on
+	// MySQL/MariaDB and PostgreSQL and DefaultSQLiteTable ("barrier") on SQLite. Keep it lowercase to
+	// share the table with dtmcli, which does not quote it.
+	Table string
+}
+
+// Gorm is the branch barrier for business data in MySQL/MariaDB, PostgreSQL or SQLite, reached through
+// gorm. It is safe for concurrent use.
+type Gorm struct {
+	db *gorm.DB
+	d  *dialect
+}
+
+// NewGorm returns a barrier on db's database. db must be a database handle, not a transaction; its
+// dialector decides the SQL (mysql, postgres or sqlite). It returns an error for another dialect, a
+// transaction handle or an invalid table name.
+func NewGorm(db *gorm.DB, opts *GormOptions) (*Gorm, error) {
+	if db == nil || db.Dialector == nil || db.Statement == nil {
+		return nil, errors.New("barrier: nil or unopened *gorm.DB")
+	}
+	if _, ok := db.Statement.ConnPool.(gorm.TxCommitter); ok {
+		return nil, errors.New("barrier: NewGorm needs the database handle, not a transaction")
+	}
+	var o GormOptions
+	if opts != nil {
+		o = *opts
+	}
+	d, err := newDialect(db.Dialector.Name(), o.Table)
+	if err != nil {
+		return nil, err
+	}
+	return &Gorm{db: db, d: d}, nil
+}
+
+// CreateTable creates the barrier table (and its database on MySQL or schema on PostgreSQL when the name
+// is qualified) if it does not exist, with DTM's schema. The sql/ directory holds the same DDL.
+func (g *Gorm) CreateTable(ctx context.Context) error {
+	for _, stmt := range g.d.ddl {
+		if err := g.db.WithContext(ctx).Exec(stmt).Error; err != nil {
+			return fmt.Errorf("barrier: creating table: %w", err)
+		}
+	}
+	return nil
+}
+
+// txPool returns tx's connection after checking that tx is inside a transaction.
+func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
+	if tx == nil || tx.Statement == nil {
+		return nil, ErrNoTransaction
+	}
+	if tx.Error != nil {
+		return nil, fmt.Errorf("barrier: transaction handle carries an error: %w", tx.Error)
+	}
+	if _, ok := tx.Statement.ConnPool.(gorm.TxCommitter); !ok {
+		return nil, ErrNoTransaction
+	}
+	return tx.Statement.ConnPool, nil
+}
+
+// Enter records the branch call b in tx and reports whether the business must run (Proceed) or not
+// (Duplicate, Hanging, NullCompensation). It is the primitive under [Gorm.Call]: run the business in tx
+// only when the outcome is Proceed, then commit tx; when the business fails, roll tx back so the barrier
+// rows go with it.
+//
+// tx must be inside a transaction on the barrier's database (db.Begin(), the argument of
+// db.Transaction, with or without PrepareStmt); Enter never commits or rolls it back. Statements run on
+// tx's connection with ctx and bypass gorm's callbacks. For a compensating op Enter inserts the origin
+// row and the current row with two statements, as DTM does; otherwise one. Only a repeated delivery
+// costs one more statement, to tell Duplicate from Hanging. A PostgreSQL transaction is never aborted
+// by a conflicting insert (ON CONFLICT DO NOTHING).
+//
+// Enter returns ErrInvalidBranch, ErrNoTransaction, ErrDuplicate (with Duplicate) for a repeated msg op,
+// or the database error.
+func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, error) {
+	if err := b.Validate(); err != nil {
+		return 0, err
+	}
+	pool, err := txPool(tx)
+	if err != nil {
+		return 0, err
+	}
+	bid := b.nextBarrierID()
+	originAffected := int64(0)
+	if origin := OriginOp(b.Op); origin != "" {
+		if originAffected, err = g.insert(ctx, pool, b, origin, bid); err != nil {
+			return 0, err
+		}
+	}
+	affected, err := g.insert(ctx, pool, b, b.Op, bid)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case affected > 0 && originAffected > 0:
+		return NullCompensation, nil
+	case affected > 0:
+		return Proceed, nil
+	case b.Op == OpMsg:
+		return Duplicate, ErrDuplicate
+	}
+	var reason string
+	err = pool.QueryRowContext(ctx, g.d.reason, b.Gid, b.BranchID, b.Op, bid).Scan(&reason)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Duplicate, nil // committed after this transaction's snapshot: it exists, reason unknown
+	case err != nil:
+		return 0, fmt.Errorf("barrier: reading barrier row of %s: %w", b, err)
+	case reason != "" && reason != b.Op:
+		return Hanging, nil
+	}
+	return Duplicate, nil
+}
+
+func (g *Gorm) insert(ctx context.Context, pool gorm.ConnPool, b *Branch, op, bid string) (int64, error) {
+	res, err := pool.ExecContext(ctx, g.d.insert, b.TransType, b.Gid, b.BranchID, op, bid, b.Op)
+	if err != nil {
+		return 0, fmt.Errorf("barrier: inserting %s row of %s: %w", op, b, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("barrier: inserting %s row of %s: %w", op, b, err)
+	}
+	return n, nil
+}
+
+// Call runs fn in tx behind the barrier: fn runs only on the first delivery of b, and its writes commit
+// or roll back with the barrier rows when the caller ends tx. Call never commits or rolls back tx; when
+// it or fn returns an error, or fn panics, the caller must roll tx back (db.Transaction does). A panic in
+// fn propagates. fn receives tx with ctx.
+//
+// Call returns nil without running fn for a duplicate, hanging or null-compensation delivery, fn's
+// error, or the errors of [Gorm.Enter].
+func (g *Gorm) Call(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) error {
+	_, err := g.CallOutcome(ctx, tx, b, fn)
+	return err
+}
+
+// CallOutcome is [Gorm.Call] that also reports the barrier's decision.
+func (g *Gorm) CallOutcome(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) (Outcome, error) {
+	out, err := g.Enter(ctx, tx, b)
+	if err != nil || out != Proceed {
+		return out, err
+	}
+	return Proceed, fn(tx.WithContext(ctx))
+}
+
+// Transaction opens a transaction on the barrier's database, runs [Gorm.Call] in it and commits; on an
+// error it rolls back and returns the error, on a panic it rolls back and re-panics (gorm's
+// db.Transaction). It is the equivalent of dtmcli's BranchBarrier.CallWithDB.
+func (g *Gorm) Transaction(ctx context.Context, b *Branch, fn func(tx *gorm.DB) error) error {
+	_, err := g.TransactionOutcome(ctx, b, fn)
+	return err
+}
+
+// TransactionOutcome is [Gorm.Transaction] that also reports the barrier's decision.
+func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *gorm.DB) error) (Outcome, error) {
+	var out Outcome
+	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		out, err = g.CallOutcome(ctx, tx, b, fn)
+		return err
+	})
+	return out, err
+}
+
+// DeleteOlder deletes at most limit barrier rows created before before (limit <= 0 means
+// DefaultDeleteBatch), oldest first, in one statement of its own, and returns how many it deleted. A
+// sweeper calls it again while it returns limit. Keep before older than the longest a global transaction
+// can take to finish (DTM's data expiry defaults to 7 days): a compensation delivered after its rows are
+// gone would run as a null compensation, and a late try after its cancel's rows are gone would run.
+//
+// Rows with a NULL create_time (written by dtmcli into DTM's PostgreSQL table, which has no default)
+// are never deleted. It returns the database error, wrapped.
+func (g *Gorm) DeleteOlder(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		limit = DefaultDeleteBatch
+	}
+	res, err := g.db.Statement.ConnPool.ExecContext(ctx, g.d.deleteOlder, g.d.beforeArg(before), limit)
+	if err != nil {
+		return 0, fmt.Errorf("barrier: deleting rows before %s: %w", before.Format(time.RFC3339), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("barrier: deleting rows before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return int(n), nil
+}
+
+// Table returns the barrier table name as configured.
+func (g *Gorm) Table() string { return g.d.table }

@@ -1,0 +1,341 @@
+package barrier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	idemsql "github.com/idemkit/idemkit/sql"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
+)
+
+type dialectCase struct {
+	name string
+	open func(testing.TB, *gorm.Config) *gorm.DB
+}
+
+var dialects = []dialectCase{{"mysql", testsvc.MySQL}, {"postgres", testsvc.Postgres}, {"sqlite", testsvc.SQLite}}
+
+func eachDialect(t *testing.T, f func(t *testing.T, db *gorm.DB)) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) { f(t, d.open(t, nil)) })
+	}
+}
+
+func TestGormNeedsTransaction(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		g := newGormTable(t, db)
+		b, _ := NewBranch(TransSaga, testsvc.Name("gid-"), "01", OpAction)
+		ran := false
+		fn := func(*gorm.DB) error { ran = true; return nil }
+		if err := g.Call(ctx, db, b, fn); !errors.Is(err, ErrNoTransaction) {
+			t.Fatalf("Call on the database handle: %v, want ErrNoTransaction", err)
+		}
+		if err := g.Call(ctx, nil, b, fn); !errors.Is(err, ErrNoTransaction) {
+			t.Fatalf("Call on nil: %v, want ErrNoTransaction", err)
+		}
+		if err := g.Call(ctx, db.Begin(), &Branch{Gid: "g"}, fn); !errors.Is(err, ErrInvalidBranch) {
+			t.Fatalf("Call with an invalid branch: %v, want ErrInvalidBranch", err)
+		}
+		if ran {
+			t.Fatal("business ran")
+		}
+		tx := db.Begin()
+		defer tx.Rollback()
+		if _, err := NewGorm(tx, nil); err == nil {
+			t.Fatal("NewGorm accepted a transaction")
+		}
+		if _, err := NewGorm(db, &GormOptions{Table: "barrier; DROP TABLE x"}); err == nil {
+			t.Fatal("NewGorm accepted an injected table name")
+		}
+	})
+}
+
+// TestGormManualTransaction: the barrier inside a transaction from db.Begin, committed and rolled back
+// by the caller.
+func TestGormManualTransaction(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		k := &gormBank{db: db, g: newGormTable(t, db), accts: newAccounts(t, db)}
+		gid := testsvc.Name("gid-")
+		b, _ := NewBranch(TransSaga, gid, "01", OpAction)
+		tx := db.Begin()
+		if err := k.g.Call(ctx, tx, b, k.business(transOut, adjustBalance, -amount, false)); err != nil {
+			t.Fatal(err)
+		}
+		tx.Rollback() // the caller changes its mind: the barrier row goes too
+		if n := k.barrierRows(t, gid); n != 0 {
+			t.Fatalf("%d rows after rollback", n)
+		}
+		b, _ = NewBranch(TransSaga, gid, "01", OpAction)
+		tx = db.Begin()
+		if err := k.g.Call(ctx, tx, b, k.business(transOut, adjustBalance, -amount, false)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit().Error; err != nil {
+			t.Fatal(err)
+		}
+		checkAccounts(t, k, map[int]account{transOut: {initBalance - amount, 0}, transIn: {initBalance, 0}})
+	})
+}
+
+// TestGormPrepareStmt: with PrepareStmt the transaction's connection is gorm's prepared-statement
+// wrapper (not *sql.Tx, which dtmcli needs); the barrier runs on it and its statements are cached.
+func TestGormPrepareStmt(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := d.open(t, &gorm.Config{Logger: logger.Discard, PrepareStmt: true})
+			k := &gormBank{db: db, g: newGormTable(t, db), accts: newAccounts(t, db), mode: gormTx}
+			err := db.Transaction(func(tx *gorm.DB) error {
+				if _, ok := tx.Statement.ConnPool.(*gorm.PreparedStmtTX); !ok {
+					t.Errorf("ConnPool is %T, want *gorm.PreparedStmtTX", tx.Statement.ConnPool)
+				}
+				b, _ := NewBranch(TransTCC, testsvc.Name("gid-"), "01", OpCancel)
+				out, err := k.g.CallOutcome(ctx, tx, b, k.business(transOut, adjustTrading, amount, false))
+				if out != NullCompensation {
+					t.Errorf("outcome %s", out)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pdb, ok := db.Statement.ConnPool.(*gorm.PreparedStmtDB)
+			if !ok {
+				t.Fatalf("ConnPool is %T", db.Statement.ConnPool)
+			}
+			if _, ok := pdb.Stmts.Get(k.g.d.insert); !ok {
+				t.Fatalf("barrier insert not in the prepared statement cache")
+			}
+		})
+	}
+}
+
+// TestGormPostgresTransactionSurvivesConflict: a repeated delivery inside a PostgreSQL transaction does
+// not abort it (an INSERT that violated the unique constraint would): the caller can go on.
+func TestGormPostgresTransactionSurvivesConflict(t *testing.T) {
+	db := testsvc.Postgres(t, nil)
+	ctx := context.Background()
+	g := newGormTable(t, db)
+	gid := testsvc.Name("gid-")
+	for i, want := range []Outcome{Proceed, Duplicate} {
+		err := db.Transaction(func(tx *gorm.DB) error {
+			b, _ := NewBranch(TransSaga, gid, "01", OpAction)
+			out, err := g.Enter(ctx, tx, b)
+			if err != nil || out != want {
+				return fmt.Errorf("delivery %d: %s, %v; want %s", i, out, err, want)
+			}
+			var one int
+			return tx.Raw("SELECT 1").Scan(&one).Error // fails with 25P02 in an aborted transaction
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestGormConcurrentDelivery: the same action delivered by several goroutines at once runs once; the
+// unique index makes the later inserts wait for the first transaction and then do nothing.
+func TestGormConcurrentDelivery(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		k := &gormBank{db: db, g: newGormTable(t, db), accts: newAccounts(t, db)}
+		gid := testsvc.Name("gid-")
+		const n = 6
+		outs := make([]Outcome, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				b, _ := NewBranch(TransSaga, gid, "01", OpAction)
+				outs[i], errs[i] = k.run(context.Background(), b, transOut, adjustBalance, -amount, false)
+			})
+		}
+		wg.Wait()
+		proceeded := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("delivery %d: %v", i, errs[i])
+			}
+			if outs[i] == Proceed {
+				proceeded++
+			} else if outs[i] != Duplicate {
+				t.Fatalf("delivery %d: %s", i, outs[i])
+			}
+		}
+		if proceeded != 1 {
+			t.Fatalf("%d deliveries proceeded, want 1 (%v)", proceeded, outs)
+		}
+		checkAccounts(t, k, map[int]account{transOut: {initBalance - amount, 0}, transIn: {initBalance, 0}})
+	})
+}
+
+// TestGormMsgDuplicate: a repeated msg op is rejected with ErrDuplicate, as dtmcli rejects it with
+// ErrDuplicated.
+func TestGormMsgDuplicate(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		g := newGormTable(t, db)
+		gid := testsvc.Name("gid-")
+		for i, want := range []error{nil, ErrDuplicate} {
+			b, _ := NewBranch(TransMsg, gid, "00", OpMsg)
+			if err := g.Transaction(context.Background(), b, func(*gorm.DB) error { return nil }); !errors.Is(err, want) {
+				t.Fatalf("delivery %d: %v, want %v", i, err, want)
+			}
+		}
+	})
+}
+
+// TestGormDeleteOlder: rows created before the cutoff go, oldest first, at most limit per call.
+func TestGormDeleteOlder(t *testing.T) {
+	mysqlTZ := dialectCase{"mysql/time_zone-08:00", func(t testing.TB, cfg *gorm.Config) *gorm.DB {
+		testsvc.MySQL(t, nil) // creates the database or skips
+		db, err := gorm.Open(mysql.Open(testsvc.MySQLDSN()+testsvc.Database+"?time_zone=%27-08%3A00%27"), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sqlDB, _ := db.DB()
+		t.Cleanup(func() { _ = sqlDB.Close() })
+		return db
+	}}
+	for _, d := range append(dialects, mysqlTZ) {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := d.open(t, nil)
+			k := &gormBank{db: db, g: newGormTable(t, db), accts: newAccounts(t, db)}
+			gid := testsvc.Name("gid-")
+			for i := range 5 {
+				b, _ := NewBranch(TransSaga, gid, fmt.Sprintf("%02d", i+1), OpAction)
+				if _, err := k.run(ctx, b, transOut, adjustBalance, -1, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Age branches 01..03 by two days, in the database's own notion of time.
+			age := map[string]string{
+				"mysql":    "create_time = create_time - INTERVAL 2 DAY",
+				"postgres": "create_time = create_time - INTERVAL '2 days'",
+				"sqlite":   "create_time = datetime(create_time, '-2 days')",
+			}[db.Dialector.Name()]
+			if err := db.Exec("UPDATE "+k.g.Table()+" SET "+age+" WHERE gid = ? AND branch_id IN ('01', '02', '03')", gid).Error; err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now().Add(-time.Hour) // within the -08:00 offset: catches a zone mix-up
+			var got []int
+			for {
+				n, err := k.g.DeleteOlder(ctx, before, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, n)
+				if n < 2 {
+					break
+				}
+			}
+			if fmt.Sprint(got) != "[2 1]" {
+				t.Fatalf("batches deleted %v, want [2 1]", got)
+			}
+			if n := k.barrierRows(t, gid); n != 2 {
+				t.Fatalf("%d rows left, want the 2 recent ones", n)
+			}
+			// A cutoff in the future takes the rest.
+			if n, err := k.g.DeleteOlder(ctx, time.Now().Add(time.Hour), 0); err != nil || n != 2 {
+				t.Fatalf("DeleteOlder(now+1h) = %d, %v; want 2", n, err)
+			}
+		})
+	}
+}
+
+// TestGormDTMPostgresTable: on a table made with DTM's own PostgreSQL DDL (create_time has no default),
+// the barrier sets create_time so DeleteOlder sees its rows.
+func TestGormDTMPostgresTable(t *testing.T) {
+	db := testsvc.Postgres(t, nil)
+	ctx := context.Background()
+	schema := testsvc.Name("bar_")
+	t.Cleanup(func() { db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE") })
+	for _, stmt := range []string{
+		"CREATE SCHEMA " + schema,
+		"CREATE SEQUENCE " + schema + ".barrier_seq",
+		`CREATE TABLE ` + schema + `.barrier(
+  id bigint NOT NULL DEFAULT NEXTVAL ('` + schema + `.barrier_seq'),
+  trans_type varchar(45) default '', gid varchar(128) default '', branch_id varchar(128) default '',
+  op varchar(45) default '', barrier_id varchar(45) default '', reason varchar(45) default '',
+  create_time timestamp(0) with time zone DEFAULT NULL, update_time timestamp(0) with time zone DEFAULT NULL,
+  PRIMARY KEY(id), CONSTRAINT uniq_barrier unique(gid, branch_id, op, barrier_id))`,
+	} {
+		if err := db.Exec(stmt).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := NewGorm(db, &GormOptions{Table: schema + ".barrier"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewBranch(TransTCC, testsvc.Name("gid-"), "01", OpCancel)
+	if out, err := g.TransactionOutcome(ctx, b, func(*gorm.DB) error { return nil }); err != nil || out != NullCompensation {
+		t.Fatalf("%s, %v", out, err)
+	}
+	if n, err := g.DeleteOlder(ctx, time.Now().Add(time.Hour), 10); err != nil || n != 2 {
+		t.Fatalf("DeleteOlder = %d, %v; want 2", n, err)
+	}
+}
+
+// TestDDLFiles: the sql/barrier_*.sql files create a table the barrier works on, with the same shape as
+// CreateTable's.
+func TestDDLFiles(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		ddl, err := idemsql.File("barrier", db.Dialector.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := DefaultSQLiteTable // a fresh database file
+		switch db.Dialector.Name() {
+		case "mysql":
+			name := testsvc.Name("dtm_barrier_")
+			ddl = strings.ReplaceAll(ddl, "dtm_barrier", name)
+			table = name + ".barrier"
+			t.Cleanup(func() { db.Exec("DROP DATABASE IF EXISTS " + name) })
+		case "postgres":
+			name := testsvc.Name("dtm_barrier_")
+			ddl = strings.ReplaceAll(ddl, "dtm_barrier", name)
+			table = name + ".barrier"
+			t.Cleanup(func() { db.Exec("DROP SCHEMA IF EXISTS " + name + " CASCADE") })
+		}
+		stmts := idemsql.Statements(ddl)
+		if len(stmts) < 2 {
+			t.Fatalf("DDL has %d statements", len(stmts))
+		}
+		for _, s := range stmts {
+			if err := db.Exec(s).Error; err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+		g, err := NewGorm(db, &GormOptions{Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.CreateTable(ctx); err != nil { // IF NOT EXISTS: a no-op on the file's table
+			t.Fatal(err)
+		}
+		gid := testsvc.Name("gid-")
+		for _, want := range []Outcome{NullCompensation, Duplicate} {
+			b, _ := NewBranch(TransTCC, gid, "01", OpCancel)
+			if out, err := g.TransactionOutcome(ctx, b, func(*gorm.DB) error { return nil }); err != nil || out != want {
+				t.Fatalf("%s, %v; want %s", out, err, want)
+			}
+		}
+		b, _ := NewBranch(TransTCC, gid, "01", OpTry)
+		if out, err := g.TransactionOutcome(ctx, b, func(*gorm.DB) error { return nil }); err != nil || out != Hanging {
+			t.Fatalf("%s, %v; want hanging", out, err)
+		}
+	})
+}
