@@ -15,14 +15,14 @@ type LockerOptions struct {
 }
 
 // Locker is an in-memory [idemkit.Locker] with real expiry: locks and cached results vanish after
-// their TTL by the clock given in its options. Expired entries are dropped as they are met and by a
-// sweep of the whole map every so often, so no goroutine is needed. It is safe for concurrent use.
+// their TTL by the clock given in its options. Expired entries are dropped as they are met, and every
+// operation also samples a few entries and drops the expired ones (as Redis does), so memory follows the
+// live entries without a goroutine. It is safe for concurrent use.
 type Locker struct {
 	now   func() time.Time
 	mu    sync.Mutex
 	locks map[string]entry
 	cache map[string]entry
-	ops   int
 }
 
 type entry struct {
@@ -31,8 +31,8 @@ type entry struct {
 	expires time.Time
 }
 
-// sweepEvery is how many operations pass between full sweeps of expired entries.
-const sweepEvery = 4096
+// sampled is how many entries of each map an operation checks for expiry.
+const sampled = 3
 
 // NewLocker returns an empty Locker configured by opts (nil for defaults).
 func NewLocker(opts *LockerOptions) *Locker {
@@ -53,15 +53,17 @@ func live(m map[string]entry, key string, now time.Time) (entry, bool) {
 	return e, ok
 }
 
+// tick drops expired entries among a few sampled from each map (map iteration starts at a random
+// entry), so expiry keeps pace with insertion.
 func (l *Locker) tick(now time.Time) {
-	l.ops++
-	if l.ops%sweepEvery != 0 {
-		return
-	}
-	for _, m := range []map[string]entry{l.locks, l.cache} {
+	for _, m := range [2]map[string]entry{l.locks, l.cache} {
+		n := 0
 		for k, e := range m {
 			if !now.Before(e.expires) {
 				delete(m, k)
+			}
+			if n++; n == sampled {
+				break
 			}
 		}
 	}
