@@ -13,15 +13,21 @@ import (
 // hashedPrefix marks a stored scope or key that was too long and is kept as its SHA-256.
 const hashedPrefix = "sha256:"
 
-// validateKey checks s is usable as a key or scope: non-empty, at most max bytes, valid UTF-8, no
-// control characters. The error wraps ErrInvalidKey and says what is wrong without echoing s.
-func validateKey(s string, max int) error {
+// ValidateKey checks s is usable as a key or scope: non-empty, at most max bytes, valid UTF-8, no
+// control characters — the check every Guard call makes. The error wraps ErrInvalidKey and says what
+// is wrong without echoing s.
+func ValidateKey(s string, max int) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
 	case len(s) > max:
 		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidKey, len(s), max)
 	}
+	return checkText(s)
+}
+
+// checkText reports an ErrInvalidKey for invalid UTF-8 or a control character in s.
+func checkText(s string) error {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
@@ -43,13 +49,28 @@ func validateKey(s string, max int) error {
 	return nil
 }
 
-// StoredForm returns s as a Store keeps it: unchanged up to MaxStoredLen bytes, else "sha256:<hex>".
+// StoredForm returns s as a Store keeps it: unchanged up to MaxStoredLen bytes, else [HashedForm].
 func StoredForm(s string) string {
 	if len(s) <= MaxStoredLen {
 		return s
 	}
+	return HashedForm(s)
+}
+
+// HashedForm returns "sha256:" followed by the hex SHA-256 of s (71 bytes).
+func HashedForm(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hashedPrefix + hex.EncodeToString(sum[:])
+}
+
+// DerivedKey returns s when a Guard would accept and store it as is (non-empty, at most MaxStoredLen
+// bytes, UTF-8 without control characters), else [HashedForm](s). Use it for keys built from request
+// data, which may be anything.
+func DerivedKey(s string) string {
+	if s == "" || len(s) > MaxStoredLen || checkText(s) != nil {
+		return HashedForm(s)
+	}
+	return s
 }
 
 // identity is a validated call's address in every backend.
@@ -63,10 +84,10 @@ func (g *Guard) identify(c *Call) (identity, error) {
 	if g.opts.Namespace != "" {
 		scope = g.opts.Namespace + "/" + scope
 	}
-	if err := validateKey(c.Scope, g.opts.MaxKeyLen); err != nil {
+	if err := ValidateKey(c.Scope, g.opts.MaxKeyLen); err != nil {
 		return identity{}, fmt.Errorf("scope: %w", err)
 	}
-	if err := validateKey(c.Key, g.opts.MaxKeyLen); err != nil {
+	if err := ValidateKey(c.Key, g.opts.MaxKeyLen); err != nil {
 		return identity{}, err
 	}
 	id := identity{scope: StoredForm(scope), key: StoredForm(c.Key)}

@@ -26,9 +26,9 @@ func TestValidateKey(t *testing.T) {
 		{"c1 control", "a\u0085b", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateKey(tc.key, DefaultMaxKeyLen)
+			err := ValidateKey(tc.key, DefaultMaxKeyLen)
 			if tc.ok != (err == nil) {
-				t.Fatalf("validateKey(%q) = %v, want ok=%v", tc.key, err, tc.ok)
+				t.Fatalf("ValidateKey(%q) = %v, want ok=%v", tc.key, err, tc.ok)
 			}
 			if err != nil && !errors.Is(err, ErrInvalidKey) {
 				t.Fatalf("error %v does not match ErrInvalidKey", err)
@@ -77,7 +77,7 @@ func FuzzValidateKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		err := validateKey(s, DefaultMaxKeyLen)
+		err := ValidateKey(s, DefaultMaxKeyLen)
 		if err == nil {
 			if s == "" || len(s) > DefaultMaxKeyLen || !utf8Valid(s) {
 				t.Fatalf("accepted %q", s)

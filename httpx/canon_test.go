@@ -1,0 +1,162 @@
+package httpx
+
+import (
+	"encoding/json"
+	"math/big"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idemkit"
+)
+
+func TestCanonicalNumber(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"0", "0"}, {"-0", "0"}, {"0.000", "0"}, {"0e10", "0"}, {"-0.0e-5", "0"},
+		{"1", "1"}, {"1.0", "1"}, {"1e0", "1"}, {"10e-1", "1"}, {"0.1e1", "1"}, {"1E+0", "1"},
+		{"-1.50", "-1.5"}, {"100", "100"}, {"1e2", "100"}, {"1.5e3", "1500"},
+		{"123456789012345678901", "123456789012345678901"},   // 21 digits: in full
+		{"1e20", "100000000000000000000"}, {"1e21", "1e+21"}, // as JavaScript
+		{"1e22", "1e+22"}, {"12e21", "1.2e+22"},
+		{"0.5", "0.5"}, {"5e-1", "0.5"}, {"0.000001", "0.000001"}, {"1e-6", "0.000001"},
+		{"1e-7", "1e-7"}, {"12.5e-8", "1.25e-7"}, {"-3.14159", "-3.14159"},
+		{"12345678901234567890.5", "12345678901234567890.5"}, // exact, no float rounding
+		{"9007199254740993", "9007199254740993"},
+		{"1e9999999999999999999", "1e9999999999999999999"}, // absurd exponent: kept as written
+	}
+	for _, tt := range tests {
+		if got := string(appendNumber(nil, tt.in)); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	tests := []struct {
+		in    string
+		noise []string
+		want  string
+	}{
+		{`{"b":1,"a":2}`, nil, `{"a":2,"b":1}`},
+		{` { "a" : [ 1.0 , true , null , "x" ] } `, nil, `{"a":[1,true,null,"x"]}`},
+		{`{"a":1,"a":2}`, nil, `{"a":2}`}, // last member wins, as encoding/json
+		{`{"s":"\u00e9\n\"\\\u0001<>&"}`, nil, `{"s":"é\n\"\\\u0001<>&"}`},
+		{`{"é":1,"z":2,"A":3}`, nil, `{"A":3,"z":2,"é":1}`},
+		{`{"nonce":1,"a":{"nonce":2,"b":[{"nonce":3,"c":4}]}}`, []string{"nonce"}, `{"a":{"b":[{"c":4}]}}`},
+		{`{"meta":{"sentAt":1,"v":2},"sentAt":3}`, []string{"meta.sentAt"}, `{"meta":{"v":2},"sentAt":3}`},
+		{`{"items":[{"ts":1,"sku":"a"},{"ts":2,"sku":"b"}]}`, []string{"items.ts"}, `{"items":[{"sku":"a"},{"sku":"b"}]}`},
+		{`[{"a.b":1}]`, []string{"a.b"}, `[{"a.b":1}]`}, // a dotted path never matches a member with a dot
+		{`"x"`, nil, `"x"`},
+		{`1.10`, nil, `1.1`},
+	}
+	for _, tt := range tests {
+		got, err := CanonicalJSON([]byte(tt.in), tt.noise...)
+		if err != nil || string(got) != tt.want {
+			t.Errorf("%s %v: %s, %v; want %s", tt.in, tt.noise, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{``, `{`, `{"a":1} x`, `{"a":1}{}`, `nul`, `01`, `[1,]`} {
+		if got, err := CanonicalJSON([]byte(bad)); err == nil {
+			t.Errorf("%q accepted: %s", bad, got)
+		}
+	}
+	if _, err := CanonicalJSON([]byte(`{}`), "a..b"); err == nil {
+		t.Error("malformed noise path accepted")
+	}
+}
+
+func TestJSONField(t *testing.T) {
+	doc := []byte(`{"a":{"b":[{"c":1.0},{"c":"x","nonce":9}]},"n":null,"t":false}`)
+	tests := []struct {
+		path string
+		want string
+		ok   bool
+	}{
+		{"a.b.0.c", "1", true}, {"a.b.1.c", "x", true}, {"a.b.1", `{"c":"x"}`, true}, {"t", "false", true},
+		{"n", "", false}, {"a.x", "", false}, {"a.b.2", "", false}, {"a.b.-1", "", false}, {"a.b.01", "", false},
+		{"a.b.c", "", false}, {"t.x", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := JSONField(doc, tt.path, "nonce")
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: %q %v, want %q %v", tt.path, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// FuzzCanonicalJSON checks the direct canonicalizer against decoding with encoding/json and
+// writing the tree: same validity, same output; and the output is valid, canonical JSON.
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":[1.0,2e3,-0.5e-9]}`, `[]`, `"\ud800"`, `"\ud83d\ude00\ud800\u0041"`,
+		`{"nonce":{"x":1},"y":"\u0000"}`, `123456789012345678901234567890e-5`, `{"a":{"a":{"a":[[[]]]}}}`, `true`,
+		`{"":""}`, "{\"\xff\":1}", `{"a":1,"b":2,"a":3}`, `{"a":{"b":1,"c":{"b":2}},"a.b":3}`, ` [ 1 , "x" ] `,
+		`{"a":1}x`, `-01`, `1.`, `"\x"`, "\"\t\""} {
+		f.Add([]byte(s))
+	}
+	noise := []string{"nonce", "a.b", "a.c.b"}
+	ns, _ := newNoiseSet(noise)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := CanonicalJSON(data, noise...)
+		tree, valid := decodeJSON(data)
+		if (err == nil) != valid {
+			t.Fatalf("validity: canonicalizer %v, encoding/json %v", err, valid)
+		}
+		if err != nil {
+			return
+		}
+		if want := appendCanonical(nil, tree, ns, ""); string(c) != string(want) {
+			t.Fatalf("canonicalizer %s, tree %s", c, want)
+		}
+		if !json.Valid(c) {
+			t.Fatalf("canonical form is not JSON: %s", c)
+		}
+		again, err := CanonicalJSON(c, noise...)
+		if err != nil || string(again) != string(c) {
+			t.Fatalf("not idempotent: %s → %s (%v)", c, again, err)
+		}
+	})
+}
+
+// FuzzCanonicalNumber checks the canonical form of a number has exactly its value.
+func FuzzCanonicalNumber(f *testing.F) {
+	for _, s := range []string{"0", "-0.0", "1.50e3", "1e-7", "123456789012345678901", "0.000001", "9e21", "1e22"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var n json.Number
+		if json.Unmarshal([]byte(s), &n) != nil || strings.ContainsAny(s, " \t\r\n\"") {
+			return
+		}
+		if _, exp, _ := strings.Cut(strings.ToLower(s), "e"); len(exp) > 4 {
+			return // big.Rat would build a huge number
+		}
+		c := string(appendNumber(nil, s))
+		want, ok1 := new(big.Rat).SetString(s)
+		got, ok2 := new(big.Rat).SetString(c)
+		if !ok1 || !ok2 || want.Cmp(got) != 0 {
+			t.Fatalf("%s → %s changes the value", s, c)
+		}
+		if again := string(appendNumber(nil, c)); again != c {
+			t.Fatalf("not idempotent: %s → %s → %s", s, c, again)
+		}
+	})
+}
+
+func FuzzJSONField(f *testing.F) {
+	f.Add([]byte(`{"a":{"b":[{"c":1}]}}`), "a.b.0.c")
+	f.Add([]byte(`{"a":[1,2]}`), "a.1")
+	f.Add([]byte(`{"a":{"nonce":1,"x":[]}}`), "a")
+	f.Add([]byte(`[]`), "0")
+	f.Fuzz(func(t *testing.T, data []byte, path string) {
+		if path == "" || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || strings.Contains(path, "..") {
+			return
+		}
+		v, ok := JSONField(data, path, "nonce")
+		if !ok {
+			return
+		}
+		k := idemkit.DerivedKey(v)
+		if k == "" || len(k) > 128 || !printable(k) {
+			t.Fatalf("derived key %q from %q", k, v)
+		}
+	})
+}

@@ -1,0 +1,75 @@
+// Package httpx makes HTTP endpoints idempotent: net/http and chi middleware implementing the IETF
+// draft "The Idempotency-Key HTTP Header Field" with Stripe's semantics, on top of an
+// [idemkit.Guard].
+//
+//	guard, _ := idemkit.New(store, &idemkit.Options{Locker: locker})
+//	r := chi.NewRouter()
+//	r.Use(httpx.Middleware(guard, nil)) // every POST and PATCH now needs an Idempotency-Key
+//
+// # Request flow
+//
+// Requests whose method is not guarded (by default all but POST and PATCH) pass through untouched.
+// For a guarded request the middleware
+//
+//  1. identifies the caller with Options.Principal, if set;
+//  2. derives the key from Options.Key (by default the Idempotency-Key header, a Structured Field
+//     String or a bare value) and puts the principal in front of it, so one principal can never
+//     replay another's response;
+//  3. computes the scope (by default the method and the chi route pattern) and a fingerprint:
+//     SHA-256 over method, scope, path, query and the canonical body (JSON with sorted members,
+//     normalised numbers and the Options.Noise fields removed; raw bytes for other content). The
+//     body is read up to Options.MaxBodyBytes and handed to the handler intact;
+//  4. runs the handler inside guard.Do, which claims (scope, key) once. The handler's context
+//     carries the claim's fence (idemkit.FenceFromContext).
+//
+// # Streaming, not buffering
+//
+// The handler's response streams to the client as it is written (http.Flusher, http.Hijacker and
+// http.ResponseController keep working); a copy of the status, the allow-listed headers
+// (Options.ReplayHeaders) and the body up to Options.MaxResponseBytes is kept and becomes the stored
+// result. So the first client always gets exactly what the handler wrote, with no added latency or
+// memory for large responses, and duplicates get exactly what was stored. Streaming means the
+// response is on its way before the outcome is recorded; if recording then fails (the store is
+// down, or the claim's lease ran out and a newer attempt took it over: idemkit.ErrFenced), the
+// client keeps the handler's response, the failure is logged, and a later retry may run the
+// handler again. Buffering would not help there: the side effects already happened, and answering
+// 5xx instead would only invite that retry sooner.
+//
+// # Storage policy
+//
+// By default 2xx, 3xx and 4xx responses except 408 and 429 are stored (the record finishes
+// SUCCEEDED, whatever the status) and replayed with Idempotent-Replayed: true. Other statuses (5xx)
+// reach the client but finish the claim as a retryable failure, so the next retry runs the handler
+// again; so does a hijacked connection. A panicking handler releases the claim the same way and the
+// panic continues to the outer recoverer. Set-Cookie, Authorization, hop-by-hop and framing headers
+// are never replayed. A response body larger than Options.MaxResponseBytes is not stored: the
+// record is SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a
+// truncated body.
+//
+// # Status codes
+//
+// Errors are RFC 9457 application/problem+json bodies whose "type" is Options.ProblemBase followed
+// by a Problem... name.
+//
+//	key required but missing                 400 missing-key
+//	key malformed, too long, or a list       400 invalid-key
+//	body unreadable                          400 bad-body
+//	Options.Principal refused the caller     403 principal
+//	same key in flight                       409 in-flight + Retry-After (425 with Options.DTM)
+//	finished duplicate, Reject policy        409 duplicate
+//	one-time token unknown, expired, used    409 token-invalid
+//	finished, response too large to store    409 response-not-stored
+//	body over Options.MaxBodyBytes           413 body-too-large
+//	same key, different payload              422 payload-mismatch
+//	unexpected error, handler did not run    500 internal
+//	record store or lock unavailable         503 unavailable (or the handler runs unguarded with
+//	                                             Options.FailOpen: duplicates may then run twice)
+//	same key finished                        the stored status, headers and body,
+//	                                             plus Idempotent-Replayed: true
+//
+// # Key sources
+//
+// [Header], [Query], [URLParam] (chi or http.ServeMux), [JSONFields] (dotted paths into the JSON
+// body), one-time tokens ([Tokens.Key], issued by [Tokens.Handler]), and any
+// func(*http.Request) (string, error), composed with [FirstOf] and [All].
+package httpx

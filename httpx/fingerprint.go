@@ -1,0 +1,71 @@
+package httpx
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// fingerprintVersion is hashed first, so a future change of the canonical form cannot collide with
+// this one.
+const fingerprintVersion = "idemkit-httpx-fp/1"
+
+// fingerprint is the hex SHA-256 of the canonical request: method, scope, escaped path, query
+// (sorted, noise parameters removed) and body, canonical JSON without noise when the content type is
+// JSON (or absent) and the body parses, else the raw bytes. The path is included because a scope is
+// usually a pattern ("/orders/{id}/pay"): the same key and body sent to another order must not
+// replay the first order's response.
+func fingerprint(r *http.Request, scope string, body []byte, st *reqState) string {
+	h := sha256.New()
+	var arr [128]byte
+	buf := arr[:0]
+	field := func(s string) {
+		buf = appendString(buf[:0], s) // length-safe framing: a JSON string per field
+		h.Write(buf)
+	}
+	field(fingerprintVersion)
+	field(r.Method)
+	field(scope)
+	field(r.URL.EscapedPath())
+	field(canonicalQuery(r.URL.RawQuery, st.cfg.noise))
+	if len(body) > 0 && isJSONContent(r.Header.Get("Content-Type")) {
+		if canon, ok := canonicalize(make([]byte, 0, len(body)), body, st.cfg.noise); ok {
+			h.Write([]byte{'j'})
+			h.Write(canon)
+			return hex.EncodeToString(h.Sum(nil))
+		}
+	}
+	h.Write([]byte{'r'})
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonicalQuery sorts the query by name (values keep their order) and drops noise names; an
+// unparsable query is kept as sent.
+func canonicalQuery(raw string, ns *noiseSet) string {
+	if raw == "" {
+		return ""
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "\x00" + raw
+	}
+	if ns != nil {
+		for name := range ns.names {
+			q.Del(name)
+		}
+	}
+	return q.Encode()
+}
+
+// isJSONContent reports whether a Content-Type is JSON (application/json, anything+json) or absent.
+func isJSONContent(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(mt)
+	return strings.EqualFold(mt, "application/json") || len(mt) > 5 && strings.EqualFold(mt[len(mt)-5:], "+json")
+}

@@ -1,0 +1,193 @@
+package httpx
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idemkit"
+)
+
+// KeySource derives the idempotency key of a request. It returns "" (or [ErrKeyMissing]) when the
+// request carries no key: the middleware then answers 400 (or passes the request through when
+// [Options.Optional] is set). Errors are mapped to responses: one wrapping idemkit.ErrInvalidKey
+// gives 400, [ErrPrincipal] 403, [ErrBodyTooLarge] 413, [ErrTokenInvalid] 409,
+// idemkit.ErrStoreUnavailable 503, any other 400.
+//
+// Keys taken from the client as they are (header, query, URL parameter, token) must be at most
+// [Options.MaxKeyLen] bytes of printable UTF-8. Keys derived from the payload ([JSONFields], [All])
+// are hashed (SHA-256) when longer than idemkit.MaxStoredLen or not printable.
+//
+// A custom KeySource may read the body with [Body]; it must not consume r.Body. Any
+// func(*http.Request) (string, error) converts to a KeySource.
+type KeySource func(r *http.Request) (string, error)
+
+// Header takes the key from the request header name, parsed with [ParseKey]: a Structured Field
+// String (`"abc"`) or a bare value. A header given more than once is invalid (400).
+func Header(name string) KeySource {
+	if !isToken(name) {
+		panic(fmt.Sprintf("httpx: Header: %q is not a header name", name))
+	}
+	return func(r *http.Request) (string, error) {
+		vals := r.Header.Values(name)
+		switch len(vals) {
+		case 0:
+			return "", nil
+		case 1:
+			return ParseKey(vals[0])
+		}
+		return "", fmt.Errorf("%w: %s %w", idemkit.ErrInvalidKey, name, errMultipleKeys)
+	}
+}
+
+// Query takes the key from the query parameter name. A parameter given more than once is invalid.
+func Query(name string) KeySource {
+	if name == "" {
+		panic("httpx: Query: empty parameter name")
+	}
+	return func(r *http.Request) (string, error) {
+		vals := r.URL.Query()[name]
+		switch len(vals) {
+		case 0:
+			return "", nil
+		case 1:
+			return vals[0], nil
+		}
+		return "", fmt.Errorf("%w: query parameter %s %w", idemkit.ErrInvalidKey, name, errMultipleKeys)
+	}
+}
+
+// URLParam takes the key from the route parameter name: chi's URL parameter when routed by chi
+// (also when the middleware runs before routing), else http.Request.PathValue (http.ServeMux).
+func URLParam(name string) KeySource {
+	if name == "" {
+		panic("httpx: URLParam: empty parameter name")
+	}
+	return func(r *http.Request) (string, error) {
+		st, done := stateFor(r)
+		defer done()
+		if _, rctx, _ := st.route(r); rctx != nil {
+			return rctx.URLParam(name), nil
+		}
+		return r.PathValue(name), nil
+	}
+}
+
+// JSONFields derives the key from fields of the JSON request body, each named by a dotted path
+// ("order.id"; a segment of digits indexes an array: "items.0.sku"). A string field gives its
+// text, a number its canonical form (1.0 and 1 are equal), a boolean true/false, an object or array
+// its canonical JSON without the noise fields. Several paths give a JSON array of those texts. A
+// body that is not JSON, or a missing or null field, means no key. It panics when no path is given
+// or a path is malformed.
+func JSONFields(paths ...string) KeySource {
+	if len(paths) == 0 {
+		panic("httpx: JSONFields: no path")
+	}
+	for _, p := range paths {
+		if p == "" || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") || strings.Contains(p, "..") {
+			panic(fmt.Sprintf("httpx: JSONFields: malformed path %q", p))
+		}
+	}
+	paths = append([]string(nil), paths...)
+	return func(r *http.Request) (string, error) {
+		st, done := stateFor(r)
+		defer done()
+		doc, ok, err := st.json(r)
+		if err != nil || !ok {
+			return "", err
+		}
+		var parts []byte
+		for i, p := range paths {
+			v, where, ok := lookupJSON(doc, p)
+			if !ok {
+				return "", nil
+			}
+			text, ok := keyText(v, st.cfg.noise, where)
+			if !ok {
+				return "", nil
+			}
+			if len(paths) == 1 {
+				return idemkit.DerivedKey(text), nil
+			}
+			if i == 0 {
+				parts = append(parts, '[')
+			} else {
+				parts = append(parts, ',')
+			}
+			parts = appendString(parts, text)
+		}
+		return idemkit.DerivedKey(string(append(parts, ']'))), nil
+	}
+}
+
+// FirstOf takes the key from the first source that yields one. An error from a source is returned
+// at once, without trying the rest.
+func FirstOf(sources ...KeySource) KeySource {
+	sources = checkSources("FirstOf", sources)
+	return func(r *http.Request) (string, error) {
+		for _, s := range sources {
+			if k, err := s(r); err != nil || k != "" {
+				return k, err
+			}
+		}
+		return "", nil
+	}
+}
+
+// All derives the key from every source together (for example a URL parameter and a body field);
+// when any yields no key there is no key. The parts are joined unambiguously and hashed when long.
+func All(sources ...KeySource) KeySource {
+	sources = checkSources("All", sources)
+	return func(r *http.Request) (string, error) {
+		var parts []byte
+		for i, s := range sources {
+			k, err := s(r)
+			if err != nil || k == "" {
+				return "", err
+			}
+			if i == 0 {
+				parts = append(parts, '[')
+			} else {
+				parts = append(parts, ',')
+			}
+			parts = appendString(parts, k)
+		}
+		return idemkit.DerivedKey(string(append(parts, ']'))), nil
+	}
+}
+
+func checkSources(fn string, sources []KeySource) []KeySource {
+	if len(sources) == 0 {
+		panic("httpx: " + fn + ": no source")
+	}
+	for _, s := range sources {
+		if s == nil {
+			panic("httpx: " + fn + ": nil source")
+		}
+	}
+	return append([]KeySource(nil), sources...)
+}
+
+// stateFor returns the middleware's state of r, or a temporary one for a key source called
+// outside the middleware; done puts back a body the temporary state read.
+func stateFor(r *http.Request) (st *reqState, done func()) {
+	if st := stateOf(r); st != nil {
+		return st, func() {}
+	}
+	cfg, _ := (*Options)(nil).withDefaults()
+	st = &reqState{cfg: cfg, src: r.Body}
+	return st, func() { r.Body = st.bodyFor() }
+}
+
+// printable reports whether s is valid UTF-8 without control characters ("" is).
+func printable(s string) bool { return s == "" || idemkit.ValidateKey(s, len(s)) == nil }
+
+// PrincipalKey returns the key stored for a client key sent by principal when Options.Principal
+// is set: "<len>:<principal>:<key>", or its "sha256:" hash form when longer than
+// idemkit.MaxStoredLen or not printable. Use it with idemkit.Guard.Get. Every such key starts with
+// a digit or "sha256:", and the length prefix makes it unambiguous, so no key sent by one principal
+// (or an anonymous caller, principal "") can equal another principal's.
+func PrincipalKey(principal, key string) string {
+	return idemkit.DerivedKey(strconv.Itoa(len(principal)) + ":" + principal + ":" + key)
+}

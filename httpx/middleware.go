@@ -1,0 +1,276 @@
+package httpx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Middleware returns net/http middleware (chi's func(http.Handler) http.Handler) that runs each
+// guarded request through guard.Do once per (scope, key) and replays the stored response to
+// duplicates. See the package documentation for the request flow and the status table, and
+// [Options] for the defaults (opts may be nil).
+//
+// It panics when guard is nil or opts is invalid, and when the returned function is given a nil
+// handler; never per request. The middleware is safe for concurrent use.
+func Middleware(guard *idemkit.Guard, opts *Options) func(http.Handler) http.Handler {
+	mw, err := New(guard, opts)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// New is [Middleware] returning an error instead of panicking when guard is nil or opts is invalid.
+func New(guard *idemkit.Guard, opts *Options) (func(http.Handler) http.Handler, error) {
+	if guard == nil {
+		return nil, errors.New("httpx: nil Guard")
+	}
+	cfg, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &middleware{guard: guard, cfg: cfg}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("httpx: Middleware: nil handler")
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+type middleware struct {
+	guard *idemkit.Guard
+	cfg   *config
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.cfg.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	st := &reqState{cfg: m.cfg, src: r.Body, reqID: m.cfg.RequestID(r)}
+	if st.reqID != "" && validFieldValue([]byte(st.reqID)) && w.Header().Get(DefaultRequestIDHeader) == "" {
+		w.Header().Set(DefaultRequestIDHeader, st.reqID)
+	}
+	ctx := context.WithValue(r.Context(), stateKey{}, st)
+	r = r.WithContext(ctx)
+	if _, _, unroutable := st.route(r); unroutable {
+		next.ServeHTTP(w, r) // chi has no route for it: its 404 or 405 needs no key
+		return
+	}
+
+	call, p, pass := m.identify(r, st)
+	switch {
+	case pass:
+		r.Body = st.bodyFor()
+		next.ServeHTTP(w, r)
+		return
+	case p.Status != 0:
+		m.problem(w, st, p)
+		return
+	}
+
+	cw := &captureWriter{w: w, cfg: m.cfg}
+	res, err := m.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+		cw.ran = true
+		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
+		r2.Body = st.bodyFor()
+		next.ServeHTTP(cw, r2)
+		return cw.result()
+	})
+	if cw.ran {
+		m.afterRun(ctx, st, call.Scope, err)
+		return
+	}
+	m.answer(w, r, st, res, err, next)
+}
+
+// identify works out the Guard call for r: principal, key, scope and fingerprint. It returns a
+// problem to answer with instead, or pass when r goes to the handler unguarded (no key, Optional).
+func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call, p problem, pass bool) {
+	cfg := m.cfg
+	var principal string
+	if cfg.Principal != nil {
+		var err error
+		if principal, err = cfg.Principal(r); err != nil {
+			return call, m.errorProblem(st, err, ProblemPrincipal, http.StatusForbidden), false
+		}
+	}
+	key, err := cfg.Key(r)
+	if errors.Is(err, ErrKeyMissing) {
+		key, err = "", nil
+	}
+	switch {
+	case err != nil:
+		if cfg.FailOpen && errors.Is(err, idemkit.ErrStoreUnavailable) {
+			m.log(r.Context(), slog.LevelWarn, "httpx: key source unavailable; running unguarded (FailOpen)", st, "", err)
+			return call, p, true
+		}
+		return call, m.errorProblem(st, err, ProblemInvalidKey, http.StatusBadRequest), false
+	case key == "" && cfg.Optional:
+		return call, p, true
+	case key == "":
+		return call, problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
+			Detail: "This operation requires an idempotency key (" + DefaultHeader + " header by default)."}, false
+	case len(key) > cfg.MaxKeyLen:
+		return call, problem{Type: ProblemInvalidKey, Status: http.StatusBadRequest,
+			Detail: fmt.Sprintf("The idempotency key is %d bytes long; at most %d are allowed.", len(key), cfg.MaxKeyLen)}, false
+	case !printable(key):
+		return call, problem{Type: ProblemInvalidKey, Status: http.StatusBadRequest,
+			Detail: "The idempotency key must be printable UTF-8."}, false
+	}
+	if cfg.Principal != nil {
+		key = PrincipalKey(principal, key)
+	}
+	scope := cfg.Scope(r)
+	if scope == "" {
+		m.log(r.Context(), slog.LevelError, "httpx: Options.Scope returned an empty scope", st, "", nil)
+		return call, problem{Type: ProblemInternal, Status: http.StatusInternalServerError}, false
+	}
+	if len(scope) > idemkit.DefaultMaxKeyLen || !printable(scope) {
+		scope = idemkit.HashedForm(scope)
+	}
+	call = idemkit.Call{Scope: scope, Key: key}
+	if !cfg.NoFingerprint {
+		body, err := st.loadBody(r)
+		if err != nil {
+			return call, m.errorProblem(st, err, ProblemBadBody, http.StatusBadRequest), false
+		}
+		call.Fingerprint = fingerprint(r, scope, body, st)
+	}
+	return call, p, false
+}
+
+// errorProblem maps an error from a key source, the principal function or the body to a problem;
+// def and status are used for errors this package does not know.
+func (m *middleware) errorProblem(st *reqState, err error, def string, status int) problem {
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		return problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("Guarded requests may have bodies of at most %d bytes.", m.cfg.MaxBodyBytes)}
+	case errors.Is(err, ErrBodyRead):
+		return problem{Type: ProblemBadBody, Status: http.StatusBadRequest}
+	case errors.Is(err, ErrTokenInvalid):
+		return problem{Type: ProblemTokenInvalid, Status: http.StatusConflict}
+	case errors.Is(err, ErrPrincipal):
+		return problem{Type: ProblemPrincipal, Status: http.StatusForbidden}
+	case errors.Is(err, idemkit.ErrStoreUnavailable):
+		m.log(context.Background(), slog.LevelWarn, "httpx: store unavailable", st, "", err)
+		return problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable}
+	case errors.Is(err, idemkit.ErrInvalidKey):
+		return problem{Type: ProblemInvalidKey, Status: http.StatusBadRequest, Detail: detailOf(err)}
+	}
+	m.log(context.Background(), slog.LevelDebug, "httpx: request refused", st, "", err)
+	return problem{Type: def, Status: status}
+}
+
+// detailOf is a client-safe description of an invalid key error (it never echoes the key).
+func detailOf(err error) string {
+	if errors.Is(err, errMultipleKeys) {
+		return "The idempotency key was given more than once."
+	}
+	return "The idempotency key is malformed: send a Structured Field String such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."
+}
+
+// answer responds for a guarded request whose handler did not run.
+func (m *middleware) answer(w http.ResponseWriter, r *http.Request, st *reqState, res idemkit.Result, err error, next http.Handler) {
+	var rejected *idemkit.RejectedError
+	var inFlight *idemkit.InFlightError
+	switch {
+	case err == nil && res.Replayed, errors.As(err, &rejected) && len(res.Value) > 0:
+		m.replay(w, r, st, res.Value)
+	case rejected != nil:
+		m.problem(w, st, problem{Type: ProblemRejected, Status: http.StatusConflict})
+	case errors.As(err, &inFlight), errors.Is(err, idemkit.ErrInFlight):
+		secs := 1
+		if inFlight != nil && inFlight.RetryAfter > time.Second {
+			secs = int((inFlight.RetryAfter + time.Second - 1) / time.Second)
+		}
+		status := http.StatusConflict
+		if m.cfg.DTM {
+			status = http.StatusTooEarly
+		}
+		m.problem(w, st, problem{Type: ProblemInFlight, Status: status, RetryAfter: secs,
+			Detail: "A request with this idempotency key is being processed; retry later."})
+	case errors.Is(err, idemkit.ErrPayloadMismatch):
+		m.problem(w, st, problem{Type: ProblemPayloadMismatch, Status: http.StatusUnprocessableEntity,
+			Detail: "This idempotency key was first used with a different request; use a new key for a new request."})
+	case errors.Is(err, idemkit.ErrInvalidKey):
+		m.problem(w, st, problem{Type: ProblemInvalidKey, Status: http.StatusBadRequest})
+	case errors.Is(err, idemkit.ErrDuplicate):
+		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict})
+	case errors.Is(err, idemkit.ErrStoreUnavailable), errors.Is(err, idemkit.ErrLockUnavailable):
+		if m.cfg.FailOpen {
+			m.log(r.Context(), slog.LevelWarn, "httpx: store unavailable; running unguarded (FailOpen)", st, "", err)
+			r.Body = st.bodyFor()
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.log(r.Context(), slog.LevelWarn, "httpx: store unavailable", st, "", err)
+		m.problem(w, st, problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable})
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		m.problem(w, st, problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable})
+	default:
+		m.log(r.Context(), slog.LevelError, "httpx: unexpected guard result", st, "", err)
+		m.problem(w, st, problem{Type: ProblemInternal, Status: http.StatusInternalServerError})
+	}
+}
+
+// replay answers with a stored response, or the problem standing for it.
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState, value []byte) {
+	s, err := decodeResponse(value)
+	switch {
+	case err != nil:
+		m.log(r.Context(), slog.LevelError, "httpx: stored response unreadable", st, "", err)
+		m.problem(w, st, problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
+			Detail: "The request was processed before, but its stored response cannot be read."})
+	case m.cfg.Duplicates == Reject:
+		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict, OriginalStatus: s.status,
+			Detail: "A request with this idempotency key was already processed."})
+	case s.omitted:
+		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: http.StatusConflict, OriginalStatus: s.status,
+			Detail: "A request with this idempotency key was processed, but its response was too large to store."})
+	default:
+		s.write(w)
+	}
+}
+
+// afterRun logs what went wrong after the handler ran; its response already went to the client.
+func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, err error) {
+	var ns *errNotStored
+	switch {
+	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked):
+	case errors.Is(err, idemkit.ErrFenced):
+		m.log(ctx, slog.LevelWarn, "httpx: response sent but not recorded: the claim's lease ran out and a newer attempt took over", st, scope, err)
+	default:
+		m.log(ctx, slog.LevelWarn, "httpx: response sent but its outcome not recorded; a retry after the lease may run again", st, scope, err)
+	}
+}
+
+func (m *middleware) problem(w http.ResponseWriter, st *reqState, p problem) {
+	p.RequestID = st.reqID
+	writeProblem(w, m.cfg, p)
+}
+
+func (m *middleware) log(ctx context.Context, level slog.Level, msg string, st *reqState, scope string, err error) {
+	if !m.cfg.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 3)
+	if st.reqID != "" {
+		attrs = append(attrs, slog.String("request_id", st.reqID))
+	}
+	if scope != "" {
+		attrs = append(attrs, slog.String("scope", scope))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	m.cfg.Logger.LogAttrs(ctx, level, msg, attrs...)
+}

@@ -1,0 +1,255 @@
+package httpx
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strings"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultHeader is the request header carrying the idempotency key (the IETF draft's field).
+	DefaultHeader = "Idempotency-Key"
+	// DefaultRequestIDHeader is read for the request ID and echoed on responses.
+	DefaultRequestIDHeader = "X-Request-Id"
+	// DefaultMaxKeyLen is the longest key accepted from a client, in bytes (as Stripe).
+	DefaultMaxKeyLen = 255
+	// DefaultMaxBodyBytes is the largest request body read for fingerprints and key fields.
+	DefaultMaxBodyBytes int64 = 1 << 20
+	// DefaultMaxResponseBytes is the largest response body stored for replay.
+	DefaultMaxResponseBytes = 1 << 20
+	// DefaultProblemBase prefixes the problem type names (see [ProblemMissingKey] and the rest) to
+	// form the "type" URI of problem+json bodies; it points at the documentation of each type.
+	DefaultProblemBase = "https://github.com/idemkit/idemkit/blob/main/httpx/README.md#"
+	// ReplayedHeader is set to "true" on every replayed response.
+	ReplayedHeader = "Idempotent-Replayed"
+)
+
+// DuplicatePolicy says what a duplicate of a finished request gets.
+type DuplicatePolicy uint8
+
+const (
+	// Replay answers a duplicate with the stored response (status, allow-listed headers, body) and
+	// Idempotent-Replayed: true. The default.
+	Replay DuplicatePolicy = iota
+	// Reject answers a duplicate with 409 problem+json "duplicate request" (the seed's "throw"). Only
+	// the status is stored, not the body.
+	Reject
+)
+
+// DefaultMethods returns the methods guarded by default: POST and PATCH, the non-idempotent methods
+// the IETF draft names. PUT and DELETE are idempotent by definition (RFC 9110, 9.2.2) and, as at
+// Stripe, pass through unless listed in [Options.Methods]. Safe methods (GET, HEAD, OPTIONS,
+// TRACE) pass through unless listed.
+func DefaultMethods() []string { return []string{http.MethodPost, http.MethodPatch} }
+
+// DefaultReplayHeaders returns the response headers stored and replayed by default. Append to it to
+// keep more.
+func DefaultReplayHeaders() []string {
+	return []string{
+		"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Content-Location",
+		"Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Vary",
+	}
+}
+
+// neverReplayed holds headers never stored or replayed whatever Options.ReplayHeaders says:
+// credentials, cookies, hop-by-hop fields, framing, and the fields the middleware sets itself.
+var neverReplayed = map[string]bool{
+	"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true, "Proxy-Authorization": true,
+	"Proxy-Authenticate": true, "Www-Authenticate": true,
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true,
+	"Content-Length": true, "Date": true, "Idempotent-Replayed": true,
+}
+
+// DefaultStorePolicy reports whether a response with status is stored and replayed: 2xx, 3xx and
+// 4xx except 408 Request Timeout and 429 Too Many Requests. 5xx (and anything else) releases the
+// claim as a retryable failure so the next retry runs again.
+func DefaultStorePolicy(status int) bool {
+	return status >= 200 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+}
+
+// Options configure [Middleware]. The zero value works: the Idempotency-Key header is required on
+// POST and PATCH, the scope is the method and route, the body is fingerprinted, responses are
+// replayed, store errors answer 503. Requests chi cannot route pass through to chi's 404 or 405.
+// Middleware copies the struct; later changes have no effect.
+type Options struct {
+	// Key derives the idempotency key of a request. Defaults to Header(DefaultHeader). Compose
+	// sources with [FirstOf] and [All].
+	Key KeySource
+	// Methods are the guarded methods; others pass through untouched. Defaults to [DefaultMethods]
+	// (POST, PATCH).
+	Methods []string
+	// Optional lets guarded requests without a key pass through unguarded instead of failing with
+	// 400. Defaults to false: the key is required.
+	Optional bool
+	// Scope names the operation a key belongs to. Defaults to [DefaultScope]: the method and the chi
+	// route pattern, else the net/http pattern, else the path.
+	Scope func(r *http.Request) string
+	// Principal returns the caller (user, tenant) a key belongs to; it becomes part of the stored
+	// key, so one principal can never replay another's response. Return "" for an anonymous caller
+	// (anonymous callers share one key space) or an error to refuse the request with 403.
+	// Defaults to none: keys are shared by all callers of a scope.
+	Principal func(r *http.Request) (string, error)
+	// Noise lists fields ignored by fingerprints and derived keys: a name without a dot ("nonce")
+	// matches a JSON member of that name at any depth and a query parameter of that name; a dotted
+	// path ("meta.sentAt") matches from the root of the JSON body, through arrays. Defaults to none.
+	Noise []string
+	// NoFingerprint turns the payload check off: a reused key with another body is replayed rather
+	// than refused with 422, and the body is read only when a key source needs it. Defaults to false.
+	NoFingerprint bool
+	// MaxKeyLen is the longest key accepted from a client, in bytes; longer keys get 400. Defaults
+	// to DefaultMaxKeyLen (255).
+	MaxKeyLen int
+	// MaxBodyBytes bounds the request body read for fingerprints and key fields; larger bodies get
+	// 413. Defaults to DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// MaxResponseBytes bounds the response body stored. A larger response still reaches its client
+	// in full and the claim finishes SUCCEEDED, but duplicates get 409 problem "response-not-stored"
+	// instead of a truncated body. Defaults to DefaultMaxResponseBytes (1 MiB).
+	MaxResponseBytes int
+	// StorePolicy reports whether a response status is stored and replayed; for other statuses the
+	// response goes to the client and the claim finishes as a retryable failure. Defaults to
+	// [DefaultStorePolicy] (2xx–4xx except 408 and 429).
+	StorePolicy func(status int) bool
+	// ReplayHeaders are the response headers stored and replayed, besides status and body.
+	// Set-Cookie, Authorization, hop-by-hop and framing headers are never replayed and may not be
+	// listed. Defaults to [DefaultReplayHeaders].
+	ReplayHeaders []string
+	// Duplicates says what a duplicate of a finished request gets. Defaults to Replay.
+	Duplicates DuplicatePolicy
+	// DTM answers requests whose key is in flight with 425 Too Early, which the DTM transaction
+	// manager reads as "ongoing, retry later", instead of 409. Set it on DTM branch routes.
+	// Defaults to false.
+	DTM bool
+	// FailOpen runs the handler UNGUARDED when the record store, the lock or a key source's store
+	// (tokens) fails before the handler ran (idemkit.ErrStoreUnavailable,
+	// idemkit.ErrLockUnavailable). DANGER: during such an outage every retry executes again, so a
+	// payment may be taken twice. Choose it only for endpoints where a duplicate is cheaper than an
+	// error. The Guard itself never runs a function unguarded. Defaults to false: 503 problem+json.
+	FailOpen bool
+	// RequestID returns the request ID, attached to logs, put in the context (see [RequestID]) and
+	// echoed in the X-Request-Id response header. It is never part of a key or a lock owner.
+	// Defaults to the X-Request-Id request header. With chi's middleware.RequestID use
+	// func(r *http.Request) string { return middleware.GetReqID(r.Context()) }.
+	RequestID func(r *http.Request) string
+	// ProblemBase prefixes problem type names to form the "type" member of problem+json bodies.
+	// Defaults to DefaultProblemBase.
+	ProblemBase string
+	// Logger receives warnings (store failures after the handler ran, fenced finishes, fail-open
+	// pass-throughs). Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// config is Options with defaults applied and lookups precomputed.
+type config struct {
+	Options
+	methods map[string]bool
+	replay  []string // canonical header names, sorted
+	noise   *noiseSet
+}
+
+func (o *Options) withDefaults() (*config, error) {
+	c := &config{}
+	if o != nil {
+		c.Options = *o
+	}
+	if c.Key == nil {
+		c.Key = Header(DefaultHeader)
+	}
+	if c.Methods == nil {
+		c.Methods = DefaultMethods()
+	}
+	if c.Scope == nil {
+		c.Scope = DefaultScope
+	}
+	c.MaxKeyLen = cmp.Or(c.MaxKeyLen, DefaultMaxKeyLen)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
+	if c.StorePolicy == nil {
+		c.StorePolicy = DefaultStorePolicy
+	}
+	if c.ReplayHeaders == nil {
+		c.ReplayHeaders = DefaultReplayHeaders()
+	}
+	if c.RequestID == nil {
+		c.RequestID = headerRequestID
+	}
+	c.ProblemBase = cmp.Or(c.ProblemBase, DefaultProblemBase)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	var errs []error
+	if len(c.Methods) == 0 {
+		errs = append(errs, errors.New("Methods must not be empty (leave it nil for the default)"))
+	}
+	c.methods = make(map[string]bool, len(c.Methods))
+	for _, m := range c.Methods {
+		if m == "" || strings.ToUpper(m) != m || !isToken(m) {
+			errs = append(errs, fmt.Errorf("Methods: %q is not an upper-case method token", m))
+		}
+		c.methods[m] = true
+	}
+	if c.MaxKeyLen < 1 {
+		errs = append(errs, fmt.Errorf("MaxKeyLen must be positive, got %d", c.MaxKeyLen))
+	}
+	if c.MaxBodyBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxBodyBytes must be positive, got %d", c.MaxBodyBytes))
+	}
+	if c.MaxResponseBytes < 1 {
+		errs = append(errs, fmt.Errorf("MaxResponseBytes must be positive, got %d", c.MaxResponseBytes))
+	}
+	if c.Duplicates > Reject {
+		errs = append(errs, fmt.Errorf("Duplicates: unknown policy %d", c.Duplicates))
+	}
+	for _, h := range c.ReplayHeaders {
+		name := textproto.CanonicalMIMEHeaderKey(h)
+		switch {
+		case !isToken(h):
+			errs = append(errs, fmt.Errorf("ReplayHeaders: %q is not a header name", h))
+		case neverReplayed[name]:
+			errs = append(errs, fmt.Errorf("ReplayHeaders: %s is never replayed", name))
+		case !slices.Contains(c.replay, name):
+			c.replay = append(c.replay, name)
+		}
+	}
+	slices.Sort(c.replay)
+	ns, err := newNoiseSet(c.Noise)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.noise = ns
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("httpx: invalid options: %w", err)
+	}
+	return c, nil
+}
+
+func headerRequestID(r *http.Request) string { return r.Header.Get(DefaultRequestIDHeader) }
+
+// isToken reports whether s is a non-empty RFC 9110 token (method and header names).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTchar(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}

@@ -1,0 +1,80 @@
+// Package redistoken is a Redis-backed [httpx.TokenStore] for one-time idempotency tokens: Put is
+// SET NX PX, Take is GETDEL (Redis 6.2 or later), so a token is consumed atomically by exactly one
+// request across every process sharing the Redis. Only token hashes reach Redis.
+package redistoken
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is prepended to every key.
+const DefaultPrefix = "idemkit:token:"
+
+// Client is the part of a go-redis client the store uses; redis.UniversalClient satisfies it.
+type Client interface {
+	SetArgs(ctx context.Context, key string, value any, a redis.SetArgs) *redis.StatusCmd
+	GetDel(ctx context.Context, key string) *redis.StringCmd
+}
+
+// Options configure a [Store]. The zero value works.
+type Options struct {
+	// Prefix is prepended to every key. Defaults to DefaultPrefix.
+	Prefix string
+}
+
+// Store keeps tokens in Redis with their TTL. It is safe for concurrent use.
+type Store struct {
+	client Client
+	prefix string
+}
+
+// New returns a Store on client configured by opts (nil for defaults). Configure the client with
+// ContextTimeoutEnabled so request deadlines bound Redis I/O. It panics when client is nil.
+func New(client Client, opts *Options) *Store {
+	if client == nil {
+		panic("redistoken: nil client")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	return &Store{client: client, prefix: cmp.Or(o.Prefix, DefaultPrefix)}
+}
+
+// errExists: Put found the id taken; with 256-bit random tokens this means a bug, not bad luck.
+var errExists = errors.New("redistoken: token id already stored")
+
+// Put implements [httpx.TokenStore]: SET key value NX PX ttl. It returns errExists if the id is
+// taken and Redis errors wrapped.
+func (s *Store) Put(ctx context.Context, id string, value []byte, ttl time.Duration) error {
+	ok, err := s.client.SetArgs(ctx, s.prefix+id, value, redis.SetArgs{Mode: "NX", TTL: ttl}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return errExists
+	case err != nil:
+		return fmt.Errorf("redistoken: storing token: %w", err)
+	case ok != "OK":
+		return errExists
+	}
+	return nil
+}
+
+// Take implements [httpx.TokenStore]: GETDEL key. It returns idemkit.ErrNotFound when the token is
+// absent or expired and Redis errors wrapped.
+func (s *Store) Take(ctx context.Context, id string) ([]byte, error) {
+	v, err := s.client.GetDel(ctx, s.prefix+id).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, idemkit.ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("redistoken: consuming token: %w", err)
+	}
+	return v, nil
+}

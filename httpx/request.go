@@ -1,0 +1,154 @@
+package httpx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// reqState is what the middleware knows about one guarded request. Key sources and the scope
+// function find it in the request context; it is used by one goroutine at a time.
+type reqState struct {
+	cfg        *config
+	src        io.ReadCloser // the original body
+	reqID      string
+	bodyDone   bool
+	body       []byte
+	bodyErr    error
+	jsonDone   bool
+	doc        any
+	docOK      bool
+	routeDone  bool
+	pattern    string
+	rctx       *chi.Context
+	unroutable bool
+}
+
+type stateKey struct{}
+
+func stateOf(r *http.Request) *reqState {
+	st, _ := r.Context().Value(stateKey{}).(*reqState)
+	return st
+}
+
+// RequestID returns the request ID of a request handled by the middleware (see
+// [Options.RequestID]), or "".
+func RequestID(ctx context.Context) string {
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		return st.reqID
+	}
+	return ""
+}
+
+// loadBody reads the body once, up to the limit.
+func (st *reqState) loadBody(r *http.Request) ([]byte, error) {
+	if st.bodyDone {
+		return st.body, st.bodyErr
+	}
+	st.bodyDone = true
+	limit := st.cfg.MaxBodyBytes
+	switch {
+	case st.src == nil || st.src == http.NoBody:
+		return nil, nil
+	case r.ContentLength > limit:
+		st.bodyErr = fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, r.ContentLength, limit)
+		return nil, st.bodyErr
+	}
+	body, err := readLimited(st.src, r.ContentLength, limit)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		st.bodyErr = fmt.Errorf("%w: limit %d", ErrBodyTooLarge, limit)
+	case errors.As(err, &mbe): // an outer http.MaxBytesReader's lower limit
+		st.bodyErr = fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+	case err != nil:
+		st.bodyErr = fmt.Errorf("%w: %w", ErrBodyRead, err)
+	default:
+		st.body = body
+	}
+	return st.body, st.bodyErr
+}
+
+// readLimited reads src to the end, at most limit bytes, into one buffer sized by the declared
+// length when there is one. It returns ErrBodyTooLarge past the limit.
+func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
+	size := int64(512)
+	if declared >= 0 {
+		size = declared + 1 // +1 to see EOF without growing
+	}
+	buf := make([]byte, 0, min(size, limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, ErrBodyTooLarge
+			}
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit+1-int64(len(buf)))))
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, ErrBodyTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// json returns the body parsed as JSON, once.
+func (st *reqState) json(r *http.Request) (any, bool, error) {
+	if st.jsonDone {
+		return st.doc, st.docOK, nil
+	}
+	body, err := st.loadBody(r)
+	if err != nil {
+		return nil, false, err
+	}
+	st.jsonDone = true
+	if len(body) > 0 {
+		st.doc, st.docOK = decodeJSON(body)
+	}
+	return st.doc, st.docOK, nil
+}
+
+// route resolves the chi route once (see resolveRoute).
+func (st *reqState) route(r *http.Request) (string, *chi.Context, bool) {
+	if !st.routeDone {
+		st.routeDone = true
+		st.pattern, st.rctx, st.unroutable = resolveRoute(r)
+	}
+	return st.pattern, st.rctx, st.unroutable
+}
+
+// bodyFor returns the body the handler reads: the buffered bytes when the middleware read them,
+// else the original, untouched.
+func (st *reqState) bodyFor() io.ReadCloser {
+	if !st.bodyDone || st.src == nil || st.src == http.NoBody {
+		return st.src
+	}
+	return io.NopCloser(bytes.NewReader(st.body))
+}
+
+// Body returns the request body as read by the middleware, for custom key sources and scope
+// functions; the handler still reads the whole body afterwards. Outside the middleware it reads the
+// body (up to DefaultMaxBodyBytes) and puts it back. It returns ErrBodyTooLarge or ErrBodyRead.
+func Body(r *http.Request) ([]byte, error) {
+	if st := stateOf(r); st != nil {
+		return st.loadBody(r)
+	}
+	st := &reqState{cfg: &config{Options: Options{MaxBodyBytes: DefaultMaxBodyBytes}}, src: r.Body}
+	b, err := st.loadBody(r)
+	if err == nil {
+		r.Body = st.bodyFor()
+	}
+	return b, err
+}

@@ -1,0 +1,92 @@
+package httpx
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/idemkit/idemkit"
+)
+
+// DefaultScope returns the method and the route of r, e.g. "POST /orders/{id}/pay":
+//
+//   - routed by chi: the full chi route pattern, wherever the middleware sits (r.Use on the router or
+//     a mounted sub-router, r.With, Group). chi completes the pattern only while it routes, so when
+//     the middleware runs before routing it looks the route up in the router itself;
+//   - routed by http.ServeMux (Go 1.22 patterns) with the middleware inside the mux: the path part
+//     of the matched pattern;
+//   - otherwise the escaped request path, so every path is its own scope.
+//
+// Scopes longer than idemkit.MaxStoredLen are hashed by the Guard. DefaultScope is safe for
+// concurrent use.
+func DefaultScope(r *http.Request) string {
+	var pattern string
+	if st := stateOf(r); st != nil {
+		pattern, _, _ = st.route(r)
+	} else {
+		pattern, _, _ = resolveRoute(r)
+	}
+	if pattern == "" && r.Pattern != "" {
+		pattern = muxPath(r.Pattern)
+	}
+	if pattern == "" {
+		pattern = r.URL.EscapedPath()
+	}
+	if pattern == "" {
+		pattern = "/"
+	}
+	if len(r.Method)+1+len(pattern) > idemkit.DefaultMaxKeyLen {
+		pattern = idemkit.HashedForm(pattern)
+	}
+	return r.Method + " " + pattern
+}
+
+// muxPath returns the path part of a ServeMux pattern "[METHOD ][HOST]/[PATH]".
+func muxPath(p string) string {
+	if i := strings.IndexAny(p, " \t"); i >= 0 {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	if i := strings.IndexByte(p, '/'); i >= 0 {
+		return p[i:]
+	}
+	return ""
+}
+
+// resolveRoute returns the full chi route pattern of r and a routing context holding its URL
+// parameters; "" and nil when r is not routed by chi. unroutable reports that chi's router has no
+// route for r (it will answer 404 or 405).
+//
+// After routing (route-level middleware, r.With), chi's own context is complete. Before routing
+// (r.Use on a router, or on a mounted sub-router whose last pattern still ends in "/*"), the route
+// is looked up in the root router with a fresh context, as chi itself will route it. A context
+// without a router (built by hand, as in handler tests) is used as it is.
+func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutable bool) {
+	rctx = chi.RouteContext(r.Context())
+	if rctx == nil {
+		return "", nil, false
+	}
+	if n := len(rctx.RoutePatterns); n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") || rctx.Routes == nil {
+		return rctx.RoutePattern(), rctx, false
+	}
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	if path == "" {
+		path = "/"
+	}
+	method := rctx.RouteMethod
+	if method == "" {
+		method = r.Method
+	}
+	tctx := chi.NewRouteContext()
+	tctx.Routes = rctx.Routes
+	pattern = rctx.Routes.Find(tctx, method, path)
+	if pattern == "" {
+		return "", rctx, true
+	}
+	if pattern != "/" {
+		pattern = strings.TrimSuffix(strings.TrimSuffix(pattern, "//"), "/")
+	}
+	return strings.ReplaceAll(pattern, "/*/", "/"), tctx, false
+}

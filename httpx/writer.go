@@ -1,0 +1,111 @@
+package httpx
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
+
+// captureWriter streams a handler's response to the client and keeps a copy for the record: the
+// status, the allow-listed headers as they were when the status was sent, and the body up to
+// Options.MaxResponseBytes. It implements http.Flusher and http.Hijacker, and Unwrap for
+// http.ResponseController. It is used by one goroutine, the handler's.
+type captureWriter struct {
+	w        http.ResponseWriter
+	cfg      *config
+	ran      bool // the handler was called: the client gets its response, whatever happens next
+	wrote    bool // the final status was sent
+	status   int
+	header   []headerField
+	body     []byte
+	size     uint64
+	overflow bool
+	hijacked bool
+}
+
+func (cw *captureWriter) Header() http.Header { return cw.w.Header() }
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (cw *captureWriter) Unwrap() http.ResponseWriter { return cw.w }
+
+func (cw *captureWriter) WriteHeader(code int) {
+	if !cw.wrote && !cw.hijacked && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		cw.commit(code)
+	}
+	cw.w.WriteHeader(code) // 1xx informational responses pass through and are not stored
+}
+
+func (cw *captureWriter) Write(p []byte) (int, error) {
+	if !cw.wrote && !cw.hijacked {
+		h := cw.w.Header()
+		if _, ok := h["Content-Type"]; !ok && len(p) > 0 && h.Get("Transfer-Encoding") == "" {
+			// Sniff now, as net/http would, so the client and the replays get the same type.
+			h.Set("Content-Type", http.DetectContentType(p))
+		}
+		cw.commit(http.StatusOK)
+	}
+	n, err := cw.w.Write(p)
+	cw.size += uint64(n)
+	if !cw.overflow {
+		if len(cw.body)+n > cw.cfg.MaxResponseBytes {
+			cw.overflow, cw.body = true, nil
+		} else {
+			cw.body = append(cw.body, p[:n]...)
+		}
+	}
+	return n, err
+}
+
+// Flush sends what was written so far; a no-op when the underlying writer cannot flush.
+func (cw *captureWriter) Flush() { _ = cw.FlushError() }
+
+// FlushError is Flush returning the underlying writer's error (http.ErrNotSupported when it cannot
+// flush); http.ResponseController.Flush calls it.
+func (cw *captureWriter) FlushError() error {
+	err := http.NewResponseController(cw.w).Flush()
+	if err == nil && !cw.wrote && !cw.hijacked {
+		cw.commit(http.StatusOK) // flushing sent the headers with an implicit 200
+	}
+	return err
+}
+
+// Hijack hands the connection to the handler; the response cannot be stored then, so the claim
+// finishes as a retryable failure. It returns http.ErrNotSupported when the underlying writer
+// cannot hijack.
+func (cw *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(cw.w).Hijack()
+	if err == nil {
+		cw.hijacked = true
+	}
+	return conn, rw, err
+}
+
+// commit records the final status and the allow-listed headers as they are sent.
+func (cw *captureWriter) commit(code int) {
+	cw.wrote, cw.status = true, code
+	h := cw.w.Header()
+	for _, name := range cw.cfg.replay {
+		for _, v := range h[name] {
+			cw.header = append(cw.header, headerField{name, v})
+		}
+	}
+}
+
+// result is the guarded function's outcome once the handler returned: the stored response, or an
+// error making the claim retryable when the response is not to be stored.
+func (cw *captureWriter) result() ([]byte, error) {
+	if cw.hijacked {
+		return nil, errHijacked
+	}
+	if !cw.wrote {
+		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
+	}
+	if !cw.cfg.StorePolicy(cw.status) {
+		return nil, &errNotStored{cw.status}
+	}
+	s := storedResponse{status: cw.status, header: cw.header, body: cw.body}
+	if cw.overflow || cw.cfg.Duplicates == Reject {
+		s.body, s.omitted, s.size = nil, true, cw.size
+	}
+	return s.encode(), nil
+}
