@@ -75,3 +75,21 @@ func TestNewGID(t *testing.T) {
 		t.Fatalf("gids %q %q", a, b)
 	}
 }
+
+// FuzzParse: the query answer parser never panics and only returns known statuses.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"branches":[],"transaction":null}`))
+	f.Add([]byte(`{"transaction":{"status":"succeed"}}`))
+	f.Add([]byte(`{"transaction":{"status":7}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := parse(b)
+		switch st {
+		case Unknown, Prepared, Submitted, Aborting, Succeed, Failed:
+		default:
+			t.Fatalf("parse returned %q", st)
+		}
+		if err != nil && st != Unknown {
+			t.Fatalf("error %v with status %q", err, st)
+		}
+	})
+}
