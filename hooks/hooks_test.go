@@ -3,6 +3,9 @@ package hooks_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +209,81 @@ func TestReconcilerLosesRaceGracefully(t *testing.T) {
 	}
 	if rec := b.status(t, "k"); rec.Status != idemkit.StatusSucceeded {
 		t.Fatalf("%+v", rec)
+	}
+}
+
+// TestRunAfterReconcilerSettledFirst: the initiator's wait outlives its claim's lease and a Reconciler
+// settles the record from the same final status before the initiator does. The initiator's own settle
+// is then fenced, but the transaction succeeded and the record says so: Run reports the outcome, not
+// an error.
+func TestRunAfterReconcilerSettledFirst(t *testing.T) {
+	b := setup(t)
+	dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"transaction":{"status":"succeed"}}`))
+	}))
+	defer dtm.Close()
+	status := &txstatus.Client{Server: dtm.URL, PollInterval: time.Millisecond}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Pending: b.store.Pending, Status: status.Status}
+	out, err := b.lc.Run(ctxb, hooks.RunParams{
+		TransType: "saga",
+		Call:      call("k"),
+		Status:    status,
+		Wait:      time.Second,
+		Result:    []byte("v"),
+		Start: func(ctx context.Context, gid string) error {
+			b.clock.Advance(2 * time.Second) // past the lease: the record is pending
+			if n, err := r.RunOnce(ctx, b.clock.Now(), 10); n != 1 || err != nil {
+				t.Errorf("reconciler settled %d, %v", n, err)
+			}
+			return nil
+		},
+	})
+	if err != nil || out.Status != txstatus.Succeed {
+		t.Fatalf("Run = %+v, %v", out, err)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusSucceeded {
+		t.Fatalf("%+v", rec)
+	}
+}
+
+// TestRunStartFailures: a start refused by the manager rolls the record back at once (the key is free
+// again); a start lost in transit (timeout, dropped connection) is left PROCESSING, because the manager
+// may still record it, and the Reconciler settles it after the lease.
+func TestRunStartFailures(t *testing.T) {
+	dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"branches":[],"transaction":null}`))
+	}))
+	defer dtm.Close()
+	status := &txstatus.Client{Server: dtm.URL}
+
+	b := setup(t)
+	out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("refused"), Status: status,
+		Start: func(context.Context, string) error { return errors.New(`{"error":"invalid saga"}`) }})
+	if err != nil || out.Status != txstatus.Failed || out.Reason == nil {
+		t.Fatalf("refused start: %+v, %v", out, err)
+	}
+	if rec := b.status(t, "refused"); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("refused start left %s", rec.Status)
+	}
+
+	lost := &url.Error{Op: "Post", URL: dtm.URL + "/submit", Err: errors.New("i/o timeout")}
+	out, err = b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("lost"), Status: status,
+		Start: func(context.Context, string) error { return lost }})
+	if !errors.Is(err, lost) || out.GID == "" {
+		t.Fatalf("lost start: %+v, %v", out, err)
+	}
+	if rec := b.status(t, "lost"); rec.Status != idemkit.StatusProcessing || rec.GID != out.GID {
+		t.Fatalf("lost start left %s", rec.Status)
+	}
+	if _, _, err := b.lc.Begin(ctxb, "saga", "gid-retry", call("lost")); !errors.Is(err, idemkit.ErrInFlight) {
+		t.Fatalf("retry of a lost start: %v, want ErrInFlight", err)
+	}
+	b.clock.Advance(2 * time.Second)
+	r := &hooks.Reconciler{Lifecycle: b.lc, Pending: b.store.Pending, Status: status.Status}
+	if n, err := r.RunOnce(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("reconciler: %d, %v", n, err)
+	}
+	if rec := b.status(t, "lost"); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("after the reconciler: %s", rec.Status)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -49,6 +50,12 @@ type RunParams struct {
 // failure, a failing hook, the transaction manager unreachable); a transaction that rolled back is an
 // Outcome with Status Failed and a nil error. A replayed permanent failure returns an
 // *idemkit.RejectedError with the Outcome.
+//
+// When Start fails, the manager is asked whether the transaction exists: if it refused the start
+// (it answered, and has no record of the gid) the record is rolled back and the key is free again; if
+// the start was lost in transit (a timeout or a transport error) the record is detached, because the
+// manager may still record the transaction, and the Reconciler settles it after the lease. A final
+// outcome that a Reconciler recorded first (the wait outlived the lease) is reported without error.
 func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	if p.Start == nil || p.Status == nil {
 		return Outcome{}, errors.New("hooks: RunParams needs Start and Status")
@@ -70,7 +77,14 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		case err != nil:
 			l.Detach(ctx, t)
 			return out, fmt.Errorf("hooks: starting %s %s: %w (and its status is unknown: %w)", p.TransType, gid, startErr, err)
+		case st == txstatus.Unknown && transportError(startErr):
+			// A timeout or a dropped connection says nothing about whether the request reached the
+			// manager, which may still record it: rolling back now would let a retry with the same key
+			// start a second transaction beside it. The Reconciler asks again once the lease ran out.
+			l.Detach(ctx, t)
+			return out, fmt.Errorf("hooks: starting %s %s: %w (the manager has no record of it yet; left to the reconciler)", p.TransType, gid, startErr)
 		case st == txstatus.Unknown:
+			// The manager answered and refused: nothing started.
 			out.Status = txstatus.Failed
 			return out, l.Rollback(ctx, t, fmt.Errorf("%w: never started: %w", ErrRolledBack, startErr))
 		}
@@ -86,7 +100,13 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		}
 		out.Status = st
 	}
-	return out, l.Conclude(ctx, t, out.Status, p.Result)
+	err = l.Conclude(ctx, t, out.Status, p.Result)
+	if errors.Is(err, idemkit.ErrFenced) && out.Status.Final() {
+		// The wait outlived the claim's lease and a Reconciler settled the record first, from the
+		// same final status the manager gave us: the outcome stands and the record agrees with it.
+		return out, nil
+	}
+	return out, err
 }
 
 // Conclude applies a transaction status to t: Commit with result on Succeed, Rollback on Failed,
@@ -101,4 +121,11 @@ func (l *Lifecycle) Conclude(ctx context.Context, t *Txn, st txstatus.Status, re
 		l.Detach(ctx, t)
 		return nil
 	}
+}
+
+// transportError reports whether err is a transport failure or a timeout (the request may or may not
+// have reached the server) rather than the server's answer.
+func transportError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }

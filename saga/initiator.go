@@ -1,5 +1,3 @@
-// Package saga runs DTM sagas whose idempotency record follows the global outcome, and guards saga
-// steps (action and compensate handlers) with the branch barrier.
 package saga
 
 import (

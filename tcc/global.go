@@ -1,5 +1,3 @@
-// Package tcc runs DTM TCC global transactions whose idempotency record follows the global outcome,
-// and guards try/confirm/cancel branches with the branch barrier.
 package tcc
 
 import (

@@ -1,0 +1,123 @@
+package dtmhttp
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/barrier"
+)
+
+// DTM's result words (dtmcli.ResultSuccess, ResultFailure, ResultOngoing).
+const (
+	resultSuccess = "SUCCESS"
+	resultFailure = "FAILURE"
+	resultOngoing = "ONGOING"
+)
+
+// MayFail reports whether DTM acts on a permanent failure of op in a transaction of transType: the
+// action of a saga (or workflow or XA) rolls the transaction back, a TCC try makes the initiator abort.
+// Every other op — compensate, cancel, confirm, commit, rollback, and the action of a msg transaction —
+// is retried by DTM until it succeeds and must never fail permanently.
+func MayFail(transType, op string) bool {
+	return op == barrier.OpTry || op == barrier.OpAction && transType != barrier.TransMsg
+}
+
+// verdict is the answer to one call.
+type verdict struct {
+	status     int
+	result     string // dtm_result, "" for none
+	retryAfter time.Duration
+	stuck      bool // a permanent failure of an op that must not fail
+}
+
+// judge maps a call's error to its answer.
+func (b *Branches) judge(ev *Event, err error) verdict {
+	var inflight *idemkit.InFlightError
+	switch {
+	case err == nil:
+		return verdict{status: http.StatusOK, result: resultSuccess}
+	case errors.As(err, &inflight):
+		return verdict{status: http.StatusTooEarly, result: resultOngoing, retryAfter: inflight.RetryAfter}
+	case errors.Is(err, idemkit.ErrInFlight):
+		return verdict{status: http.StatusTooEarly, result: resultOngoing}
+	case errors.Is(err, barrier.ErrInvalidBranch), errors.Is(err, ErrWrongOp):
+		return verdict{status: http.StatusBadRequest}
+	case b.opts.IsPermanent(err) && MayFail(ev.TransType, ev.Op):
+		return verdict{status: http.StatusConflict, result: resultFailure}
+	case b.opts.IsPermanent(err):
+		return verdict{status: http.StatusInternalServerError, stuck: true}
+	default:
+		return verdict{status: http.StatusInternalServerError}
+	}
+}
+
+// answer writes the answer to a call that ended with err, logs and observes it.
+func (b *Branches) answer(w http.ResponseWriter, r *http.Request, ev *Event, start time.Time, err error) {
+	v := b.judge(ev, err)
+	ev.Status, ev.Err, ev.Duration = v.status, err, time.Since(start)
+	if v.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(v.retryAfter.Seconds())), 10))
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		if v.stuck {
+			msg = "permanent failure of a " + ev.Op + " branch, which DTM retries until it succeeds: " + msg
+		}
+	}
+	writeAnswer(w, v.status, v.result, msg)
+
+	ctx := r.Context()
+	attrs := branchAttrs(ev)
+	switch {
+	case v.stuck:
+		b.opts.Logger.ErrorContext(ctx, "dtmhttp: a "+ev.Op+" must not fail permanently; DTM retries it until it succeeds", attrs...)
+	case v.status >= http.StatusInternalServerError || v.status == http.StatusBadRequest:
+		b.opts.Logger.WarnContext(ctx, "dtmhttp: branch call failed", attrs...)
+	default:
+		b.opts.Logger.DebugContext(ctx, "dtmhttp: branch call answered", attrs...)
+	}
+	if b.opts.Observe != nil {
+		b.opts.Observe(ctx, ev)
+	}
+}
+
+func branchAttrs(ev *Event) []any {
+	attrs := []any{
+		slog.String("trans_type", ev.TransType), slog.String("gid", ev.GID),
+		slog.String("branch_id", ev.BranchID), slog.String("op", ev.Op), slog.Int("status", ev.Status),
+	}
+	if ev.Outcome != 0 {
+		attrs = append(attrs, slog.String("barrier", ev.Outcome.String()))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, slog.Any("error", ev.Err))
+	}
+	return attrs
+}
+
+// answerBody is the JSON body of every answer.
+type answerBody struct {
+	Result  string `json:"dtm_result,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// quiet lowers DTM's result words in a message: DTM searches the whole body for them.
+var quiet = strings.NewReplacer(resultFailure, "failure", resultOngoing, "ongoing", resultSuccess, "success")
+
+// writeAnswer writes a complete JSON answer with a Content-Length.
+func writeAnswer(w http.ResponseWriter, status int, result, msg string) {
+	body, _ := json.Marshal(answerBody{Result: result, Message: quiet.Replace(msg)})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

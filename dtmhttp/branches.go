@@ -1,0 +1,279 @@
+package dtmhttp
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/barrier"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultLockTTL is how long a delivery holds its branch lock. DTM cancels a branch call after its
+	// request timeout (3 s by default), so a live holder rarely needs more; a crashed one blocks
+	// redeliveries of its op for at most this long.
+	DefaultLockTTL = 10 * time.Second
+	// DefaultLockPrefix starts every branch lock key.
+	DefaultLockPrefix = "dtm-branch"
+	// DefaultMaxBody is the largest payload read, in bytes.
+	DefaultMaxBody = 1 << 20
+	// DefaultReleaseTimeout bounds the lock release, which runs on a context that survives the
+	// request's cancellation.
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// Options configure [Branches]. The zero value works: no lock, 1 MiB payloads, nothing logged.
+type Options struct {
+	// Locker is the short lock in front of the barrier (lock.New for Redis, memory.NewLocker
+	// in-process), keyed by gid, branch_id and op, with a fresh token per delivery. Defaults to none:
+	// concurrent deliveries of one op queue on the barrier row instead of being answered 425.
+	Locker idemkit.Locker
+	// LockTTL is the lock's time to live. Defaults to DefaultLockTTL (10s). Keep it above the
+	// business's longest run; a shorter one is not wrong, only less effective.
+	LockTTL time.Duration
+	// LockPrefix starts every lock key (see [Branches.LockKey]), so several services can share a
+	// Locker. Defaults to DefaultLockPrefix.
+	LockPrefix string
+	// FailOpen makes Locker errors non-fatal: the business runs without the lock, still behind the
+	// barrier (which alone keeps it correct). Defaults to false: a Locker error answers 500 and DTM
+	// retries later.
+	FailOpen bool
+	// MaxBody is the largest payload accepted, in bytes; a larger one is malformed (see the package
+	// documentation). Defaults to DefaultMaxBody (1 MiB).
+	MaxBody int64
+	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
+	// an op that may fail), false an infrastructure error (500). Defaults to idemkit.IsPermanent.
+	IsPermanent func(error) bool
+	// Logger receives a debug line per answer, a warning per 500 and an error for a permanent failure
+	// of an op that must not fail. Defaults to discarding.
+	Logger *slog.Logger
+	// Observe, when set, is called once per request after the answer is written (also when the
+	// business panicked, before the panic goes on), for metrics and tests. It must be safe for
+	// concurrent use. Defaults to none.
+	Observe func(ctx context.Context, e *Event)
+}
+
+// Event describes one answered branch call, for [Options.Observe].
+type Event struct {
+	// TransType, GID, BranchID and Op identify the call; empty when the query string lacked them.
+	TransType, GID, BranchID, Op string
+	// Outcome is the barrier's decision, or 0 when the business did not reach the barrier (in flight,
+	// malformed request, panic) or reported none.
+	Outcome barrier.Outcome
+	// Status is the HTTP status answered.
+	Status int
+	// Err is why the call did not succeed (nil for 200).
+	Err error
+	// Duration is the time from the start of the request's handling to the answer.
+	Duration time.Duration
+}
+
+// Branches builds handlers for DTM branch calls. Create it with [New]; it is safe for concurrent use.
+type Branches struct {
+	opts Options
+}
+
+// New returns Branches configured by opts (nil for defaults). It copies opts and returns an error
+// when a duration or size is negative, or LockPrefix contains '{' or '}'.
+func New(opts *Options) (*Branches, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.LockTTL = cmp.Or(o.LockTTL, DefaultLockTTL)
+	o.LockPrefix = cmp.Or(o.LockPrefix, DefaultLockPrefix)
+	o.MaxBody = cmp.Or(o.MaxBody, DefaultMaxBody)
+	if o.IsPermanent == nil {
+		o.IsPermanent = idemkit.IsPermanent
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	if o.LockTTL < time.Millisecond {
+		errs = append(errs, fmt.Errorf("LockTTL must be at least 1ms, got %s", o.LockTTL))
+	}
+	if o.MaxBody < 0 {
+		errs = append(errs, fmt.Errorf("MaxBody must not be negative, got %d", o.MaxBody))
+	}
+	if strings.ContainsAny(o.LockPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("LockPrefix %q must not contain '{' or '}'", o.LockPrefix))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("dtmhttp: invalid options: %w", err)
+	}
+	return &Branches{opts: o}, nil
+}
+
+// servedOps are the ops a handler may serve: those DTM delivers to branch URLs.
+var servedOps = []string{
+	barrier.OpAction, barrier.OpCompensate,
+	barrier.OpTry, barrier.OpConfirm, barrier.OpCancel,
+	barrier.OpCommit, barrier.OpRollback,
+}
+
+// Handle returns a handler for branch calls of op (barrier.OpAction, OpCompensate, OpTry,
+// OpConfirm, OpCancel, OpCommit or OpRollback) that runs run for each of them and answers as the
+// package documentation says. A call carrying another op is answered 400 and run is not called.
+//
+// A nil *Branches serves with the default options. Handle panics when run is nil or op is not one of
+// those: both are programmer errors.
+func (b *Branches) Handle(op string, run Business) http.Handler {
+	if b == nil {
+		b, _ = New(nil)
+	}
+	if run == nil {
+		panic("dtmhttp: Handle: nil Business")
+	}
+	found := false
+	for _, o := range servedOps {
+		found = found || o == op
+	}
+	if !found {
+		panic(fmt.Sprintf("dtmhttp: Handle: op %q is not a branch op DTM delivers", op))
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { b.serve(w, r, op, run) })
+}
+
+// LockKey returns the key under which a delivery of (gid, branchID, op) is locked in the Locker:
+// LockPrefix, then gid and branchID length-prefixed (so no two branches share a key), then op. It is
+// exported for operations and tests. A nil *Branches uses DefaultLockPrefix.
+func (b *Branches) LockKey(gid, branchID, op string) string {
+	prefix := DefaultLockPrefix
+	if b != nil {
+		prefix = b.opts.LockPrefix
+	}
+	return prefix + ":" + strconv.Itoa(len(gid)) + ":" + gid + ":" +
+		strconv.Itoa(len(branchID)) + ":" + branchID + ":" + op
+}
+
+// ErrWrongOp: a handler got a branch call for an op it does not serve (a misrouted URL).
+var ErrWrongOp = errors.New("dtmhttp: branch op not served by this handler")
+
+func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run Business) {
+	ev := &Event{}
+	start := time.Now()
+	br, err := barrier.FromRequest(r)
+	if err != nil {
+		b.answer(w, r, ev, start, err)
+		return
+	}
+	ev.TransType, ev.GID, ev.BranchID, ev.Op = br.TransType, br.Gid, br.BranchID, br.Op
+	if br.Op != op {
+		b.answer(w, r, ev, start, fmt.Errorf("%w: got op %q at a %s handler", ErrWrongOp, br.Op, op))
+		return
+	}
+	payload, err := readBody(w, r, b.opts.MaxBody)
+	if err != nil {
+		b.answer(w, r, ev, start, err)
+		return
+	}
+	release, err := b.lock(r.Context(), br)
+	if err != nil {
+		b.answer(w, r, ev, start, err)
+		return
+	}
+
+	req := &Request{HTTP: r, Branch: br, Payload: payload}
+	ctx := context.WithValue(r.Context(), requestKey{}, req)
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// The business panicked (or called runtime.Goexit): its transaction was rolled back by the
+		// barrier. Release, answer a complete 500 and let the panic go on, unrecovered, so the
+		// server's recoverer sees it with its stack.
+		release()
+		ev.Status, ev.Err, ev.Duration = http.StatusInternalServerError, errPanic, time.Since(start)
+		// net/http closes the connection after a panic: tell the client not to reuse it.
+		w.Header().Set("Connection", "close")
+		writeAnswer(w, http.StatusInternalServerError, "", "panic in branch business; see the service log")
+		_ = http.NewResponseController(w).Flush()
+		b.opts.Logger.ErrorContext(r.Context(), "dtmhttp: panic in branch business", branchAttrs(ev)...)
+		if b.opts.Observe != nil {
+			b.opts.Observe(r.Context(), ev)
+		}
+	}()
+	out, err := run(ctx, req)
+	finished = true
+	release()
+	ev.Outcome = out
+	b.answer(w, r, ev, start, err)
+}
+
+var errPanic = errors.New("dtmhttp: panic in branch business")
+
+// lock takes the branch lock and returns its release function (a no-op without a Locker).
+func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func(), err error) {
+	lk := b.opts.Locker
+	if lk == nil {
+		return func() {}, nil
+	}
+	key := b.LockKey(br.Gid, br.BranchID, br.Op)
+	token := newToken()
+	cached, err := lk.Acquire(ctx, key, token, b.opts.LockTTL)
+	switch {
+	case err == nil && cached != nil:
+		// Something cached a result under our key; this package never does. No lock was taken: the
+		// barrier decides alone.
+		return func() {}, nil
+	case err == nil:
+	case errors.Is(err, idemkit.ErrLocked):
+		var inflight *idemkit.InFlightError
+		if !errors.As(err, &inflight) {
+			inflight = &idemkit.InFlightError{}
+		}
+		return nil, inflight
+	case ctx.Err() == nil && b.opts.FailOpen:
+		b.opts.Logger.WarnContext(ctx, "dtmhttp: lock unavailable, running on the barrier alone", "error", err)
+		return func() {}, nil
+	default:
+		return nil, fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err)
+	}
+	released := false
+	return func() {
+		if released {
+			return
+		}
+		released = true
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer cancel()
+		if err := lk.Release(rctx, key, token, nil, 0); err != nil && !errors.Is(err, idemkit.ErrLockNotHeld) {
+			b.opts.Logger.WarnContext(ctx, "dtmhttp: releasing branch lock", "key", key, "error", err)
+		}
+	}, nil
+}
+
+// readBody reads at most limit bytes of r's body.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, idemkit.Permanent(fmt.Errorf("%w: payload larger than %d bytes", ErrMalformedPayload, limit))
+	case err != nil:
+		return nil, fmt.Errorf("dtmhttp: reading payload: %w", err)
+	}
+	return body, nil
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

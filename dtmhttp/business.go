@@ -1,0 +1,118 @@
+package dtmhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/barrier"
+)
+
+// Request is one branch call as a [Business] sees it.
+type Request struct {
+	// HTTP is the incoming request; its body has been read into Payload.
+	HTTP *http.Request
+	// Branch is the branch read from the query string. It counts the barrier calls made with it
+	// (barrier_id 01, 02, ...), so use it for the barrier calls of this request only.
+	Branch *barrier.Branch
+	// Payload is the request body: the payload given to DTM for this branch.
+	Payload []byte
+}
+
+// Business runs one branch op behind a barrier and reports the barrier's decision (0 when it has
+// none). Its error decides the answer: nil → 200; idemkit.ErrInFlight → 425; permanent (see
+// [Options.IsPermanent]) → 409 for an op that may fail; anything else → 500. [Gorm] and [Redis]
+// build the usual ones; write one by hand to hold the local transaction yourself (with
+// barrier.Gorm.CallOutcome inside your own db.Transaction).
+type Business func(ctx context.Context, req *Request) (barrier.Outcome, error)
+
+type requestKey struct{}
+
+// RequestFromContext returns the branch call a Business runs for, from the context the handler
+// passes it (and [Gorm] and [Redis] pass on to the user's function).
+func RequestFromContext(ctx context.Context) (*Request, bool) {
+	r, ok := ctx.Value(requestKey{}).(*Request)
+	return r, ok
+}
+
+// ErrMalformedPayload: a branch payload could not be decoded or was larger than Options.MaxBody. It
+// comes wrapped in idemkit.Permanent: DTM sends the same payload on every retry.
+var ErrMalformedPayload = errors.New("dtmhttp: malformed branch payload")
+
+// Decode decodes a JSON payload into a T. An empty payload gives T's zero value; a []byte T gets the
+// payload itself. It returns idemkit.Permanent(ErrMalformedPayload ...) when the payload is not a
+// JSON encoding of a T (including trailing data).
+func Decode[T any](payload []byte) (T, error) {
+	var v T
+	if len(payload) == 0 {
+		return v, nil
+	}
+	if raw, ok := any(&v).(*[]byte); ok {
+		*raw = append([]byte(nil), payload...)
+		return v, nil
+	}
+	if err := json.Unmarshal(payload, &v); err != nil {
+		return v, idemkit.Permanent(fmt.Errorf("%w: %w", ErrMalformedPayload, err))
+	}
+	return v, nil
+}
+
+// GormFunc is a branch business on a gorm database: it makes its writes through tx, the local
+// transaction that also holds the barrier rows. ctx carries the [Request].
+type GormFunc[T any] func(ctx context.Context, tx *gorm.DB, payload T) error
+
+// Gorm returns a Business that opens a local transaction on bar's database, records the branch in the
+// barrier and, on the first delivery only, decodes the payload into a T and runs fn in the same
+// transaction; it commits when fn returns nil and rolls back (barrier rows included) when fn fails or
+// panics. A duplicate, hanging or null-compensation delivery commits only the barrier rows and
+// succeeds without decoding or running anything.
+//
+// Gorm panics when bar or fn is nil.
+func Gorm[T any](bar *barrier.Gorm, fn GormFunc[T]) Business {
+	if bar == nil || fn == nil {
+		panic("dtmhttp: Gorm: nil barrier or function")
+	}
+	return func(ctx context.Context, req *Request) (barrier.Outcome, error) {
+		return bar.TransactionOutcome(ctx, req.Branch, func(tx *gorm.DB) error {
+			p, err := Decode[T](req.Payload)
+			if err != nil {
+				return err
+			}
+			return fn(ctx, tx, p)
+		})
+	}
+}
+
+// RedisFunc builds the business change of a branch on Redis from its payload: the script, keys and
+// arguments the barrier runs atomically with its own keys. ctx carries the [Request].
+type RedisFunc[T any] func(ctx context.Context, payload T) (*barrier.RedisCall, error)
+
+// Redis returns a Business that decodes the payload into a T, has fn build the change, and runs it
+// behind the Redis barrier in one script: on the first delivery only, atomically with the barrier
+// keys. A business error reply starting with FAILURE is a permanent failure (409 for an op that may
+// fail). Unlike [Gorm] it decodes before the barrier decides, so a malformed payload fails even a
+// delivery the barrier would skip.
+//
+// Redis panics when bar or fn is nil.
+func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
+	if bar == nil || fn == nil {
+		panic("dtmhttp: Redis: nil barrier or function")
+	}
+	return func(ctx context.Context, req *Request) (barrier.Outcome, error) {
+		p, err := Decode[T](req.Payload)
+		if err != nil {
+			return 0, err
+		}
+		call, err := fn(ctx, p)
+		if err != nil {
+			return 0, err
+		}
+		res, err := bar.Call(ctx, req.Branch, call)
+		return res.Outcome, err
+	}
+}

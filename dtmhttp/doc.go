@@ -1,0 +1,75 @@
+// Package dtmhttp answers DTM's HTTP branch calls: the saga action and compensate, TCC try, confirm and
+// cancel (and XA/workflow commit and rollback) requests a DTM server or client sends to a service. It
+// is the one handler under the step handlers of packages saga and tcc.
+//
+// A handler built by [Branches.Handle]:
+//
+//  1. reads the branch from the query string (trans_type, gid, branch_id, op; [barrier.FromRequest]) and
+//     the payload from the body (at most [Options.MaxBody] bytes);
+//  2. takes a short lock on (gid, branch_id, op) with a fresh token per delivery when
+//     [Options.Locker] is set, so a concurrent redelivery of the same branch operation is answered
+//     425 at once instead of queueing on the barrier row in the database;
+//  3. runs the [Business] — typically [Gorm] or [Redis], which run the user's function behind the
+//     branch barrier in one local transaction (or one Lua script) — and
+//  4. answers with the status code and body DTM reads.
+//
+// # Answers
+//
+//	situation                                              status  body
+//	success, or the barrier skipped a repeated, hanging    200     {"dtm_result":"SUCCESS"}
+//	  or null-compensation delivery
+//	in flight: the lock is held by another delivery, or    425     {"dtm_result":"ONGOING","message":...}
+//	  the business returned idemkit.ErrInFlight                    + Retry-After
+//	permanent business failure (idemkit.Permanent) of a    409     {"dtm_result":"FAILURE","message":...}
+//	  saga/workflow/XA action or a TCC try
+//	malformed or oversized payload of such an op           409     as above
+//	permanent failure of any other op (see below)          500     {"message":...}
+//	infrastructure error (database, Redis, lock)           500     {"message":...}
+//	panic in the business                                  500     {"message":"..."}, then the panic goes on
+//	no or invalid branch in the query, or an op the        400     {"message":...}
+//	  handler does not serve
+//
+// DTM reads them so: 200 is success; 409 (or a body containing FAILURE) fails a saga action, which rolls
+// the saga back, or a TCC try, which makes the initiator abort; 425 (or a body containing ONGOING) means
+// "ask again later" at the transaction's retry interval; anything else is retried with exponential
+// backoff. Because DTM searches the body for those words, messages are written with FAILURE and ONGOING
+// in lower case.
+//
+// # Ops that must not fail
+//
+// A compensate, cancel, confirm, commit or rollback — and the action of a msg transaction — has no
+// failure path in DTM: whatever it answers except 200 (or 425), DTM retries it until it succeeds, for as
+// long as the transaction lives. Such a business must succeed eventually; a permanent error there is a
+// bug. When one returns an error marked permanent anyway, the handler answers 500 (not 409: there is no
+// rollback to trigger), logs it at error level on [Options.Logger] and reports it to [Options.Observe];
+// DTM keeps retrying with backoff until the business is fixed. A malformed payload of such an op is
+// handled the same way.
+//
+// # Malformed payloads
+//
+// DTM stores a branch's payload when the transaction is submitted (or the branch registered) and sends
+// the same bytes on every retry: a payload that cannot be decoded, or is larger than MaxBody, never gets
+// better. For an op that may fail, the handler therefore answers 409 (the saga rolls back, the TCC
+// aborts) rather than a 4xx DTM would retry forever. [Decode] wraps such errors as
+// idemkit.Permanent([ErrMalformedPayload]). An empty body (DTM sends GET without a body when the
+// payload is empty) decodes to T's zero value.
+//
+// # Panics
+//
+// A panic in the business rolls its local transaction back (the barrier rows go with it), releases
+// the lock, answers 500 with a Content-Length and "Connection: close" and flushes it, and then
+// continues, unrecovered, so the server's recoverer (or net/http's, which logs it and closes the
+// connection) sees the original panic and its stack. DTM gets a complete 500 either way and retries.
+// A recoverer that writes its own 500 afterwards (chi's middleware.Recoverer) changes nothing: the
+// answer has been sent.
+//
+// # Guarantees and limits
+//
+// The barrier makes each op take effect at most once and in order (no action after its compensation,
+// nothing to undo for a compensation whose action never ran); the lock is only an efficiency device and
+// correctness never depends on it: without a Locker, or when it fails open, a concurrent redelivery
+// waits on the barrier's unique row and then sees a duplicate. A lock left by a crashed process delays
+// redeliveries of that op by at most [Options.LockTTL] (they are answered 425 meanwhile). The business
+// runs on the request's context, so when DTM gives up on a slow call (its request timeout, 3 s by
+// default) the local transaction is cancelled and rolled back, and the next delivery runs it again.
+package dtmhttp

@@ -1,0 +1,133 @@
+package tcc_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dtm-labs/client/dtmcli"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// TestGlobalNormal: both tries reserve, DTM confirms both, the record is SUCCEEDED with the result,
+// and a duplicate of the finished key replays it without starting a transaction.
+func TestGlobalNormal(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	c := newCall()
+	out, err := k.global.Run(ctxb, k.runParams(c))
+	if err != nil || out.Status != txstatus.Succeed || out.GID == "" || out.Reason != nil {
+		t.Fatalf("Run = %+v, %v", out, err)
+	}
+	if tr := waitTrans(t, k.srv, out.GID); tr.Status != dtmcli.StatusSucceed {
+		t.Fatalf("TCC %s", tr.Status)
+	}
+	k.expectEvents(t, out.GID, "01 try:200:proceed", "02 try:200:proceed", "01 confirm:200:proceed", "02 confirm:200:proceed")
+	k.checkBalances(t, amount)
+	rec := k.record(t, c)
+	if rec.Status != idemkit.StatusSucceeded || rec.GID != out.GID || string(rec.Response) != `{"transfer":"done"}` {
+		t.Fatalf("record %s gid %q response %q", rec.Status, rec.GID, rec.Response)
+	}
+
+	p := k.runParams(c)
+	p.Tries = func(*dtmcli.Tcc) error { t.Error("a replay called the tries"); return nil }
+	dup, err := k.global.Run(ctxb, p)
+	if err != nil || !dup.Replayed || dup.GID != "" || string(dup.Result) != `{"transfer":"done"}` {
+		t.Fatalf("duplicate: %+v, %v", dup, err)
+	}
+	if k.tryCount() != 1 {
+		t.Fatalf("the try ran %d times", k.tryCount())
+	}
+}
+
+// TestGlobalTryFailsPermanently: the Redis try refuses (the account is frozen: a FAILURE reply, 409);
+// the initiator aborts, DTM cancels the tried branch and the refused one's cancel is empty; the record
+// is FAILED, so the client may retry with the same key.
+func TestGlobalTryFailsPermanently(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	if err := k.rdb.HSet(ctxb, k.inKey, "frozen", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newCall()
+	out, err := k.global.Run(ctxb, k.runParams(c))
+	if err != nil || out.Status != txstatus.Failed || out.GID == "" || out.Reason == nil {
+		t.Fatalf("Run = %+v, %v", out, err)
+	}
+	if tr := waitTrans(t, k.srv, out.GID); tr.Status != dtmcli.StatusFailed {
+		t.Fatalf("TCC %s", tr.Status)
+	}
+	k.expectEvents(t, out.GID, "01 try:200:proceed", "02 try:409:proceed", "01 cancel:200:proceed", "02 cancel:200:null-compensation")
+	k.checkBalances(t, 0)
+	rec := k.record(t, c)
+	if rec.Status != idemkit.StatusFailed || rec.GID != out.GID {
+		t.Fatalf("record %s gid %q", rec.Status, rec.GID)
+	}
+
+	// Unfrozen, the same key runs a new transaction.
+	if err := k.rdb.HSet(ctxb, k.inKey, "frozen", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := k.global.Run(ctxb, k.runParams(c))
+	if err != nil || again.Status != txstatus.Succeed || again.GID == out.GID {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	k.checkBalances(t, amount)
+}
+
+// TestGlobalDuplicateOfRunningIsInFlight: while a transaction's try is held, a duplicate with the same
+// key gets ErrInFlight and starts nothing; the first one then finishes normally.
+func TestGlobalDuplicateOfRunningIsInFlight(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	k.mu.Lock()
+	k.gate = func() {
+		once.Do(func() {
+			close(entered)
+			<-proceed
+		})
+	}
+	k.mu.Unlock()
+	c := newCall()
+	type ran struct {
+		out hooks.Outcome
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		out, err := k.global.Run(ctxb, k.runParams(c))
+		done <- ran{out, err}
+	}()
+	<-entered
+
+	p := k.runParams(c)
+	p.Tries = func(*dtmcli.Tcc) error { t.Error("a duplicate called the tries"); return nil }
+	dup, err := k.global.Run(ctxb, p)
+	if !errors.Is(err, idemkit.ErrInFlight) || dup.GID != "" {
+		t.Fatalf("duplicate of a running key: %+v, %v", dup, err)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusProcessing || rec.GID == "" {
+		t.Fatalf("record while running: %s gid %q", rec.Status, rec.GID)
+	}
+
+	close(proceed)
+	var first ran
+	select {
+	case first = <-done:
+	case <-time.After(settleTimeout + 5*time.Second):
+		t.Fatal("Run did not return")
+	}
+	if first.err != nil || first.out.Status != txstatus.Succeed {
+		t.Fatalf("first Run = %+v, %v", first.out, first.err)
+	}
+	k.checkBalances(t, amount)
+	if rec := k.record(t, c); rec.Status != idemkit.StatusSucceeded || rec.GID != first.out.GID {
+		t.Fatalf("record %s gid %q", rec.Status, rec.GID)
+	}
+}
