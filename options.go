@@ -113,7 +113,7 @@ func (o *Options) withDefaults() (Options, error) {
 		errs = append(errs, fmt.Errorf("MaxKeyLen must be positive, got %d", c.MaxKeyLen))
 	}
 	if c.Namespace != "" {
-		if err := validateKey(c.Namespace, MaxStoredLen); err != nil {
+		if err := ValidateKey(c.Namespace, MaxStoredLen); err != nil {
 			errs = append(errs, fmt.Errorf("Namespace: %w", err))
 		}
 	}

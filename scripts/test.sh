@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The whole check, as CI runs it: bring up the services, refuse unformatted or vetted-bad code, build
+# the DTM server if needed, run every test with the race detector against the real services, then run
+# the example end to end. Works on a fresh machine (it installs what is missing with apt-get).
+#
+#   ./scripts/test.sh            everything
+#   ./scripts/test.sh ./httpx/...  only these packages (still with the checks)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "services"
+./scripts/services.sh
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change these files:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "DTM server (built once, then cached)"
+go run ./internal/dtmserver/cmd/dtmbuild
+
+step "go test -race"
+export IDEMKIT_REQUIRE_SERVICES=1
+pkgs=("${@:-./...}")
+go test -race -count=1 -timeout 25m "${pkgs[@]}"
+
+if [ $# -eq 0 ]; then
+  step "example, end to end on embedded defaults"
+  go run ./examples/order-pay-inventory
+fi
+echo; echo "all checks passed"
