@@ -37,8 +37,9 @@ type RunParams struct {
 	Start func(ctx context.Context, gid string) error
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
-	// Wait bounds how long Run waits for the outcome after Start. 0 waits not at all: the record
-	// stays PROCESSING until the Reconciler settles it.
+	// Wait bounds how long Run waits for the outcome after Start, whether or not ctx is cancelled
+	// meanwhile. 0 waits not at all: the record stays PROCESSING until the Reconciler settles it.
+	// Keep the Guard's Lease above Wait: the Reconciler settles records whose lease ran out.
 	Wait time.Duration
 	// Result is stored on the record when the transaction succeeds and replayed to duplicates.
 	Result []byte
@@ -91,7 +92,10 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	}
 	out.Status = txstatus.Submitted
 	if p.Wait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, p.Wait)
+		// The wait survives the caller's cancellation (a client that disconnects from an HTTP
+		// handler): the transaction is running anyway, and its outcome is what the record and the
+		// stored response should say. Wait alone bounds it.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Wait)
 		st, err := p.Status.Wait(wctx, gid)
 		cancel()
 		if err != nil {

@@ -22,6 +22,9 @@ fi
 step "go vet"
 go vet ./...
 
+step "docker-compose.yml (validated with compose-go: no Docker engine needed)"
+(cd tools/composecheck && go run .)
+
 step "DTM server (built once, then cached)"
 go run ./internal/dtmserver/cmd/dtmbuild
 

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := Config{DataDir: "d"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Listen: DefaultServeListen, DataDir: "d", Wait: DefaultWait, ReconcileAfter: 15 * time.Second,
+		SweepInterval: DefaultSweepInterval, RetryInterval: DefaultRetryInterval, TimeoutToFail: DefaultTimeoutToFail,
+		RedisPrefix: DefaultRedisPrefix, StartupTimeout: DefaultStartupTimeout, LogLevel: "info",
+	}
+	if c != want {
+		t.Errorf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestConfigInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no data dir", Config{}, "data-dir"},
+		{"unknown database", Config{DB: "postgres://x"}, "want sqlite://"},
+		{"reconcile before wait", Config{DataDir: "d", Wait: 10 * time.Second, ReconcileAfter: 5 * time.Second}, "reconcile-after"},
+		{"sub-second retry", Config{DataDir: "d", RetryInterval: time.Millisecond}, "retry-interval"},
+		{"table prefix", Config{DataDir: "d", TablePrefix: "x;drop"}, "table-prefix"},
+		{"redis prefix", Config{DataDir: "d", RedisPrefix: "a{b}"}, "redis-prefix"},
+		{"public url", Config{DataDir: "d", PublicURL: "example:8080"}, "public-url"},
+		{"log level", Config{DataDir: "d", LogLevel: "loud"}, "log-level"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.cfg.withDefaults()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error about %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	for in, want := range map[string]string{
+		"mysql://root:secret@tcp(db:3306)/shop": "mysql://root:****@tcp(db:3306)/shop",
+		"mysql://root@tcp(db:3306)/shop":        "mysql://root@tcp(db:3306)/shop",
+		"sqlite:///tmp/x.db":                    "sqlite:///tmp/x.db",
+	} {
+		if got := redactDSN(in); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestFlagsOverrideEnvironment: a flag wins over its variable, which wins over the default.
+func TestFlagsOverrideEnvironment(t *testing.T) {
+	t.Setenv("IDEMKIT_DEMO_WAIT", "7s")
+	t.Setenv("IDEMKIT_DEMO_REDIS", "redis:6379")
+	t.Setenv("IDEMKIT_DEMO_DTM", "http://dtm:36789/api/dtmsvr")
+	var c Config
+	fs := c.flagSet("serve", false, nil)
+	if err := fs.Parse([]string{"-dtm", "http://other:36789/api/dtmsvr"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Wait != 7*time.Second || c.Redis != "redis:6379" || c.DTM != "http://other:36789/api/dtmsvr" ||
+		c.Listen != DefaultServeListen || c.DataDir != DefaultServeDataDir {
+		t.Errorf("got %+v", c)
+	}
+	var tc Config
+	var keep bool
+	if err := tc.flagSet("tour", true, &keep).Parse([]string{"-keep"}); err != nil {
+		t.Fatal(err)
+	}
+	if !keep || tc.Listen != DefaultTourListen || tc.DataDir != "" || tc.LogLevel != "warn" {
+		t.Errorf("tour defaults: keep %v, %+v", keep, tc)
+	}
+}
+
+func TestRunCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"help"}, 0, "IDEMKIT_DEMO_PUBLIC_URL"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+		{[]string{"serve", "-no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"tour", "extra"}, 2, "unexpected arguments"},
+		{[]string{"serve", "-wait", "-1s"}, 1, "wait must be positive"},
+	} {
+		var out bytes.Buffer
+		if code := run(tc.args, &out, &out); code != tc.code || !strings.Contains(out.String(), tc.out) {
+			t.Errorf("run(%q) = %d, want %d with %q in:\n%s", tc.args, code, tc.code, tc.out, out.String())
+		}
+	}
+}

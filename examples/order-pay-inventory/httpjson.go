@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+)
+
+// maxBody bounds the JSON bodies the public API reads.
+const maxBody = 64 << 10
+
+// idRE is what user ids and SKUs may look like.
+var idRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// writeJSON answers status with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"title":"cannot encode the response"}`)
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// problem is an RFC 9457 problem+json body (the httpx middleware answers with the same shape).
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// problemBase prefixes this example's problem types.
+const problemBase = "https://github.com/idemkit/idemkit/blob/main/examples/order-pay-inventory/README.md#"
+
+// writeProblem answers status with a problem+json body.
+func writeProblem(w http.ResponseWriter, status int, typ, detail string) {
+	b, _ := json.Marshal(problem{Type: problemBase + typ, Title: http.StatusText(status), Status: status, Detail: detail})
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// decodeJSON reads one JSON object from r's body into v, refusing unknown fields and trailing data.
+func decodeJSON(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return fmt.Errorf("reading the body: %w", err)
+	}
+	if len(body) > maxBody {
+		return fmt.Errorf("the body is larger than %d bytes", maxBody)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the body is not the expected JSON object: %w", err)
+	}
+	if dec.More() {
+		return errors.New("the body has data after the JSON object")
+	}
+	return nil
+}

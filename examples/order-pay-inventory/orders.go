@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/dtm-labs/client/dtmcli"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/httpx"
+	"github.com/idemkit/idemkit/saga"
+	"github.com/idemkit/idemkit/tcc"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// The order service. POST /api/orders (saga) and POST /api/orders/tcc sit behind the httpx middleware,
+// so a request runs once per Idempotency-Key and duplicates get the stored 201. The handler starts the
+// global transaction through the saga or TCC initiator, whose hooks.Lifecycle keeps a second record tied
+// to the transaction's gid and runs the hooks:
+//
+//	BeforeTransaction  insert the order PENDING with the gid
+//	Commit             UPDATE orders SET status = 'PAID'   WHERE gid = ? AND status = 'PENDING'
+//	Rollback           UPDATE orders SET status = 'FAILED' WHERE gid = ? AND status = 'PENDING'
+//
+// The handler waits up to Config.Wait for the outcome; when it is not known by then the order stays
+// PENDING and the Reconciler (run by the sweeper) settles it later by asking DTM, through the same hooks.
+
+// Order statuses.
+const (
+	statusPending = "PENDING"
+	statusPaid    = "PAID"
+	statusFailed  = "FAILED"
+)
+
+// Scopes of the records the initiators keep (the httpx middleware's scopes are the routes).
+const (
+	scopeSaga = "order-pay-inventory/saga"
+	scopeTCC  = "order-pay-inventory/tcc"
+)
+
+// orderRequest is the body of POST /api/orders and /api/orders/tcc.
+type orderRequest struct {
+	UserID string `json:"user_id"`
+	SKU    string `json:"sku"`
+	Qty    int64  `json:"qty"`
+	Amount int64  `json:"amount"` // cents
+}
+
+func (o *orderRequest) validate() error {
+	switch {
+	case !idRE.MatchString(o.UserID):
+		return errors.New(`user_id: 1 to 64 letters, digits, "_", "." or "-"`)
+	case !idRE.MatchString(o.SKU):
+		return errors.New(`sku: 1 to 64 letters, digits, "_", "." or "-"`)
+	case o.Qty < 1 || o.Qty > 1_000_000:
+		return errors.New("qty: 1 to 1000000")
+	case o.Amount < 1 || o.Amount > 1_000_000_000_00:
+		return errors.New("amount: 1 to 100000000000 cents")
+	}
+	return nil
+}
+
+// created is the 201 answer to an order request.
+type created struct {
+	OrderID string `json:"order_id"`
+	Status  string `json:"status"`
+	GID     string `json:"gid"`
+}
+
+// order is the JSON of GET /api/orders/{order_id}.
+type order struct {
+	OrderID   string    `json:"order_id"`
+	UserID    string    `json:"user_id"`
+	SKU       string    `json:"sku"`
+	Qty       int64     `json:"qty"`
+	Amount    int64     `json:"amount"`
+	Status    string    `json:"status"`
+	GID       string    `json:"gid"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// orders is the order service.
+type orders struct {
+	db        *database
+	table     string
+	publicURL string
+	cfg       *Config
+	sagas     *saga.Initiator
+	tccs      *tcc.Global
+	logger    *slog.Logger
+	now       func() time.Time
+}
+
+// draft is the order a request is about to create; the BeforeTransaction hook inserts it with the gid.
+type draft struct {
+	orderRequest
+	id       string
+	gid      string
+	inserted bool
+}
+
+type draftKey struct{}
+
+// lifecycle returns the hooks that make an order's status follow its global transaction.
+func (o *orders) lifecycle(guard *idemkit.Guard) *hooks.Lifecycle {
+	return &hooks.Lifecycle{
+		Guard:      guard,
+		Before:     hooks.BeforeTransactionFunc(o.insertOrder),
+		OnCommit:   hooks.CommitFunc(func(ctx context.Context, t *hooks.Txn, _ []byte) error { return o.settle(ctx, t.GID, statusPaid) }),
+		OnRollback: hooks.RollbackFunc(func(ctx context.Context, t *hooks.Txn, _ error) error { return o.settle(ctx, t.GID, statusFailed) }),
+	}
+}
+
+// insertOrder is the BeforeTransaction hook: the order exists, PENDING, before DTM hears of its gid.
+func (o *orders) insertOrder(ctx context.Context, t *hooks.Txn) error {
+	d, ok := ctx.Value(draftKey{}).(*draft)
+	if !ok {
+		return errors.New("no order to create in the context")
+	}
+	err := o.db.db.WithContext(ctx).Exec("INSERT INTO "+o.table+" (id, user_id, sku, qty, amount, status, gid, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+		d.id, d.UserID, d.SKU, d.Qty, d.Amount, statusPending, t.GID, o.now().UTC()).Error
+	if err != nil {
+		return fmt.Errorf("inserting order %s: %w", d.id, err)
+	}
+	d.gid, d.inserted = t.GID, true
+	return nil
+}
+
+// settle is the Commit and Rollback hook. It is idempotent (the initiator and the reconciler may both
+// run it) and never moves an order out of PAID or FAILED.
+func (o *orders) settle(ctx context.Context, gid, status string) error {
+	err := o.db.db.WithContext(ctx).Exec("UPDATE "+o.table+" SET status = ? WHERE gid = ? AND status = ?", status, gid, statusPending).Error
+	if err != nil {
+		return fmt.Errorf("marking the order of %s %s: %w", gid, status, err)
+	}
+	return nil
+}
+
+func (o *orders) get(ctx context.Context, id string) (order, error) {
+	v := order{OrderID: id}
+	row := o.db.db.WithContext(ctx).Raw("SELECT user_id, sku, qty, amount, status, gid, created_at FROM "+o.table+" WHERE id = ?", id).Row()
+	if err := row.Scan(&v.UserID, &v.SKU, &v.Qty, &v.Amount, &v.Status, &v.GID, &v.CreatedAt); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return v, errNotFound
+		}
+		return v, fmt.Errorf("reading order %s: %w", id, err)
+	}
+	v.CreatedAt = v.CreatedAt.UTC()
+	return v, nil
+}
+
+// handleGet answers GET /api/orders/{order_id}.
+func (o *orders) handleGet(w http.ResponseWriter, r *http.Request) {
+	v, err := o.get(r.Context(), chi.URLParam(r, "order_id"))
+	switch {
+	case errors.Is(err, errNotFound):
+		writeProblem(w, http.StatusNotFound, "not-found", "no such order")
+	case err != nil:
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// handleCreate answers POST /api/orders (tcc false: a saga) and POST /api/orders/tcc.
+func (o *orders) handleCreate(tccMode bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req orderRequest
+		if err := decodeJSON(r, &req); err != nil {
+			writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
+			return
+		}
+		if err := req.validate(); err != nil {
+			writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
+			return
+		}
+		// The middleware already checked the key; the initiator's record uses it too, so even a
+		// handler run again after a 5xx cannot start a second transaction for it.
+		key, err := httpx.Header(httpx.DefaultHeader)(r)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "bad-request", "Idempotency-Key: "+err.Error())
+			return
+		}
+		d := &draft{orderRequest: req, id: newOrderID()}
+		// The work goes on when the client goes away: its retry will get the stored answer.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), o.cfg.Wait+30*time.Second)
+		defer cancel()
+		ctx = context.WithValue(ctx, draftKey{}, d)
+		result, _ := json.Marshal(map[string]string{"order_id": d.id})
+
+		var out hooks.Outcome
+		if tccMode {
+			out, err = o.tccs.Run(ctx, tcc.RunParams{
+				Call:    idemkit.Call{Scope: scopeTCC, Key: key},
+				Options: o.tccOptions,
+				Tries:   func(t *dtmcli.Tcc) error { return o.tries(t, d) },
+				Result:  result,
+			})
+		} else {
+			out, err = o.sagas.Submit(ctx, saga.SubmitParams{
+				Call:   idemkit.Call{Scope: scopeSaga, Key: key},
+				Steps:  func(s *dtmcli.Saga) { o.steps(s, d) },
+				Result: result,
+			})
+		}
+		o.answer(ctx, w, d, out, err)
+	}
+}
+
+// answer writes the 201 for an order that exists (whatever Run reported: the order is created and its
+// status is the database's), or the error that kept it from being created.
+func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, out hooks.Outcome, err error) {
+	id := d.id
+	switch {
+	case out.Replayed:
+		// The initiator's record already finished for this key (this handler ran again after a 5xx):
+		// answer with the order it created.
+		var res struct {
+			OrderID string `json:"order_id"`
+		}
+		if jerr := json.Unmarshal(out.Result, &res); jerr != nil || res.OrderID == "" {
+			o.logger.ErrorContext(ctx, "unreadable initiator result", "result", string(out.Result), "error", jerr)
+			writeProblem(w, http.StatusInternalServerError, "internal", "the stored result of this key cannot be read")
+			return
+		}
+		id = res.OrderID
+	case d.inserted:
+		if err != nil {
+			// The order exists; its outcome is settled by the reconciler.
+			o.logger.WarnContext(ctx, "order created, outcome not recorded yet", "order_id", id, "gid", d.gid, "error", err)
+		}
+	case errors.Is(err, idemkit.ErrInFlight):
+		// The initiator's record is held by an earlier run of this key whose transaction is still
+		// running. 503, not 409: the middleware stores 4xx answers and would replay this one.
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "in-flight", "an order for this key is still being processed; retry later")
+		return
+	default:
+		o.logger.WarnContext(ctx, "order not created", "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order could not be created; retry with the same key")
+		return
+	}
+	v, gerr := o.get(ctx, id)
+	if gerr != nil {
+		// Created, but it cannot be read back now: answer with what is known.
+		o.logger.WarnContext(ctx, "reading the new order", "order_id", id, "error", gerr)
+		v = order{OrderID: id, Status: statusPending, GID: d.gid}
+	}
+	w.Header().Set("Location", "/api/orders/"+id)
+	writeJSON(w, http.StatusCreated, created{OrderID: id, Status: v.Status, GID: v.GID})
+}
+
+// steps builds the saga: inventory first, then payment; DTM compensates in reverse order.
+func (o *orders) steps(s *dtmcli.Saga, d *draft) {
+	u := o.publicURL
+	s.Add(u+pathInventoryDeduct, u+pathInventoryRestore, stockMove{OrderID: d.id, SKU: d.SKU, Qty: d.Qty})
+	s.Add(u+pathPaymentDebit, u+pathPaymentRefund, moneyMove{OrderID: d.id, UserID: d.UserID, Amount: d.Amount})
+	s.RetryInterval = seconds(o.cfg.RetryInterval)
+	s.RequestTimeout = requestTimeout
+}
+
+// tccOptions sets the TCC's options before it is prepared.
+func (o *orders) tccOptions(t *dtmcli.Tcc) {
+	t.RetryInterval = seconds(o.cfg.RetryInterval)
+	t.TimeoutToFail = seconds(o.cfg.TimeoutToFail)
+	t.RequestTimeout = requestTimeout
+}
+
+// tries calls the TCC's try branches; an error makes the initiator abort, and DTM cancels what was
+// tried.
+func (o *orders) tries(t *dtmcli.Tcc, d *draft) error {
+	u := o.publicURL
+	if _, err := t.CallBranch(stockMove{OrderID: d.id, SKU: d.SKU, Qty: d.Qty},
+		u+pathInventoryReserve, u+pathInventoryConfirm, u+pathInventoryCancel); err != nil {
+		return fmt.Errorf("inventory reserve: %w", err)
+	}
+	if _, err := t.CallBranch(moneyMove{OrderID: d.id, UserID: d.UserID, Amount: d.Amount},
+		u+pathPaymentFreeze, u+pathPaymentConfirm, u+pathPaymentCancel); err != nil {
+		return fmt.Errorf("payment freeze: %w", err)
+	}
+	return nil
+}
+
+// requestTimeout is the per-transaction timeout (seconds) of the calls to DTM and of DTM's calls to
+// the branches.
+const requestTimeout = 5
+
+// seconds rounds d up to whole seconds, as DTM counts them.
+func seconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+
+func newOrderID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "ord_" + hex.EncodeToString(b[:])
+}
+
+// newStatusClient returns the DTM query client shared by the initiators and the reconciler.
+func newStatusClient(server string) *txstatus.Client {
+	return &txstatus.Client{Server: server, HTTP: &http.Client{Timeout: 5 * time.Second}, PollInterval: 50 * time.Millisecond}
+}
