@@ -1,0 +1,116 @@
+//go:build unix
+
+package chaos
+
+import (
+	"context"
+	"io"
+	"log"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
+)
+
+// TestMain lets Run re-execute this test binary as a worker process.
+func TestMain(m *testing.M) {
+	RunWorkerIfRequested()
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0)) // MariaDB restarts on purpose
+	os.Exit(m.Run())
+}
+
+// requireServers skips (or, under IDEMKIT_REQUIRE_SERVICES=1, fails) when the binaries for the
+// private servers are missing.
+func requireServers(t *testing.T) {
+	t.Helper()
+	if err := MariaDBAvailable(); err != nil {
+		testsvc.Unavailable(t, "mariadbd and mariadb-install-db", err)
+	}
+	if err := RedisAvailable(); err != nil {
+		testsvc.Unavailable(t, "redis-server", err)
+	}
+}
+
+// runChaos runs the harness with cfg, bounded, logging progress to t.
+func runChaos(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	requireServers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cfg.Logf = t.Logf
+	rep, err := Run(ctx, &cfg)
+	if err != nil {
+		t.Fatalf("the harness could not run: %v", err)
+	}
+	return rep
+}
+
+// TestChaos is the CI configuration: three workers and six clients for 30s over the three paths,
+// with every fault injected (a worker SIGKILLed in an Execute-mode function, Redis restarted empty,
+// a worker frozen past its lease, MariaDB restarted, a worker SIGKILLed in a Tx-mode function,
+// Redis again). The checker must find nothing, every fault kind must have been injected, and the
+// stall must show the fence refusing the frozen attempt's business write.
+func TestChaos(t *testing.T) {
+	rep := runChaos(t, Config{Duration: 30 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second})
+	t.Log("\n" + rep.Summary(20))
+	if v := rep.Violations(); len(v) > 0 {
+		t.Fatalf("%d violations (see the summary above)", len(v))
+	}
+	for _, k := range AllFaults() {
+		if rep.FaultsByKind[k] == 0 {
+			t.Errorf("fault %s was never injected", k)
+		}
+	}
+	refused := 0
+	for _, f := range rep.Faults {
+		if f.Kind == FaultWorkerStall && f.StaleOutcome == string(bizStale) {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("no stall showed the fence refusing the frozen attempt's business write")
+	}
+	if rep.Check.Effects == 0 || rep.Duplicates == 0 {
+		t.Errorf("the run checked %d effects and sent %d duplicates; want both above zero", rep.Check.Effects, rep.Duplicates)
+	}
+}
+
+// TestChaosCatchesDroppedUniqueIndex runs the harness with the record table's unique index
+// replaced by a plain one: duplicates that reach the database both claim their key (every Tx-mode
+// duplicate does, since the cache is filled only by replays), and the checker must report the
+// duplicate effects.
+func TestChaosCatchesDroppedUniqueIndex(t *testing.T) {
+	rep := runChaos(t, Config{Duration: 6 * time.Second, Workers: 2, Clients: 4, Faults: []FaultKind{}, Sabotage: SabotageDropUniqueIndex})
+	t.Log("\n" + rep.Summary(5))
+	if n := countKind(rep, ViolationDuplicateEffect); n == 0 {
+		t.Fatalf("the checker found no duplicate effect with the unique index dropped (%d violations)", len(rep.Violations()))
+	}
+}
+
+// TestChaosCatchesIgnoredFence runs the harness with Stores that retry a fenced write on the
+// current version: when a frozen worker resumes, its finish overwrites the attempt that took its
+// key over, and the checker must report the lost write.
+func TestChaosCatchesIgnoredFence(t *testing.T) {
+	rep := runChaos(t, Config{Duration: 6 * time.Second, Workers: 2, Clients: 4, Faults: []FaultKind{FaultWorkerStall},
+		FaultInterval: 2 * time.Second, Sabotage: SabotageIgnoreFence})
+	t.Log("\n" + rep.Summary(5))
+	if rep.FaultsByKind[FaultWorkerStall] == 0 {
+		t.Fatal("no stall was injected")
+	}
+	if n := countKind(rep, ViolationLostWrite) + countKind(rep, ViolationInconsistentAnswer); n == 0 {
+		t.Fatalf("the checker found no lost write with the fence check ignored (%d violations)", len(rep.Violations()))
+	}
+}
+
+func countKind(rep *Report, kind string) int {
+	n := 0
+	for _, v := range rep.Violations() {
+		if v.Kind == kind {
+			n++
+		}
+	}
+	return n
+}

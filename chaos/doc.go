@@ -1,0 +1,56 @@
+// Package chaos is idemkit's chaos harness: it tests the promise "each operation takes effect at
+// most once, exactly once when answered with success, and nothing is lost" the way storage systems
+// are tested — several processes, injected faults, and an independent checker.
+//
+// [Run] starts, all on loopback:
+//
+//   - a private mariadbd (a fresh data directory from mariadb-install-db, its own port, socket and
+//     pid file) and a private redis-server without persistence, so the shared servers other tests
+//     use are never touched;
+//   - Config.Workers worker processes — this executable re-run in worker mode (call
+//     [RunWorkerIfRequested] first thing in main or TestMain) — each with its own idemkit.Guard,
+//     gorm pool, go-redis client and sweeper (package sweep, short interval), serving three paths:
+//     Execute mode (guard.Do), Tx mode (guard.DoTx with record.Store.WithTx, the business write and
+//     the record in one MariaDB transaction) and HTTP (the httpx middleware in front of a handler);
+//   - a load generator whose clients hammer a small window of shared keys with duplicates, some as
+//     concurrent bursts to different workers, and log every answer.
+//
+// The business moves money between accounts: each operation is one ledger row and two balance
+// updates in one transaction, so the balances' sum is conserved and the ledger's total must equal
+// the sum of the operations answered with success. Every 17th key is an overdraft: a permanent
+// failure, stored and replayed. A few functions fail with a retryable error. The ledger has no
+// unique key per operation on purpose: at most one row per key is idemkit's promise, not the
+// schema's.
+//
+// On the fenced paths (Execute mode and HTTP), where the business commits apart from the record,
+// the business write is conditioned on the claim's fence through a per-key fence register
+// (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence), read back under a row
+// lock): an attempt that was taken over finds a higher fence and writes nothing. The register also
+// remembers the ledger row, so an attempt that runs again after an earlier one committed but lost
+// its finish (a crash or a database restart between the two) adopts that row instead of applying
+// the transfer twice — the fence alone cannot tell "my predecessor is stale" from "my predecessor
+// finished its business but not its record". Tx mode needs neither: the record and the business
+// commit or roll back together.
+//
+// While the load runs, faults are injected one at a time, bounded in number and time
+// (see [FaultKind]): Redis SIGKILLed and restarted empty; MariaDB stopped (SIGTERM and SIGKILL
+// alternately) and restarted; a worker SIGKILLed inside a business function after its writes and
+// before its commit (the worker reports "inside" on stdout and waits for the kill); a worker frozen
+// with SIGSTOP inside a business function before its business write, for longer than its lock TTL
+// and lease, while another worker takes the key over and finishes it, then resumed with SIGCONT —
+// its business write is refused by the fence and its finish by the record's fence.
+//
+// After the load, the harness waits for the sweepers to leave no record PROCESSING, then drives
+// every key once more until it gets a result or a rejection, stops the workers, and runs [Check],
+// which reads the tables with plain SQL and verifies the invariants against the clients' answers.
+// The report ([Report.Summary]) gives the figures: requests, duplicates, faults by kind, effects
+// checked and violations.
+//
+// Every process is started in its own process group with a parent-death signal, tracked, and
+// killed when Run returns, on every path; workers also exit when their stdin, a pipe from the
+// harness, closes. The package needs a Unix system with mariadbd, mariadb-install-db (or mysqld,
+// mysql_install_db) and redis-server installed.
+//
+// Run it with the command github.com/idemkit/idemkit/cmd/idemchaos, in CI through this package's
+// tests (go test ./chaos/...), and as a soak with scripts/soak.sh.
+package chaos

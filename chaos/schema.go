@@ -1,0 +1,133 @@
+//go:build unix
+
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit/record"
+)
+
+// businessDDL creates the business tables. The ledger has no unique key on op_key on purpose: at
+// most one row per key is idemkit's promise (with the fence register's help on the fenced paths),
+// not the schema's, so the checker can see a broken promise.
+func (t Tables) businessDDL() []string {
+	return []string{
+		"CREATE TABLE " + t.Accounts + " (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL) ENGINE=InnoDB",
+		"CREATE TABLE " + t.Ledger + ` (
+			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+			op_key VARBINARY(128) NOT NULL,
+			path VARCHAR(8) NOT NULL,
+			fence BIGINT NOT NULL,
+			src INT NOT NULL,
+			dst INT NOT NULL,
+			amount BIGINT NOT NULL,
+			worker VARCHAR(32) NOT NULL,
+			created_at BIGINT NOT NULL,
+			KEY idx_op_key (op_key)
+		) ENGINE=InnoDB`,
+		"CREATE TABLE " + t.Gate + ` (
+			op_key VARBINARY(128) NOT NULL PRIMARY KEY,
+			fence BIGINT NOT NULL,
+			ledger_id BIGINT NOT NULL DEFAULT 0
+		) ENGINE=InnoDB`,
+	}
+}
+
+// setupSchema creates the database, the record table (through record.Store.CreateTable, as users
+// do), the business tables and the accounts, then applies a schema sabotage if asked.
+func setupSchema(ctx context.Context, serverDSN, dbDSN string, t Tables, c Config) error {
+	admin, err := sql.Open("mysql", serverDSN)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+Database); err != nil {
+		return fmt.Errorf("creating database: %w", err)
+	}
+
+	gdb, err := gorm.Open(mysql.Open(dbDSN), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	if sqlDB, err := gdb.DB(); err == nil {
+		defer sqlDB.Close()
+	}
+	store, err := record.New(gdb, &record.Options{Table: t.Records})
+	if err != nil {
+		return err
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		return err
+	}
+
+	db, err := sql.Open("mysql", dbDSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, stmt := range t.businessDDL() {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("creating business tables: %w", err)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + t.Accounts + " (id, balance) VALUES ")
+	args := make([]any, 0, 2*c.Accounts)
+	for i := 1; i <= c.Accounts; i++ {
+		if i > 1 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?)")
+		args = append(args, i, c.InitialBalance)
+	}
+	if _, err := db.ExecContext(ctx, b.String(), args...); err != nil {
+		return fmt.Errorf("seeding accounts: %w", err)
+	}
+	if c.Sabotage == SabotageDropUniqueIndex {
+		if err := dropUniqueIndex(ctx, db, t.Records); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropUniqueIndex replaces every unique index of the record table but the primary key with a plain
+// one on the same columns.
+func dropUniqueIndex(ctx context.Context, db *sql.DB, table string) error {
+	rows, err := db.QueryContext(ctx, `SELECT index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index)
+		FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = ? AND non_unique = 0 AND index_name <> 'PRIMARY'
+		GROUP BY index_name`, table)
+	if err != nil {
+		return err
+	}
+	type idx struct{ name, cols string }
+	var idxs []idx
+	for rows.Next() {
+		var i idx
+		if err := rows.Scan(&i.name, &i.cols); err != nil {
+			rows.Close()
+			return err
+		}
+		idxs = append(idxs, i)
+	}
+	rows.Close()
+	if len(idxs) == 0 {
+		return fmt.Errorf("sabotage: no unique index on %s", table)
+	}
+	for _, i := range idxs {
+		stmt := fmt.Sprintf("ALTER TABLE %s DROP INDEX %s, ADD INDEX %s_plain (%s)", table, i.name, i.name, i.cols)
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sabotage: %w", err)
+		}
+	}
+	return nil
+}
