@@ -3,8 +3,10 @@ package record
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // conn runs a Store's statements: through gorm (so its callbacks, logger and prepared-statement mode
@@ -35,15 +37,65 @@ func queryOne(ctx context.Context, c conn, query string, args []any, dest ...any
 	return rows.Close()
 }
 
-type gormConn struct{ db *gorm.DB }
+// gormConn runs statements through gorm's Raw and Row callback chains, as db.Exec and
+// db.Raw(...).Rows() do, so callbacks, the logger and PrepareStmt mode see every statement. When
+// direct is set (MySQL and SQLite, whose placeholder is gorm's '?'), it builds the statement itself
+// instead of calling Exec/Raw: those clone the session's Statement, then make another one, and copy
+// the SQL text into it byte by byte through clause.Expr.Build, re-appending every argument — about
+// twenty allocations per statement for texts that need no rewriting and arguments (strings, int64,
+// []byte, nil) that need no conversion. The Statement built here is the one gorm's getInstance makes
+// for a fresh session. PostgreSQL texts need gorm's $n rewriting and go through Exec/Raw.
+type gormConn struct {
+	db     *gorm.DB
+	direct bool
+}
+
+func newGormConn(db *gorm.DB) gormConn {
+	return gormConn{db: db, direct: db.Dialector.Name() != dialectPostgres}
+}
+
+// statement returns a fresh session of c.db carrying query and args, like db.Raw(query, args...).
+func (c gormConn) statement(ctx context.Context, query string, args []any) *gorm.DB {
+	db := c.db
+	tx := &gorm.DB{Config: db.Config, Error: db.Error}
+	tx.Statement = &gorm.Statement{
+		DB:        tx,
+		ConnPool:  db.Statement.ConnPool,
+		Context:   ctx,
+		Clauses:   map[string]clause.Clause{},
+		Vars:      args,
+		SkipHooks: db.Statement.SkipHooks,
+	}
+	if db.Config.PropagateUnscoped {
+		tx.Statement.Unscoped = db.Statement.Unscoped
+	}
+	tx.Statement.SQL.Grow(len(query))
+	tx.Statement.SQL.WriteString(query)
+	return tx
+}
 
 func (c gormConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	r := c.db.WithContext(ctx).Exec(query, args...)
-	return r.RowsAffected, r.Error
+	if !c.direct {
+		r := c.db.WithContext(ctx).Exec(query, args...)
+		return r.RowsAffected, r.Error
+	}
+	tx := c.statement(ctx, query, args)
+	tx = tx.Callback().Raw().Execute(tx)
+	return tx.RowsAffected, tx.Error
 }
 
 func (c gormConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return c.db.WithContext(ctx).Raw(query, args...).Rows()
+	if !c.direct {
+		return c.db.WithContext(ctx).Raw(query, args...).Rows()
+	}
+	tx := c.statement(ctx, query, args)
+	tx.Statement.Settings.Store("rows", true) // what db.Rows() sets: the row callback then returns *sql.Rows
+	tx = tx.Callback().Row().Execute(tx)
+	rows, ok := tx.Statement.Dest.(*sql.Rows)
+	if !ok && tx.Error == nil {
+		return nil, errors.New("record: gorm's row callback returned no rows")
+	}
+	return rows, tx.Error
 }
 
 type sqlTxConn struct{ tx *sql.Tx }

@@ -86,7 +86,7 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("record: unsupported gorm dialect %q (want mysql, postgres or sqlite)", name)
 	}
 	q := buildQueries(db.Dialector.Name(), schema, table)
-	return &Store{base: q, q: q, c: gormConn{db}}, nil
+	return &Store{base: q, q: q, c: newGormConn(db)}, nil
 }
 
 // clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
@@ -124,12 +124,14 @@ func (s *Store) Dialect() string { return s.q.dialect }
 // began is seen. The returned Store never commits or rolls back tx; its statements fail when tx is nil
 // or of another dialect.
 func (s *Store) WithTx(tx *gorm.DB) *Store {
-	b := &Store{base: s.base, q: s.base, c: gormConn{tx}, inTx: true}
+	b := &Store{base: s.base, q: s.base, inTx: true}
 	switch {
 	case tx == nil || tx.Config == nil || tx.Dialector == nil:
 		b.c = errConn{errors.New("record: WithTx: nil transaction")}
 	case tx.Dialector.Name() != s.q.dialect:
 		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
+	default:
+		b.c = newGormConn(tx)
 	}
 	return b
 }
