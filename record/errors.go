@@ -55,3 +55,22 @@ func isUniqueViolation(dialect string, err error) bool {
 	}
 	return false
 }
+
+// Deadlock codes: the database chose the statement as a deadlock victim and rolled it back.
+const (
+	mysqlDeadlock    = 1213    // ER_LOCK_DEADLOCK
+	postgresDeadlock = "40P01" // deadlock_detected
+)
+
+// isDeadlock reports whether err says the statement was rolled back as a deadlock victim.
+func isDeadlock(dialect string, err error) bool {
+	switch dialect {
+	case dialectMySQL:
+		var e *mysql.MySQLError
+		return errors.As(err, &e) && e.Number == mysqlDeadlock
+	case dialectPostgres:
+		var e interface{ SQLState() string }
+		return errors.As(err, &e) && e.SQLState() == postgresDeadlock
+	}
+	return false
+}

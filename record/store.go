@@ -158,7 +158,7 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
-	n, err := s.c.exec(ctx, s.q.insert, rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint,
+	n, err := s.exec(ctx, s.q.insert, rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint,
 		rec.GID, rec.BranchID, response(rec.Response), rec.Error,
 		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt))
 	if err != nil {
@@ -196,7 +196,7 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
-	n, err := s.c.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
+	n, err := s.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
 		rec.BranchID, response(rec.Response), rec.Error,
 		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
 		rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
@@ -234,7 +234,7 @@ func (s *Store) confirm(ctx context.Context, scope, key string, prev idemkit.Ver
 // Delete implements [idemkit.Store]: it removes the record for scope and key if its fence, owner and
 // status equal prev, and returns idemkit.ErrFenced otherwise, or the database's error.
 func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
-	n, err := s.c.exec(ctx, s.q.delete, scope, key, prev.Fence, prev.Owner, string(prev.Status))
+	n, err := s.exec(ctx, s.q.delete, scope, key, prev.Fence, prev.Owner, string(prev.Status))
 	if err != nil {
 		return s.q.interpretError("deleting from", err)
 	}
@@ -242,6 +242,23 @@ func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Vers
 		return idemkit.ErrFenced
 	}
 	return nil
+}
+
+// deadlockRetries is how many times a statement outside a caller's transaction is retried after the
+// database rolled it back as a deadlock victim.
+const deadlockRetries = 3
+
+// exec runs one write. Outside a caller's transaction each statement is its own transaction, so when
+// the database picks it as a deadlock victim (InnoDB does so between concurrent single-row writes on
+// one unique key) nothing of it happened and it is run again. Inside a caller's transaction the
+// deadlock rolled the whole transaction back: the error is returned for the caller to retry.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	for attempt := 0; ; attempt++ {
+		n, err := s.c.exec(ctx, query, args...)
+		if err == nil || s.inTx || attempt == deadlockRetries || !isDeadlock(s.q.dialect, err) || ctx.Err() != nil {
+			return n, err
+		}
+	}
 }
 
 // checkRecord rejects what a column would not hold as given.
