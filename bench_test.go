@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/memory"
@@ -68,4 +69,56 @@ func BenchmarkMarkNewKey(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// nopStore and nopLocker accept everything and keep nothing: benchmarks over them measure the
+// Guard's own work, without a backend's maps growing under the benchmark.
+type nopStore struct{}
+
+func (nopStore) Insert(context.Context, *idemkit.Record) error { return nil }
+func (nopStore) Get(context.Context, string, string) (*idemkit.Record, error) {
+	return nil, idemkit.ErrNotFound
+}
+func (nopStore) Update(context.Context, *idemkit.Record, idemkit.Version) error { return nil }
+func (nopStore) Delete(context.Context, string, string, idemkit.Version) error  { return nil }
+
+type nopLocker struct{ cached []byte }
+
+func (l nopLocker) Acquire(context.Context, string, string, time.Duration) ([]byte, error) {
+	return l.cached, nil
+}
+func (nopLocker) Refresh(context.Context, string, string, time.Duration) error         { return nil }
+func (nopLocker) Release(context.Context, string, string, []byte, time.Duration) error { return nil }
+
+// BenchmarkGuardOverhead is the Guard's in-process cost per call, backends excluded.
+func BenchmarkGuardOverhead(b *testing.B) {
+	call := idemkit.Call{Scope: "POST /orders", Key: "key-1", Fingerprint: "fp"}
+	b.Run("NewKey", func(b *testing.B) {
+		g, err := idemkit.New(nopStore{}, &idemkit.Options{Locker: nopLocker{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := g.Do(context.Background(), call, work); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ReplayCached", func(b *testing.B) {
+		// A real cached entry, produced by a Guard over memory backends.
+		locker := memory.NewLocker(nil)
+		g0, _ := idemkit.New(memory.NewStore(), &idemkit.Options{Locker: locker})
+		if _, err := g0.Do(context.Background(), call, work); err != nil {
+			b.Fatal(err)
+		}
+		g, _ := idemkit.New(memory.NewStore(), &idemkit.Options{Locker: locker})
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if res, err := g.Do(context.Background(), call, work); err != nil || !res.Replayed {
+				b.Fatal(res, err)
+			}
+		}
+	})
 }

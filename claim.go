@@ -78,7 +78,7 @@ func (cl *Claim) abort() {
 		cl.ev.Err = errors.New("idemkit: panic in guarded function")
 		ctx, cancel := cl.detached(cl.ctx)
 		defer cancel()
-		cl.releaseLock(ctx, nil)
+		cl.releaseLock(ctx, nil, 0)
 		cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 		return
 	}
@@ -131,6 +131,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 
 	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeExecuted, next.Fence, next.Status
 	var cached []byte
+	var ttl time.Duration
 	switch {
 	case werr == nil:
 		cl.rec = next
@@ -138,7 +139,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 			if cl.mode == ModeMark {
 				next.Response = nil
 			}
-			cached = g.encodeForCache(&next, now)
+			cached, ttl = g.cacheEntry(&next, now)
 		}
 	case errors.Is(werr, ErrFenced):
 		cl.ev.Fenced = true
@@ -146,7 +147,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	default:
 		werr = storeErr("finishing record", werr)
 	}
-	cl.releaseLock(dctx, cached)
+	cl.releaseLock(dctx, cached, ttl)
 
 	res := Result{Value: value, Fence: cl.rec.Fence}
 	if werr != nil {
@@ -168,7 +169,7 @@ func (cl *Claim) Detach(ctx context.Context) {
 	cl.done = true
 	dctx, cancel := cl.detached(ctx)
 	defer cancel()
-	cl.releaseLock(dctx, nil)
+	cl.releaseLock(dctx, nil, 0)
 	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeDetached, cl.rec.Fence, cl.rec.Status
 	cl.g.report(ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 }
@@ -200,7 +201,7 @@ func (cl *Claim) Extend(ctx context.Context) error {
 }
 
 // replay answers with a finished record (from the Store or the cache).
-func (cl *Claim) replay(r *Record, fingerprint string, now time.Time) (*Claim, Result, error) {
+func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {
 		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 	}
@@ -227,46 +228,47 @@ func (cl *Claim) finishEarly(o Outcome, err error) {
 	cl.done = true
 	if cl.locked {
 		var cached []byte
+		var ttl time.Duration
 		if cl.cacheable != nil {
-			cached = cl.g.encodeForCache(cl.cacheable, cl.g.opts.Now())
+			cached, ttl = cl.g.cacheEntry(cl.cacheable, cl.g.opts.Now())
 		}
 		ctx, cancel := cl.detached(cl.ctx)
 		defer cancel()
-		cl.releaseLock(ctx, cached)
+		cl.releaseLock(ctx, cached, ttl)
 	}
 	cl.ev.Outcome, cl.ev.Err = o, err
 	cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 }
 
-func (g *Guard) encodeForCache(r *Record, now time.Time) []byte {
-	if g.opts.Locker == nil || g.cacheTTL(r, now) <= 0 {
-		return nil
+// cacheEntry returns the cached form of a finished record and how long to cache it at now, or nil
+// when there is no cache or the record is about to expire.
+func (g *Guard) cacheEntry(r *Record, now time.Time) ([]byte, time.Duration) {
+	if g.opts.Locker == nil {
+		return nil, 0
 	}
-	return encodeCached(r)
+	ttl := g.cacheTTL(r, now)
+	if ttl <= 0 {
+		return nil, 0
+	}
+	return encodeCached(r), ttl
 }
 
-// detached returns a context that survives ctx's cancellation, bounded by Options.FinishTimeout.
+// detached returns a context for the writes after the function: one that survives ctx's
+// cancellation, bounded by Options.FinishTimeout. A ctx that can never be cancelled is used as is.
 func (cl *Claim) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), cl.g.opts.FinishTimeout)
 }
 
-// releaseLock unlocks and caches result, on ctx (from detached).
-func (cl *Claim) releaseLock(ctx context.Context, result []byte) {
+// releaseLock unlocks, and caches result for ttl when result is not nil, on ctx (from detached).
+func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Duration) {
 	if !cl.locked {
 		return
 	}
 	cl.locked = false
 	g := cl.g
-	var ttl time.Duration
-	if result != nil {
-		ttl = g.cacheTTL(&cl.rec, g.opts.Now())
-		if cl.cacheable != nil {
-			ttl = g.cacheTTL(cl.cacheable, g.opts.Now())
-		}
-		if ttl <= 0 {
-			result = nil
-		}
-	}
 	err := g.opts.Locker.Release(ctx, cl.id.lockKey, cl.token, result, ttl)
 	switch {
 	case err == nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -168,8 +169,11 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 }
 
 func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim, Result, error) {
-	cl := &Claim{g: g, st: st, mode: mode, rawKey: c.Key, start: g.opts.Now()}
+	cl := &Claim{g: g, st: st, mode: mode, rawKey: c.Key}
 	cl.ev = Event{Mode: mode, Scope: c.Scope}
+	if g.opts.Observer != nil || g.opts.Logger.Enabled(ctx, slog.LevelWarn) {
+		cl.start = g.opts.Now() // only events and logs need the duration; the clock is not free
+	}
 	if g.opts.Observer != nil {
 		ctx, cl.end = g.opts.Observer.Start(ctx, mode, c.Scope)
 	}
@@ -190,7 +194,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 			rec, derr := decodeCached(cached)
 			if derr == nil {
 				cl.ev.Cached = true
-				return cl.replay(&rec, c.Fingerprint, g.opts.Now())
+				return cl.replay(&rec, c.Fingerprint)
 			}
 			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
 		case errors.Is(err, ErrLocked):
@@ -233,7 +237,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		now = g.opts.Now()
 		switch judge(cur, c.Fingerprint, mode, now) {
 		case verdictReplay:
-			return cl.replay(cur, c.Fingerprint, now)
+			return cl.replay(cur, c.Fingerprint)
 		case verdictDuplicate:
 			cl.cacheable = cur
 			return cl.fail(OutcomeDuplicate, ErrDuplicate)

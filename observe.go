@@ -96,7 +96,9 @@ type Observer interface {
 
 // report ends a call: it fills the duration, logs and hands the event to the observer.
 func (g *Guard) report(ctx context.Context, ev *Event, key string, end func(*Event), start time.Time) {
-	ev.Duration = g.opts.Now().Sub(start)
+	if !start.IsZero() {
+		ev.Duration = g.opts.Now().Sub(start)
+	}
 	lvl := slog.LevelDebug
 	if ev.FailOpen || ev.Fenced || ev.Outcome == OutcomeUnavailable {
 		lvl = slog.LevelWarn

@@ -50,7 +50,9 @@ type Options struct {
 	// MaxHold caps how long the watchdog keeps a claim alive. Defaults to DefaultMaxHold (10m).
 	MaxHold time.Duration
 	// FinishTimeout bounds the writes after the function returns; they run on a context that
-	// survives the caller's cancellation. Defaults to DefaultFinishTimeout (5s).
+	// survives the caller's cancellation. (A context that can never be cancelled, such as
+	// context.Background(), is used as is, unbounded like every other call made with it.) Defaults to
+	// DefaultFinishTimeout (5s).
 	FinishTimeout time.Duration
 	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
 	// and a Redis. Defaults to "".
