@@ -343,3 +343,40 @@ func TestEventsCoverOutcomes(t *testing.T) {
 		t.Fatalf("%+v", b.obs.last(t))
 	}
 }
+
+// TestWatchdogKeepsClaim: with the watchdog on, a function running several leases keeps its claim:
+// duplicates stay in flight and its result is recorded, not fenced.
+func TestWatchdogKeepsClaim(t *testing.T) {
+	store := memory.NewStore()
+	g, err := idemkit.New(store, &idemkit.Options{Locker: memory.NewLocker(nil), Lease: 400 * time.Millisecond, Watchdog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+			<-release
+			return []byte("v"), ctx.Err()
+		})
+		done <- err
+	}()
+	// Probe until well past several leases; the watchdog must keep the claim each time.
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	probes := 0
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		if _, err := g.Do(ctxb, call, ok("dup")); !errors.Is(err, idemkit.ErrInFlight) {
+			t.Fatalf("probe %d: %v, want ErrInFlight", probes, err)
+		}
+		probes++
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("long function: %v", err)
+	}
+	if rec, _ := g.Get(ctxb, "s", "k"); rec.Status != idemkit.StatusSucceeded || string(rec.Response) != "v" {
+		t.Fatalf("record %+v", rec)
+	}
+}

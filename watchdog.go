@@ -19,7 +19,8 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 		period = min(period, g.opts.Lease)
 	}
 	period = max(period/3, time.Millisecond)
-	holdUntil := g.opts.Now().Add(period * 3) // the claim is safe until then without renewal
+	started := g.opts.Now()
+	holdUntil := started.Add(period * 3) // the claim is safe until then without renewal
 	stopc, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -34,7 +35,7 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 			case <-t.C:
 			}
 			now := g.opts.Now()
-			if now.Sub(cl.start) >= g.opts.MaxHold {
+			if now.Sub(started) >= g.opts.MaxHold {
 				if !now.Before(holdUntil) {
 					cancel(fmt.Errorf("%w: held longer than MaxHold (%s)", ErrLockLost, g.opts.MaxHold))
 					return

@@ -348,7 +348,7 @@ func TestRedisBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := testsvc.Name("acct-")
-	cleanPrefix(t, k.rdb, "{"+tag+"}")
+	testsvc.CleanRedis(t, k.rdb, "{"+tag+"}")
 	acct := "{" + tag + "}:balance"
 	if err := k.rdb.Set(ctxb, acct, initBalance, time.Hour).Err(); err != nil {
 		t.Fatal(err)

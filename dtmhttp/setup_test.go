@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
@@ -113,7 +112,7 @@ func setup(t *testing.T, cfg *gorm.Config, opts *dtmhttp.Options) *bundle {
 		t.Fatal(err)
 	}
 	prefix := testsvc.Name("idemkit_dtmhttp_") + ":"
-	cleanPrefix(t, k.rdb, prefix)
+	testsvc.CleanRedis(t, k.rdb, prefix)
 	k.locker = lock.New(k.rdb, &lock.Options{Prefix: prefix})
 
 	o := dtmhttp.Options{}
@@ -216,27 +215,4 @@ func expectOutcomes(t *testing.T, j *journal, want ...string) {
 	if got := j.outcomes(); !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
-}
-
-// cleanPrefix deletes every key starting with prefix when t ends.
-func cleanPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Logf("scanning %s*: %v", prefix, err)
-			return
-		}
-		for batch := range slices.Chunk(keys, 500) {
-			if err := rdb.Del(ctx, batch...).Err(); err != nil {
-				t.Logf("deleting %s*: %v", prefix, err)
-			}
-		}
-	})
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/memory"
 	"github.com/idemkit/idemkit/record"
-	"github.com/redis/go-redis/v9"
 )
 
 // backend makes the Store and Locker a test runs on.
@@ -50,7 +49,7 @@ var realBackend = backend{"redis+mariadb", func(t *testing.T) (idemkit.Store, id
 		t.Fatal(err)
 	}
 	prefix := testsvc.Name("httpx_") + ":"
-	t.Cleanup(func() { deleteRedisKeys(t, rdb, prefix) })
+	testsvc.CleanRedis(t, rdb, prefix)
 	return st, lock.New(rdb, &lock.Options{Prefix: prefix})
 }}
 
@@ -212,26 +211,6 @@ func problemType(rec *httptest.ResponseRecorder) string {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
-// deleteRedisKeys removes every key starting with prefix.
-func deleteRedisKeys(t *testing.T, rdb *redis.Client, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Logf("scanning %s*: %v", prefix, err)
-		return
-	}
-	if len(keys) > 0 {
-		if err := rdb.Del(ctx, keys...).Err(); err != nil {
-			t.Logf("deleting %s*: %v", prefix, err)
-		}
-	}
-}
 
 // logSink collects log messages.
 type logSink struct {

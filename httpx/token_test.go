@@ -41,7 +41,7 @@ func redisTokenBackend() tokenBackend {
 	return tokenBackend{"redis", func(t *testing.T) (TokenStore, func()) {
 		rdb := testsvc.Redis(t)
 		prefix := testsvc.Name("httpx_tok_") + ":"
-		t.Cleanup(func() { deleteRedisKeys(t, rdb, prefix) })
+		testsvc.CleanRedis(t, rdb, prefix)
 		return redistoken.New(rdb, &redistoken.Options{Prefix: prefix}), func() {
 			ctx := context.Background()
 			keys, err := rdb.Keys(ctx, prefix+"*").Result()

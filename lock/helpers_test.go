@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,31 +37,8 @@ func setup(t testing.TB) (*lock.Locker, *bundle) {
 	t.Helper()
 	rdb := testsvc.Redis(t)
 	b := &bundle{rdb: rdb, prefix: testsvc.Name("idemkit_test_") + ":"}
-	cleanPrefix(t, rdb, b.prefix)
+	testsvc.CleanRedis(t, rdb, b.prefix)
 	return lock.New(rdb, &lock.Options{Prefix: b.prefix}), b
-}
-
-// cleanPrefix deletes every key starting with prefix when t ends.
-func cleanPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Logf("scanning %s*: %v", prefix, err)
-			return
-		}
-		for batch := range slices.Chunk(keys, 500) {
-			if err := rdb.Del(ctx, batch...).Err(); err != nil {
-				t.Logf("deleting %s*: %v", prefix, err)
-			}
-		}
-	})
 }
 
 func token() string {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -45,61 +44,16 @@ const (
 )
 
 // shared is the package's DTM server, started on first use and stopped by TestMain.
-var shared struct {
-	once sync.Once
-	srv  *dtmserver.Server
-	err  error
-	logs logBuffer
-}
+var shared = dtmserver.Shared{Env: []string{"LOG_LEVEL=warn"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.srv != nil {
-		_ = shared.srv.Stop()
-	}
+	_ = shared.Stop()
 	os.Exit(code)
 }
 
-// server returns the shared DTM server, skipping t (failing it under IDEMKIT_REQUIRE_SERVICES=1) when
-// it cannot be built or started. The server's log is printed when t fails.
-func server(t *testing.T) *dtmserver.Server {
-	t.Helper()
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(ctxb, 15*time.Minute)
-		defer cancel()
-		shared.srv, shared.err = dtmserver.Start(ctx, &dtmserver.Options{Log: &shared.logs, Env: []string{"LOG_LEVEL=warn"}})
-	})
-	if shared.err != nil {
-		testsvc.Unavailable(t, "DTM server", shared.err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("DTM server log (tail):\n%s", shared.logs.tail(16<<10))
-		}
-	})
-	return shared.srv
-}
-
-type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if len(b.buf) > 1<<20 {
-		b.buf = append([]byte(nil), b.buf[len(b.buf)-1<<19:]...)
-	}
-	return len(p), nil
-}
-
-func (b *logBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf[max(0, len(b.buf)-n):])
-}
+// server returns the shared DTM server (see dtmserver.Shared.Get).
+func server(t *testing.T) *dtmserver.Server { return shared.Get(t) }
 
 // transfer is the payload of every step.
 type transfer struct {
@@ -163,7 +117,7 @@ func newBank(t *testing.T, cfg *gorm.Config) *bank {
 	}
 
 	prefix := testsvc.Name("idemkit_saga_") + ":"
-	cleanPrefix(t, k.rdb, prefix)
+	testsvc.CleanRedis(t, k.rdb, prefix)
 	k.locker = lock.New(k.rdb, &lock.Options{Prefix: prefix})
 	if k.guard, err = idemkit.New(k.store, &idemkit.Options{Locker: k.locker, Lease: 5 * time.Second}); err != nil {
 		t.Fatal(err)
@@ -359,27 +313,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func newCall() idemkit.Call {
 	return idemkit.Call{Scope: "POST /transfers", Key: testsvc.Name("key-")}
-}
-
-// cleanPrefix deletes every key starting with prefix when t ends.
-func cleanPrefix(t testing.TB, rdb redis.UniversalClient, prefix string) {
-	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			t.Logf("scanning %s*: %v", prefix, err)
-			return
-		}
-		for batch := range slices.Chunk(keys, 500) {
-			if err := rdb.Del(ctx, batch...).Err(); err != nil {
-				t.Logf("deleting %s*: %v", prefix, err)
-			}
-		}
-	})
 }

@@ -72,3 +72,47 @@ func (b *syncBuffer) tail(n int) string {
 	}
 	return string(b.buf)
 }
+
+// Shared is one DTM server for all the tests of a package: started by the first Get, stopped by Stop
+// (call it from TestMain after m.Run). The zero value is ready to use; Env adds environment variables
+// to the server's.
+type Shared struct {
+	Env []string
+
+	once sync.Once
+	srv  *Server
+	err  error
+	logs syncBuffer
+}
+
+// Get returns the shared server, starting it on first use. When it cannot be built or started, Get
+// fails t if IDEMKIT_REQUIRE_SERVICES=1 and skips it, saying why, otherwise. The server's log is
+// printed when t fails.
+func (s *Shared) Get(t testing.TB) *Server {
+	t.Helper()
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+		defer cancel()
+		s.srv, s.err = Start(ctx, &Options{Log: &s.logs, Env: s.Env})
+	})
+	if s.err != nil {
+		if os.Getenv("IDEMKIT_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("DTM server unavailable (IDEMKIT_REQUIRE_SERVICES=1): %v", s.err)
+		}
+		t.Skipf("DTM server unavailable, skipping: %v", s.err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("DTM server log (tail):\n%s", s.logs.tail(16<<10))
+		}
+	})
+	return s.srv
+}
+
+// Stop stops the server if Get started one.
+func (s *Shared) Stop() error {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Stop()
+}

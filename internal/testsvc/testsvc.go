@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,6 +175,29 @@ func DropTable(t testing.TB, db *gorm.DB, table string) {
 	t.Cleanup(func() {
 		if err := db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %s", table)).Error; err != nil {
 			t.Logf("dropping %s: %v", table, err)
+		}
+	})
+}
+
+// CleanRedis deletes every key starting with prefix when t ends.
+func CleanRedis(t testing.TB, rdb redis.UniversalClient, prefix string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Logf("scanning %s*: %v", prefix, err)
+			return
+		}
+		for batch := range slices.Chunk(keys, 500) {
+			if err := rdb.Del(ctx, batch...).Err(); err != nil {
+				t.Logf("deleting %s*: %v", prefix, err)
+			}
 		}
 	})
 }
