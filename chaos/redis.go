@@ -3,7 +3,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
 )
 
 // redisStartTimeout bounds how long a private redis-server may take to answer PING.
@@ -84,7 +85,7 @@ func (r *redisServer) startLocked(ctx context.Context) error {
 			err = fmt.Errorf("exited during start: %v", p.err)
 			break
 		}
-		if err = redisPing(r.addr); err == nil {
+		if err = testsvc.PingRedis(r.addr); err == nil {
 			return nil
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
@@ -123,24 +124,4 @@ func (r *redisServer) Stop() {
 		r.procs.forget(r.p)
 		r.p = nil
 	}
-}
-
-func redisPing(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
 }

@@ -160,7 +160,7 @@ func waitRedis(addr string, exited <-chan struct{}) error {
 			return errors.New("redis-server exited during start")
 		default:
 		}
-		if lastErr = ping(addr); lastErr == nil {
+		if lastErr = PingRedis(addr); lastErr == nil {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -168,7 +168,9 @@ func waitRedis(addr string, exited <-chan struct{}) error {
 	return fmt.Errorf("redis-server on %s did not answer PING within %s: %w", addr, redisStartTimeout, lastErr)
 }
 
-func ping(addr string) error {
+// PingRedis sends PING to the Redis server at addr over a fresh connection (1s timeouts) and checks
+// the answer: a probe that needs no client library.
+func PingRedis(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
