@@ -73,7 +73,7 @@ func (cl *Claim) abort() {
 	if cl.done {
 		return
 	}
-	if cl.mode == ModeTx {
+	if cl.mode.inTx() {
 		cl.done = true
 		cl.ev.Err = errors.New("idemkit: panic in guarded function")
 		ctx, cancel := cl.detached(cl.ctx)
@@ -102,7 +102,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	dctx, cancel := cl.detached(ctx)
 	defer cancel()
 	wctx := dctx
-	if cl.mode == ModeTx {
+	if cl.mode.inTx() {
 		wctx = ctx
 	}
 
@@ -121,9 +121,9 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 
 	var werr error
 	switch {
-	case cl.mode == ModeMark && err == nil:
+	case cl.mode.marks() && err == nil:
 		// The mark written by the claim already says SUCCEEDED.
-	case cl.mode == ModeMark && !permanent:
+	case cl.mode.marks() && !permanent:
 		werr = cl.st.Delete(wctx, cl.rec.Scope, cl.rec.Key, cl.rec.Version())
 	default:
 		werr = cl.st.Update(wctx, &next, cl.rec.Version())
@@ -135,8 +135,8 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	switch {
 	case werr == nil:
 		cl.rec = next
-		if cl.mode != ModeTx && next.Status.Terminal() {
-			if cl.mode == ModeMark {
+		if !cl.mode.inTx() && next.Status.Terminal() {
+			if cl.mode.marks() {
 				next.Response = nil
 			}
 			cached, ttl = g.cacheEntry(&next, now)
@@ -207,7 +207,7 @@ func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	}
 	cl.cacheable = r
 	cl.ev.Fence, cl.ev.Status = r.Fence, r.Status
-	if cl.mode == ModeMark {
+	if cl.mode.marks() {
 		return cl.fail(OutcomeDuplicate, ErrDuplicate)
 	}
 	var err error

@@ -22,6 +22,7 @@
 //     to it, so the business writes and the record commit or roll back together.
 //   - [Guard.Mark] (Mark mode): only mark the key done; duplicates are rejected with [ErrDuplicate],
 //     nothing is replayed.
+//   - [Guard.MarkTx]: Mark inside the caller's transaction — one INSERT beside the business writes.
 //
 // [Guard.Begin] is the primitive under them for work that does not fit one call, such as a global
 // transaction whose outcome arrives later.

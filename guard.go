@@ -115,6 +115,27 @@ func (g *Guard) Mark(ctx context.Context, c Call, fn func(ctx context.Context) e
 	return err
 }
 
+// MarkTx runs fn once for c inside the caller's transaction, marking the key done through tx (a Store
+// bound to that transaction, as for DoTx): one INSERT beside the business writes, the cheapest guard
+// there is. Duplicates get ErrDuplicate and nothing is replayed. Unlike Mark it is crash-safe: the mark
+// commits or rolls back with the business. Return fn's error from the transaction so it rolls back and
+// the key is free again; a permanent error (when the caller commits anyway) leaves the key REJECTED.
+// The cache is not filled (the transaction may still roll back).
+func (g *Guard) MarkTx(ctx context.Context, tx Store, c Call, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return ErrNilFunc
+	}
+	if tx == nil {
+		return errors.New("idemkit: nil transaction Store")
+	}
+	cl, _, err := g.begin(ctx, tx, ModeMarkTx, &c)
+	if cl == nil {
+		return err
+	}
+	_, err = cl.run(func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) })
+	return err
+}
+
 // Begin claims c for work the caller finishes later with [Claim.Finish] (or leaves to a reconciler
 // with [Claim.Detach]); it is the primitive under Do for work that does not fit one function call.
 // Exactly one of its results is meaningful: a *Claim to run the work under; a Result with Replayed set
@@ -154,7 +175,7 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	}
 	switch cur.Status {
 	case StatusSucceeded, StatusRejected:
-		if mode == ModeMark {
+		if mode.marks() {
 			return verdictDuplicate
 		}
 		return verdictReplay
@@ -215,7 +236,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		Fingerprint: c.Fingerprint, GID: c.GID, BranchID: c.BranchID,
 		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.TTL), CreatedAt: now, UpdatedAt: now,
 	}
-	if mode == ModeMark {
+	if mode.marks() {
 		rec.Status, rec.LeaseUntil = StatusSucceeded, now
 	}
 	for attempt := 0; ; attempt++ {
@@ -249,7 +270,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		// Take over: a fresh claim that keeps counting fences.
 		rec.Fence = cur.Fence + 1
 		rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt = now.Add(g.opts.Lease), now.Add(g.opts.TTL), now, now
-		if mode == ModeMark {
+		if mode.marks() {
 			rec.LeaseUntil = now
 		}
 		err = st.Update(ctx, rec, cur.Version())

@@ -9,12 +9,19 @@ import (
 // Mode is how a call is guarded.
 type Mode uint8
 
-// Modes. See [Guard.Do], [Guard.DoTx] and [Guard.Mark].
+// Modes. See [Guard.Do], [Guard.DoTx], [Guard.Mark] and [Guard.MarkTx].
 const (
 	ModeExecute Mode = iota
 	ModeTx
 	ModeMark
+	ModeMarkTx
 )
+
+// marks reports whether m only marks keys (no stored result).
+func (m Mode) marks() bool { return m == ModeMark || m == ModeMarkTx }
+
+// inTx reports whether m writes through the caller's transaction.
+func (m Mode) inTx() bool { return m == ModeTx || m == ModeMarkTx }
 
 func (m Mode) String() string {
 	switch m {
@@ -24,6 +31,8 @@ func (m Mode) String() string {
 		return "tx"
 	case ModeMark:
 		return "mark"
+	case ModeMarkTx:
+		return "mark_tx"
 	}
 	return "unknown"
 }

@@ -169,6 +169,13 @@ func TestRoundTripBudget(t *testing.T) {
 		check(t, "Mark, duplicate (cached)", d, nil, budget{redis: 1, stmts: 0})
 	})
 
+	t.Run("MarkTx", func(t *testing.T) {
+		d, err := measure(e, op(VMarkTx, 0))
+		check(t, "MarkTx, new key", d, err, budget{redis: -1, maxRedis: 2, stmts: 1 + 1, begins: 1})
+		d, err = measure(e, op(VMarkTxNoLock, 0))
+		check(t, "MarkTx without Locker, new key", d, err, budget{redis: 0, stmts: 1 + 1, begins: 1})
+	})
+
 	t.Run("HTTP", func(t *testing.T) {
 		must(t, vs[VHTTPGuarded].Setup(ctxb))
 		srv := e.HTTP()

@@ -53,6 +53,8 @@ const (
 	VTx            = "tx"
 	VExecute       = "execute"
 	VMark          = "mark"
+	VMarkTx        = "mark-tx"
+	VMarkTxNoLock  = "mark-tx-nolock"
 	VDTM           = "dtm-barrier"
 	VBarrier       = "idemkit-barrier"
 	VClassic       = "classic"
@@ -75,7 +77,7 @@ const (
 )
 
 // DefaultVariants are run when the command is not told otherwise, in this order within each round.
-var DefaultVariants = []string{VBare, VBareSQL, VTx, VTxNoLock, VTxLean, VExecute, VExecLean, VMark, VDTM, VBarrier, VClassic,
+var DefaultVariants = []string{VBare, VBareSQL, VTx, VTxNoLock, VTxLean, VExecute, VExecLean, VMark, VMarkTx, VMarkTxNoLock, VDTM, VBarrier, VClassic,
 	VReplay, VClassicReplay, VHTTPBare, VHTTPGuarded, VHTTPReplay}
 
 // replayKeys is how many finished keys a replay variant cycles through.
@@ -150,6 +152,16 @@ func Variants(e *Env) (map[string]*Variant, error) {
 			})
 		}
 	}
+	markTx := func(g *idemkit.Guard, scope string) Op {
+		return func(ctx context.Context, w *Worker) error {
+			key := w.Key()
+			return e.Gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				return g.MarkTx(ctx, e.Store.WithTx(tx), idemkit.Call{Scope: scope, Key: key}, func(context.Context) error {
+					return tx.Exec(e.InsertBiz, key, amount).Error
+				})
+			})
+		}
+	}
 	execute := func(g *idemkit.Guard, bizFn func(context.Context, string) error, scope string) Op {
 		return func(ctx context.Context, w *Worker) error {
 			key := w.Key()
@@ -207,6 +219,10 @@ func Variants(e *Env) (map[string]*Variant, error) {
 			Op: txMode(e.Gorm, gNoLock, e.Store, "bench/tx-nolock")},
 		{Name: VTxPS, Group: "write", What: "Tx mode, gorm PrepareStmt on",
 			Op: txMode(e.GormPS, gExecPS, e.StorePS, "bench/tx-ps")},
+		{Name: VMarkTx, Group: "write", What: "idemkit MarkTx: the mark is one INSERT inside the business transaction (no stored result); Redis Locker",
+			Op: markTx(gExec, "bench/mark-tx")},
+		{Name: VMarkTxNoLock, Group: "write", What: "MarkTx without a Locker: the nearest idemkit has to DTM's barrier",
+			Op: markTx(gNoLock, "bench/mark-tx-nolock")},
 		{Name: VExecute, Group: "write", What: "idemkit Execute mode: guard.Do around the business transaction",
 			Op: execute(gExec, biz, "bench/execute")},
 		{Name: VExecLean, Group: "write", What: "Execute mode on a record table without the sweeper's indexes (experiment)",

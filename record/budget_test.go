@@ -92,6 +92,20 @@ func statementBudget(t *testing.T, b backend, cfg *gorm.Config) {
 		t.Errorf("Tx mode: %d statements in the transaction, want 1 (business) + 2 (claim, finish)", inTx)
 	}
 
+	// MarkTx: the business's own insert plus exactly one.
+	must(t, f.db.Transaction(func(tx *gorm.DB) error {
+		inTx = delta(n, func() {
+			err := f.guard.MarkTx(ctxb, f.store.WithTx(tx), idemkit.Call{Scope: "budget", Key: "marktx"}, func(ctx context.Context) error {
+				return tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, ?)", "marktx", 1).Error
+			})
+			must(t, err)
+		})
+		return nil
+	}))
+	if inTx != 1+1 {
+		t.Errorf("MarkTx: %d statements in the transaction, want 1 (business) + 1 (mark)", inTx)
+	}
+
 	// A replay served by the Locker's cache touches no database.
 	cached, err := idemkit.New(f.store, &idemkit.Options{Locker: memory.NewLocker(nil)})
 	must(t, err)
