@@ -152,7 +152,7 @@ func (w *worker) fencedTransfer(ctx context.Context, path, key string, op Op, ou
 		*out = bizFlaky
 		return nil, errFlaky
 	}
-	if trapped = w.trapPoint(trapStall, path, key, fence); trapped {
+	if trapped = op.Amount <= w.cfg.StallMaxAmount && w.trapPoint(trapStall, path, key, fence); trapped {
 		// A process resumed after a freeze carries on with what it was doing; its request's deadline
 		// (or a watchdog's cancellation) must not be what stops the stale write: only the fence.
 		var cancel context.CancelFunc

@@ -86,6 +86,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 		DSN: dsn, Tables: tables, RedisAddr: rds.addr, LockPrefix: "chaos:",
 		Lease: c.Lease, LockTTL: c.LockTTL, SweepInterval: c.SweepInterval, Watchdog: c.Watchdog,
 		FlakyRate: c.FlakyRate, IgnoreFence: c.Sabotage == SabotageIgnoreFence,
+		StallMaxAmount: c.InitialBalance,
 	}, c.Workers, wdir, procs, events, logf)
 	defer pool.stopAll()
 	if err := pool.startAll(sctx); err != nil {

@@ -58,6 +58,9 @@ type workerConfig struct {
 	Watchdog      bool          `json:"watchdog"`
 	FlakyRate     float64       `json:"flaky_rate"`
 	IgnoreFence   bool          `json:"ignore_fence"`
+	// StallMaxAmount keeps the stall trap off overdrafts: a stalled attempt must be one whose write
+	// would apply, or the fence has nothing to refuse.
+	StallMaxAmount int64 `json:"stall_max_amount"`
 }
 
 // RunWorkerIfRequested runs a worker and exits the process when the process was started by [Run]
