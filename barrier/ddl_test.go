@@ -34,3 +34,31 @@ func TestDDLMatchesFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestDDLRenamed: for another table the default names are all renamed and columns are left alone.
+func TestDDLRenamed(t *testing.T) {
+	for _, name := range []string{"mysql", "postgres", "sqlite"} {
+		for _, table := range []string{"shop.branch_barrier", "branch_barrier"} {
+			d, err := newDialect(name, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := strings.Join(d.ddl, "\n")
+			if strings.Contains(all, "dtm_barrier") || strings.Count(all, "barrier_id") != 2 ||
+				name != "mysql" && !strings.Contains(all, "branch_barrier_create_time") ||
+				!strings.Contains(all, "branch_barrier"+q(name)+" (") {
+				t.Errorf("%s %s:\n%s", name, table, all)
+			}
+			if strings.Contains(table, ".") != strings.Contains(all, "shop") {
+				t.Errorf("%s %s: schema statement wrong:\n%s", name, table, all)
+			}
+		}
+	}
+}
+
+func q(dialect string) string {
+	if dialect == "mysql" {
+		return "`"
+	}
+	return `"`
+}

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	idemsql "github.com/idemkit/idemkit/sql"
 )
 
 // Default table names.
@@ -73,7 +75,6 @@ func buildDialect(name, table string) (d *dialect, err error) {
 	if err != nil {
 		return nil, err
 	}
-	base := parts[len(parts)-1]
 	const cols = "trans_type, gid, branch_id, op, barrier_id, reason"
 	switch name {
 	case "mysql":
@@ -85,24 +86,6 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			deleteOlder: "DELETE FROM " + t + " WHERE create_time < CONVERT_TZ(?, '+00:00', @@session.time_zone) ORDER BY create_time LIMIT ?",
 			beforeArg:   utcText,
 		}
-		if len(parts) == 2 {
-			d.ddl = append(d.ddl, "CREATE DATABASE IF NOT EXISTS `"+parts[0]+"` /*!40100 DEFAULT CHARACTER SET utf8mb4 */")
-		}
-		d.ddl = append(d.ddl, `CREATE TABLE IF NOT EXISTS `+t+` (
-  id bigint(22) PRIMARY KEY AUTO_INCREMENT,
-  trans_type varchar(45) default '',
-  gid varchar(128) default '',
-  branch_id varchar(128) default '',
-  op varchar(45) default '',
-  barrier_id varchar(45) default '',
-  reason varchar(45) default '' comment 'the branch type who insert this record',
-  create_time datetime DEFAULT now(),
-  update_time datetime DEFAULT now(),
-  key(create_time),
-  key(update_time),
-  UNIQUE key(gid, branch_id, op, barrier_id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4`)
-		return d, nil
 	case "postgres":
 		t := quoteParts(parts, `"`)
 		d = &dialect{
@@ -113,50 +96,75 @@ func buildDialect(name, table string) (d *dialect, err error) {
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },
 		}
-		if len(parts) == 2 {
-			d.ddl = append(d.ddl, `CREATE SCHEMA IF NOT EXISTS "`+parts[0]+`"`)
-		}
-		d.ddl = append(d.ddl, `CREATE TABLE IF NOT EXISTS `+t+` (
-  id bigserial PRIMARY KEY,
-  trans_type varchar(45) default '',
-  gid varchar(128) default '',
-  branch_id varchar(128) default '',
-  op varchar(45) default '',
-  barrier_id varchar(45) default '',
-  reason varchar(45) default '',
-  create_time timestamp(0) with time zone DEFAULT CURRENT_TIMESTAMP,
-  update_time timestamp(0) with time zone DEFAULT CURRENT_TIMESTAMP,
-  CONSTRAINT "uniq_`+base+`" UNIQUE (gid, branch_id, op, barrier_id)
-)`,
-			`CREATE INDEX IF NOT EXISTS "`+base+`_create_time" ON `+t+` (create_time)`)
-		return d, nil
 	case "sqlite":
 		t := quoteParts(parts, `"`)
-		idx := `"` + base + `_create_time"`
-		if len(parts) == 2 {
-			idx = `"` + parts[0] + `".` + idx
-		}
-		return &dialect{
+		d = &dialect{
 			insert: "INSERT INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
 			reason: "SELECT reason FROM " + t + " WHERE gid = ? AND branch_id = ? AND op = ? AND barrier_id = ?",
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < ? ORDER BY create_time LIMIT ?)",
 			beforeArg: func(t time.Time) any { return t.UTC().Format("2006-01-02 15:04:05") },
-			ddl: []string{`CREATE TABLE IF NOT EXISTS ` + t + ` (
-  id integer PRIMARY KEY AUTOINCREMENT,
-  trans_type varchar(45) default '',
-  gid varchar(128) default '',
-  branch_id varchar(128) default '',
-  op varchar(45) default '',
-  barrier_id varchar(45) default '',
-  reason varchar(45) default '',
-  create_time datetime DEFAULT CURRENT_TIMESTAMP,
-  update_time datetime DEFAULT CURRENT_TIMESTAMP,
-  UNIQUE (gid, branch_id, op, barrier_id)
-)`, `CREATE INDEX IF NOT EXISTS ` + idx + ` ON "` + base + `" (create_time)`},
-		}, nil
+		}
+	default:
+		return nil, fmt.Errorf("barrier: unsupported gorm dialect %q (want mysql, postgres or sqlite)", name)
 	}
-	return nil, fmt.Errorf("barrier: unsupported gorm dialect %q (want mysql, postgres or sqlite)", name)
+	if d.ddl, err = renderDDL(name, parts); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Names in the DDL files of package sql, which create the default tables.
+var (
+	ddlDefaultQualified = regexp.MustCompile(`\bdtm_barrier\.barrier\b`)
+	ddlDefaultSchema    = regexp.MustCompile(`\bdtm_barrier\b`)
+	ddlUnique           = regexp.MustCompile(`\buniq_barrier\b`)
+	ddlIndex            = regexp.MustCompile(`\bbarrier_create_time\b`)
+	ddlIndexedTable     = regexp.MustCompile(`\bON barrier\b`)
+	ddlBareTable        = regexp.MustCompile(`\bbarrier\b`)
+)
+
+// renderDDL returns the statements of the barrier DDL file of package sql for dialect name, renamed
+// for the table of parts: the file is the single source of the schema (DTM's, column for column).
+// The schema statement is dropped for an unqualified table; column names such as barrier_id are word
+// matches apart and never renamed.
+func renderDDL(name string, parts []string) ([]string, error) {
+	file, err := idemsql.File("barrier", name)
+	if err != nil {
+		return nil, fmt.Errorf("barrier: %w", err)
+	}
+	q := `"`
+	if name == "mysql" {
+		q = "`"
+	}
+	quote := func(s string) string { return q + s + q }
+	base := parts[len(parts)-1]
+	table := quoteParts(parts, q)
+	index := quote(base + "_create_time")
+	indexed := table // the table an index is ON: SQLite wants it unqualified, the index qualified
+	if name == "sqlite" && len(parts) == 2 {
+		index, indexed = quote(parts[0])+"."+index, quote(base)
+	}
+	names := strings.NewReplacer("\x00", table, "\x01", quote("uniq_"+base), "\x02", index, "\x03", indexed)
+	var out []string
+	for _, st := range idemsql.Statements(file) {
+		if strings.HasPrefix(st, "CREATE DATABASE") || strings.HasPrefix(st, "CREATE SCHEMA") {
+			if len(parts) < 2 {
+				continue
+			}
+			out = append(out, ddlDefaultSchema.ReplaceAllLiteralString(st, quote(parts[0])))
+			continue
+		}
+		// Mark every default name first, then put the new names in: a new name may contain "barrier".
+		for _, r := range []struct {
+			re   *regexp.Regexp
+			mark string
+		}{{ddlDefaultQualified, "\x00"}, {ddlUnique, "\x01"}, {ddlIndex, "\x02"}, {ddlIndexedTable, "ON \x03"}, {ddlBareTable, "\x00"}} {
+			st = r.re.ReplaceAllLiteralString(st, r.mark)
+		}
+		out = append(out, names.Replace(st))
+	}
+	return out, nil
 }
 
 // utcText formats t in UTC with microseconds, independent of the driver's location setting.

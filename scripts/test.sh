@@ -31,7 +31,7 @@ go run ./internal/dtmserver/cmd/dtmbuild
 step "go test -race"
 export IDEMKIT_REQUIRE_SERVICES=1
 pkgs=("${@:-./...}")
-go test -race -count=1 -timeout 25m "${pkgs[@]}"
+go test -race -count=1 -timeout 20m "${pkgs[@]}"
 
 if [ $# -eq 0 ]; then
   step "example, end to end on embedded defaults"

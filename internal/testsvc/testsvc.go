@@ -122,7 +122,7 @@ func MySQL(t testing.TB, cfg *gorm.Config) *gorm.DB {
 	if err != nil {
 		Unavailable(t, "MySQL at "+base, err)
 	}
-	return open(t, "MySQL", mysql.Open(base+Database+"?timeout=3s"), cfg)
+	return open(t, "MySQL", mysql.Open(base+Database+"?timeout=3s&lock_wait_timeout=120&innodb_lock_wait_timeout=60"), cfg)
 }
 
 // Postgres returns a gorm handle on the test database of the PostgreSQL server, closed when t ends.
