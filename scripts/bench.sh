@@ -20,6 +20,7 @@ echo "[bench] load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 case "${1:-full}" in
 full)
   "$bin" -heap -out docs/BENCHMARKS.md -json docs/bench.json -chart docs/bench.png -summary docs/bench-summary.md
+  (cd tools/benchchart && go run . -in ../../docs/bench.json -out ../../docs/bench.png)
   ;;
 quick)
   "$bin" -rounds 1 -duration 500ms -c 1,16

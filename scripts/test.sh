@@ -25,6 +25,9 @@ go vet ./...
 step "docker-compose.yml (validated with compose-go: no Docker engine needed)"
 (cd tools/composecheck && go run .)
 
+step "tool modules (go vet)"
+(cd tools/benchchart && go vet ./...)
+
 step "DTM server (built once, then cached)"
 go run ./internal/dtmserver/cmd/dtmbuild
 

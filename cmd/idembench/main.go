@@ -1,6 +1,7 @@
 // Command idembench measures idemkit against a bare transaction, DTM's barrier and the classic
 // "lock + dedupe table" flow, in one run on the same MariaDB and Redis, and writes the results as
-// Markdown, JSON and a PNG chart. See docs/BENCHMARKS.md and scripts/bench.sh.
+// Markdown and JSON; the chart the report links to is drawn from the JSON by tools/benchchart (its own module,
+// so the plotting library stays out of the library's go.mod). See docs/BENCHMARKS.md and scripts/bench.sh.
 //
 //	go run ./cmd/idembench                               # default run, summary on stdout
 //	go run ./cmd/idembench -out docs/BENCHMARKS.md -json docs/bench.json -chart docs/bench.png
@@ -24,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idemkit/bench"
+	"github.com/idemkit/idemkit/internal/bench"
 )
 
 func main() {
@@ -44,7 +45,7 @@ func run() error {
 		variants   = flag.String("variants", "default", `variants, comma-separated; "default", "all" or "none"`)
 		out        = flag.String("out", "", "Markdown report to write (text outside its idembench markers is kept)")
 		jsonOut    = flag.String("json", "", "JSON results to write")
-		chartOut   = flag.String("chart", "", "PNG chart to write")
+		chartOut   = flag.String("chart", "", "PNG chart the Markdown report links to (draw it with tools/benchchart)")
 		summaryOut = flag.String("summary", "", "README summary block to write")
 		report     = flag.String("report", "", "render -out/-chart/-summary from this JSON file instead of running")
 		heap       = flag.Bool("heap", false, "measure the heap of the guarded HTTP server after -heap-requests fresh-key and replayed requests")
@@ -214,11 +215,6 @@ func run() error {
 }
 
 func writeOutputs(res *bench.Results, out, _ string, chart, summary string) error {
-	if chart != "" && len(res.Samples) > 0 {
-		if err := bench.Chart(res, chart); err != nil {
-			return err
-		}
-	}
 	if out != "" {
 		rel := ""
 		if chart != "" {

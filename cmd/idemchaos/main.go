@@ -34,7 +34,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemkit/idemkit/chaos"
+	"github.com/idemkit/idemkit/internal/chaos"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"fmt"
@@ -11,10 +11,10 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// Chart draws one grouped bar chart: median req/s of every variant, one bar per concurrency level,
+// chart draws one grouped bar chart: median req/s of every variant, one bar per concurrency level,
 // on a logarithmic axis (bars start at 1 req/s), and saves it as a PNG at path.
-func Chart(res *Results, path string) error {
-	sums := Summarize(res.Samples)
+func chart(res *results, path string) error {
+	sums := summarize(res.Samples)
 	names := res.Config.Variants
 	concs := res.Config.Concurrency
 	p := plot.New()
