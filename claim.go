@@ -86,7 +86,7 @@ func (cl *Claim) abort() {
 }
 
 // Finish records the outcome of the claimed work and releases the lock: SUCCEEDED with value when err
-// is nil, REJECTED when Options.IsPermanent(err), FAILED otherwise. The write runs on a context that
+// is nil (with the claim's [Call.Result] when value is nil), REJECTED when Options.IsPermanent(err), FAILED otherwise. The write runs on a context that
 // survives ctx's cancellation, bounded by Options.FinishTimeout (in Tx mode, on ctx itself).
 //
 // It returns value and err as given, or ErrFenced when a newer attempt took the record over (the
@@ -110,14 +110,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	next := cl.rec
 	next.UpdatedAt = now
 	permanent := err != nil && g.opts.IsPermanent(err)
-	switch {
-	case err == nil:
-		next.Status, next.Response, next.Error = StatusSucceeded, value, ""
-	case permanent:
-		next.Status, next.Response, next.Error = StatusRejected, value, errorText(err)
-	default:
-		next.Status, next.Response, next.Error = StatusFailed, nil, errorText(err)
-	}
+	outcome(&next, value, err, permanent)
 
 	var werr error
 	switch {
@@ -150,6 +143,9 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	cl.releaseLock(dctx, cached, ttl)
 
 	res := Result{Value: value, Fence: cl.rec.Fence}
+	if err == nil {
+		res.Value = next.Response // value, or the result stored with the claim
+	}
 	if werr != nil {
 		res = Result{}
 		err = errors.Join(werr, err)
@@ -282,6 +278,22 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 	}
 }
 
+// outcome writes a finished attempt's status, result and error into next, the claim's record: a
+// success without a value of its own keeps the result stored with the claim ([Call.Result]).
+func outcome(next *Record, value []byte, err error, permanent bool) {
+	switch {
+	case err == nil:
+		if value != nil {
+			next.Response = value
+		}
+		next.Status, next.Error = StatusSucceeded, ""
+	case permanent:
+		next.Status, next.Response, next.Error = StatusRejected, value, errorText(err)
+	default:
+		next.Status, next.Response, next.Error = StatusFailed, nil, errorText(err)
+	}
+}
+
 // maxErrorText bounds the error message stored on a record.
 const maxErrorText = 1024
 
@@ -297,21 +309,15 @@ func errorText(err error) string {
 // known elsewhere — typically a reconciler asking a transaction manager about the record's GID. rec is
 // the record as read from the Store (or [Claim.Record]); the write is conditioned on its version, so
 // it fails with ErrFenced when the record was finished, taken over or recovered since. value and err
-// are classified as in [Claim.Finish]. The result cache is filled by the first replay, not here.
+// are classified as in [Claim.Finish]: a success with a nil value keeps the result stored with the
+// claim ([Call.Result]). The result cache is filled by the first replay, not here.
 func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error) error {
 	if rec == nil || rec.Status != StatusProcessing {
 		return fmt.Errorf("%w: only a PROCESSING record can be settled", ErrFenced)
 	}
 	next := *rec
 	next.UpdatedAt = g.opts.Now()
-	switch {
-	case err == nil:
-		next.Status, next.Response, next.Error = StatusSucceeded, value, ""
-	case g.opts.IsPermanent(err):
-		next.Status, next.Response, next.Error = StatusRejected, value, errorText(err)
-	default:
-		next.Status, next.Response, next.Error = StatusFailed, nil, errorText(err)
-	}
+	outcome(&next, value, err, err != nil && g.opts.IsPermanent(err))
 	if werr := g.store.Update(ctx, &next, rec.Version()); werr != nil {
 		if errors.Is(werr, ErrFenced) {
 			return werr

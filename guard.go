@@ -42,6 +42,12 @@ type Call struct {
 	// reconciler. Optional.
 	GID      string
 	BranchID string
+	// Result, when set, is stored with the claim and becomes the record's result when the claim is
+	// settled as a success without a value of its own ([Claim.Finish] or [Guard.Settle] with a nil
+	// value). It is for work whose answer is known before its outcome, such as the order id and gid of
+	// a global transaction: whoever settles the record — the process that started the work, or a
+	// reconciler after that process died — has what a replay needs. Ignored in Mark modes. Optional.
+	Result []byte
 }
 
 // Func is a guarded function. It returns the result bytes stored and replayed on success. Its
@@ -167,6 +173,14 @@ const (
 
 // judge applies the state table to an existing, non-claimed record.
 func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
+	if cur.Status == StatusProcessing && cur.GID != "" {
+		// Tied to a global transaction that nobody has settled yet: its outcome is the transaction's,
+		// so neither expiry nor a lapsed lease frees the key; a reconciler settles it.
+		if fingerprint != "" && cur.Fingerprint != "" && fingerprint != cur.Fingerprint {
+			return verdictMismatch
+		}
+		return verdictInFlight
+	}
 	if cur.Expired(now) {
 		return verdictTakeover
 	}
@@ -180,7 +194,7 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 		}
 		return verdictReplay
 	case StatusProcessing:
-		if cur.GID != "" || !cur.LeaseExpired(now) {
+		if !cur.LeaseExpired(now) {
 			return verdictInFlight
 		}
 		return verdictTakeover
@@ -233,11 +247,11 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 	rec := &cl.rec
 	*rec = Record{
 		Scope: id.scope, Key: id.key, Status: StatusProcessing, Fence: 1, Owner: cl.token,
-		Fingerprint: c.Fingerprint, GID: c.GID, BranchID: c.BranchID,
+		Fingerprint: c.Fingerprint, GID: c.GID, BranchID: c.BranchID, Response: c.Result,
 		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.TTL), CreatedAt: now, UpdatedAt: now,
 	}
 	if mode.marks() {
-		rec.Status, rec.LeaseUntil = StatusSucceeded, now
+		rec.Status, rec.LeaseUntil, rec.Response = StatusSucceeded, now, nil
 	}
 	for attempt := 0; ; attempt++ {
 		err := st.Insert(ctx, rec)

@@ -47,6 +47,10 @@ func TestJudge(t *testing.T) {
 		{"unknown state", rec(Status("WEIRD"), past), "", ModeExecute, verdictTakeover},
 		{"expired succeeded", rec(StatusSucceeded, past, expired), "other", ModeExecute, verdictTakeover},
 		{"expired processing", rec(StatusProcessing, live, expired), "", ModeExecute, verdictTakeover},
+		// A record tied to an unsettled global transaction outlives its expiry (issue 11, item 10a).
+		{"expired processing with gid", rec(StatusProcessing, past, gid, expired), "", ModeExecute, verdictInFlight},
+		{"expired processing with gid, other fingerprint", rec(StatusProcessing, past, gid, expired), "other", ModeExecute, verdictMismatch},
+		{"expired succeeded with gid", rec(StatusSucceeded, past, gid, expired), "", ModeExecute, verdictTakeover},
 		{"mark: succeeded", rec(StatusSucceeded, past), "", ModeMark, verdictDuplicate},
 		{"mark: rejected", rec(StatusRejected, past), "", ModeMark, verdictDuplicate},
 		{"mark: processing", rec(StatusProcessing, live), "", ModeMark, verdictInFlight},

@@ -45,3 +45,23 @@ type Locker interface {
 	// token (the result is still cached).
 	Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error
 }
+
+// PendingQuery selects the records a transaction reconciler settles (see [PendingLister]).
+type PendingQuery struct {
+	// Scopes are the stored scopes to list (namespace applied, as [Guard.Pending] passes them). A
+	// reconciler settles only the records of its own scopes, never another application's. Required:
+	// an empty list selects nothing.
+	Scopes []string
+	// Now is the time leases are compared with.
+	Now time.Time
+	// Limit bounds how many records are returned; below 1, none.
+	Limit int
+}
+
+// PendingLister is implemented by Stores that can list the records a transaction reconciler must
+// settle: PROCESSING records of q.Scopes that carry a GID and whose lease ran out by q.Now, oldest
+// lease first, whether or not their expiry passed (a record tied to an unsettled transaction never
+// expires). The record package's and the memory package's Stores implement it.
+type PendingLister interface {
+	Pending(ctx context.Context, q PendingQuery) ([]*Record, error)
+}

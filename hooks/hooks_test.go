@@ -152,7 +152,7 @@ func TestReconcilerSettlesDetached(t *testing.T) {
 	}
 	r := &hooks.Reconciler{
 		Lifecycle: b.lc,
-		Pending:   b.store.Pending,
+		Scopes:    []string{"create-order"},
 		Status: func(ctx context.Context, gid string) (txstatus.Status, error) {
 			return statuses[gid], nil
 		},
@@ -198,7 +198,7 @@ func TestReconcilerLosesRaceGracefully(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.clock.Advance(2 * time.Second)
-	pending, _ := b.store.Pending(ctxb, b.clock.Now(), 10)
+	pending, _ := b.lc.Guard.Pending(ctxb, b.clock.Now(), 10, "create-order")
 	// The initiator finishes after the reconciler listed the record but before it settles it.
 	if err := b.lc.Commit(ctxb, txn, []byte("v")); err != nil {
 		t.Fatal(err)
@@ -223,7 +223,7 @@ func TestRunAfterReconcilerSettledFirst(t *testing.T) {
 	}))
 	defer dtm.Close()
 	status := &txstatus.Client{Server: dtm.URL, PollInterval: time.Millisecond}
-	r := &hooks.Reconciler{Lifecycle: b.lc, Pending: b.store.Pending, Status: status.Status}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Status: status.Status}
 	out, err := b.lc.Run(ctxb, hooks.RunParams{
 		TransType: "saga",
 		Call:      call("k"),
@@ -279,7 +279,7 @@ func TestRunStartFailures(t *testing.T) {
 		t.Fatalf("retry of a lost start: %v, want ErrInFlight", err)
 	}
 	b.clock.Advance(2 * time.Second)
-	r := &hooks.Reconciler{Lifecycle: b.lc, Pending: b.store.Pending, Status: status.Status}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Status: status.Status}
 	if n, err := r.RunOnce(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
 		t.Fatalf("reconciler: %d, %v", n, err)
 	}

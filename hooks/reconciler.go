@@ -24,9 +24,16 @@ type StatusFunc func(ctx context.Context, gid string) (txstatus.Status, error)
 // heard of); prepared, submitted and aborting transactions are left for a later pass. Run it with
 // [Reconciler.Task] under a sweep.Sweeper, which bounds batches and keeps it to one instance at a time.
 type Reconciler struct {
+	// Lifecycle runs the hooks; its Guard keeps the records. Required.
 	Lifecycle *Lifecycle
-	Pending   Pending
-	Status    StatusFunc
+	// Scopes are the scopes of the calls this Lifecycle's transactions were started with
+	// ([idemkit.Call.Scope]): the reconciler lists and settles only those records of its Guard's
+	// namespace, never another application's or another Lifecycle's. Required unless Pending is set.
+	Scopes []string
+	// Pending lists the records to settle. Defaults to Lifecycle.Guard.Pending over Scopes.
+	Pending Pending
+	// Status asks the transaction manager. Required.
+	Status StatusFunc
 	// TransType is reported in the Txn passed to hooks. Defaults to "".
 	TransType string
 	// Logger receives one line per record it could not settle. Defaults to discarding.
@@ -40,10 +47,16 @@ func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Ru
 // transaction is still running are not counted; errors on single records are joined and returned after
 // the others were tried.
 func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
-	if r.Lifecycle == nil || r.Pending == nil || r.Status == nil {
-		return 0, errors.New("hooks: Reconciler needs Lifecycle, Pending and Status")
+	pending := r.Pending
+	if pending == nil && r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0 {
+		pending = func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+			return r.Lifecycle.Guard.Pending(ctx, now, limit, r.Scopes...)
+		}
 	}
-	recs, err := r.Pending(ctx, now, limit)
+	if r.Lifecycle == nil || pending == nil || r.Status == nil {
+		return 0, errors.New("hooks: Reconciler needs Lifecycle, Status and Scopes (with a Lifecycle.Guard) or Pending")
+	}
+	recs, err := pending(ctx, now, limit)
 	if err != nil {
 		return 0, fmt.Errorf("hooks: listing pending records: %w", err)
 	}

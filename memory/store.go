@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,7 +93,8 @@ func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Vers
 }
 
 // DeleteExpired deletes up to limit records whose ExpiresAt is not after now and returns how many it
-// deleted. It is the sweeper's hook.
+// deleted; a record tied to a global transaction nobody settled yet (PROCESSING with a GID) never
+// expires. It is the sweeper's hook.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -104,7 +106,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 		if n >= limit {
 			break
 		}
-		if r.Expired(now) {
+		if r.Expired(now) && !unsettled(r) {
 			delete(s.records, k)
 			n++
 		}
@@ -142,22 +144,27 @@ func (s *Store) Len() int {
 	return len(s.records)
 }
 
-// Pending returns up to limit PROCESSING records with a GID whose lease ran out before now: the
-// records a transaction reconciler must settle.
-func (s *Store) Pending(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+// Pending implements [idemkit.PendingLister]: up to q.Limit PROCESSING records of q.Scopes with a GID
+// whose lease ran out by q.Now, oldest lease first, expired or not: the records a transaction
+// reconciler must settle.
+func (s *Store) Pending(ctx context.Context, q idemkit.PendingQuery) ([]*idemkit.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if q.Limit < 1 || len(q.Scopes) == 0 {
+		return nil, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*idemkit.Record
 	for _, r := range s.records {
-		if len(out) >= limit {
-			break
-		}
-		if r.Status == idemkit.StatusProcessing && r.GID != "" && r.LeaseExpired(now) && !r.Expired(now) {
+		if r.Status == idemkit.StatusProcessing && r.GID != "" && r.LeaseExpired(q.Now) && slices.Contains(q.Scopes, r.Scope) {
 			out = append(out, clone(r))
 		}
 	}
-	return out, nil
+	slices.SortFunc(out, func(a, b *idemkit.Record) int { return a.LeaseUntil.Compare(b.LeaseUntil) })
+	return out[:min(len(out), q.Limit)], nil
 }
+
+// unsettled reports whether r is tied to a global transaction whose outcome is not recorded yet.
+func unsettled(r *idemkit.Record) bool { return r.Status == idemkit.StatusProcessing && r.GID != "" }

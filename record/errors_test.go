@@ -84,7 +84,10 @@ func TestBackendErrorsAreWrapped(t *testing.T) {
 		for name, f := range map[string]func() (int, error){
 			"DeleteExpired": func() (int, error) { return s.DeleteExpired(ctxb, time.Now(), 10) },
 			"RecoverStale":  func() (int, error) { return s.RecoverStale(ctxb, time.Now(), 10) },
-			"Pending":       func() (int, error) { r, err := s.Pending(ctxb, time.Now(), 10); return len(r), err },
+			"Pending": func() (int, error) {
+				r, err := s.Pending(ctxb, idemkit.PendingQuery{Scopes: []string{"s"}, Now: time.Now(), Limit: 10})
+				return len(r), err
+			},
 		} {
 			if _, err := f(); err == nil || !strings.Contains(err.Error(), table) {
 				t.Fatalf("%s on a missing table: %v", name, err)

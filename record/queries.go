@@ -60,11 +60,13 @@ const columns = "status, fence, owner, fingerprint, gid, branch_id, response, er
 const condVersion = "scope = ? AND idem_key = ? AND fence = ? AND owner = ? AND status = ?"
 
 // Conditions of the sweeper's statements; each takes now (Unix ms) as its arguments.
+// A record tied to a global transaction nobody settled yet (PROCESSING with a gid) never expires: the
+// reconciler lists it whatever its expiry, and the sweeper leaves it alone until it is settled.
 const (
-	condExpired = "expires_at <> 0 AND expires_at <= ?"
+	condExpired = "expires_at <> 0 AND expires_at <= ? AND (status <> 'PROCESSING' OR gid = '')"
 	condLive    = "(expires_at = 0 OR expires_at > ?)"
 	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND " + condLive
-	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ? AND " + condLive
+	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
 )
 
 // queries are a Store's SQL texts, built once by New. Placeholders are '?' (gorm rewrites them per
@@ -89,8 +91,8 @@ type queries struct {
 	delExpired string // followed by an id list
 	selStale   string
 	recoverPfx string // followed by an id list
-	pending    string
-	batch      int // ids per sweeper statement: maxBatch (tests lower it)
+	pendingPfx string // followed by a scope list, then pendingSfx
+	batch      int    // ids per sweeper statement: maxBatch (tests lower it)
 
 	native *queries // the texts for database/sql: q itself, or a copy with $n placeholders
 	rebind bool     // the texts are in $n form: rebind what is built per call too
@@ -131,21 +133,24 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.selStale = "SELECT id FROM " + t + " WHERE " + condStale + " ORDER BY lease_until LIMIT ?"
 	q.recoverPfx = "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? " +
 		"WHERE " + condStale + " AND id IN ("
-	q.pending = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " ORDER BY lease_until LIMIT ?"
+	q.pendingPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " AND scope IN ("
 
 	q.native = q
 	if dialect == dialectPostgres {
 		n := *q
 		for _, s := range []*string{&n.insert, &n.plainInsert, &n.get, &n.getLocked, &n.update, &n.confirm, &n.confirmLock, &n.delete,
-			&n.selExpired, &n.selStale, &n.pending} {
+			&n.selExpired, &n.selStale} {
 			*s = rebind(*s)
 		}
-		// delExpired and recoverPfx are completed per call, then rebound as a whole.
+		// delExpired, recoverPfx and pendingPfx are completed per call, then rebound as a whole.
 		n.native, n.rebind = &n, true
 		q.native = &n
 	}
 	return q
 }
+
+// pendingSfx completes a pending query after its scope list.
+const pendingSfx = " ORDER BY lease_until LIMIT ?"
 
 // inList returns prefix followed by n placeholders and a closing parenthesis.
 func inList(prefix string, n int) string {

@@ -77,7 +77,7 @@ func TestRebind(t *testing.T) {
 
 func TestQueriesPlaceholders(t *testing.T) {
 	q := buildQueries(dialectPostgres, "", "t")
-	for _, s := range []string{q.native.insert, q.native.get, q.native.getLocked, q.native.update, q.native.delete, q.native.pending} {
+	for _, s := range []string{q.native.insert, q.native.get, q.native.getLocked, q.native.update, q.native.delete} {
 		if strings.Contains(s, "?") || !strings.Contains(s, "$1") {
 			t.Errorf("native PostgreSQL text %q still has '?' placeholders", s)
 		}

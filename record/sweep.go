@@ -13,8 +13,9 @@ const RecoveredError = "idemkit: lease expired; recovered by sweeper"
 // maxBatch bounds the ids of one statement; larger limits run in several batches.
 const maxBatch = 500
 
-// DeleteExpired deletes up to limit records whose expiry is not after now (records without one never
-// expire) and returns how many it deleted. It selects ids (oldest expiry first), then deletes them
+// DeleteExpired deletes up to limit records whose expiry is not after now (records without one, and
+// records tied to a global transaction nobody settled yet — PROCESSING with a GID — never expire) and
+// returns how many it deleted. It selects ids (oldest expiry first), then deletes them
 // re-checking the expiry, in batches of at most 500: each statement is short and commits on its own. A
 // limit below 1 deletes nothing. It is a hook for a sweeper; safe for concurrent use, though one
 // sweeper at a time is enough.
@@ -91,15 +92,25 @@ func (s *Store) selectIDs(ctx context.Context, query string, args ...any) ([]int
 	return ids, rows.Err()
 }
 
-// Pending returns up to limit PROCESSING records with a GID whose lease ran out by now and that have
-// not expired, oldest lease first: claims tied to a distributed transaction whose outcome has not been
-// recorded, for a reconciler to settle by asking the transaction manager. A limit below 1 returns nil.
-func (s *Store) Pending(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
-	if limit < 1 {
+// Pending implements [idemkit.PendingLister]: up to q.Limit PROCESSING records of q.Scopes with a GID
+// whose lease ran out by q.Now, oldest lease first, whether or not their expiry passed: claims tied to
+// a distributed transaction whose outcome has not been recorded, for a reconciler to settle by asking
+// the transaction manager. No scopes or a limit below 1 return nil.
+func (s *Store) Pending(ctx context.Context, q idemkit.PendingQuery) ([]*idemkit.Record, error) {
+	if q.Limit < 1 || len(q.Scopes) == 0 {
 		return nil, nil
 	}
-	ms := millis(now)
-	rows, err := s.c.query(ctx, s.q.pending, ms, ms, limit)
+	args := make([]any, 0, len(q.Scopes)+2)
+	args = append(args, millis(q.Now))
+	for _, sc := range q.Scopes {
+		args = append(args, sc)
+	}
+	args = append(args, q.Limit)
+	query := inList(s.q.pendingPfx, len(q.Scopes)) + pendingSfx
+	if s.q.rebind {
+		query = rebind(query)
+	}
+	rows, err := s.c.query(ctx, query, args...)
 	if err != nil {
 		return nil, s.q.interpretError("listing pending records of", err)
 	}

@@ -61,6 +61,10 @@ func TestDeleteExpired(t *testing.T) {
 			f.put("live", func(r *idemkit.Record) { r.Status = idemkit.StatusSucceeded }),
 			f.put("soon", func(r *idemkit.Record) { r.ExpiresAt = f.now.Add(time.Millisecond) }),
 			f.put("never", func(r *idemkit.Record) { r.ExpiresAt = time.Time{} }),
+			// Tied to a global transaction nobody settled: never expires, whatever its expiry says.
+			f.put("unsettled", func(r *idemkit.Record) {
+				r.GID, r.LeaseUntil, r.ExpiresAt = "gid-x", f.now.Add(-time.Hour), f.now.Add(-time.Minute)
+			}),
 		}
 		n, err := f.s.DeleteExpired(ctxb, f.now, 0)
 		f.wantCount("DeleteExpired(limit 0)", n, err, 0)
@@ -132,27 +136,52 @@ func TestPending(t *testing.T) {
 		older := f.put("older", func(r *idemkit.Record) { r.GID, r.LeaseUntil = "gid-a", f.now.Add(-time.Hour) })
 		f.put("leased", func(r *idemkit.Record) { r.GID = "gid-c" })
 		f.put("nogid", func(r *idemkit.Record) { r.LeaseUntil = f.now.Add(-time.Hour) })
-		f.put("expired", func(r *idemkit.Record) { r.GID, r.LeaseUntil, r.ExpiresAt = "gid-d", f.now.Add(-time.Hour), f.now })
+		// Past its expiry but unsettled: still the reconciler's to settle (issue 11, item 10a).
+		expired := f.put("expired", func(r *idemkit.Record) {
+			r.GID, r.LeaseUntil, r.ExpiresAt = "gid-d", f.now.Add(-30*time.Minute), f.now
+		})
 		f.put("done", func(r *idemkit.Record) {
 			r.GID, r.Status, r.LeaseUntil = "gid-e", idemkit.StatusSucceeded, f.now.Add(-time.Hour)
 		})
+		other := &idemkit.Record{Scope: "other", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o",
+			GID: "gid-f", LeaseUntil: f.now.Add(-2 * time.Hour), ExpiresAt: f.now.Add(time.Hour)}
+		must(t, f.s.Insert(ctxb, other))
 
-		got, err := f.s.Pending(ctxb, f.now, 10)
+		got, err := f.pending(f.s, 10)
 		must(t, err)
-		if len(got) != 2 {
-			t.Fatalf("Pending returned %d records, want 2: %+v", len(got), got)
+		if len(got) != 3 {
+			t.Fatalf("Pending returned %d records, want 3: %+v", len(got), got)
 		}
 		idemtest.RequireSameRecord(t, older, got[0])
-		idemtest.RequireSameRecord(t, newer, got[1])
-		got, err = f.s.Pending(ctxb, f.now, 1)
+		idemtest.RequireSameRecord(t, expired, got[1])
+		idemtest.RequireSameRecord(t, newer, got[2])
+		got, err = f.pending(f.s, 1)
 		must(t, err)
 		if len(got) != 1 || got[0].Key != "older" {
 			t.Fatalf("Pending(limit 1) = %+v, want the oldest lease", got)
 		}
-		if got, err := f.s.Pending(ctxb, f.now, 0); err != nil || got != nil {
+		if got, err := f.pending(f.s, 0); err != nil || got != nil {
 			t.Fatalf("Pending(limit 0) = %v, %v", got, err)
 		}
+		// Another scope's records are another reconciler's (issue 11, item 10b).
+		got, err = f.s.Pending(ctxb, idemkit.PendingQuery{Scopes: []string{"other"}, Now: f.now, Limit: 10})
+		must(t, err)
+		if len(got) != 1 || got[0].Scope != "other" {
+			t.Fatalf("Pending(other) = %+v, want only the other scope's record", got)
+		}
+		got, err = f.s.Pending(ctxb, idemkit.PendingQuery{Scopes: []string{"sweep", "other"}, Now: f.now, Limit: 10})
+		must(t, err)
+		if len(got) != 4 || got[0].Scope != "other" {
+			t.Fatalf("Pending(both) = %+v, want 4 records, the other scope's first", got)
+		}
+		if got, err := f.s.Pending(ctxb, idemkit.PendingQuery{Now: f.now, Limit: 10}); err != nil || got != nil {
+			t.Fatalf("Pending(no scopes) = %v, %v; want nothing", got, err)
+		}
 	})
+}
+
+func (f *sweepFixture) pending(s *Store, limit int) ([]*idemkit.Record, error) {
+	return s.Pending(ctxb, idemkit.PendingQuery{Scopes: []string{"sweep"}, Now: f.now, Limit: limit})
 }
 
 // TestSweepInTransaction runs the hooks on transaction-bound Stores, gorm and database/sql (where the
@@ -171,7 +200,7 @@ func TestSweepInTransaction(t *testing.T) {
 			f.wantCount("gorm tx DeleteExpired", n, err, 2)
 			n, err = st.RecoverStale(ctxb, f.now, 2)
 			f.wantCount("gorm tx RecoverStale", n, err, 2)
-			p, err := st.Pending(ctxb, f.now, 10)
+			p, err := f.pending(st, 10)
 			f.wantCount("gorm tx Pending", len(p), err, 3)
 			return nil
 		}))
@@ -184,7 +213,7 @@ func TestSweepInTransaction(t *testing.T) {
 		f.wantCount("sql.Tx DeleteExpired", n, err, 1)
 		n, err = st.RecoverStale(ctxb, f.now, 10)
 		f.wantCount("sql.Tx RecoverStale", n, err, 1)
-		p, err := st.Pending(ctxb, f.now, 10)
+		p, err := f.pending(st, 10)
 		f.wantCount("sql.Tx Pending", len(p), err, 3)
 		must(t, tx.Commit())
 		n, err = f.s.DeleteExpired(ctxb, f.now, 10)

@@ -190,7 +190,7 @@ func TestReconcilerSettlesDetachedSagas(t *testing.T) {
 
 			rc := &hooks.Reconciler{
 				Lifecycle: k.lc,
-				Pending:   k.store.Pending,
+				Scopes:    []string{"POST /transfers"},
 				Status:    (&txstatus.Client{Server: k.srv.URL()}).Status,
 				TransType: "saga",
 			}

@@ -124,7 +124,7 @@ func Example_reconciler() {
 
 	rc := &hooks.Reconciler{
 		Lifecycle: lifecycle,
-		Pending:   store.Pending,
+		Scopes:    []string{"POST /transfers"},
 		Status:    (&txstatus.Client{Server: "http://dtm:36789/api/dtmsvr"}).Status,
 		TransType: "saga",
 	}
