@@ -23,7 +23,7 @@ type Claim struct {
 	ev     Event
 	end    func(*Event)
 	done   bool
-	// cacheable is a finished record read from the Store, cached when the lock is released.
+	// cacheable is a finished, committed record read from the Store, cached when the lock is released.
 	cacheable *Record
 }
 
@@ -201,10 +201,14 @@ func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {
 		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 	}
-	cl.cacheable = r
 	cl.ev.Fence, cl.ev.Status = r.Fence, r.Status
 	if cl.mode.marks() {
-		return cl.fail(OutcomeDuplicate, ErrDuplicate)
+		return cl.fail(OutcomeDuplicate, ErrDuplicate) // never cached: see begin
+	}
+	if !cl.mode.inTx() {
+		// Read through a transaction, the record may not be committed (a second call in the same
+		// transaction, which may still roll back): only a committed record may be cached.
+		cl.cacheable = r
 	}
 	var err error
 	if r.Status == StatusRejected {

@@ -274,7 +274,8 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		case verdictReplay:
 			return cl.replay(cur, c.Fingerprint)
 		case verdictDuplicate:
-			cl.cacheable = cur
+			// Not cached: a mark says SUCCEEDED from its claim on, while its function may still run
+			// and fail; only the attempt that finished it may cache it.
 			return cl.fail(OutcomeDuplicate, ErrDuplicate)
 		case verdictMismatch:
 			return cl.fail(OutcomeMismatch, ErrPayloadMismatch)

@@ -380,3 +380,33 @@ func TestWatchdogKeepsClaim(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 }
+
+// TestMarkInProgressNeverCached: a duplicate that finds a mark while its function still runs (the
+// lock was lost) is answered ErrDuplicate but does not cache the mark, so once the function fails
+// with a retryable error the retry runs (issue 11, item 2).
+func TestMarkInProgressNeverCached(t *testing.T) {
+	b := setup(t, func(o *idemkit.Options) { o.LockTTL = time.Second })
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- b.g.Mark(ctxb, call, func(context.Context) error {
+			close(started)
+			<-release
+			return errors.New("payment gateway timeout") // retryable: the mark is removed
+		})
+	}()
+	<-started
+	b.clock.Advance(2 * time.Second) // the first attempt's lock expires
+	if err := b.g.Mark(ctxb, call, func(context.Context) error { return nil }); !errors.Is(err, idemkit.ErrDuplicate) {
+		t.Fatalf("duplicate while the first runs: %v, want ErrDuplicate", err)
+	}
+	close(release)
+	if err := <-done; err == nil {
+		t.Fatal("the first attempt's error was lost")
+	}
+	ran := false
+	if err := b.g.Mark(ctxb, call, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("retry after a retryable failure: ran=%v err=%v (answered from a cached in-progress mark)", ran, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/memory"
 )
 
 // bizTable creates a business table (id, k, fence), dropped when t ends, and returns its name.
@@ -329,4 +330,45 @@ func TestTxModeSeesRecordCommittedAfterSnapshot(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTxReplayInsideTransactionNotCached: a second call with the same key inside the same transaction
+// replays the uncommitted record, but must not cache it: the transaction rolls back, and the key then
+// runs again instead of replaying a result that never committed (issue 11, item 3).
+func TestTxReplayInsideTransactionNotCached(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newTxFixture(t, b, nil)
+		locker := memory.NewLocker(nil)
+		g, err := idemkit.New(f.store, &idemkit.Options{Locker: locker})
+		must(t, err)
+		call := idemkit.Call{Scope: "tx", Key: "phantom"}
+		rollback := errors.New("the caller rolls back")
+		err = f.db.Transaction(func(tx *gorm.DB) error {
+			st := f.store.WithTx(tx)
+			for i := range 2 {
+				res, err := g.DoTx(ctxb, st, call, func(context.Context) ([]byte, error) { return []byte("first"), nil })
+				if err != nil || res.Replayed != (i == 1) {
+					t.Errorf("call %d in the transaction: %+v, %v", i, res, err)
+				}
+			}
+			if err := g.MarkTx(ctxb, st, idemkit.Call{Scope: "tx", Key: "phantom-mark"}, func(context.Context) error { return nil }); err != nil {
+				t.Errorf("MarkTx: %v", err)
+			}
+			if err := g.MarkTx(ctxb, st, idemkit.Call{Scope: "tx", Key: "phantom-mark"}, func(context.Context) error { return nil }); !errors.Is(err, idemkit.ErrDuplicate) {
+				t.Errorf("second MarkTx in the transaction: %v", err)
+			}
+			return rollback
+		})
+		if !errors.Is(err, rollback) {
+			t.Fatal(err)
+		}
+		res, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { return []byte("after rollback"), nil })
+		if err != nil || res.Replayed || string(res.Value) != "after rollback" {
+			t.Fatalf("after the rollback: %+v, %v; want a fresh run (a phantom replay was cached)", res, err)
+		}
+		ran := false
+		if err := g.Mark(ctxb, idemkit.Call{Scope: "tx", Key: "phantom-mark"}, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+			t.Fatalf("mark after the rollback: ran=%v, %v", ran, err)
+		}
+	})
 }
