@@ -1,10 +1,13 @@
 package idemkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Claim is an attempt's hold on a record, returned by [Guard.Begin]. Finish it exactly once with
@@ -86,11 +89,15 @@ func (cl *Claim) abort() {
 }
 
 // Finish records the outcome of the claimed work and releases the lock: SUCCEEDED with value when err
-// is nil (with the claim's [Call.Result] when value is nil), REJECTED when Options.IsPermanent(err), FAILED otherwise. The write runs on a context that
-// survives ctx's cancellation, bounded by Options.FinishTimeout (in Tx mode, on ctx itself).
+// is nil (with the claim's [Call.Result] when value is nil), REJECTED when Options.IsPermanent(err),
+// FAILED otherwise. The write runs on a context that survives ctx's cancellation, bounded by
+// Options.FinishTimeout (in Tx mode, on ctx itself).
 //
 // It returns value and err as given, or ErrFenced when a newer attempt took the record over (the
-// outcome was not stored), or ErrStoreUnavailable when the write failed, joined with err if any.
+// outcome was not stored), or ErrStoreUnavailable when the write failed, joined with err if any. When
+// the Store refuses the outcome's values (ErrUnstorable: a result too large for its column), the
+// record is finished REJECTED — FAILED for a retryable err — without a result and with an error saying
+// why, so the work is never run again, and Finish returns ErrUnstorable joined with err.
 func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, error) {
 	if cl.done {
 		return Result{}, errors.New("idemkit: claim already finished")
@@ -112,14 +119,14 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	permanent := err != nil && g.opts.IsPermanent(err)
 	outcome(&next, value, err, permanent)
 
-	var werr error
+	var werr, note error
 	switch {
 	case cl.mode.marks() && err == nil:
 		// The mark written by the claim already says SUCCEEDED.
 	case cl.mode.marks() && !permanent:
 		werr = cl.st.Delete(wctx, cl.rec.Scope, cl.rec.Key, cl.rec.Version())
 	default:
-		werr = cl.st.Update(wctx, &next, cl.rec.Version())
+		note, werr = writeOutcome(wctx, cl.st, &next, cl.rec.Version())
 	}
 
 	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeExecuted, next.Fence, next.Status
@@ -146,7 +153,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	if err == nil {
 		res.Value = next.Response // value, or the result stored with the claim
 	}
-	if werr != nil {
+	if werr = cmp.Or(werr, note); werr != nil {
 		res = Result{}
 		err = errors.Join(werr, err)
 	}
@@ -298,15 +305,46 @@ func outcome(next *Record, value []byte, err error, permanent bool) {
 	}
 }
 
-// maxErrorText bounds the error message stored on a record.
+// maxErrorText bounds the error message stored on a record, in bytes.
 const maxErrorText = 1024
 
+// errorText is err's message as a record stores it: valid UTF-8 without NUL bytes (which PostgreSQL
+// text refuses), cut on a rune boundary to at most maxErrorText bytes.
 func errorText(err error) string {
-	s := err.Error()
+	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
 	if len(s) > maxErrorText {
-		s = s[:maxErrorText]
+		cut := maxErrorText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
 	}
 	return s
+}
+
+// writeOutcome updates the record to next if it is still at prev. When the Store refuses next's values
+// (ErrUnstorable: a result too large for its column...), leaving the record PROCESSING would let it be
+// taken over and its work run a second time: it stores instead what the Store can hold — no result, a
+// short error saying why, REJECTED for a success or a permanent failure (the work ran and must not
+// run again), FAILED for a retryable failure — updates next to it, and returns a note saying so.
+func writeOutcome(ctx context.Context, st Store, next *Record, prev Version) (note, err error) {
+	err = st.Update(ctx, next, prev)
+	if !errors.Is(err, ErrUnstorable) {
+		return nil, err
+	}
+	refused := err
+	if next.Status != StatusFailed {
+		next.Status = StatusRejected
+	}
+	next.Response = nil
+	next.Error = errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", refused))
+	if err = st.Update(ctx, next, prev); err != nil {
+		return nil, errors.Join(refused, err)
+	}
+	return fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, next.Status, refused), nil
 }
 
 // Settle writes the outcome of a record left PROCESSING by a detached claim, once that outcome is
@@ -314,7 +352,9 @@ func errorText(err error) string {
 // the record as read from the Store (or [Claim.Record]); the write is conditioned on its version, so
 // it fails with ErrFenced when the record was finished, taken over or recovered since. value and err
 // are classified as in [Claim.Finish]: a success with a nil value keeps the result stored with the
-// claim ([Call.Result]). The result cache is filled by the first replay, not here.
+// claim ([Call.Result]). The result cache is filled by the first replay, not here. When the Store
+// refuses the outcome's values it stores a replacement as [Claim.Finish] does and returns an error
+// wrapping ErrUnstorable.
 func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error) error {
 	if rec == nil || rec.Status != StatusProcessing {
 		return fmt.Errorf("%w: only a PROCESSING record can be settled", ErrFenced)
@@ -322,11 +362,12 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	next := *rec
 	next.UpdatedAt = g.opts.Now()
 	outcome(&next, value, err, err != nil && g.opts.IsPermanent(err))
-	if werr := g.store.Update(ctx, &next, rec.Version()); werr != nil {
-		if errors.Is(werr, ErrFenced) {
-			return werr
-		}
-		return storeErr("settling record", werr)
+	note, werr := writeOutcome(ctx, g.store, &next, rec.Version())
+	switch {
+	case werr == nil:
+		return note
+	case errors.Is(werr, ErrFenced):
+		return werr
 	}
-	return nil
+	return storeErr("settling record", werr)
 }

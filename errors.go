@@ -42,6 +42,10 @@ var (
 	ErrLocked = errors.New("idemkit: key locked")
 	// ErrLockNotHeld: Locker.Refresh or Release found the lock gone or held by another token.
 	ErrLockNotHeld = errors.New("idemkit: lock not held")
+	// ErrUnstorable: a Store cannot hold a value of the record as given (a result larger than its
+	// column, text its database refuses). Stores wrap it; the Guard then stores a replacement outcome
+	// the Store can hold (see [Claim.Finish]) rather than leave the record to be run again.
+	ErrUnstorable = errors.New("idemkit: value cannot be stored")
 )
 
 // InFlightError reports a key held by another attempt. It matches [ErrInFlight] and [ErrLocked].

@@ -258,6 +258,10 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		if err == nil {
 			return cl, Result{}, nil
 		}
+		if errors.Is(err, ErrUnstorable) {
+			// The call's own values do not fit the Store (a fingerprint or gid too long): bad input.
+			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
+		}
 		if !errors.Is(err, ErrExists) {
 			return cl.fail(OutcomeUnavailable, storeErr("claiming record", err))
 		}

@@ -28,7 +28,49 @@ func (q *queries) interpretError(doing string, err error) error {
 	if isUniqueViolation(q.dialect, err) {
 		return idemkit.ErrExists
 	}
+	if isDataError(q.dialect, err) {
+		return fmt.Errorf("record: %s %s: %w: %w", doing, q.name, idemkit.ErrUnstorable, err)
+	}
 	return fmt.Errorf("record: %s %s: %w", doing, q.name, err)
+}
+
+// Data-error codes: the database refused a value itself (too long, not valid in its encoding).
+const (
+	mysqlDataTooLong       = 1406 // ER_DATA_TOO_LONG
+	mysqlIncorrectString   = 1366 // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD ("Incorrect string value")
+	mysqlInvalidCharString = 1300 // ER_INVALID_CHARACTER_STRING
+	mysqlPacketTooLarge    = 1153 // ER_NET_PACKET_TOO_LARGE
+	postgresDataException  = "22" // class 22: data_exception (string too long, bad encoding, NUL)
+	postgresLimitExceeded  = "54000"
+	sqliteTooBig           = 18 // SQLITE_TOOBIG
+)
+
+// isDataError reports whether err says the database refused one of the values it was given, as
+// opposed to being unavailable: writing the same values again would fail the same way.
+func isDataError(dialect string, err error) bool {
+	switch dialect {
+	case dialectMySQL:
+		if errors.Is(err, mysql.ErrPktTooLarge) {
+			return true
+		}
+		var e *mysql.MySQLError
+		if errors.As(err, &e) {
+			switch e.Number {
+			case mysqlDataTooLong, mysqlIncorrectString, mysqlInvalidCharString, mysqlPacketTooLarge:
+				return true
+			}
+		}
+	case dialectPostgres:
+		var e interface{ SQLState() string }
+		if errors.As(err, &e) {
+			st := e.SQLState()
+			return strings.HasPrefix(st, postgresDataException) || st == postgresLimitExceeded
+		}
+	case dialectSQLite:
+		var e interface{ Code() int }
+		return errors.As(err, &e) && e.Code() == sqliteTooBig
+	}
+	return false
 }
 
 // isUniqueViolation recognises a unique-key violation of dialect's drivers: go-sql-driver/mysql,

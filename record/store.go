@@ -271,13 +271,13 @@ func checkRecord(dialect string, rec *idemkit.Record) error {
 	case len(rec.Scope) > idemkit.MaxStoredLen || len(rec.Key) > idemkit.MaxStoredLen:
 		return fmt.Errorf("record: %w: scope or key longer than %d bytes", idemkit.ErrInvalidKey, idemkit.MaxStoredLen)
 	case len(rec.Status) > maxStatus:
-		return fmt.Errorf("record: status longer than %d bytes", maxStatus)
+		return fmt.Errorf("record: %w: status longer than %d bytes", idemkit.ErrUnstorable, maxStatus)
 	case len(rec.Owner) > maxOwner:
-		return fmt.Errorf("record: owner longer than %d bytes", maxOwner)
+		return fmt.Errorf("record: %w: owner longer than %d bytes", idemkit.ErrUnstorable, maxOwner)
 	case len(rec.Fingerprint) > maxText || len(rec.GID) > maxText || len(rec.BranchID) > maxText:
-		return fmt.Errorf("record: fingerprint, gid or branch id longer than %d bytes", maxText)
+		return fmt.Errorf("record: %w: fingerprint, gid or branch id longer than %d bytes", idemkit.ErrUnstorable, maxText)
 	case dialect == dialectMySQL && len(rec.Response) > maxMySQLResult:
-		return fmt.Errorf("record: response of %d bytes does not fit a MySQL MEDIUMBLOB (%d)", len(rec.Response), maxMySQLResult)
+		return fmt.Errorf("record: %w: response of %d bytes does not fit a MySQL MEDIUMBLOB (%d)", idemkit.ErrUnstorable, len(rec.Response), maxMySQLResult)
 	}
 	return nil
 }
