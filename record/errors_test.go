@@ -1,6 +1,7 @@
 package record
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -144,11 +145,48 @@ func TestMySQLClientFoundRowsRejected(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	plain := newTable(t, testsvc.MySQL(t, nil))
+
+	// A transaction of such a connection is refused the same way by WithTx, before anything runs
+	// (issue 11, item 5): DoTx would otherwise take a duplicate for a new key and run it again.
+	g, err := idemkit.New(plain, nil)
+	must(t, err)
+	ran := 0
+	_ = db.Transaction(func(tx *gorm.DB) error {
+		_, err := g.DoTx(ctxb, plain.WithTx(tx), idemkit.Call{Scope: "s", Key: "cfr"}, func(context.Context) ([]byte, error) {
+			ran++
+			return nil, nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "clientFoundRows") {
+			t.Errorf("DoTx through WithTx on a clientFoundRows connection: %v, want an error about clientFoundRows", err)
+		}
+		return err
+	})
+	if ran != 0 {
+		t.Fatal("the function ran on a connection whose duplicates cannot be detected")
+	}
 	rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
 	must(t, plain.Insert(ctxb, rec))
 	r := db.Exec(plain.q.insert, insertArgs(rec)...)
 	must(t, r.Error)
 	if r.RowsAffected != 1 {
 		t.Fatalf("duplicate under clientFoundRows affected %d rows; the reason for refusing it is gone", r.RowsAffected)
+	}
+}
+
+// TestNewRefusesFailedOpen: the *gorm.DB a failed gorm.Open returns beside its error is refused with a
+// clear error instead of a panic on first use (issue 11, item 17).
+func TestNewRefusesFailedOpen(t *testing.T) {
+	for name, d := range map[string]gorm.Dialector{
+		"MySQL, no such database": gormmysql.Open(testsvc.MySQLDSN() + "no_such_database_idemkit?timeout=3s"),
+		"MySQL, nothing listening": gormmysql.Open("root:@tcp(127.0.0.1:1)/x?timeout=1s"),
+	} {
+		db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
+		if err == nil {
+			t.Fatalf("%s: gorm.Open succeeded", name)
+		}
+		s, err := New(db, nil)
+		if err == nil || !strings.Contains(err.Error(), "gorm.Open failed") {
+			t.Fatalf("%s: New = %v, %v; want an error naming the failed gorm.Open", name, s, err)
+		}
 	}
 }

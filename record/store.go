@@ -56,11 +56,16 @@ type Store struct {
 // with the table of opts (nil for defaults). It builds every SQL text once and touches no database;
 // create the table with [Store.CreateTable] or the DDL of package github.com/idemkit/idemkit/sql.
 //
-// It returns an error when db is nil or in DryRun mode, its dialect is not supported, Options.Table is
-// invalid, or a MySQL DSN sets clientFoundRows=true (a duplicate insert would then look like a new one).
+// It returns an error when db is nil, not initialized (what a failed gorm.Open returns with its error)
+// or in DryRun mode, its dialect is not supported, Options.Table is invalid, or a MySQL DSN sets
+// clientFoundRows=true (a duplicate insert would then look like a new one).
 func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if db == nil || db.Config == nil || db.Dialector == nil {
 		return nil, errors.New("record: nil gorm.DB")
+	}
+	if db.Statement == nil || db.ConnPool == nil {
+		// What gorm.Open returns with its error when it could not open the database.
+		return nil, errors.New("record: the gorm.DB is not initialized: gorm.Open failed (check the error it returned)")
 	}
 	if db.DryRun {
 		return nil, errors.New("record: gorm.DB in DryRun mode runs no statements")
@@ -79,7 +84,7 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 		if clientFoundRows(db.Dialector) {
 			// A duplicate under ON DUPLICATE KEY UPDATE would then report one row, like an insert, and
 			// the plain INSERT alternative deadlocks under concurrent duplicates.
-			return nil, errors.New("record: the MySQL DSN sets clientFoundRows=true, which makes a duplicate insert look like a new one; open the Store's gorm.DB without it")
+			return nil, errors.New("record: " + errClientFoundRows)
 		}
 	case dialectPostgres, dialectSQLite:
 	default:
@@ -88,6 +93,9 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 	q := buildQueries(db.Dialector.Name(), schema, table)
 	return &Store{base: q, q: q, c: newGormConn(db)}, nil
 }
+
+// errClientFoundRows says why a MySQL connection with clientFoundRows is refused.
+const errClientFoundRows = "the MySQL DSN sets clientFoundRows=true, which makes a duplicate insert look like a new one; open the gorm.DB without it"
 
 // clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
 // duplicate left unchanged by ON DUPLICATE KEY UPDATE as one row, like an insert.
@@ -121,8 +129,8 @@ func (s *Store) Dialect() string { return s.q.dialect }
 // dialect (the tx argument of db.Transaction, or db.Begin()). Pass it to [idemkit.Guard.DoTx]: the
 // record then commits or rolls back with the business writes. Get locks the row it reads (SELECT ...
 // FOR UPDATE on MySQL and PostgreSQL) so that a record committed by another transaction after tx
-// began is seen. The returned Store never commits or rolls back tx; its statements fail when tx is nil
-// or of another dialect.
+// began is seen. The returned Store never commits or rolls back tx; its statements fail when tx is nil,
+// of another dialect, or on a MySQL DSN that sets clientFoundRows (see [New]).
 func (s *Store) WithTx(tx *gorm.DB) *Store {
 	b := &Store{base: s.base, q: s.base, inTx: true}
 	switch {
@@ -130,6 +138,8 @@ func (s *Store) WithTx(tx *gorm.DB) *Store {
 		b.c = errConn{errors.New("record: WithTx: nil transaction")}
 	case tx.Dialector.Name() != s.q.dialect:
 		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
+	case tx.Dialector.Name() == dialectMySQL && clientFoundRows(tx.Dialector):
+		b.c = errConn{errors.New("record: WithTx: " + errClientFoundRows)}
 	default:
 		b.c = newGormConn(tx)
 	}
