@@ -177,7 +177,7 @@ func TestMySQLClientFoundRowsRejected(t *testing.T) {
 // clear error instead of a panic on first use (issue 11, item 17).
 func TestNewRefusesFailedOpen(t *testing.T) {
 	for name, d := range map[string]gorm.Dialector{
-		"MySQL, no such database": gormmysql.Open(testsvc.MySQLDSN() + "no_such_database_idemkit?timeout=3s"),
+		"MySQL, no such database":  gormmysql.Open(testsvc.MySQLDSN() + "no_such_database_idemkit?timeout=3s"),
 		"MySQL, nothing listening": gormmysql.Open("root:@tcp(127.0.0.1:1)/x?timeout=1s"),
 	} {
 		db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
