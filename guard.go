@@ -286,8 +286,12 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		case verdictInFlight:
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)})
 		}
-		// Take over: a fresh claim that keeps counting fences.
+		// Take over: a fresh claim that keeps counting fences. Within the record's lifetime the
+		// payload it was first used with still binds the key, even when this call gives none.
 		rec.Fence = cur.Fence + 1
+		if rec.Fingerprint == "" && !cur.Expired(now) {
+			rec.Fingerprint = cur.Fingerprint
+		}
 		rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt = now.Add(g.opts.Lease), now.Add(g.opts.TTL), now, now
 		if mode.marks() {
 			rec.LeaseUntil = now

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -408,5 +409,58 @@ func TestMarkInProgressNeverCached(t *testing.T) {
 	ran := false
 	if err := b.g.Mark(ctxb, call, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("retry after a retryable failure: ran=%v err=%v (answered from a cached in-progress mark)", ran, err)
+	}
+}
+
+// TestTakeoverKeepsFingerprint: an attempt without a fingerprint that takes a failed record over keeps
+// the payload the key was first used with, so a later different payload is still a mismatch (issue
+// 11, item 9).
+func TestTakeoverKeepsFingerprint(t *testing.T) {
+	b := setup(t, nil)
+	call := idemkit.Call{Scope: "s", Key: "k", Fingerprint: "amount=10"}
+	if _, err := b.g.Do(ctxb, call, func(context.Context) ([]byte, error) { return nil, errors.New("timeout") }); err == nil {
+		t.Fatal("want the retryable error")
+	}
+	if _, err := b.g.Do(ctxb, idemkit.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) { return nil, errors.New("timeout") }); err == nil {
+		t.Fatal("want the retryable error")
+	}
+	call.Fingerprint = "amount=99"
+	if _, err := b.g.Do(ctxb, call, ok("paid 99")); !errors.Is(err, idemkit.ErrPayloadMismatch) {
+		t.Fatalf("another payload after a takeover without fingerprint: %v, want ErrPayloadMismatch", err)
+	}
+	call.Fingerprint = "amount=10"
+	if res, err := b.g.Do(ctxb, call, ok("paid 10")); err != nil || string(res.Value) != "paid 10" {
+		t.Fatalf("the original payload: %+v, %v", res, err)
+	}
+}
+
+// TestWatchdogRenewsLockAndLease: with a lock TTL far shorter than the run (and than MaxHold), the
+// watchdog keeps the lock itself, not only the record's lease: another token can never take the lock
+// while the function runs (issue 11, item 8).
+func TestWatchdogRenewsLockAndLease(t *testing.T) {
+	locker := memory.NewLocker(nil)
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{
+		Locker: locker, Watchdog: true, LockTTL: 150 * time.Millisecond, Lease: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	lockKey := "1:s:k" // the Guard's lock key for scope "s", key "k"
+	_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+		for i := range 12 { // 1.2s: eight lock TTLs, four leases
+			time.Sleep(100 * time.Millisecond)
+			if _, err := locker.Acquire(ctxb, lockKey, "intruder", time.Second); !errors.Is(err, idemkit.ErrLocked) {
+				return nil, fmt.Errorf("probe %d: another token got the lock (%v) while the function runs", i, err)
+			}
+			rec, err := g.Get(ctxb, "s", "k")
+			if err != nil || rec.LeaseExpired(time.Now()) {
+				return nil, fmt.Errorf("probe %d: the lease lapsed while the function runs: %+v %v", i, rec, err)
+			}
+		}
+		return []byte("v"), ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -49,9 +50,11 @@ func checkText(s string) error {
 	return nil
 }
 
-// StoredForm returns s as a Store keeps it: unchanged up to MaxStoredLen bytes, else [HashedForm].
+// StoredForm returns s as a Store keeps it: unchanged up to MaxStoredLen bytes, else [HashedForm]. A
+// value that itself starts with "sha256:" is always hashed, so no literal key or scope can ever equal
+// the hashed form of another.
 func StoredForm(s string) string {
-	if len(s) <= MaxStoredLen {
+	if len(s) <= MaxStoredLen && !strings.HasPrefix(s, hashedPrefix) {
 		return s
 	}
 	return HashedForm(s)
@@ -64,10 +67,10 @@ func HashedForm(s string) string {
 }
 
 // DerivedKey returns s when a Guard would accept and store it as is (non-empty, at most MaxStoredLen
-// bytes, UTF-8 without control characters), else [HashedForm](s). Use it for keys built from request
+// bytes, UTF-8 without control characters, not starting with "sha256:"), else [HashedForm](s). Use it for keys built from request
 // data, which may be anything.
 func DerivedKey(s string) string {
-	if s == "" || len(s) > MaxStoredLen || checkText(s) != nil {
+	if s == "" || len(s) > MaxStoredLen || strings.HasPrefix(s, hashedPrefix) || checkText(s) != nil {
 		return HashedForm(s)
 	}
 	return s

@@ -88,3 +88,51 @@ func FuzzValidateKey(f *testing.F) {
 		}
 	})
 }
+
+// TestLiteralKeyNeverEqualsHashedForm: a key written as "sha256:<64 hex>" is not the hashed form of the
+// long key whose hash it spells (issue 11, item 7), for Call keys, scopes and derived keys alike.
+func TestLiteralKeyNeverEqualsHashedForm(t *testing.T) {
+	long := strings.Repeat("order-", 40) // 240 bytes: stored hashed
+	spelled := HashedForm(long)
+	if StoredForm(long) != spelled {
+		t.Fatal("the long key is not stored as its hashed form")
+	}
+	if StoredForm(spelled) == spelled || DerivedKey(spelled) == spelled {
+		t.Fatalf("the literal %q is stored as is: it would share the long key's record", spelled)
+	}
+	g, err := New(nopStore{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := g.identify(&Call{Scope: "s", Key: long})
+	b, _ := g.identify(&Call{Scope: "s", Key: spelled})
+	if a.key == b.key || a.lockKey == b.lockKey {
+		t.Fatalf("literal and long key share %q", a.key)
+	}
+	c, _ := g.identify(&Call{Scope: long, Key: "k"})
+	d, _ := g.identify(&Call{Scope: spelled, Key: "k"})
+	if c.scope == d.scope {
+		t.Fatalf("literal and long scope share %q", c.scope)
+	}
+}
+
+// TestNamespaceWithSlashRefused: namespace "a/b" with scope "c" would be stored like namespace "a"
+// with scope "b/c" (issue 11, item 6).
+func TestNamespaceWithSlashRefused(t *testing.T) {
+	if _, err := New(nopStore{}, &Options{Namespace: "a/b"}); err == nil || !strings.Contains(err.Error(), "'/'") {
+		t.Fatalf("namespace a/b: %v, want a clear error", err)
+	}
+	g1, err := New(nopStore{}, &Options{Namespace: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := New(nopStore{}, &Options{Namespace: "a-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := g1.identify(&Call{Scope: "b/c", Key: "k"})
+	y, _ := g2.identify(&Call{Scope: "c", Key: "k"})
+	if x.scope == y.scope || x.lockKey == y.lockKey {
+		t.Fatalf("two namespaces share %q", x.scope)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -55,7 +56,9 @@ type Options struct {
 	// DefaultFinishTimeout (5s).
 	FinishTimeout time.Duration
 	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
-	// and a Redis. Defaults to "".
+	// and a Redis; it must not contain '/'. Give every application sharing a table its own: a Guard
+	// without one stores scopes as they are, so its scope "billing/x" would be namespace "billing"'s
+	// scope "x". Defaults to "".
 	Namespace string
 	// MaxKeyLen is the longest key or scope accepted, in bytes; longer ones fail with ErrInvalidKey.
 	// Defaults to DefaultMaxKeyLen (255).
@@ -117,6 +120,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Namespace != "" {
 		if err := ValidateKey(c.Namespace, MaxStoredLen); err != nil {
 			errs = append(errs, fmt.Errorf("Namespace: %w", err))
+		} else if strings.Contains(c.Namespace, "/") {
+			// "a/b" + scope "c" and "a" + scope "b/c" would both be stored as "a/b/c".
+			errs = append(errs, fmt.Errorf("Namespace %q contains '/', which separates it from the scope: two namespaces could then share records", c.Namespace))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -76,6 +76,7 @@ type Sweeper struct {
 	tasks []Task
 
 	mu     sync.Mutex
+	ctx    context.Context // the running loop's
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -155,14 +156,19 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 }
 
 // Start runs a pass every Interval in a goroutine the Sweeper owns, until ctx is done or Close is
-// called. Starting a started Sweeper does nothing.
+// called. Starting a running Sweeper does nothing; one whose context ended, or that was closed, starts
+// again.
 func (s *Sweeper) Start(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done != nil {
-		return
+		if s.ctx.Err() == nil {
+			return // running
+		}
+		<-s.done // its context ended: wait for its goroutine, then start afresh
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	ctx = s.ctx
 	s.done = make(chan struct{})
 	go s.loop(ctx, s.done)
 }

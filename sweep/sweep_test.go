@@ -136,3 +136,35 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal("negative batch accepted")
 	}
 }
+
+// TestStartAfterContextEnded: a Sweeper whose context was cancelled starts again (issue 11, item 9);
+// before, Start did nothing and the sweeper stayed dead.
+func TestStartAfterContextEnded(t *testing.T) {
+	var passes atomic.Int32
+	sw, err := sweep.New(&sweep.Options{Interval: time.Millisecond}, sweep.Task{Name: "count", Run: func(context.Context, time.Time, int) (int, error) {
+		passes.Add(1)
+		return 0, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	sw.Start(ctx)
+	waitFor(t, func() bool { return passes.Load() > 0 })
+	cancel()
+	sw.Start(context.Background())
+	n := passes.Load()
+	waitFor(t, func() bool { return passes.Load() > n+2 })
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
