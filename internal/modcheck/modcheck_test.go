@@ -11,7 +11,8 @@ import (
 )
 
 // TestGoModListsOnlyLibraryDependencies: every direct requirement of go.mod is imported by a package
-// users import (not under internal/, cmd/ or examples/) or by its tests.
+// users import or read (not under internal/ or cmd/: the examples count, they are documentation users
+// run) or by its tests.
 func TestGoModListsOnlyLibraryDependencies(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -31,7 +32,7 @@ func TestGoModListsOnlyLibraryDependencies(t *testing.T) {
 	var lib []string
 	for _, p := range strings.Fields(string(out)) {
 		rel := strings.TrimPrefix(p, "github.com/idemkit/idemkit")
-		if strings.HasPrefix(rel, "/internal") || strings.HasPrefix(rel, "/cmd") || strings.HasPrefix(rel, "/examples") {
+		if strings.HasPrefix(rel, "/internal") || strings.HasPrefix(rel, "/cmd") {
 			continue
 		}
 		lib = append(lib, p)
