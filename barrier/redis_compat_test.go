@@ -61,7 +61,8 @@ type redisRun struct {
 }
 
 // newRun returns a branch with fresh business keys (balance 100, settled 0). gid "" means a fresh one;
-// the branch id is fresh unless bid is given, so runs sharing an adversarial gid never share keys.
+// the branch id is fresh (unique to this differ) unless bid is given, so runs sharing an adversarial gid
+// never share keys.
 func (d *redisDiffer) newRun(transType, gid, bid string, tagged bool) *redisRun {
 	d.t.Helper()
 	d.n++
@@ -70,8 +71,8 @@ func (d *redisDiffer) newRun(transType, gid, bid string, tagged bool) *redisRun 
 	if run.gid == "" {
 		run.gid = fmt.Sprintf("%s-g%d", d.tag, d.n)
 	}
-	if run.bid == "" {
-		run.bid = fmt.Sprintf("b%d", d.n)
+	if run.bid == "" { // unique across test processes too: the adversarial gids are not
+		run.bid = fmt.Sprintf("b%sx%d", strings.TrimPrefix(d.tag, "rdiff_"), d.n)
 	}
 	base := d.tag + ":" + strconv.Itoa(d.n)
 	if tagged {
