@@ -104,6 +104,9 @@ type diffRun struct {
 // query returns the query string DTM sends for op in r.
 func (r *diffRun) query(op string) url.Values {
 	transType := TransTCC
+	if op == OpAction || op == OpCompensate {
+		transType = TransSaga
+	}
 	if r.c.field == "trans_type" {
 		transType = r.c.value
 	}
@@ -265,8 +268,8 @@ func (d *differ) play(c diffCase, seq []string, impls []impl, n *int) (diffResul
 }
 
 // TestDifferentialDTMCli drives dtmcli's barrier and this one with the same adversarial queries on the
-// same table, in every order of try/confirm/cancel tried and every assignment of the implementations to
-// the deliveries, on MariaDB and PostgreSQL: each run must do what the all-dtmcli run does. Where this
+// same table, in every order of try/confirm/cancel (and saga action/compensate) tried and every
+// assignment of the implementations to the deliveries, on MariaDB and PostgreSQL: each run must do what the all-dtmcli run does. Where this
 // barrier refuses a value (diffCase.refused), it must refuse it every time and leave dtmcli's deliveries
 // to do what they would do alone. On SQLite, which dtmcli does not support, this barrier alone must do
 // what dtmcli did on MariaDB.
@@ -307,7 +310,7 @@ func TestDifferentialDTMCli(t *testing.T) {
 					}
 					return r
 				}
-				for _, seq := range tccSequences {
+				for _, seq := range slices.Concat(tccSequences, sagaSequences) {
 					reference(seq)
 					impls := assignments(len(seq))
 					if dc.dbType == "" {
