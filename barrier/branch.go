@@ -31,7 +31,8 @@ const (
 	OpMsg        = "msg"        // msg DoAndSubmit: a repeat is rejected with ErrDuplicate
 )
 
-// Column limits of DTM's barrier table.
+// Column limits of DTM's barrier table, in characters (varchar lengths count characters on MySQL/MariaDB
+// and PostgreSQL).
 const (
 	maxTransType = 45
 	maxGid       = 128
@@ -39,9 +40,28 @@ const (
 	maxOp        = 45
 )
 
+// dtmEscaped are the characters dtmcli removes from the branch fields it reads from a query string
+// (dtmimp.Escape, used by BarrierFromQuery), and DTM's HTTP API removes from the gids it is given.
+const dtmEscaped = ";\r\n"
+
+// escape removes dtmEscaped from s, as dtmcli's BarrierFromQuery does.
+func escape(s string) string {
+	if !strings.ContainsAny(s, dtmEscaped) {
+		return s
+	}
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ { // bytes, not runes: invalid UTF-8 stays as it is
+		if c := s[i]; c != ';' && c != '\r' && c != '\n' {
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
 // Errors returned by the barrier. Compare with errors.Is.
 var (
-	// ErrInvalidBranch: a branch field is missing, too long or not valid UTF-8.
+	// ErrInvalidBranch: a branch field is missing, too long, not valid UTF-8, or contains a character
+	// that dtmcli would remove from it (';', CR, LF; see [NewBranch]).
 	ErrInvalidBranch = errors.New("barrier: invalid branch")
 	// ErrNoTransaction: Gorm.Call or Gorm.Enter got a handle that is not inside a transaction.
 	ErrNoTransaction = errors.New("barrier: not inside a transaction")
@@ -108,8 +128,18 @@ type Branch struct {
 }
 
 // NewBranch returns a validated Branch. It returns an error matching [ErrInvalidBranch] naming each
-// field that is empty, longer than DTM's column (trans_type and op 45 bytes, gid and branch_id 128) or
-// not valid UTF-8.
+// field that is
+//   - empty;
+//   - not valid UTF-8, or longer than DTM's column in characters (trans_type and op 45, gid and
+//     branch_id 128): on MySQL/MariaDB dtmcli's INSERT IGNORE would store such a value mangled or cut
+//     (two gids sharing their first 128 characters would share rows) and on PostgreSQL it fails;
+//   - or contains ';', CR or LF. dtmcli removes them from a branch read from a query string
+//     (BarrierFromQuery) but keeps them in one built directly (BarrierFrom, dtmgrpc), and DTM's HTTP API
+//     removes them from gids, so such a value has no single row key that every DTM client agrees on.
+//     [FromQuery] removes them first, exactly as dtmcli does.
+//
+// Any other character is stored as given: the database compares the values (on MySQL/MariaDB with
+// the table's collation, as it does for dtmcli).
 func NewBranch(transType, gid, branchID, op string) (*Branch, error) {
 	b := &Branch{TransType: transType, Gid: gid, BranchID: branchID, Op: op}
 	if err := b.Validate(); err != nil {
@@ -119,9 +149,11 @@ func NewBranch(transType, gid, branchID, op string) (*Branch, error) {
 }
 
 // FromQuery builds a Branch from the query parameters DTM adds to every branch call: trans_type, gid,
-// branch_id and op. Errors are as for [NewBranch].
+// branch_id and op. Like dtmcli's BarrierFromQuery it removes ';', CR and LF from each of them (so a
+// branch call handled here and one handled by dtmcli use the same barrier rows and Redis keys), then
+// validates them as [NewBranch] does.
 func FromQuery(q url.Values) (*Branch, error) {
-	return NewBranch(q.Get("trans_type"), q.Get("gid"), q.Get("branch_id"), q.Get("op"))
+	return NewBranch(escape(q.Get("trans_type")), escape(q.Get("gid")), escape(q.Get("branch_id")), escape(q.Get("op")))
 }
 
 // FromRequest builds a Branch from r's query string; see [FromQuery].
@@ -132,26 +164,51 @@ func FromRequest(r *http.Request) (*Branch, error) {
 	return FromQuery(r.URL.Query())
 }
 
+// ValidateGid checks a gid as [NewBranch] does: not empty, valid UTF-8, at most 128 characters, without
+// ';', CR or LF. Code that chooses gids (an initiator) can call it so that every branch of the
+// transaction is accepted. It returns an error matching [ErrInvalidBranch].
+func ValidateGid(gid string) error {
+	if msg := checkField("gid", gid, maxGid); msg != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidBranch, msg)
+	}
+	return nil
+}
+
+// checkField returns what is wrong with a branch field, or "".
+func checkField(name, v string, limit int) string {
+	switch {
+	case v == "":
+		return "missing " + name
+	case !utf8.ValidString(v):
+		return name + " not valid UTF-8"
+	case utf8.RuneCountInString(v) > limit:
+		return fmt.Sprintf("%s longer than %d characters", name, limit)
+	case strings.ContainsAny(v, dtmEscaped):
+		return fmt.Sprintf("%s %q contains ';', CR or LF, which dtmcli removes from query strings but not "+
+			"elsewhere (and DTM's HTTP API removes from gids): build the branch with FromQuery, or choose "+
+			"another value", name, v)
+	}
+	return ""
+}
+
 // Validate checks the fields as [NewBranch] does.
 func (b *Branch) Validate() error {
 	if b == nil {
 		return fmt.Errorf("%w: nil branch", ErrInvalidBranch)
 	}
 	var missing, bad []string
-	check := func(name, v string, limit int) {
-		switch {
-		case v == "":
-			missing = append(missing, name)
-		case len(v) > limit:
-			bad = append(bad, fmt.Sprintf("%s longer than %d bytes", name, limit))
-		case !utf8.ValidString(v):
-			bad = append(bad, name+" not valid UTF-8")
+	for _, f := range []struct {
+		name, v string
+		limit   int
+	}{{"trans_type", b.TransType, maxTransType}, {"gid", b.Gid, maxGid}, {"branch_id", b.BranchID, maxBranchID}, {"op", b.Op, maxOp}} {
+		switch msg := checkField(f.name, f.v, f.limit); {
+		case msg == "":
+		case f.v == "":
+			missing = append(missing, f.name)
+		default:
+			bad = append(bad, msg)
 		}
 	}
-	check("trans_type", b.TransType, maxTransType)
-	check("gid", b.Gid, maxGid)
-	check("branch_id", b.BranchID, maxBranchID)
-	check("op", b.Op, maxOp)
 	if len(missing) == 0 && len(bad) == 0 {
 		return nil
 	}

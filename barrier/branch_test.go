@@ -21,6 +21,8 @@ func TestFromQuery(t *testing.T) {
 		{"gid too long", "trans_type=tcc&gid=" + strings.Repeat("g", 129) + "&branch_id=01&op=try", "gid longer than 128"},
 		{"op too long", "trans_type=tcc&gid=g&branch_id=01&op=" + strings.Repeat("o", 46), "op longer than 45"},
 		{"invalid utf8", "trans_type=tcc&gid=%ff&branch_id=01&op=try", "gid not valid UTF-8"},
+		{"gid 129 characters", "trans_type=tcc&gid=" + strings.Repeat("%C3%BC", 129) + "&branch_id=01&op=try", "gid longer than 128 characters"},
+		{"only escaped characters", "trans_type=tcc&gid=%3B%0D%0A&branch_id=01&op=try", "missing gid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,6 +44,51 @@ func TestFromQuery(t *testing.T) {
 				t.Fatalf("err = %v, want ErrInvalidBranch containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestFromQueryEscapesAsDTMCli: ';', CR and LF are removed from every field, as dtmcli's
+// BarrierFromQuery does, and a gid of 128 characters fits however many bytes it takes.
+func TestFromQueryEscapesAsDTMCli(t *testing.T) {
+	q := url.Values{"trans_type": {"tc;c"}, "gid": {"a;b\r\nc"}, "branch_id": {"0;1"}, "op": {"can\ncel"}}
+	b, err := FromQuery(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *b; got != (Branch{TransType: "tcc", Gid: "abc", BranchID: "01", Op: "cancel"}) {
+		t.Fatalf("got %+v", got)
+	}
+	cjk := strings.Repeat("日", 128)
+	if b, err := FromQuery(url.Values{"trans_type": {"tcc"}, "gid": {cjk}, "branch_id": {"01"}, "op": {"try"}}); err != nil || b.Gid != cjk {
+		t.Fatalf("128 characters in 384 bytes: %v", err)
+	}
+}
+
+// TestNewBranchRefusesDTMEscapedCharacters: a branch built directly may not carry ';', CR or LF (dtmcli
+// keys it one way from a query string and another way elsewhere): NewBranch, Validate (so Gorm.Enter and
+// Redis.Call) and ValidateGid refuse it with ErrInvalidBranch.
+func TestNewBranchRefusesDTMEscapedCharacters(t *testing.T) {
+	for _, gid := range []string{"a;b", "a\rb", "a\nb", ";"} {
+		if _, err := NewBranch(TransTCC, gid, "01", OpCancel); !errors.Is(err, ErrInvalidBranch) || !strings.Contains(err.Error(), "dtmcli removes") {
+			t.Errorf("NewBranch(gid %q): %v, want ErrInvalidBranch", gid, err)
+		}
+		if err := ValidateGid(gid); !errors.Is(err, ErrInvalidBranch) {
+			t.Errorf("ValidateGid(%q): %v", gid, err)
+		}
+		if err := (&Branch{TransType: TransTCC, Gid: gid, BranchID: "01", Op: OpTry}).Validate(); !errors.Is(err, ErrInvalidBranch) {
+			t.Errorf("Validate(gid %q): %v", gid, err)
+		}
+	}
+	for _, f := range [][4]string{{"tc;c", "g", "01", "try"}, {"tcc", "g", "0\n1", "try"}, {"tcc", "g", "01", "tr;y"}} {
+		if _, err := NewBranch(f[0], f[1], f[2], f[3]); !errors.Is(err, ErrInvalidBranch) {
+			t.Errorf("NewBranch(%q): %v, want ErrInvalidBranch", f, err)
+		}
+	}
+	if err := ValidateGid("ok-" + strings.Repeat("日", 125)); err != nil {
+		t.Errorf("ValidateGid of 128 characters: %v", err)
+	}
+	if err := ValidateGid(""); !errors.Is(err, ErrInvalidBranch) {
+		t.Errorf("ValidateGid(\"\"): %v", err)
 	}
 }
 

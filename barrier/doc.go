@@ -3,7 +3,9 @@
 // server's calls.
 //
 // A branch call carries trans_type, gid, branch_id and op in its query string ([FromRequest],
-// [FromQuery]). In the business's own local transaction the barrier inserts a row keyed by
+// [FromQuery], which read it exactly as dtmcli's BarrierFromQuery does, removing ';', CR and LF; a
+// branch built directly with such characters is refused: see [NewBranch]). In the business's own local
+// transaction the barrier inserts a row keyed by
 // (gid, branch_id, op, barrier_id), and for a compensating op (cancel, compensate, rollback) first a row
 // for the op it undoes (try, action, action), then decides:
 //
@@ -23,8 +25,10 @@
 //     with gorm's PrepareStmt mode, and has a per-instance table name. [Gorm.Transaction] opens the
 //     transaction itself. [Gorm.DeleteOlder] lets a sweeper delete old rows in bounded batches.
 //   - [Redis] for business data in Redis (go-redis v9): one Lua script checks and sets the barrier keys
-//     and runs the business's own Lua ([NewScript]) atomically; all keys share one hash tag so it runs on
-//     Redis Cluster. Barrier keys expire after a TTL instead of being swept.
+//     and runs the business's own Lua ([NewScript], or [AdjustAmount]) atomically. By default
+//     ([LayoutTagged]) all keys share one hash tag so it runs on Redis Cluster, but dtmcli cannot read
+//     them; [LayoutDTMCli] uses the keys of dtmcli's RedisCheckAdjustAmount instead, so a branch can move
+//     between dtmcli and idemkit op by op. Barrier keys expire after a TTL instead of being swept.
 //
 // barrier_id counts the barrier calls made with one [Branch] ("01", "02", ...), as DTM does, so a handler
 // may guard several local transactions with one branch. A Branch is therefore not safe for concurrent use;

@@ -83,3 +83,27 @@ return redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])`)
 		w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
 	})
 }
+
+// Moving a TCC branch off dtmcli's Redis barrier one op at a time: with LayoutDTMCli the keys are
+// dtmcli's, so this cancel releases what a try made with bb.RedisCheckAdjustAmount(rdb, key, -30, expire)
+// reserved, and a try still served by dtmcli sees this barrier's null compensation.
+func ExampleRedis_dtmcliLayout() {
+	var rdb *redis.Client // the Redis dtmcli's v8 client talks to
+	bar, err := barrier.NewRedis(rdb, &barrier.RedisOptions{Layout: barrier.LayoutDTMCli})
+	if err != nil {
+		panic(err)
+	}
+	http.HandleFunc("POST /TransOutCancel", func(w http.ResponseWriter, r *http.Request) {
+		b, err := barrier.FromRequest(r) // reads gid etc. exactly as dtmcli.BarrierFromQuery
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		// Was bb.RedisCheckAdjustAmount(rdb, "acct:1:balance", 30, expire).
+		if _, err := bar.Call(r.Context(), b, barrier.AdjustAmount("acct:1:balance", 30)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
+	})
+}

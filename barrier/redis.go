@@ -33,9 +33,45 @@ const businessMarker = "--[[idemkit:business]]"
 // *redis.ClusterClient, *redis.Ring and redis.UniversalClient implement it.
 type Scripter = redis.Scripter
 
+// RedisLayout is how the Redis barrier names its keys and what it stores in them.
+type RedisLayout int
+
+const (
+	// LayoutTagged, the default, names a barrier key
+	// {tag}:<Prefix>:<len(gid)>:<gid>:<len(branch_id)>:<branch_id>:<op>:<barrier_id>, where tag is the
+	// hash tag of the business's keys: every key of a call is in one Redis Cluster slot, and no two
+	// branches share a key whatever their ids contain. dtmcli cannot read these keys.
+	LayoutTagged RedisLayout = iota
+	// LayoutDTMCli uses the keys and values of dtmcli's Redis barrier (BranchBarrier.RedisCheckAdjustAmount
+	// in github.com/dtm-labs/client v1.17): the key <gid>-<branch_id>-<op>-<barrier_id>, holding "op" once
+	// the op is done and "rollback" when a null compensation blocks the op it undoes. A branch may then be
+	// moved from dtmcli to idemkit (or back) one op at a time: a dtmcli try followed by an idemkit cancel
+	// releases what the try reserved, and an idemkit null cancel blocks a late dtmcli try.
+	//
+	// Compatibility wins over the cluster: the keys carry no prefix and no hash tag of their own, as in
+	// dtmcli (whose barrier takes a single-node client). On Redis Cluster a call works only when its gid
+	// carries a hash tag ("{acct7}-...") that the business's keys share; otherwise Redis refuses it and
+	// Call returns ErrCrossSlot. RedisOptions.Prefix and RedisCall.HashTag do not apply, and a branch_id
+	// or op containing '-' is refused (ErrInvalidBranch), since dtmcli's key would not tell it from
+	// another branch's. Unlike dtmcli's, the barrier also blocks a late action after a null rollback
+	// (workflow); dtmcli's Redis barrier honours those keys too.
+	LayoutDTMCli
+)
+
+// dtmcli's values of LayoutDTMCli keys.
+const (
+	dtmcliDone    = "op"
+	dtmcliBlocked = "rollback"
+)
+
 // RedisOptions configure a [Redis] barrier. The zero value works.
 type RedisOptions struct {
-	// Prefix is the part of barrier keys after the hash tag. Defaults to DefaultRedisPrefix.
+	// Layout names the barrier keys. Defaults to LayoutTagged; LayoutDTMCli shares the keys with
+	// dtmcli's Redis barrier. Changing it on a live system loses the barrier state of the branches in
+	// flight: move only between transactions, or keep both until the old keys expire.
+	Layout RedisLayout
+	// Prefix is the part of barrier keys after the hash tag (LayoutTagged only). Defaults to
+	// DefaultRedisPrefix.
 	Prefix string
 	// TTL is how long barrier keys live; keep it longer than a global transaction may take. Defaults to
 	// DefaultRedisTTL.
@@ -46,12 +82,14 @@ type RedisOptions struct {
 // barrier keys and applies the business's change atomically. It is safe for concurrent use.
 type Redis struct {
 	c      Scripter
+	layout RedisLayout
 	prefix string
 	ttlMS  string
 }
 
-// NewRedis returns a Redis barrier on c. It returns an error when c is nil, the TTL is negative or under
-// a millisecond, or the prefix contains braces.
+// NewRedis returns a Redis barrier on c. It returns an error when c is nil, the layout is unknown, the
+// TTL is negative or under a millisecond, the prefix contains braces, or a prefix is given with
+// LayoutDTMCli.
 func NewRedis(c Scripter, opts *RedisOptions) (*Redis, error) {
 	if c == nil {
 		return nil, errors.New("barrier: nil redis client")
@@ -60,7 +98,16 @@ func NewRedis(c Scripter, opts *RedisOptions) (*Redis, error) {
 	if opts != nil {
 		o = *opts
 	}
-	o.Prefix = cmp.Or(o.Prefix, DefaultRedisPrefix)
+	switch o.Layout {
+	case LayoutTagged:
+		o.Prefix = cmp.Or(o.Prefix, DefaultRedisPrefix)
+	case LayoutDTMCli:
+		if o.Prefix != "" {
+			return nil, fmt.Errorf("barrier: redis prefix %q: dtmcli's key layout has none", o.Prefix)
+		}
+	default:
+		return nil, fmt.Errorf("barrier: unknown redis layout %d", o.Layout)
+	}
 	o.TTL = cmp.Or(o.TTL, DefaultRedisTTL)
 	if o.TTL < time.Millisecond {
 		return nil, fmt.Errorf("barrier: redis TTL %s under a millisecond", o.TTL)
@@ -68,7 +115,7 @@ func NewRedis(c Scripter, opts *RedisOptions) (*Redis, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return nil, fmt.Errorf("barrier: redis prefix %q must not contain braces", o.Prefix)
 	}
-	return &Redis{c: c, prefix: o.Prefix, ttlMS: strconv.FormatInt(o.TTL.Milliseconds(), 10)}, nil
+	return &Redis{c: c, layout: o.Layout, prefix: o.Prefix, ttlMS: strconv.FormatInt(o.TTL.Milliseconds(), 10)}, nil
 }
 
 // Script is a business change for [Redis.Call]: a Lua body that runs as a function of KEYS and ARGV (the
@@ -107,8 +154,25 @@ type RedisCall struct {
 	// Args are the business's arguments (ARGV in the script), as go-redis formats them.
 	Args []any
 	// HashTag overrides the tag taken from Keys (without braces). Needed when Keys is empty and the
-	// default, the branch's gid, is not what you want. Keys must then carry this tag.
+	// default, the branch's gid, is not what you want. Keys must then carry this tag. LayoutTagged only.
 	HashTag string
+}
+
+// adjustAmount is the business of dtmcli's RedisCheckAdjustAmount. It is never modified.
+var adjustAmount = NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == false then return redis.error_reply('FAILURE: key ' .. KEYS[1] .. ' does not exist') end
+if tonumber(v) + tonumber(ARGV[1]) < 0 then return redis.error_reply('FAILURE: ' .. KEYS[1] .. ' would go below zero') end
+return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+
+// AdjustAmount returns the business of dtmcli's RedisCheckAdjustAmount: add amount to the integer at
+// key, refused as a permanent failure (ErrBusinessFailure) when key does not exist or would go below
+// zero; Result.Value is the new value. With [LayoutDTMCli] it replaces
+// bb.RedisCheckAdjustAmount(rdb, key, amount, expire) op by op. Unlike dtmcli, which checks the amount
+// before the barrier, the check runs only for a delivery the barrier lets through: a repeated or
+// null-compensated delivery never fails because the value moved since.
+func AdjustAmount(key string, amount int64) *RedisCall {
+	return &RedisCall{Script: adjustAmount, Keys: []string{key}, Args: []any{amount}}
 }
 
 // Result is the barrier's decision and the business's return value.
@@ -120,11 +184,12 @@ type Result struct {
 }
 
 // Call runs call.Script behind the barrier for b, atomically: the business runs only on the first
-// delivery of b, and the barrier keys ({tag}:<prefix>:...) are set only when it succeeds.
+// delivery of b, and the barrier keys are set only when it succeeds.
 //
-// Call returns ErrInvalidBranch, ErrCrossSlot, an error matching ErrBusinessFailure (wrapped in
-// idemkit.Permanent, with Outcome Proceed) for a "FAILURE..." error reply of the business, ErrDuplicate for a repeated msg op, or the Redis
-// error, wrapped.
+// Call returns ErrInvalidBranch (also, with LayoutDTMCli, for a branch_id or op containing '-'),
+// ErrCrossSlot, an error matching ErrBusinessFailure (wrapped in idemkit.Permanent, with Outcome
+// Proceed) for a "FAILURE..." error reply of the business, ErrDuplicate for a repeated msg op, or the
+// Redis error, wrapped.
 func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (Result, error) {
 	if err := b.Validate(); err != nil {
 		return Result{}, err
@@ -132,30 +197,53 @@ func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (Result, e
 	if call == nil || call.Script == nil {
 		return Result{}, errors.New("barrier: RedisCall without a Script")
 	}
-	tag, err := slotTag(call.Keys, call.HashTag, b.Gid)
-	if err != nil {
-		return Result{}, err
-	}
-	bid := b.nextBarrierID()
 	origin := OriginOp(b.Op)
-	current := r.key(tag, b, b.Op, bid)
-	originKey := current
-	if origin != "" {
-		originKey = r.key(tag, b, origin, bid)
+	var current, originKey, done, blocked string
+	switch r.layout {
+	case LayoutDTMCli:
+		if strings.Contains(b.BranchID, "-") || strings.Contains(b.Op, "-") {
+			return Result{}, fmt.Errorf("%w: branch_id %q or op %q contains '-': dtmcli's Redis key "+
+				"gid-branch_id-op-barrier_id would not tell this branch from another", ErrInvalidBranch, b.BranchID, b.Op)
+		}
+		if call.HashTag != "" {
+			return Result{}, fmt.Errorf("%w: RedisCall.HashTag %q: dtmcli's key layout hashes on the gid", ErrCrossSlot, call.HashTag)
+		}
+		bid := b.nextBarrierID()
+		current = b.Gid + "-" + b.BranchID + "-" + b.Op + "-" + bid
+		originKey = current
+		if origin != "" {
+			originKey = b.Gid + "-" + b.BranchID + "-" + origin + "-" + bid
+		}
+		done, blocked = dtmcliDone, dtmcliBlocked
+	default:
+		tag, err := slotTag(call.Keys, call.HashTag, b.Gid)
+		if err != nil {
+			return Result{}, err
+		}
+		bid := b.nextBarrierID()
+		current = r.key(tag, b, b.Op, bid)
+		originKey = current
+		if origin != "" {
+			originKey = r.key(tag, b, origin, bid)
+		}
+		done, blocked = b.Op, b.Op
 	}
 	keys := make([]string, 0, 2+len(call.Keys))
 	keys = append(keys, current, originKey)
 	keys = append(keys, call.Keys...)
-	args := make([]any, 0, 3+len(call.Args))
-	args = append(args, b.Op, origin, r.ttlMS)
+	args := make([]any, 0, 4+len(call.Args))
+	args = append(args, done, origin, r.ttlMS, blocked)
 	args = append(args, call.Args...)
 
 	v, err := call.Script.s.Run(ctx, r.c, keys, args...).Result()
 	if err != nil {
 		var rerr redis.Error
-		if errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "FAILURE") {
+		switch {
+		case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "FAILURE"):
 			// the barrier let the call through and the business refused it
 			return Result{Outcome: Proceed}, idemkit.Permanent(fmt.Errorf("%w: %s", ErrBusinessFailure, rerr.Error()))
+		case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "CROSSSLOT"):
+			return Result{}, fmt.Errorf("%w: redis script for %s: %w", ErrCrossSlot, b, err)
 		}
 		return Result{}, fmt.Errorf("barrier: redis script for %s: %w", b, err)
 	}
@@ -170,21 +258,23 @@ func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (Result, e
 			res.Value = reply[1]
 		}
 		return res, nil
-	case "duplicate":
-		if b.Op == OpMsg {
+	case "duplicate", "hanging":
+		out := Duplicate
+		if reply[0] == "hanging" {
+			out = Hanging
+		}
+		if b.Op == OpMsg { // dtmcli: any existing key refuses DoAndSubmit, also one set by QueryPrepared
 			return Result{Outcome: Duplicate}, ErrDuplicate
 		}
-		return Result{Outcome: Duplicate}, nil
-	case "hanging":
-		return Result{Outcome: Hanging}, nil
+		return Result{Outcome: out}, nil
 	case "null":
 		return Result{Outcome: NullCompensation}, nil
 	}
 	return Result{}, fmt.Errorf("barrier: redis script for %s: unexpected reply %v", b, v)
 }
 
-// key names the barrier key of one op; gid and branch_id are length-prefixed so no two branches share
-// a key whatever characters they contain.
+// key names the barrier key of one op in LayoutTagged; gid and branch_id are length-prefixed so no
+// two branches share a key whatever characters they contain.
 func (r *Redis) key(tag string, b *Branch, op, bid string) string {
 	var sb strings.Builder
 	sb.Grow(len(tag) + len(r.prefix) + len(b.Gid) + len(b.BranchID) + len(op) + 24)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dtm-labs/client/dtmcli/dtmimp"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 )
@@ -37,9 +39,18 @@ type verdict struct {
 	stuck      bool // a permanent failure of an op that must not fail
 }
 
-// judge maps a call's error to its answer.
+// judge maps a call's error to its answer. dtmcli's own ErrFailure and ErrOngoing (dtmcli.ErrFailure is
+// dtmimp.ErrFailure) are classified as dtmcli.Result2HttpJSON does, FAILURE first, so a business written
+// for dtmcli keeps its meaning here; an op that must not fail answers 500 instead of 409, as for any
+// permanent error.
 func (b *Branches) judge(ev *Event, err error) verdict {
 	var inflight *idemkit.InFlightError
+	failure := func() verdict {
+		if MayFail(ev.TransType, ev.Op) {
+			return verdict{status: http.StatusConflict, result: resultFailure}
+		}
+		return verdict{status: http.StatusInternalServerError, stuck: true}
+	}
 	switch {
 	case err == nil:
 		return verdict{status: http.StatusOK, result: resultSuccess}
@@ -49,10 +60,12 @@ func (b *Branches) judge(ev *Event, err error) verdict {
 		return verdict{status: http.StatusTooEarly, result: resultOngoing}
 	case errors.Is(err, barrier.ErrInvalidBranch), errors.Is(err, ErrWrongOp):
 		return verdict{status: http.StatusBadRequest}
-	case b.opts.IsPermanent(err) && MayFail(ev.TransType, ev.Op):
-		return verdict{status: http.StatusConflict, result: resultFailure}
+	case errors.Is(err, dtmimp.ErrFailure):
+		return failure()
+	case errors.Is(err, dtmimp.ErrOngoing):
+		return verdict{status: http.StatusTooEarly, result: resultOngoing}
 	case b.opts.IsPermanent(err):
-		return verdict{status: http.StatusInternalServerError, stuck: true}
+		return failure()
 	default:
 		return verdict{status: http.StatusInternalServerError}
 	}

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dtm-labs/client/dtmcli"
+	"github.com/dtm-labs/client/dtmcli/dtmimp"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 )
@@ -64,6 +67,20 @@ func TestJudge(t *testing.T) {
 		{"lock unavailable", "saga", "action", fmt.Errorf("%w: timeout", idemkit.ErrLockUnavailable), 500, "", false},
 		{"invalid branch", "", "", fmt.Errorf("%w: missing gid", barrier.ErrInvalidBranch), 400, "", false},
 		{"wrong op", "saga", "compensate", ErrWrongOp, 400, "", false},
+		// dtmcli's own results, as dtmcli.Result2HttpJSON classifies them (issue 11 item 13).
+		{"dtmcli failure action", "saga", "action", dtmcli.ErrFailure, 409, resultFailure, false},
+		{"dtmcli failure wrapped", "saga", "action", fmt.Errorf("card declined: %w", dtmcli.ErrFailure), 409, resultFailure, false},
+		{"dtmcli failure from a nested call", "tcc", "try", dtmcli.ErrorMessage2Error(`{"dtm_result":"FAILURE"}`, dtmcli.ErrFailure), 409, resultFailure, false},
+		{"dtmcli failure workflow", "workflow", "action", fmt.Errorf("a: %w", fmt.Errorf("b: %w", dtmcli.ErrFailure)), 409, resultFailure, false},
+		{"dtmcli failure compensate", "saga", "compensate", fmt.Errorf("x: %w", dtmcli.ErrFailure), 500, "", true},
+		{"dtmcli failure cancel", "tcc", "cancel", dtmcli.ErrFailure, 500, "", true},
+		{"dtmcli failure msg action", "msg", "action", dtmcli.ErrFailure, 500, "", true},
+		{"dtmcli ongoing", "saga", "action", dtmcli.ErrOngoing, 425, resultOngoing, false},
+		{"dtmcli ongoing wrapped", "tcc", "confirm", fmt.Errorf("bank busy: %w", dtmcli.ErrOngoing), 425, resultOngoing, false},
+		{"dtmcli ongoing compensate", "saga", "compensate", errors.Join(errors.New("later"), dtmcli.ErrOngoing), 425, resultOngoing, false},
+		{"dtmcli failure and ongoing", "saga", "action", errors.Join(dtmcli.ErrOngoing, dtmcli.ErrFailure), 409, resultFailure, false},
+		{"permanent ongoing", "saga", "action", idemkit.Permanent(dtmcli.ErrOngoing), 425, resultOngoing, false},
+		{"the word only", "saga", "action", errors.New("FAILURE"), 500, "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := b.judge(&Event{TransType: c.transType, Op: c.op}, c.err)
@@ -71,6 +88,14 @@ func TestJudge(t *testing.T) {
 				t.Fatalf("judge = %+v, want status %d result %q stuck %v", v, c.status, c.result, c.stuck)
 			}
 		})
+	}
+}
+
+// TestDTMCliErrorsAreDTMImp: judge recognises dtmcli's sentinels through dtmimp's, which dtmcli
+// re-exports (dtmhttp imports the lighter dtmimp).
+func TestDTMCliErrorsAreDTMImp(t *testing.T) {
+	if dtmcli.ErrFailure != dtmimp.ErrFailure || dtmcli.ErrOngoing != dtmimp.ErrOngoing {
+		t.Fatal("dtmcli.ErrFailure/ErrOngoing are no longer dtmimp's: judge must use dtmcli's")
 	}
 }
 

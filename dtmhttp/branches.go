@@ -54,6 +54,7 @@ type Options struct {
 	MaxBody int64
 	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
 	// an op that may fail), false an infrastructure error (500). Defaults to idemkit.IsPermanent.
+	// Errors wrapping dtmcli.ErrFailure or dtmcli.ErrOngoing are classified before it is asked.
 	IsPermanent func(error) bool
 	// Logger receives a debug line per answer, a warning per 500 and an error for a permanent failure
 	// of an op that must not fail. Defaults to discarding.

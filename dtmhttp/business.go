@@ -25,8 +25,9 @@ type Request struct {
 }
 
 // Business runs one branch op behind a barrier and reports the barrier's decision (0 when it has
-// none). Its error decides the answer: nil → 200; idemkit.ErrInFlight → 425; permanent (see
-// [Options.IsPermanent]) → 409 for an op that may fail; anything else → 500. [Gorm] and [Redis]
+// none). Its error decides the answer: nil → 200; idemkit.ErrInFlight or dtmcli.ErrOngoing → 425;
+// dtmcli.ErrFailure or permanent (see [Options.IsPermanent]) → 409 for an op that may fail, 500 for
+// one that must not; anything else → 500. Wrapped errors count. [Gorm] and [Redis]
 // build the usual ones; write one by hand to hold the local transaction yourself (with
 // barrier.Gorm.CallOutcome inside your own db.Transaction).
 type Business func(ctx context.Context, req *Request) (barrier.Outcome, error)

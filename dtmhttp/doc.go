@@ -19,15 +19,21 @@
 //	success, or the barrier skipped a repeated, hanging    200     {"dtm_result":"SUCCESS"}
 //	  or null-compensation delivery
 //	in flight: the lock is held by another delivery, or    425     {"dtm_result":"ONGOING","message":...}
-//	  the business returned idemkit.ErrInFlight                    + Retry-After
-//	permanent business failure (idemkit.Permanent) of a    409     {"dtm_result":"FAILURE","message":...}
-//	  saga/workflow/XA action or a TCC try
+//	  the business returned idemkit.ErrInFlight or                 (+ Retry-After for the lock)
+//	  dtmcli.ErrOngoing
+//	permanent business failure (idemkit.Permanent, or      409     {"dtm_result":"FAILURE","message":...}
+//	  dtmcli.ErrFailure) of a saga/workflow/XA action
+//	  or a TCC try
 //	malformed or oversized payload of such an op           409     as above
 //	permanent failure of any other op (see below)          500     {"message":...}
 //	infrastructure error (database, Redis, lock)           500     {"message":...}
 //	panic in the business                                  500     {"message":"..."}, then the panic goes on
 //	no or invalid branch in the query, or an op the        400     {"message":...}
 //	  handler does not serve
+//
+// Errors are matched with errors.Is, so wrapped ones count: a business written for dtmcli that returns
+// fmt.Errorf("...: %w", dtmcli.ErrFailure) or dtmcli.ErrOngoing is answered as dtmcli.Result2HttpJSON
+// would answer it (409, 425), FAILURE taking precedence. An error is never classified by its text.
 //
 // DTM reads them so: 200 is success; 409 (or a body containing FAILURE) fails a saga action, which rolls
 // the saga back, or a TCC try, which makes the initiator abort; 425 (or a body containing ONGOING) means
