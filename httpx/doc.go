@@ -41,10 +41,13 @@
 // SUCCEEDED, whatever the status) and replayed with Idempotent-Replayed: true. Other statuses (5xx)
 // reach the client but finish the claim as a retryable failure, so the next retry runs the handler
 // again; so does a hijacked connection. A panicking handler releases the claim the same way and the
-// panic continues to the outer recoverer. Set-Cookie, Authorization, hop-by-hop and framing headers
-// are never replayed. A response body larger than Options.MaxResponseBytes is not stored: the
-// record is SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a
-// truncated body.
+// panic continues to the outer recoverer. Set-Cookie, Authorization, hop-by-hop, framing and
+// encoding headers (Content-Length, Content-Encoding) are never replayed, and of the allow-listed
+// headers only what the handler set is stored: middleware wrapped outside this one sets its own
+// headers (and encodes the body) again on every replay. A response body larger than
+// Options.MaxResponseBytes, or one the handler encoded itself, is not stored: the record is
+// SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a truncated or
+// undecodable body.
 //
 // # Status codes
 //
@@ -55,7 +58,8 @@
 //	key malformed, too long, or a list       400 invalid-key
 //	body unreadable                          400 bad-body
 //	Options.Principal refused the caller     403 principal
-//	same key in flight                       409 in-flight + Retry-After (425 with Options.DTM)
+//	same key in flight                       409 in-flight + Retry-After (425 with Options.DTM);
+//	                                             Retry-After is at most Options.InFlightRetryAfter (1 s)
 //	finished duplicate, Reject policy        409 duplicate
 //	one-time token unknown, expired, used    409 token-invalid
 //	finished, response too large to store    409 response-not-stored
@@ -63,7 +67,7 @@
 //	same key, different payload              422 payload-mismatch
 //	unexpected error, handler did not run    500 internal
 //	record store or lock unavailable         503 unavailable (or the handler runs unguarded with
-//	                                             Options.FailOpen: duplicates may then run twice)
+//	                                             Options.RunUnguardedOnOutage: duplicates may then run twice)
 //	same key finished                        the stored status, headers and body,
 //	                                             plus Idempotent-Replayed: true
 //
