@@ -17,8 +17,9 @@
 //     replay another's response;
 //  3. computes the scope (by default the method and the chi route pattern) and a fingerprint:
 //     SHA-256 over method, scope, path, query and the canonical body (JSON with sorted members,
-//     normalised numbers and the Options.Noise fields removed; raw bytes for other content). The
-//     body is read up to Options.MaxBodyBytes and handed to the handler intact;
+//     normalised numbers and the Options.Noise fields removed; raw bytes for other content). A
+//     JSON body naming a member twice in one object is refused with 400 ([ErrDuplicateMember]).
+//     The body is read up to Options.MaxBodyBytes and handed to the handler intact;
 //  4. runs the handler inside guard.Do, which claims (scope, key) once. The handler's context
 //     carries the claim's fence (idemkit.FenceFromContext).
 //
@@ -57,6 +58,7 @@
 //	key required but missing                 400 missing-key
 //	key malformed, too long, or a list       400 invalid-key
 //	body unreadable                          400 bad-body
+//	JSON body repeats a member name          400 duplicate-member
 //	Options.Principal refused the caller     403 principal
 //	same key in flight                       409 in-flight + Retry-After (425 with Options.DTM);
 //	                                             Retry-After is at most Options.InFlightRetryAfter (1 s)

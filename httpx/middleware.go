@@ -142,7 +142,9 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 		if err != nil {
 			return call, m.errorProblem(st, err, ProblemBadBody, http.StatusBadRequest), false
 		}
-		call.Fingerprint = fingerprint(r, scope, body, st)
+		if call.Fingerprint, err = fingerprint(r, scope, body, st); err != nil {
+			return call, m.errorProblem(st, err, ProblemBadBody, http.StatusBadRequest), false
+		}
 	}
 	return call, p, false
 }
@@ -160,6 +162,8 @@ func (m *middleware) errorProblem(st *reqState, err error, def string, status in
 		return problem{Type: ProblemTokenInvalid, Status: http.StatusConflict}
 	case errors.Is(err, ErrPrincipal):
 		return problem{Type: ProblemPrincipal, Status: http.StatusForbidden}
+	case errors.Is(err, ErrDuplicateMember):
+		return problem{Type: ProblemDuplicateMember, Status: http.StatusBadRequest, Detail: duplicateDetail(err)}
 	case errors.Is(err, idemkit.ErrStoreUnavailable):
 		m.log(context.Background(), slog.LevelWarn, "httpx: store unavailable", st, "", err)
 		return problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable}
@@ -168,6 +172,17 @@ func (m *middleware) errorProblem(st *reqState, err error, def string, status in
 	}
 	m.log(context.Background(), slog.LevelDebug, "httpx: request refused", st, "", err)
 	return problem{Type: def, Status: status}
+}
+
+// duplicateDetail describes a repeated JSON member name to the client.
+func duplicateDetail(err error) string {
+	var dup *duplicateMemberError
+	if !errors.As(err, &dup) {
+		return "The JSON body repeats a member name in one object; send each name once."
+	}
+	return fmt.Sprintf("The JSON body repeats the member name %s in one object (again at byte %d). "+
+		"Send each name once: with a repeated name the request is ambiguous, so it cannot be checked against the idempotency key.",
+		dup.quoted(), dup.offset)
 }
 
 // detailOf is a client-safe description of an invalid key error (it never echoes the key).
