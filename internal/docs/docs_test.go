@@ -103,4 +103,3 @@ func setup(t *testing.T) *checker {
 	}
 	return c
 }
-
