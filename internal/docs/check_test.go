@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -219,7 +220,7 @@ func (c *checker) vet(programs []*program) (map[*block]bool, []problem, error) {
 			file = rel
 		}
 		line, _ := strconv.Atoi(m[2])
-		file = filepath.ToSlash(file)
+		file = path.Clean(filepath.ToSlash(file)) // "./README.md" for a file in the root
 		probs = append(probs, problem{file, line, "go vet: " + m[3]})
 		for _, p := range programs {
 			if p.block.file == file && line >= p.block.first() && line < p.block.first()+len(p.block.lines) {
