@@ -89,11 +89,16 @@ func (cw *captureWriter) Write(p []byte) (int, error) {
 func (cw *captureWriter) Flush() { _ = cw.FlushError() }
 
 // FlushError is Flush returning the underlying writer's error (http.ErrNotSupported when it cannot
-// flush); http.ResponseController.Flush calls it.
+// flush); http.ResponseController.Flush calls it. A first flush sends the headers with an implicit
+// 200; they are read before the flush, since outer middleware may add its own while flushing.
 func (cw *captureWriter) FlushError() error {
+	if cw.wrote || cw.hijacked {
+		return http.NewResponseController(cw.w).Flush()
+	}
+	header, encoded := cw.changes()
 	err := http.NewResponseController(cw.w).Flush()
-	if err == nil && !cw.wrote && !cw.hijacked {
-		cw.commit(http.StatusOK) // flushing sent the headers with an implicit 200
+	if err == nil {
+		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, header, encoded
 	}
 	return err
 }
@@ -109,11 +114,16 @@ func (cw *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
-// commit records the final status and the handler's changes to the allow-listed headers as they
-// are sent: the values it added to those outer middleware set, or, when it replaced or removed
-// them, a clear followed by its values.
+// commit records the final status and the handler's changes to the headers as they are sent.
 func (cw *captureWriter) commit(code int) {
 	cw.wrote, cw.status = true, code
+	cw.header, cw.encoded = cw.changes()
+}
+
+// changes returns the handler's changes to the allow-listed headers so far: the values it added to
+// those outer middleware set, or, when it replaced or removed them, a clear followed by its values;
+// and whether it set Content-Encoding.
+func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 	h := cw.w.Header()
 	for _, name := range cw.cfg.replay {
 		before, now := cw.before[name], h[name]
@@ -123,15 +133,14 @@ func (cw *captureWriter) commit(code int) {
 		case len(now) >= len(before) && slices.Equal(before, now[:len(before)]):
 			now = now[len(before):]
 		default:
-			cw.header = append(cw.header, headerField{name: name, clear: true})
+			header = append(header, headerField{name: name, clear: true})
 		}
 		for _, v := range now {
-			cw.header = append(cw.header, headerField{name: name, value: v})
+			header = append(header, headerField{name: name, value: v})
 		}
 	}
-	if ce := h["Content-Encoding"]; len(ce) > 0 && !slices.Equal(ce, cw.before["Content-Encoding"]) {
-		cw.encoded = true
-	}
+	ce := h["Content-Encoding"]
+	return header, len(ce) > 0 && !slices.Equal(ce, cw.before["Content-Encoding"])
 }
 
 // result is the guarded function's outcome once the handler returned: the stored response, or an
