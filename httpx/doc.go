@@ -2,9 +2,14 @@
 // draft "The Idempotency-Key HTTP Header Field" with Stripe's semantics, on top of an
 // [idemkit.Guard].
 //
-//	guard, _ := idemkit.New(store, &idemkit.Options{Locker: locker})
+//	guard, err := idemkit.New(store, &idemkit.Options{Locker: locker})
+//	if err != nil {
+//		return err
+//	}
 //	r := chi.NewRouter()
 //	r.Use(httpx.Middleware(guard, nil)) // every POST and PATCH now needs an Idempotency-Key
+//
+// The package README and the examples (ExampleMiddleware_production) show the whole wiring.
 //
 // # Request flow
 //
