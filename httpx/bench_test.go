@@ -104,10 +104,13 @@ func BenchmarkFingerprint(b *testing.B) {
 	cfg, _ := (*Options)(nil).withDefaults()
 	r, _ := http.NewRequest(http.MethodPost, "/orders", nil)
 	r.Header.Set("Content-Type", "application/json")
-	st := &reqState{cfg: cfg}
 	body := []byte(benchBody)
+	st := &reqState{cfg: cfg, body: body, bodyDone: true}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = fingerprint(r, "POST /orders", body, st)
+		st.canonDone = false // no cached canonical form: measure it
+		if _, err := fingerprint(r, "POST /orders", body, st); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

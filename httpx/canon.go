@@ -46,8 +46,8 @@ func (ns *noiseSet) skip(name, path string) bool {
 }
 
 // decodeJSON parses data as exactly one JSON value with numbers kept as json.Number. Duplicate
-// object members keep the last value, as encoding/json does for the handler. ok is false when data
-// is not valid JSON.
+// object members keep the last value, as encoding/json does for the handler: callers refuse such
+// documents first (canonicalize reports them). ok is false when data is not valid JSON.
 func decodeJSON(data []byte) (v any, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -64,17 +64,13 @@ func decodeJSON(data []byte) (v any, ok bool) {
 // name, no insignificant whitespace, numbers normalised (1, 1.0, 1e0 and 10e-1 are all written 1),
 // strings escaped minimally, and the noise fields removed at any depth (see [Options.Noise] for
 // names and dotted paths). It returns an error when data is not a single valid JSON value or noise
-// is malformed.
+// is malformed, and one matching [ErrDuplicateMember] when an object repeats a member name.
 func CanonicalJSON(data []byte, noise ...string) ([]byte, error) {
 	ns, err := newNoiseSet(noise)
 	if err != nil {
 		return nil, err
 	}
-	out, ok := canonicalize(make([]byte, 0, len(data)), data, ns)
-	if !ok {
-		return nil, fmt.Errorf("httpx: not a single JSON value")
-	}
-	return out, nil
+	return canonicalize(make([]byte, 0, len(data)), data, ns)
 }
 
 // unmatchable is the path of members no dotted noise path can name.
@@ -283,10 +279,14 @@ func keyText(v any, ns *noiseSet, path string) (string, bool) {
 
 // JSONField returns the value at the dotted path of the JSON document data as key material (see
 // [JSONFields] for the rendering), with the noise fields removed from objects and arrays. ok is
-// false when data is not JSON or the path is missing or null.
+// false when data is not JSON, repeats a member name in an object (see [ErrDuplicateMember]), or
+// the path is missing or null.
 func JSONField(data []byte, path string, noise ...string) (string, bool) {
 	ns, err := newNoiseSet(noise)
 	if err != nil {
+		return "", false
+	}
+	if _, err := canonicalize(nil, data, ns); err != nil {
 		return "", false
 	}
 	doc, ok := decodeJSON(data)

@@ -1,7 +1,10 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"math/big"
 	"strings"
 	"testing"
@@ -38,7 +41,6 @@ func TestCanonicalJSON(t *testing.T) {
 	}{
 		{`{"b":1,"a":2}`, nil, `{"a":2,"b":1}`},
 		{` { "a" : [ 1.0 , true , null , "x" ] } `, nil, `{"a":[1,true,null,"x"]}`},
-		{`{"a":1,"a":2}`, nil, `{"a":2}`}, // last member wins, as encoding/json
 		{`{"s":"\u00e9\n\"\\\u0001<>&"}`, nil, `{"s":"é\n\"\\\u0001<>&"}`},
 		{`{"é":1,"z":2,"A":3}`, nil, `{"A":3,"z":2,"é":1}`},
 		{`{"nonce":1,"a":{"nonce":2,"b":[{"nonce":3,"c":4}]}}`, []string{"nonce"}, `{"a":{"b":[{"c":4}]}}`},
@@ -61,6 +63,50 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 	if _, err := CanonicalJSON([]byte(`{}`), "a..b"); err == nil {
 		t.Error("malformed noise path accepted")
+	}
+}
+
+// TestCanonicalJSONDuplicateMembers is issue 11 item 16: a repeated member name, at any depth and
+// however its name is escaped, is refused (ErrDuplicateMember), so {"a":1,"a":2} and {"a":2} can
+// never share a fingerprint or a derived key. Names differing only in case or path are distinct.
+func TestCanonicalJSONDuplicateMembers(t *testing.T) {
+	dups := []struct {
+		in, name string
+		noise    []string
+	}{
+		{`{"a":1,"a":2}`, `"a"`, nil},
+		{`{"a":1,"\u0061":2}`, `"a"`, nil},        // escaped-equal names
+		{`{"\u00e9":1,"é":2}`, `"é"`, nil},        // an escaped non-ASCII name
+		{`{"\ud83d\ude00":1,"😀":2}`, `"😀"`, nil},  // a surrogate pair
+		{`{"x":{"a":1,"b":2,"a":3}}`, `"a"`, nil}, // nested
+		{`[{"a":1},{"b":1,"b":1}]`, `"b"`, nil},   // in an array
+		{`{"a":{"b":{"c":[{"d":1,"d":[]}]}}}`, `"d"`, nil},
+		{`{"nonce":1,"nonce":2,"a":1}`, `"nonce"`, []string{"nonce"}}, // noise members count
+		{`{"meta":{"t":{"x":1,"x":2}}}`, `"x"`, []string{"meta.t"}},   // inside a noise value
+		{`{"a":1,"a":1}`, `"a"`, nil},                                 // even with equal values
+	}
+	for _, tt := range dups {
+		got, err := CanonicalJSON([]byte(tt.in), tt.noise...)
+		if !errors.Is(err, ErrDuplicateMember) {
+			t.Errorf("%s: %s, %v; want ErrDuplicateMember", tt.in, got, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.name) {
+			t.Errorf("%s: error %q does not name %s", tt.in, err, tt.name)
+		}
+		if _, ok := JSONField([]byte(tt.in), "a"); ok {
+			t.Errorf("%s: JSONField accepted it", tt.in)
+		}
+	}
+	for _, ok := range []string{`{"a":{"a":1}}`, `[{"a":1},{"a":2}]`, `{"a":1,"A":2}`, `{"a.b":1,"a":{"b":2}}`,
+		`{"a":[{"a":{"a":1}}]}`, `{"":1,"\u0000":2}`} {
+		if _, err := CanonicalJSON([]byte(ok)); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	// Invalid JSON is reported as such even when it also repeats a name.
+	if _, err := CanonicalJSON([]byte(`{"a":1,"a":2} x`)); err == nil || errors.Is(err, ErrDuplicateMember) {
+		t.Errorf("invalid JSON with a repeat: %v", err)
 	}
 }
 
@@ -88,7 +134,7 @@ func TestJSONField(t *testing.T) {
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, s := range []string{`{"b":1,"a":[1.0,2e3,-0.5e-9]}`, `[]`, `"\ud800"`, `"\ud83d\ude00\ud800\u0041"`,
 		`{"nonce":{"x":1},"y":"\u0000"}`, `123456789012345678901234567890e-5`, `{"a":{"a":{"a":[[[]]]}}}`, `true`,
-		`{"":""}`, "{\"\xff\":1}", `{"a":1,"b":2,"a":3}`, `{"a":{"b":1,"c":{"b":2}},"a.b":3}`, ` [ 1 , "x" ] `,
+		`{"":""}`, "{\"\xff\":1}", `{"a":1,"b":2,"a":3}`, `{"a":{"\u0062":1,"b":2}}`, `[{"a":1},{"a":2}]`, `{"a":{"b":1},"a":2}`, `{"a":[{"b":1}],"c":{"d":[]},"a":0}`, `{"a":{"b":1,"c":{"b":2}},"a.b":3}`, ` [ 1 , "x" ] `,
 		`{"a":1}x`, `-01`, `1.`, `"\x"`, "\"\t\""} {
 		f.Add([]byte(s))
 	}
@@ -97,8 +143,12 @@ func FuzzCanonicalJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := CanonicalJSON(data, noise...)
 		tree, valid := decodeJSON(data)
-		if (err == nil) != valid {
+		dup := errors.Is(err, ErrDuplicateMember)
+		if (err == nil || dup) != valid {
 			t.Fatalf("validity: canonicalizer %v, encoding/json %v", err, valid)
+		}
+		if valid && dup != hasDuplicateMember(t, data) {
+			t.Fatalf("repeated member: canonicalizer %v, token scan %v", err, !dup)
 		}
 		if err != nil {
 			return
@@ -114,6 +164,59 @@ func FuzzCanonicalJSON(f *testing.F) {
 			t.Fatalf("not idempotent: %s → %s (%v)", c, again, err)
 		}
 	})
+}
+
+// hasDuplicateMember reports whether the valid JSON document data names a member twice in one
+// object, found independently of the canonicalizer: with encoding/json's token stream.
+func hasDuplicateMember(t *testing.T, data []byte) bool {
+	type frame struct {
+		names  map[string]bool // nil for an array
+		wanted bool            // an object expects a name next
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("token scan of valid JSON: %v", err)
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.names != nil && top.wanted {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 && stack[len(stack)-1].names != nil {
+					stack[len(stack)-1].wanted = true // the object was a member's value
+				}
+				continue
+			}
+			name := tok.(string)
+			if top.names[name] {
+				return true
+			}
+			top.names[name], top.wanted = true, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{names: map[string]bool{}, wanted: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the enclosing object wants a name next.
+		if len(stack) > 0 && stack[len(stack)-1].names != nil {
+			stack[len(stack)-1].wanted = true
+		}
+	}
 }
 
 // FuzzCanonicalNumber checks the canonical form of a number has exactly its value.

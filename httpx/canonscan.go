@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -19,27 +20,45 @@ type canonicalizer struct {
 	pos   int
 	depth int
 	ns    *noiseSet
-	keys  []byte   // decoded member names of the objects being written
-	spans []member // members of the objects being written, innermost last
-	tmp   []byte   // scratch for reordering an object's members
+	keys  []byte                // decoded member names of the objects being written
+	spans []member              // members of the objects being written, innermost last
+	tmp   []byte                // scratch for reordering an object's members
+	dup   *duplicateMemberError // the first repeated member name, if any
 }
 
-// member is an object member written to dst: its decoded name in keys and its value in dst.
+// member is an object member: its decoded name in keys, where the name starts in data, and its
+// value in dst (empty for a noise member, which is dropped).
 type member struct {
 	keyOff, keyEnd int
 	valOff, valEnd int
+	at             int
+	noise          bool
 }
 
+// errNotJSON: the data is not a single valid JSON value.
+var errNotJSON = errors.New("httpx: not a single JSON value")
+
 // canonicalize appends the canonical form of the JSON document data, without the noise fields, to
-// dst. ok is false (and dst unusable) when data is not a single valid JSON value.
-func canonicalize(dst, data []byte, ns *noiseSet) (out []byte, ok bool) {
+// dst. It returns errNotJSON (dst unusable) when data is not a single valid JSON value, and an
+// error matching [ErrDuplicateMember] when it is valid JSON but an object names a member twice
+// (names compared after unescaping, so "a" and "\u0061" are the same name; noise members count):
+// encoding/json would keep the last value, so two different documents would share one canonical
+// form.
+func canonicalize(dst, data []byte, ns *noiseSet) ([]byte, error) {
 	c := canonicalizer{data: data, ns: ns, keys: make([]byte, 0, 64), spans: make([]member, 0, 8)}
 	c.ws()
-	if dst, ok = c.value(dst, ""); !ok {
-		return nil, false
+	dst, ok := c.value(dst, "")
+	if !ok {
+		return nil, errNotJSON
 	}
 	c.ws()
-	return dst, c.pos == len(c.data)
+	switch {
+	case c.pos != len(c.data):
+		return nil, errNotJSON
+	case c.dup != nil:
+		return nil, c.dup
+	}
+	return dst, nil
 }
 
 func (c *canonicalizer) ws() {
@@ -278,7 +297,7 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 		if c.pos >= len(c.data) || c.data[c.pos] != '"' {
 			return dst, false
 		}
-		keyOff := len(c.keys)
+		keyOff, at := len(c.keys), c.pos
 		var ok bool
 		if c.keys, ok = c.unquote(c.keys); !ok {
 			return dst, false
@@ -305,11 +324,12 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 		if dst, ok = c.value(dst, child); !ok {
 			return dst, false
 		}
+		m := member{keyOff: keyOff, keyEnd: len(c.keys), valOff: valOff, valEnd: len(dst), at: at}
 		if c.ns != nil && (c.ns.names[string(key)] || child != "" && c.ns.paths[child]) {
-			dst, c.keys = dst[:valOff], c.keys[:keyOff] // parsed for validity, then dropped
-		} else {
-			c.spans = append(c.spans, member{keyOff, len(c.keys), valOff, len(dst)})
+			dst = dst[:valOff] // parsed for validity, then dropped; its name still counts for repeats
+			m.valEnd, m.noise = valOff, true
 		}
+		c.spans = append(c.spans, m)
 		c.ws()
 		if c.pos >= len(c.data) {
 			return dst, false
@@ -326,7 +346,7 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 	}
 	c.depth--
 
-	// Order the members by name, keep the last of equal names, and write them.
+	// Order the members by name, note a repeated name, and write them.
 	ms := c.spans[spanBase:]
 	slices.SortStableFunc(ms, func(a, b member) int {
 		return bytes.Compare(c.keys[a.keyOff:a.keyEnd], c.keys[b.keyOff:b.keyEnd])
@@ -336,8 +356,13 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 	first := true
 	for i, m := range ms {
 		name := c.keys[m.keyOff:m.keyEnd]
-		if i+1 < len(ms) && bytes.Equal(name, c.keys[ms[i+1].keyOff:ms[i+1].keyEnd]) {
-			continue // a later member of the same name wins
+		if i > 0 && bytes.Equal(name, c.keys[ms[i-1].keyOff:ms[i-1].keyEnd]) && c.dup == nil {
+			// Stable sort: m is the later of the two in the document. Parsing goes on, so a
+			// document that is not JSON at all is reported as such.
+			c.dup = &duplicateMemberError{name: string(name), offset: m.at}
+		}
+		if m.noise {
+			continue
 		}
 		if !first {
 			dst = append(dst, ',')

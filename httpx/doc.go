@@ -2,9 +2,14 @@
 // draft "The Idempotency-Key HTTP Header Field" with Stripe's semantics, on top of an
 // [idemkit.Guard].
 //
-//	guard, _ := idemkit.New(store, &idemkit.Options{Locker: locker})
+//	guard, err := idemkit.New(store, &idemkit.Options{Locker: locker})
+//	if err != nil {
+//		return err
+//	}
 //	r := chi.NewRouter()
 //	r.Use(httpx.Middleware(guard, nil)) // every POST and PATCH now needs an Idempotency-Key
+//
+// The package README and the examples (ExampleMiddleware_production) show the whole wiring.
 //
 // # Request flow
 //
@@ -17,8 +22,9 @@
 //     replay another's response;
 //  3. computes the scope (by default the method and the chi route pattern) and a fingerprint:
 //     SHA-256 over method, scope, path, query and the canonical body (JSON with sorted members,
-//     normalised numbers and the Options.Noise fields removed; raw bytes for other content). The
-//     body is read up to Options.MaxBodyBytes and handed to the handler intact;
+//     normalised numbers and the Options.Noise fields removed; raw bytes for other content). A
+//     JSON body naming a member twice in one object is refused with 400 ([ErrDuplicateMember]).
+//     The body is read up to Options.MaxBodyBytes and handed to the handler intact;
 //  4. runs the handler inside guard.Do, which claims (scope, key) once. The handler's context
 //     carries the claim's fence (idemkit.FenceFromContext).
 //
@@ -41,10 +47,13 @@
 // SUCCEEDED, whatever the status) and replayed with Idempotent-Replayed: true. Other statuses (5xx)
 // reach the client but finish the claim as a retryable failure, so the next retry runs the handler
 // again; so does a hijacked connection. A panicking handler releases the claim the same way and the
-// panic continues to the outer recoverer. Set-Cookie, Authorization, hop-by-hop and framing headers
-// are never replayed. A response body larger than Options.MaxResponseBytes is not stored: the
-// record is SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a
-// truncated body.
+// panic continues to the outer recoverer. Set-Cookie, Authorization, hop-by-hop, framing and
+// encoding headers (Content-Length, Content-Encoding) are never replayed, and of the allow-listed
+// headers only what the handler set is stored: middleware wrapped outside this one sets its own
+// headers (and encodes the body) again on every replay. A response body larger than
+// Options.MaxResponseBytes, or one the handler encoded itself, is not stored: the record is
+// SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a truncated or
+// undecodable body.
 //
 // # Status codes
 //
@@ -54,8 +63,10 @@
 //	key required but missing                 400 missing-key
 //	key malformed, too long, or a list       400 invalid-key
 //	body unreadable                          400 bad-body
+//	JSON body repeats a member name          400 duplicate-member
 //	Options.Principal refused the caller     403 principal
-//	same key in flight                       409 in-flight + Retry-After (425 with Options.DTM)
+//	same key in flight                       409 in-flight + Retry-After (425 with Options.DTM);
+//	                                             Retry-After is at most Options.InFlightRetryAfter (1 s)
 //	finished duplicate, Reject policy        409 duplicate
 //	one-time token unknown, expired, used    409 token-invalid
 //	finished, response too large to store    409 response-not-stored
@@ -63,7 +74,7 @@
 //	same key, different payload              422 payload-mismatch
 //	unexpected error, handler did not run    500 internal
 //	record store or lock unavailable         503 unavailable (or the handler runs unguarded with
-//	                                             Options.FailOpen: duplicates may then run twice)
+//	                                             Options.RunUnguardedOnOutage: duplicates may then run twice)
 //	same key finished                        the stored status, headers and body,
 //	                                             plus Idempotent-Replayed: true
 //

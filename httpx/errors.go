@@ -2,7 +2,9 @@ package httpx
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Errors returned by key sources and the token service, and mapped to responses by the middleware.
@@ -21,7 +23,33 @@ var (
 	// ErrPrincipal: Options.Principal could not identify the caller (HTTP 403). Principal
 	// functions may wrap it; any other error they return is mapped the same way.
 	ErrPrincipal = errors.New("httpx: principal unknown")
+	// ErrDuplicateMember: the JSON request body names a member twice in one object, at any depth
+	// (names compared after unescaping: "a" and "\u0061" are one name). Parsers disagree on
+	// which value counts (encoding/json keeps the last), so such a body is ambiguous: it is
+	// refused (HTTP 400) rather than given the fingerprint or derived key of another body.
+	ErrDuplicateMember = errors.New("httpx: JSON body repeats a member name")
 )
+
+// duplicateMemberError is ErrDuplicateMember with the name and where its repeat starts.
+type duplicateMemberError struct {
+	name   string
+	offset int // byte offset of the repeated name in the body
+}
+
+func (e *duplicateMemberError) Error() string {
+	return fmt.Sprintf("%s: %s at byte %d", ErrDuplicateMember.Error(), e.quoted(), e.offset)
+}
+
+func (e *duplicateMemberError) Is(target error) bool { return target == ErrDuplicateMember }
+
+// quoted is the name as JSON, shortened to a readable length.
+func (e *duplicateMemberError) quoted() string {
+	name := e.name
+	if len(name) > 64 {
+		name = strings.ToValidUTF8(name[:64], "") + "…"
+	}
+	return strconv.Quote(name)
+}
 
 // errNotStored is returned from the guarded function for a response the storage policy does not
 // keep: the claim finishes FAILED so a retry runs again.

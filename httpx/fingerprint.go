@@ -16,8 +16,9 @@ const fingerprintVersion = "idemkit-httpx-fp/1"
 // (sorted, noise parameters removed) and body, canonical JSON without noise when the content type is
 // JSON (or absent) and the body parses, else the raw bytes. The path is included because a scope is
 // usually a pattern ("/orders/{id}/pay"): the same key and body sent to another order must not
-// replay the first order's response.
-func fingerprint(r *http.Request, scope string, body []byte, st *reqState) string {
+// replay the first order's response. A JSON body that repeats a member name has no fingerprint:
+// the error matches ErrDuplicateMember.
+func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (string, error) {
 	h := sha256.New()
 	var arr [128]byte
 	buf := arr[:0]
@@ -31,15 +32,18 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) strin
 	field(r.URL.EscapedPath())
 	field(canonicalQuery(r.URL.RawQuery, st.cfg.noise))
 	if len(body) > 0 && isJSONContent(r.Header.Get("Content-Type")) {
-		if canon, ok := canonicalize(make([]byte, 0, len(body)), body, st.cfg.noise); ok {
+		switch canon, err := st.canonical(); {
+		case err == nil:
 			h.Write([]byte{'j'})
 			h.Write(canon)
-			return hex.EncodeToString(h.Sum(nil))
+			return hex.EncodeToString(h.Sum(nil)), nil
+		case err != errNotJSON:
+			return "", err
 		}
 	}
 	h.Write([]byte{'r'})
 	h.Write(body)
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // canonicalQuery sorts the query by name (values keep their order) and drops noise names; an

@@ -12,7 +12,7 @@ import (
 // KeySource derives the idempotency key of a request. It returns "" (or [ErrKeyMissing]) when the
 // request carries no key: the middleware then answers 400 (or passes the request through when
 // [Options.Optional] is set). Errors are mapped to responses: one wrapping idemkit.ErrInvalidKey
-// gives 400, [ErrPrincipal] 403, [ErrBodyTooLarge] 413, [ErrTokenInvalid] 409,
+// gives 400, [ErrDuplicateMember] 400, [ErrPrincipal] 403, [ErrBodyTooLarge] 413, [ErrTokenInvalid] 409,
 // idemkit.ErrStoreUnavailable 503, any other 400.
 //
 // Keys taken from the client as they are (header, query, URL parameter, token) must be at most
@@ -78,8 +78,9 @@ func URLParam(name string) KeySource {
 // ("order.id"; a segment of digits indexes an array: "items.0.sku"). A string field gives its
 // text, a number its canonical form (1.0 and 1 are equal), a boolean true/false, an object or array
 // its canonical JSON without the noise fields. Several paths give a JSON array of those texts. A
-// body that is not JSON, or a missing or null field, means no key. It panics when no path is given
-// or a path is malformed.
+// body that is not JSON, or a missing or null field, means no key; a JSON body that repeats a
+// member name anywhere is an error matching [ErrDuplicateMember] (400). It panics when no path is
+// given or a path is malformed.
 func JSONFields(paths ...string) KeySource {
 	if len(paths) == 0 {
 		panic("httpx: JSONFields: no path")

@@ -78,7 +78,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	cw := &captureWriter{w: w, cfg: m.cfg}
 	res, err := m.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
-		cw.ran = true
+		cw.start()
 		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
 		r2.Body = st.bodyFor()
 		next.ServeHTTP(cw, r2)
@@ -108,8 +108,8 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 	}
 	switch {
 	case err != nil:
-		if cfg.FailOpen && errors.Is(err, idemkit.ErrStoreUnavailable) {
-			m.log(r.Context(), slog.LevelWarn, "httpx: key source unavailable; running unguarded (FailOpen)", st, "", err)
+		if cfg.RunUnguardedOnOutage && errors.Is(err, idemkit.ErrStoreUnavailable) {
+			m.log(r.Context(), slog.LevelWarn, "httpx: key source unavailable; running unguarded (RunUnguardedOnOutage)", st, "", err)
 			return call, p, true
 		}
 		return call, m.errorProblem(st, err, ProblemInvalidKey, http.StatusBadRequest), false
@@ -142,7 +142,9 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 		if err != nil {
 			return call, m.errorProblem(st, err, ProblemBadBody, http.StatusBadRequest), false
 		}
-		call.Fingerprint = fingerprint(r, scope, body, st)
+		if call.Fingerprint, err = fingerprint(r, scope, body, st); err != nil {
+			return call, m.errorProblem(st, err, ProblemBadBody, http.StatusBadRequest), false
+		}
 	}
 	return call, p, false
 }
@@ -160,6 +162,8 @@ func (m *middleware) errorProblem(st *reqState, err error, def string, status in
 		return problem{Type: ProblemTokenInvalid, Status: http.StatusConflict}
 	case errors.Is(err, ErrPrincipal):
 		return problem{Type: ProblemPrincipal, Status: http.StatusForbidden}
+	case errors.Is(err, ErrDuplicateMember):
+		return problem{Type: ProblemDuplicateMember, Status: http.StatusBadRequest, Detail: duplicateDetail(err)}
 	case errors.Is(err, idemkit.ErrStoreUnavailable):
 		m.log(context.Background(), slog.LevelWarn, "httpx: store unavailable", st, "", err)
 		return problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable}
@@ -168,6 +172,17 @@ func (m *middleware) errorProblem(st *reqState, err error, def string, status in
 	}
 	m.log(context.Background(), slog.LevelDebug, "httpx: request refused", st, "", err)
 	return problem{Type: def, Status: status}
+}
+
+// duplicateDetail describes a repeated JSON member name to the client.
+func duplicateDetail(err error) string {
+	var dup *duplicateMemberError
+	if !errors.As(err, &dup) {
+		return "The JSON body repeats a member name in one object; send each name once."
+	}
+	return fmt.Sprintf("The JSON body repeats the member name %s in one object (again at byte %d). "+
+		"Send each name once: with a repeated name the request is ambiguous, so it cannot be checked against the idempotency key.",
+		dup.quoted(), dup.offset)
 }
 
 // detailOf is a client-safe description of an invalid key error (it never echoes the key).
@@ -188,10 +203,7 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, st *reqState
 	case rejected != nil:
 		m.problem(w, st, problem{Type: ProblemRejected, Status: http.StatusConflict})
 	case errors.As(err, &inFlight), errors.Is(err, idemkit.ErrInFlight):
-		secs := 1
-		if inFlight != nil && inFlight.RetryAfter > time.Second {
-			secs = int((inFlight.RetryAfter + time.Second - 1) / time.Second)
-		}
+		secs := retryAfterSeconds(inFlight, m.cfg.InFlightRetryAfter)
 		status := http.StatusConflict
 		if m.cfg.DTM {
 			status = http.StatusTooEarly
@@ -206,8 +218,8 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, st *reqState
 	case errors.Is(err, idemkit.ErrDuplicate):
 		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict})
 	case errors.Is(err, idemkit.ErrStoreUnavailable), errors.Is(err, idemkit.ErrLockUnavailable):
-		if m.cfg.FailOpen {
-			m.log(r.Context(), slog.LevelWarn, "httpx: store unavailable; running unguarded (FailOpen)", st, "", err)
+		if m.cfg.RunUnguardedOnOutage {
+			m.log(r.Context(), slog.LevelWarn, "httpx: store unavailable; running unguarded (RunUnguardedOnOutage)", st, "", err)
 			r.Body = st.bodyFor()
 			next.ServeHTTP(w, r)
 			return
@@ -222,6 +234,16 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, st *reqState
 	}
 }
 
+// retryAfterSeconds is the Retry-After of an in-flight answer: the holder's remaining time when
+// known, at most limit, in whole seconds rounded up, at least 1.
+func retryAfterSeconds(inFlight *idemkit.InFlightError, limit time.Duration) int {
+	d := limit
+	if inFlight != nil && inFlight.RetryAfter > 0 {
+		d = min(d, inFlight.RetryAfter)
+	}
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
 // replay answers with a stored response, or the problem standing for it.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState, value []byte) {
 	s, err := decodeResponse(value)
@@ -233,6 +255,9 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState
 	case m.cfg.Duplicates == Reject:
 		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict, OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was already processed."})
+	case s.omitted && s.encoded:
+		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: http.StatusConflict, OriginalStatus: s.status,
+			Detail: "A request with this idempotency key was processed, but its response was not stored: the handler encoded its body (Content-Encoding), and encodings are never replayed."})
 	case s.omitted:
 		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: http.StatusConflict, OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was processed, but its response was too large to store."})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
 )
@@ -25,6 +26,9 @@ type step struct {
 	calls   int64  // handler calls so far; -1 to skip
 	// sameAs is the index of an earlier step whose response must be repeated byte for byte.
 	sameAs int
+	// retryAfter is the range [min, max] the Retry-After seconds of an in-flight answer must be
+	// in; zero checks only that it is positive.
+	retryAfter [2]int
 }
 
 func post(key, body string, hdr ...string) func() *http.Request {
@@ -68,10 +72,23 @@ func TestStatusTable(t *testing.T) {
 		}},
 		{name: "in flight", steps: []step{
 			{req: post("k", `{}`, "X-Test-Block", "1"), async: true},
-			{req: post("k", `{}`), status: 409, problem: ProblemInFlight, calls: 1},
+			// The hint is DefaultInFlightRetryAfter (1 s), not the 30 s lease the holder may use.
+			{req: post("k", `{}`), status: 409, problem: ProblemInFlight, calls: 1, retryAfter: [2]int{1, 1}},
 			{release: true, status: 201, calls: 1},
 			{req: post("k", `{}`), status: 201, replay: true, calls: 1},
 		}},
+		{name: "in flight, Retry-After bounded by InFlightRetryAfter", opts: &Options{InFlightRetryAfter: 5 * time.Second},
+			steps: []step{
+				{req: post("k", `{}`, "X-Test-Block", "1"), async: true},
+				{req: post("k", `{}`), status: 409, problem: ProblemInFlight, calls: 1, retryAfter: [2]int{5, 5}},
+				{release: true, status: 201, calls: 1},
+			}},
+		{name: "in flight, Retry-After from the remaining lease", opts: &Options{InFlightRetryAfter: time.Minute},
+			gopts: &idemkit.Options{Lease: 3 * time.Second}, steps: []step{
+				{req: post("k", `{}`, "X-Test-Block", "1"), async: true},
+				{req: post("k", `{}`), status: 409, problem: ProblemInFlight, calls: 1, retryAfter: [2]int{1, 3}},
+				{release: true, status: 201, calls: 1},
+			}},
 		{name: "in flight on a DTM route", opts: &Options{DTM: true}, steps: []step{
 			{req: post("k", `{}`, "X-Test-Block", "1"), async: true},
 			{req: post("k", `{}`), status: 425, problem: ProblemInFlight, calls: 1},
@@ -87,10 +104,10 @@ func TestStatusTable(t *testing.T) {
 		{name: "lock unavailable", before: func(bd *bundle) { bd.locker.fail.Store(true) }, steps: []step{
 			{req: post("k", `{}`), status: 503, problem: ProblemUnavailable, calls: 0},
 		}},
-		{name: "store unavailable, fail-open passes through", opts: &Options{FailOpen: true},
+		{name: "store unavailable, RunUnguardedOnOutage passes through", opts: &Options{RunUnguardedOnOutage: true},
 			before: func(bd *bundle) { bd.store.fail.Store(true) }, steps: []step{
 				{req: post("k", `{}`), status: 201, calls: 1},
-				{req: post("k", `{}`), status: 201, calls: 2}, // unguarded: the danger FailOpen documents
+				{req: post("k", `{}`), status: 201, calls: 2}, // unguarded: the danger RunUnguardedOnOutage documents
 			}},
 		{name: "unguarded methods pass through", steps: []step{
 			{req: func() *http.Request { return req(http.MethodGet, "/orders", "", "") }, status: 201, calls: 1},
@@ -203,8 +220,16 @@ func checkStep(t *testing.T, n int, bd *bundle, s step, rec *httptest.ResponseRe
 		t.Errorf("step %d: handler called %d times, want %d", n, bd.calls.Load(), s.calls)
 	}
 	if s.problem == ProblemInFlight {
-		if ra, err := strconv.Atoi(rec.Header().Get("Retry-After")); err != nil || ra < 1 {
+		ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		if err != nil || ra < 1 {
 			t.Errorf("step %d: Retry-After %q, want a positive number of seconds", n, rec.Header().Get("Retry-After"))
+		}
+		if lo, hi := s.retryAfter[0], s.retryAfter[1]; hi > 0 && (ra < lo || ra > hi) {
+			t.Errorf("step %d: Retry-After %d, want within [%d, %d]", n, ra, lo, hi)
+		}
+		var p struct{ RetryAfter int }
+		if err := jsonUnmarshal(rec.Body.Bytes(), &p); err != nil || p.RetryAfter != ra {
+			t.Errorf("step %d: problem retryAfter %d, header %d (%v)", n, p.RetryAfter, ra, err)
 		}
 	}
 	if s.problem == "" && !s.replay {

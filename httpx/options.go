@@ -9,6 +9,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Defaults of [Options].
@@ -23,6 +24,10 @@ const (
 	DefaultMaxBodyBytes int64 = 1 << 20
 	// DefaultMaxResponseBytes is the largest response body stored for replay.
 	DefaultMaxResponseBytes = 1 << 20
+	// DefaultInFlightRetryAfter is the longest Retry-After an in-flight answer gives: a duplicate
+	// usually arrives while the first request is about to finish, so a short hint serves clients
+	// best; the holder's lease (30 s by default) only bounds how long it may take.
+	DefaultInFlightRetryAfter = time.Second
 	// DefaultProblemBase prefixes the problem type names (see [ProblemMissingKey] and the rest) to
 	// form the "type" URI of problem+json bodies; it points at the documentation of each type.
 	DefaultProblemBase = "https://github.com/idemkit/idemkit/blob/main/httpx/README.md#"
@@ -49,22 +54,29 @@ const (
 func DefaultMethods() []string { return []string{http.MethodPost, http.MethodPatch} }
 
 // DefaultReplayHeaders returns the response headers stored and replayed by default. Append to it to
-// keep more.
+// keep more. Only what the handler itself set is stored: values already on the response when the
+// handler ran (set by outer middleware) and values added after it sent the status are not.
 func DefaultReplayHeaders() []string {
 	return []string{
-		"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Content-Location",
+		"Cache-Control", "Content-Disposition", "Content-Language", "Content-Location",
 		"Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Vary",
 	}
 }
 
 // neverReplayed holds headers never stored or replayed whatever Options.ReplayHeaders says:
-// credentials, cookies, hop-by-hop fields, framing, and the fields the middleware sets itself.
+// credentials, cookies, hop-by-hop fields (and every Proxy-* field, see neverStored), framing and
+// encoding (the stored body is what the handler wrote, before any outer middleware encoded it), and
+// the fields the middleware sets itself.
 var neverReplayed = map[string]bool{
-	"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true, "Proxy-Authorization": true,
-	"Proxy-Authenticate": true, "Www-Authenticate": true,
-	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Set-Cookie": true, "Set-Cookie2": true, "Authorization": true, "Www-Authenticate": true,
+	"Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true,
 	"Transfer-Encoding": true, "Upgrade": true,
-	"Content-Length": true, "Date": true, "Idempotent-Replayed": true,
+	"Content-Encoding": true, "Content-Length": true, "Date": true, "Idempotent-Replayed": true,
+}
+
+// neverStored reports whether the header with the canonical name is never stored or replayed.
+func neverStored(name string) bool {
+	return neverReplayed[name] || strings.HasPrefix(name, "Proxy-")
 }
 
 // DefaultStorePolicy reports whether a response with status is stored and replayed: 2xx, 3xx and
@@ -117,9 +129,11 @@ type Options struct {
 	// response goes to the client and the claim finishes as a retryable failure. Defaults to
 	// [DefaultStorePolicy] (2xx–4xx except 408 and 429).
 	StorePolicy func(status int) bool
-	// ReplayHeaders are the response headers stored and replayed, besides status and body.
-	// Set-Cookie, Authorization, hop-by-hop and framing headers are never replayed and may not be
-	// listed. Defaults to [DefaultReplayHeaders].
+	// ReplayHeaders are the response headers stored and replayed, besides status and body; only
+	// the values the handler set are stored, not those outer middleware put on the response.
+	// Set-Cookie, Authorization, hop-by-hop (Connection, Keep-Alive, Proxy-*, TE, Trailer,
+	// Transfer-Encoding, Upgrade), framing and encoding (Content-Length, Content-Encoding) headers
+	// are never stored and may not be listed. Defaults to [DefaultReplayHeaders].
 	ReplayHeaders []string
 	// Duplicates says what a duplicate of a finished request gets. Defaults to Replay.
 	Duplicates DuplicatePolicy
@@ -127,12 +141,20 @@ type Options struct {
 	// manager reads as "ongoing, retry later", instead of 409. Set it on DTM branch routes.
 	// Defaults to false.
 	DTM bool
-	// FailOpen runs the handler UNGUARDED when the record store, the lock or a key source's store
-	// (tokens) fails before the handler ran (idemkit.ErrStoreUnavailable,
-	// idemkit.ErrLockUnavailable). DANGER: during such an outage every retry executes again, so a
-	// payment may be taken twice. Choose it only for endpoints where a duplicate is cheaper than an
-	// error. The Guard itself never runs a function unguarded. Defaults to false: 503 problem+json.
-	FailOpen bool
+	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
+	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard
+	// knows it (the remaining lock or lease), capped at this value, rounded up to whole seconds
+	// (the header's unit) and at least 1. Defaults to DefaultInFlightRetryAfter (1 s); negative is
+	// invalid.
+	InFlightRetryAfter time.Duration
+	// RunUnguardedOnOutage runs the handler WITHOUT ANY IDEMPOTENCY GUARD when the record store,
+	// the lock or a key source's store (tokens) fails before the handler ran
+	// (idemkit.ErrStoreUnavailable, idemkit.ErrLockUnavailable). DANGER: during such an outage
+	// every retry executes again, so a payment may be taken twice. Choose it only for endpoints
+	// where a duplicate is cheaper than an error. Unlike idemkit.Options.FailOpen, which only
+	// skips Redis while the database still guards every call, nothing guards the request here.
+	// Defaults to false: 503 problem+json.
+	RunUnguardedOnOutage bool
 	// RequestID returns the request ID, attached to logs, put in the context (see [RequestID]) and
 	// echoed in the X-Request-Id response header. It is never part of a key or a lock owner.
 	// Defaults to the X-Request-Id request header. With chi's middleware.RequestID use
@@ -141,8 +163,8 @@ type Options struct {
 	// ProblemBase prefixes problem type names to form the "type" member of problem+json bodies.
 	// Defaults to DefaultProblemBase.
 	ProblemBase string
-	// Logger receives warnings (store failures after the handler ran, fenced finishes, fail-open
-	// pass-throughs). Defaults to discarding.
+	// Logger receives warnings (store failures after the handler ran, fenced finishes, unguarded
+	// runs under RunUnguardedOnOutage). Defaults to discarding.
 	Logger *slog.Logger
 }
 
@@ -171,6 +193,7 @@ func (o *Options) withDefaults() (*config, error) {
 	c.MaxKeyLen = cmp.Or(c.MaxKeyLen, DefaultMaxKeyLen)
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, DefaultMaxResponseBytes)
+	c.InFlightRetryAfter = cmp.Or(c.InFlightRetryAfter, DefaultInFlightRetryAfter)
 	if c.StorePolicy == nil {
 		c.StorePolicy = DefaultStorePolicy
 	}
@@ -205,6 +228,9 @@ func (o *Options) withDefaults() (*config, error) {
 	if c.MaxResponseBytes < 1 {
 		errs = append(errs, fmt.Errorf("MaxResponseBytes must be positive, got %d", c.MaxResponseBytes))
 	}
+	if c.InFlightRetryAfter < 0 {
+		errs = append(errs, fmt.Errorf("InFlightRetryAfter must not be negative, got %s", c.InFlightRetryAfter))
+	}
 	if c.Duplicates > Reject {
 		errs = append(errs, fmt.Errorf("Duplicates: unknown policy %d", c.Duplicates))
 	}
@@ -213,7 +239,7 @@ func (o *Options) withDefaults() (*config, error) {
 		switch {
 		case !isToken(h):
 			errs = append(errs, fmt.Errorf("ReplayHeaders: %q is not a header name", h))
-		case neverReplayed[name]:
+		case neverStored(name):
 			errs = append(errs, fmt.Errorf("ReplayHeaders: %s is never replayed", name))
 		case !slices.Contains(c.replay, name):
 			c.replay = append(c.replay, name)

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/memory"
@@ -28,6 +29,9 @@ func TestOptionsValidation(t *testing.T) {
 		"bad header name":       {ReplayHeaders: []string{"X Y"}},
 		"bad noise path":        {Noise: []string{"a..b"}},
 		"empty noise":           {Noise: []string{""}},
+		"negative retry hint":   {InFlightRetryAfter: -time.Second},
+		"Content-Encoding":      {ReplayHeaders: []string{"content-encoding"}},
+		"Proxy-* header":        {ReplayHeaders: []string{"Proxy-Status"}},
 	}
 	for name, o := range bad {
 		if _, err := New(guard, o); err == nil || !strings.HasPrefix(err.Error(), "httpx: invalid options") {

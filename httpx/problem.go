@@ -12,6 +12,7 @@ const (
 	ProblemMissingKey        = "missing-key"         // 400: no key where one is required
 	ProblemInvalidKey        = "invalid-key"         // 400: key malformed, too long, or a list
 	ProblemBadBody           = "bad-body"            // 400: the body could not be read
+	ProblemDuplicateMember   = "duplicate-member"    // 400: the JSON body repeats a member name
 	ProblemPrincipal         = "principal"           // 403: Options.Principal refused the caller
 	ProblemInFlight          = "in-flight"           // 409 (425 with Options.DTM): the key is being processed
 	ProblemDuplicate         = "duplicate"           // 409: finished duplicate under the Reject policy
@@ -42,6 +43,7 @@ var problemTitles = map[string]string{
 	ProblemMissingKey:        "Idempotency key required",
 	ProblemInvalidKey:        "Invalid idempotency key",
 	ProblemBadBody:           "Request body unreadable",
+	ProblemDuplicateMember:   "JSON body repeats a member name",
 	ProblemPrincipal:         "Caller not identified",
 	ProblemInFlight:          "Request with this idempotency key in progress",
 	ProblemDuplicate:         "Duplicate request",

@@ -24,6 +24,9 @@ type reqState struct {
 	jsonDone   bool
 	doc        any
 	docOK      bool
+	canonDone  bool
+	canon      []byte // the body's canonical JSON without noise, when canonErr is nil
+	canonErr   error  // errNotJSON, or an ErrDuplicateMember error
 	routeDone  bool
 	pattern    string
 	rctx       *chi.Context
@@ -104,7 +107,17 @@ func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
 	}
 }
 
-// json returns the body parsed as JSON, once.
+// canonical returns the canonical form of the loaded body (see canonicalize), computed once.
+func (st *reqState) canonical() ([]byte, error) {
+	if !st.canonDone {
+		st.canonDone = true
+		st.canon, st.canonErr = canonicalize(make([]byte, 0, len(st.body)), st.body, st.cfg.noise)
+	}
+	return st.canon, st.canonErr
+}
+
+// json returns the body parsed as JSON, once: ok is false when it is not JSON. A JSON body that
+// repeats a member name is an error matching ErrDuplicateMember.
 func (st *reqState) json(r *http.Request) (any, bool, error) {
 	if st.jsonDone {
 		return st.doc, st.docOK, nil
@@ -112,6 +125,11 @@ func (st *reqState) json(r *http.Request) (any, bool, error) {
 	body, err := st.loadBody(r)
 	if err != nil {
 		return nil, false, err
+	}
+	if len(body) > 0 {
+		if _, err := st.canonical(); errors.Is(err, ErrDuplicateMember) {
+			return nil, false, err
+		}
 	}
 	st.jsonDone = true
 	if len(body) > 0 {

@@ -5,35 +5,47 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
-	"strconv"
 )
 
 // storedResponse is a response as stored for replay: the value the guarded function returns.
 type storedResponse struct {
 	status int
-	header []headerField // canonical names, in the order written
+	header []headerField // the handler's changes to the headers, canonical names, in order
 	body   []byte
-	// omitted: the body was not stored (larger than Options.MaxResponseBytes, or Reject mode);
-	// size is then its length.
+	// omitted: the body was not stored (larger than Options.MaxResponseBytes, Reject mode, too many
+	// header fields, or encoded by the handler); size is then its length. encoded: it was omitted
+	// because the handler set Content-Encoding, which is never stored.
 	omitted bool
+	encoded bool
 	size    uint64
 }
 
-type headerField struct{ name, value string }
+// headerField is one change the handler made to a response header: add value to name, or, when
+// clear is set, remove the values name had before the handler ran (set by outer middleware).
+type headerField struct {
+	name, value string
+	clear       bool
+}
 
-// The stored form of a response:
+// The stored form of a response (format 2; format 1, written before, is read too):
 //
-//	byte 0    format version (1)
-//	byte 1    flags: bit 0 set when the body was omitted; other bits zero
+//	byte 0    format version (2)
+//	byte 1    flags: bit 0 set when the body was omitted, bit 1 when it was omitted because the
+//	          handler encoded it; other bits zero
 //	uvarint   status (100-999)
 //	uvarint   number of header fields (at most maxStoredFields)
-//	          each: uvarint n + n bytes name, uvarint n + n bytes value
+//	          each: byte op (0 add, 1 clear), uvarint n + n bytes name, and for add uvarint n + n
+//	          bytes value (format 1: no op byte, every field an add)
 //	omitted:  uvarint original body size, nothing after it
 //	else:     the rest is the body
 const (
-	responseFormat  = 1
-	flagOmitted     = 1 << 0
-	maxStoredFields = 256
+	responseFormatV1 = 1
+	responseFormat   = 2
+	flagOmitted      = 1 << 0
+	flagEncoded      = 1 << 1
+	maxStoredFields  = 256
+	opAdd            = 0
+	opClear          = 1
 )
 
 var errBadResponse = errors.New("httpx: malformed stored response")
@@ -41,21 +53,31 @@ var errBadResponse = errors.New("httpx: malformed stored response")
 func (s *storedResponse) encode() []byte {
 	n := 2 + 3*binary.MaxVarintLen64 + len(s.body)
 	for _, f := range s.header {
-		n += 2*binary.MaxVarintLen32 + len(f.name) + len(f.value)
+		n += 1 + 2*binary.MaxVarintLen32 + len(f.name) + len(f.value)
 	}
 	b := make([]byte, 0, n)
 	var flags byte
 	if s.omitted {
 		flags |= flagOmitted
 	}
+	if s.encoded {
+		flags |= flagEncoded
+	}
 	b = append(b, responseFormat, flags)
 	b = binary.AppendUvarint(b, uint64(s.status))
 	b = binary.AppendUvarint(b, uint64(len(s.header)))
 	for _, f := range s.header {
+		if f.clear {
+			b = append(b, opClear)
+		} else {
+			b = append(b, opAdd)
+		}
 		b = binary.AppendUvarint(b, uint64(len(f.name)))
 		b = append(b, f.name...)
-		b = binary.AppendUvarint(b, uint64(len(f.value)))
-		b = append(b, f.value...)
+		if !f.clear {
+			b = binary.AppendUvarint(b, uint64(len(f.value)))
+			b = append(b, f.value...)
+		}
 	}
 	if s.omitted {
 		return binary.AppendUvarint(b, s.size)
@@ -63,15 +85,22 @@ func (s *storedResponse) encode() []byte {
 	return append(b, s.body...)
 }
 
-// decodeResponse parses what encode wrote. It never panics, whatever b holds, and checks what a
-// replay writes: a valid status, header names that are tokens, values without CR, LF or other
-// control characters. The body aliases b.
+// decodeResponse parses what encode wrote (either format). It never panics, whatever b holds, and
+// checks what a replay writes: a valid status, header names that are tokens, values without CR, LF
+// or other control characters. The body aliases b.
 func decodeResponse(b []byte) (storedResponse, error) {
 	var s storedResponse
-	if len(b) < 2 || b[0] != responseFormat || b[1]&^flagOmitted != 0 {
+	if len(b) < 2 {
 		return s, errBadResponse
 	}
-	s.omitted = b[1]&flagOmitted != 0
+	format, flags := b[0], b[1]
+	switch {
+	case format == responseFormatV1 && flags&^flagOmitted == 0:
+	case format == responseFormat && flags&^(flagOmitted|flagEncoded) == 0 && (flags&flagEncoded == 0 || flags&flagOmitted != 0):
+	default:
+		return s, errBadResponse
+	}
+	s.omitted, s.encoded = flags&flagOmitted != 0, flags&flagEncoded != 0
 	b = b[2:]
 	status, n := binary.Uvarint(b)
 	if n <= 0 || status < 100 || status > 999 {
@@ -87,15 +116,24 @@ func decodeResponse(b []byte) (storedResponse, error) {
 		s.header = make([]headerField, 0, count)
 	}
 	for range count {
+		op := byte(opAdd)
+		if format == responseFormat {
+			if len(b) == 0 || b[0] > opClear {
+				return s, errBadResponse
+			}
+			op, b = b[0], b[1:]
+		}
 		var name, value []byte
 		var ok bool
 		if name, b, ok = cutField(b); !ok || !isToken(string(name)) {
 			return s, errBadResponse
 		}
-		if value, b, ok = cutField(b); !ok || !validFieldValue(value) {
-			return s, errBadResponse
+		if op == opAdd {
+			if value, b, ok = cutField(b); !ok || !validFieldValue(value) {
+				return s, errBadResponse
+			}
 		}
-		s.header = append(s.header, headerField{textproto.CanonicalMIMEHeaderKey(string(name)), string(value)})
+		s.header = append(s.header, headerField{textproto.CanonicalMIMEHeaderKey(string(name)), string(value), op == opClear})
 	}
 	if s.omitted {
 		if s.size, n = binary.Uvarint(b); n <= 0 || n != len(b) {
@@ -129,19 +167,22 @@ func validFieldValue(v []byte) bool {
 	return true
 }
 
-// write replays s to w: the stored headers (minus any never replayed), Idempotent-Replayed: true,
-// Content-Length, the status and the body.
+// write replays s to w: the handler's header changes (minus any never replayed) applied to what
+// outer middleware put on the response, Idempotent-Replayed: true, the status and the body. No
+// Content-Length is set: outer middleware may transform the body (compress it), and net/http adds
+// one itself to a small body that arrives in one piece.
 func (s *storedResponse) write(w http.ResponseWriter) {
 	h := w.Header()
 	for _, f := range s.header {
-		if !neverReplayed[f.name] {
+		switch {
+		case neverStored(f.name):
+		case f.clear:
+			h.Del(f.name)
+		default:
 			h.Add(f.name, f.value)
 		}
 	}
 	h.Set(ReplayedHeader, "true")
-	if bodyAllowed(s.status) {
-		h.Set("Content-Length", strconv.Itoa(len(s.body)))
-	}
 	w.WriteHeader(s.status)
 	if len(s.body) > 0 && bodyAllowed(s.status) {
 		_, _ = w.Write(s.body)

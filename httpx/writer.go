@@ -4,23 +4,52 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"slices"
 )
 
 // captureWriter streams a handler's response to the client and keeps a copy for the record: the
-// status, the allow-listed headers as they were when the status was sent, and the body up to
-// Options.MaxResponseBytes. It implements http.Flusher and http.Hijacker, and Unwrap for
-// http.ResponseController. It is used by one goroutine, the handler's.
+// status, the changes the handler made to the allow-listed headers by the time it sent the status,
+// and the body up to Options.MaxResponseBytes. It implements http.Flusher and http.Hijacker, and
+// Unwrap for http.ResponseController. It is used by one goroutine, the handler's.
+//
+// The header map is shared with the middleware around it: outer middleware may have set fields
+// before the handler ran (a CORS Vary, a NoCache Cache-Control, an eager gzip wrapper's
+// Content-Encoding) and may add more after the handler sent its status (chi's Compress). Those
+// are theirs, and they set them again on the replay; storing them would duplicate them. So
+// [captureWriter.start] takes a snapshot of the allow-listed fields before the handler runs and
+// commit stores only the difference.
 type captureWriter struct {
 	w        http.ResponseWriter
 	cfg      *config
 	ran      bool // the handler was called: the client gets its response, whatever happens next
 	wrote    bool // the final status was sent
 	status   int
+	before   map[string][]string // allow-listed fields (and Content-Encoding) before the handler ran
 	header   []headerField
+	encoded  bool // the handler set Content-Encoding: the body it wrote cannot be replayed without it
 	body     []byte
 	size     uint64
 	overflow bool
 	hijacked bool
+}
+
+// start records the allow-listed header fields outer middleware set before the handler runs.
+func (cw *captureWriter) start() {
+	cw.ran = true
+	h := cw.w.Header()
+	for _, name := range cw.cfg.replay {
+		cw.remember(h, name)
+	}
+	cw.remember(h, "Content-Encoding")
+}
+
+func (cw *captureWriter) remember(h http.Header, name string) {
+	if v, ok := h[name]; ok {
+		if cw.before == nil {
+			cw.before = make(map[string][]string, 4)
+		}
+		cw.before[name] = slices.Clone(v)
+	}
 }
 
 func (cw *captureWriter) Header() http.Header { return cw.w.Header() }
@@ -60,11 +89,16 @@ func (cw *captureWriter) Write(p []byte) (int, error) {
 func (cw *captureWriter) Flush() { _ = cw.FlushError() }
 
 // FlushError is Flush returning the underlying writer's error (http.ErrNotSupported when it cannot
-// flush); http.ResponseController.Flush calls it.
+// flush); http.ResponseController.Flush calls it. A first flush sends the headers with an implicit
+// 200; they are read before the flush, since outer middleware may add its own while flushing.
 func (cw *captureWriter) FlushError() error {
+	if cw.wrote || cw.hijacked {
+		return http.NewResponseController(cw.w).Flush()
+	}
+	header, encoded := cw.changes()
 	err := http.NewResponseController(cw.w).Flush()
-	if err == nil && !cw.wrote && !cw.hijacked {
-		cw.commit(http.StatusOK) // flushing sent the headers with an implicit 200
+	if err == nil {
+		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, header, encoded
 	}
 	return err
 }
@@ -80,15 +114,33 @@ func (cw *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
-// commit records the final status and the allow-listed headers as they are sent.
+// commit records the final status and the handler's changes to the headers as they are sent.
 func (cw *captureWriter) commit(code int) {
 	cw.wrote, cw.status = true, code
+	cw.header, cw.encoded = cw.changes()
+}
+
+// changes returns the handler's changes to the allow-listed headers so far: the values it added to
+// those outer middleware set, or, when it replaced or removed them, a clear followed by its values;
+// and whether it set Content-Encoding.
+func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 	h := cw.w.Header()
 	for _, name := range cw.cfg.replay {
-		for _, v := range h[name] {
-			cw.header = append(cw.header, headerField{name, v})
+		before, now := cw.before[name], h[name]
+		switch {
+		case slices.Equal(before, now):
+			continue
+		case len(now) >= len(before) && slices.Equal(before, now[:len(before)]):
+			now = now[len(before):]
+		default:
+			header = append(header, headerField{name: name, clear: true})
+		}
+		for _, v := range now {
+			header = append(header, headerField{name: name, value: v})
 		}
 	}
+	ce := h["Content-Encoding"]
+	return header, len(ce) > 0 && !slices.Equal(ce, cw.before["Content-Encoding"])
 }
 
 // result is the guarded function's outcome once the handler returned: the stored response, or an
@@ -104,8 +156,12 @@ func (cw *captureWriter) result() ([]byte, error) {
 		return nil, &errNotStored{cw.status}
 	}
 	s := storedResponse{status: cw.status, header: cw.header, body: cw.body}
-	if cw.overflow || cw.cfg.Duplicates == Reject {
-		s.body, s.omitted, s.size = nil, true, cw.size
+	if len(s.header) > maxStoredFields {
+		s.header = nil // too many to store: the response cannot be replayed faithfully
+		s.omitted = true
+	}
+	if cw.overflow || cw.encoded || s.omitted || cw.cfg.Duplicates == Reject {
+		s.body, s.omitted, s.encoded, s.size = nil, true, cw.encoded, cw.size
 	}
 	return s.encode(), nil
 }

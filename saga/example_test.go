@@ -72,7 +72,7 @@ func ExampleInitiator() {
 		case err != nil:
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		case out.Replayed, out.Status == txstatus.Succeed:
-			w.Write(out.Result)
+			_, _ = w.Write(out.Result) // a client that went away gets it on its retry
 		case out.Status == txstatus.Failed:
 			http.Error(w, "transfer rolled back", http.StatusUnprocessableEntity)
 		default: // still running; the reconciler settles the record

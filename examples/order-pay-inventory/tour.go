@@ -357,8 +357,8 @@ func (t *tour) retry(ctx context.Context, who, path, key string, body any) (*res
 			return r, nil
 		}
 		if n == 1 {
-			t.say("           in flight: the first request still runs. Retry-After is the claim's remaining lease,")
-			t.say("           an upper bound; this client polls every %s instead.", tourRetryEvery)
+			t.say("           in flight: the first request still runs. Retry-After is a short hint (at most")
+			t.say("           httpx.Options.InFlightRetryAfter, 1 s); this client polls every %s.", tourRetryEvery)
 		}
 		select {
 		case <-ctx.Done():

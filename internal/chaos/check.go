@@ -458,15 +458,17 @@ func parseValue(b []byte) (chkValue, error) {
 }
 
 // decodeStoredHTTP reads the status and body of a response stored by the httpx middleware, whose
-// format (version 1) is: version byte, flags byte (bit 0: body omitted), uvarint status, uvarint
-// header count, each header as uvarint-length-prefixed name and value, then the body.
+// format (version 1, or 2) is: version byte, flags byte (bit 0: body omitted), uvarint status,
+// uvarint header count, each header as uvarint-length-prefixed name and value (version 2: preceded
+// by an op byte, 0 add or 1 clear, and a clear has no value), then the body.
 func decodeStoredHTTP(b []byte) (int, []byte, error) {
 	bad := func(what string) (int, []byte, error) {
 		return 0, nil, errors.New("stored HTTP response: " + what)
 	}
-	if len(b) < 2 || b[0] != 1 {
+	if len(b) < 2 || b[0] != 1 && b[0] != 2 {
 		return bad("unknown format")
 	}
+	format := b[0] // 2: each header field starts with an op byte, 0 add (name, value), 1 clear (name)
 	if b[1]&1 != 0 {
 		return bad("body not stored")
 	}
@@ -481,12 +483,22 @@ func decodeStoredHTTP(b []byte) (int, []byte, error) {
 		return bad("header count")
 	}
 	b = b[n:]
-	for range 2 * fields {
-		l, n := binary.Uvarint(b)
-		if n <= 0 || uint64(len(b)-n) < l {
-			return bad("header")
+	for range fields {
+		parts := 2
+		if format == 2 {
+			if len(b) == 0 || b[0] > 1 {
+				return bad("header op")
+			}
+			parts -= int(b[0]) // a clear has a name only
+			b = b[1:]
 		}
-		b = b[n+int(l):]
+		for range parts {
+			l, n := binary.Uvarint(b)
+			if n <= 0 || uint64(len(b)-n) < l {
+				return bad("header")
+			}
+			b = b[n+int(l):]
+		}
 	}
 	return int(status), b, nil
 }
