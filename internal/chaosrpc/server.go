@@ -57,7 +57,7 @@ func (s *Server) Close() {
 }
 
 // NewServer builds the guarded Payments server of cfg (Addr unused) on db; rdb may be nil.
-func NewServer(db *gorm.DB, rdb redis.UniversalClient, cfg ServerConfig, runs func(string)) (*Server, error) {
+func NewServer(db *gorm.DB, rdb redis.UniversalClient, cfg ServerConfig, runs func(string), extra ...grpc.ServerOption) (*Server, error) {
 	store, err := record.New(db, &record.Options{Table: cfg.Tables.Records})
 	if err != nil {
 		return nil, err
@@ -81,11 +81,11 @@ func NewServer(db *gorm.DB, rdb redis.UniversalClient, cfg ServerConfig, runs fu
 	if cfg.Bare {
 		icpt = BareInterceptor(db)
 	}
-	sopts := []grpc.ServerOption{grpc.UnaryInterceptor(icpt)}
+	sopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(icpt)}
 	if cfg.Deterministic {
 		sopts = append(sopts, grpc.ForceServerCodecV2(grpcx.Codec{}))
 	}
-	gs := grpc.NewServer(sopts...)
+	gs := grpc.NewServer(append(sopts, extra...)...)
 	gs.RegisterService(ServiceDesc(), &Business{Tables: cfg.Tables, MaxDelay: cfg.MaxDelay, Runs: runs})
 	return &Server{GRPC: gs, Guard: guard, close: func() {}}, nil
 }
