@@ -52,7 +52,9 @@ type Options struct {
 	// Tx, when set, runs each guarded call in Tx mode: the claim, the handler and the finish inside one
 	// local transaction opened by Tx, so the handler's writes (made through the transaction Tx puts in
 	// the handler's context) and the record commit together, and a crash anywhere leaves either both
-	// or neither. A retryable handler error rolls the transaction back. Defaults to nil: Execute mode
+	// or neither. A retryable handler error rolls the transaction back; a permanent one commits it, so
+	// that the REJECTED record is stored: a handler should fail permanently before it writes. A replay
+	// or a refusal rolls back (nothing was written). Defaults to nil: Execute mode
 	// (Guard.Do), where the handler's effects and the record are written separately.
 	Tx Transactor
 	// Resolver finds the Go type of a stored response on replay. Defaults to protoregistry.GlobalTypes,
