@@ -41,7 +41,8 @@ type Publisher struct {
 	QueryPrepared string
 	// Wait bounds how long Publish waits for DTM to report the message succeeded (its branches all
 	// answered success). Defaults to 0: Publish returns once the message is submitted, with Status
-	// Submitted, and the Reconciler settles the record later.
+	// Submitted, and the Reconciler settles the record later. Keep the Guard's Lease above Wait: the
+	// Reconciler settles records whose lease ran out.
 	Wait time.Duration
 	// Status asks DTM about outcomes. Defaults to a txstatus.Client on Server.
 	Status *txstatus.Client
