@@ -1,6 +1,8 @@
 package chaosdtmmsg
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"log"
 	"net/http"
@@ -17,8 +19,16 @@ type proxy struct {
 	rp     *httputil.ReverseProxy
 	held   chan string // ids of children whose submit is held
 
-	mu   sync.Mutex
-	hold map[string]bool
+	mu       sync.Mutex
+	hold     map[string]bool
+	prepared []string // gids of every message a child prepared (or tried to)
+}
+
+// preparedGIDs returns the gids of the prepare calls seen so far.
+func (p *proxy) preparedGIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.prepared...)
 }
 
 func newProxy(dtm string) (*proxy, error) {
@@ -57,6 +67,23 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.held <- id
 		<-r.Context().Done() // the child is killed while it waits
 		return
+	}
+	if strings.HasSuffix(path, "/prepare") {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var t struct {
+			Gid string `json:"gid"`
+		}
+		if json.Unmarshal(body, &t) == nil && t.Gid != "" {
+			p.mu.Lock()
+			p.prepared = append(p.prepared, t.Gid)
+			p.mu.Unlock()
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 	}
 	r.URL.Path = "/" + path
 	r.URL.RawPath = ""

@@ -295,6 +295,19 @@ func Run(ctx context.Context, c *Config) (*Report, error) {
 		}
 	}
 	rep.BackChecked = rep.Kills[KillAfterCommit] // each held submit followed a local commit
+	// Every message a publisher prepared reaches its outcome at DTM (the back-check decides those
+	// whose publisher died) before the branch effects are counted.
+	for _, gid := range px.preparedGIDs() {
+		if st, err := status.Status(ctx, gid); err == nil && st == txstatus.Unknown {
+			continue // the publisher died before DTM recorded its prepare: nothing to wait for
+		}
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		st, err := status.Wait(wctx, gid)
+		cancel()
+		if err != nil || !st.Final() {
+			violate("message %s did not reach an outcome at DTM: %s %v", gid, st, err)
+		}
+	}
 	check(ctx, w, status, keys, rep, violate)
 
 	// A duplicate of every finished key, now: replayed, and nothing more published.
