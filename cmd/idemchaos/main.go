@@ -15,6 +15,8 @@
 //	go run ./cmd/idemchaos                      # 30s of load, every fault
 //	go run ./cmd/idemchaos -duration 10m        # a soak (see scripts/soak.sh)
 //	go run ./cmd/idemchaos -sabotage drop-unique-index   # prove the checker catches duplicates
+//	go run ./cmd/idemchaos grpc                 # the gRPC interceptor under server kills (suites.go)
+//	go run ./cmd/idemchaos dtm-msg              # DTM 2-phase messages under publisher kills (suites.go)
 //
 // It prints a summary and exits 0 when the checker found no violation, 1 when it found some (each is
 // printed), 2 when the harness could not run.
@@ -39,6 +41,10 @@ import (
 
 func main() {
 	chaos.RunWorkerIfRequested() // a worker process started by the harness never returns from here
+	runChildIfRequested()        // likewise for the gRPC and DTM msg runs (suites.go)
+	if code, ok := runSuite(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	// The harness's own connections see MariaDB restart on purpose; the driver need not say so.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	os.Exit(run())

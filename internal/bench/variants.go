@@ -297,6 +297,7 @@ func Variants(e *Env) (map[string]*Variant, error) {
 		return nil, err
 	}
 	vs = append(vs, hv...)
+	vs = append(vs, grpcVariants(e, gExec, gExec, e.Store, biz)...) // grpc.go
 
 	m := make(map[string]*Variant, len(vs))
 	for _, v := range vs {

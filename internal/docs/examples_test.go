@@ -15,7 +15,7 @@ import (
 type example struct {
 	file  string // path relative to the module root, slash-separated
 	name  string // ExampleXxx
-	start int    // line of the first line inside its braces
+	start int    // line of its first line (its doc comment's, if any)
 	lines []string
 }
 
@@ -42,7 +42,7 @@ func examplesIn(root string, files []string) ([]*example, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution|parser.ParseComments)
 		if err != nil {
 			return nil, err
 		}
@@ -56,7 +56,13 @@ func examplesIn(root string, files []string) ([]*example, error) {
 			if end-open < 2 {
 				continue // no line of its own inside the braces
 			}
-			out = append(out, &example{file: rel, name: fn.Name.Name, start: open + 1, lines: lines[open : end-1]})
+			// The whole declaration, doc comment included, so a document may quote the Example as a
+			// function as well as lines of its body.
+			first := fset.Position(fn.Pos()).Line
+			if fn.Doc != nil {
+				first = fset.Position(fn.Doc.Pos()).Line
+			}
+			out = append(out, &example{file: rel, name: fn.Name.Name, start: first, lines: lines[first-1 : end]})
 		}
 	}
 	return out, nil

@@ -1,0 +1,173 @@
+package dtmmsg
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dtm-labs/client/dtmcli"
+	"github.com/dtm-labs/client/dtmcli/dtmimp"
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/barrier"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+const (
+	// TransType is the DTM transaction type of a 2-phase message, as reported to hooks (Txn.TransType).
+	TransType = "msg"
+	// GIDPrefix starts the gid of every message Publish publishes: the [Reconciler] settles only
+	// records whose gid has it.
+	GIDPrefix = "msg-"
+)
+
+// Publisher publishes guarded 2-phase messages. Set Server, DB, Barrier, Lifecycle and QueryPrepared;
+// the rest is optional. A Publisher is safe for concurrent use; do not change its fields afterwards.
+type Publisher struct {
+	// Server is the DTM HTTP API base, e.g. "http://127.0.0.1:36789/api/dtmsvr".
+	Server string
+	// DB is the business database: the local transactions run on it, and its barrier table (Barrier)
+	// lives in it.
+	DB *gorm.DB
+	// Barrier is the barrier on DB that the local transactions enter and that [BackCheck] queries.
+	Barrier *barrier.Gorm
+	// Lifecycle keeps the record and runs the hooks (its Guard may use another database).
+	Lifecycle *hooks.Lifecycle
+	// QueryPrepared is the URL where DTM reaches [BackCheck], e.g. "http://svc:8080/dtm/query-prepared".
+	QueryPrepared string
+	// Wait bounds how long Publish waits for DTM to report the message succeeded (its branches all
+	// answered success). Defaults to 0: Publish returns once the message is submitted, with Status
+	// Submitted, and the Reconciler settles the record later. Keep the Guard's Lease above Wait: the
+	// Reconciler settles records whose lease ran out.
+	Wait time.Duration
+	// Status asks DTM about outcomes. Defaults to a txstatus.Client on Server.
+	Status *txstatus.Client
+}
+
+// PublishParams describe one message.
+type PublishParams struct {
+	// Call is the idempotency identity of the operation (scope and client key).
+	Call idemkit.Call
+	// Steps adds the message's branches (m.Add(url, payload)) and sets its options (m.TimeoutToFail,
+	// m.RetryInterval...; DTM asks the back-check once TimeoutToFail passed without a submit).
+	// Required.
+	Steps func(m *dtmcli.Msg)
+	// Local is the local transaction: the business writes, made through tx, which commit together with
+	// the message's barrier row; gid is the message's. Its error rolls them back and nothing is published: an error marked
+	// idemkit.Permanent leaves the record REJECTED (replayed to duplicates), any other FAILED (a retry
+	// with the key publishes anew). Required.
+	Local func(ctx context.Context, tx *gorm.DB, gid string) error
+	// Result is stored when the message succeeds and replayed to duplicates.
+	Result []byte
+}
+
+// ErrLocalFailed wraps the error of a local transaction that did not commit: nothing was published.
+var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing published")
+
+// Publish publishes one message for p.Call: claim the record with a fresh gid, prepare the message
+// at DTM, run the local transaction with the barrier row, submit, wait up to Wait for the outcome and
+// settle the record.
+//
+// It returns, besides an Outcome (GID, Status: Succeed, Failed, or Submitted when the outcome was not
+// known in time):
+//   - a replayed Outcome (Replayed, Result) for a finished key, with an *idemkit.RejectedError for a
+//     stored permanent failure; idemkit.ErrInFlight while another publication of the key runs; Guard
+//     errors (idemkit.ErrStoreUnavailable...), and nothing is published;
+//   - an error wrapping the Prepare error when DTM could not be asked to prepare: nothing is published,
+//     the record is FAILED (or left to the Reconciler when even DTM's status is unknown);
+//   - an error matching ErrLocalFailed and wrapping Local's error when the local transaction did not
+//     commit: nothing is published, the message is aborted, the record FAILED or REJECTED;
+//   - an error when the outcome of the local transaction cannot be known (its commit failed and the
+//     database cannot answer): the record stays PROCESSING; DTM's back-check and the Reconciler settle
+//     it.
+//
+// A failed Submit after the local commit is not an error: DTM's back-check finds the commit and
+// publishes the message; the Outcome's Reason carries the submit error.
+func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcome, error) {
+	if p.Server == "" || p.DB == nil || p.Barrier == nil || p.Lifecycle == nil || p.QueryPrepared == "" ||
+		pp.Steps == nil || pp.Local == nil {
+		return hooks.Outcome{}, errors.New("dtmmsg: Publisher needs Server, DB, Barrier, Lifecycle and QueryPrepared; PublishParams needs Steps and Local")
+	}
+	status := cmp.Or(p.Status, &txstatus.Client{Server: p.Server})
+	gid := GIDPrefix + txstatus.NewGID()
+	call := pp.Call
+	call.Result = pp.Result // stored with the claim: a reconciled record replays it too
+	t, res, err := p.Lifecycle.Begin(ctx, TransType, gid, call)
+	if t == nil {
+		if res.Replayed {
+			return hooks.Outcome{Replayed: true, Result: res.Value}, err
+		}
+		return hooks.Outcome{}, err
+	}
+	out := hooks.Outcome{GID: gid}
+
+	m := dtmcli.NewMsg(p.Server, gid)
+	pp.Steps(m)
+	if perr := m.Prepare(p.QueryPrepared); perr != nil {
+		out.Reason = perr
+		// Whether or not DTM recorded the prepare, the local transaction has not run: fence it for
+		// good so a late back-check answers FAILURE, then tell DTM (best effort) and free the key.
+		if qerr := p.Barrier.QueryPrepared(ctx, gid); !errors.Is(qerr, barrier.ErrMsgRolledBack) {
+			p.Lifecycle.Detach(ctx, t)
+			return out, fmt.Errorf("dtmmsg: preparing %s: %w (and fencing it failed: %w)", gid, perr, qerr)
+		}
+		_ = dtmimp.TransCallDtm(&m.TransBase, "abort")
+		out.Status = txstatus.Failed
+		return out, errors.Join(fmt.Errorf("dtmmsg: preparing %s: %w", gid, perr),
+			p.Lifecycle.Rollback(ctx, t, fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, perr)))
+	}
+
+	lerr := p.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		b, err := barrier.MsgBranch(gid)
+		if err != nil {
+			return err
+		}
+		if _, err := p.Barrier.Enter(ctx, tx, b); err != nil {
+			return err // ErrDuplicate: the back-check already decided this message failed
+		}
+		return pp.Local(ctx, tx, gid)
+	})
+	if lerr != nil {
+		// Did the local transaction commit after all (a lost commit reply)? The barrier knows, and
+		// asking fences it when it did not.
+		switch qerr := p.Barrier.QueryPrepared(ctx, gid); {
+		case qerr == nil:
+			lerr = nil // committed: publish
+		case errors.Is(qerr, barrier.ErrMsgRolledBack):
+			_ = dtmimp.TransCallDtm(&m.TransBase, "abort") // best effort: the back-check answers FAILURE anyway
+			out.Status, out.Reason = txstatus.Failed, lerr
+			reason := lerr
+			if !idemkit.IsPermanent(lerr) {
+				reason = fmt.Errorf("%w: %w", hooks.ErrRolledBack, lerr)
+			}
+			return out, errors.Join(fmt.Errorf("%w: %w", ErrLocalFailed, lerr), p.Lifecycle.Rollback(ctx, t, reason))
+		default:
+			p.Lifecycle.Detach(ctx, t)
+			return out, fmt.Errorf("dtmmsg: local transaction of %s: %w (and its outcome is unknown: %w)", gid, lerr, qerr)
+		}
+	}
+
+	if serr := m.Submit(); serr != nil {
+		out.Reason = serr // DTM's back-check will find the commit and publish
+	}
+	out.Status = txstatus.Submitted
+	if p.Wait > 0 {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Wait)
+		st, werr := status.Wait(wctx, gid)
+		cancel()
+		if werr != nil {
+			p.Lifecycle.Detach(ctx, t)
+			return out, nil // published (or about to be); the Reconciler settles the record
+		}
+		out.Status = st
+	}
+	err = p.Lifecycle.Conclude(ctx, t, out.Status, pp.Result)
+	if errors.Is(err, idemkit.ErrFenced) && out.Status.Final() {
+		return out, nil // a Reconciler settled the record first, from the same outcome
+	}
+	return out, err
+}

@@ -1,0 +1,116 @@
+package dtmmsg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/barrier"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/sweep"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// Reconciler settles the records of publications whose initiator died or stopped waiting. It only
+// touches records whose gid starts with [GIDPrefix] (those Publish created); records of sagas and TCCs
+// are left to hooks.Reconciler. For each it first runs the back-check (barrier.Gorm.QueryPrepared),
+// which also fences a local transaction that has not committed yet:
+//
+//   - the local transaction did not commit: it never will, nothing is or will be published; the record
+//     is rolled back (FAILED: a retry with the key publishes anew);
+//   - it committed: the message is or will be published (DTM's own back-check submits it); the record
+//     is committed (SUCCEEDED) once DTM reports the message succeeded, and left for a later pass before.
+//
+// A record the Reconciler commits keeps the Result its publisher stored with the claim, so duplicates
+// get the same answer whoever settled it. Run it with [Reconciler.Task] under a sweep.Sweeper (one
+// instance at a time).
+type Reconciler struct {
+	// Lifecycle runs the hooks; its Guard keeps the records. Required.
+	Lifecycle *hooks.Lifecycle
+	// Barrier answers the back-check. Required.
+	Barrier *barrier.Gorm
+	// Scopes are the scopes the publisher's calls use: only those records of the Guard's namespace are
+	// settled. Required unless Pending is set.
+	Scopes []string
+	// Pending lists the records to settle. Defaults to Lifecycle.Guard.Pending over Scopes.
+	Pending hooks.Pending
+	// Status asks DTM (txstatus.Client.Status).
+	Status hooks.StatusFunc
+	// Logger receives a line per record that could not be settled. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Task returns the reconciler as a sweep task named "reconcile-msg".
+func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile-msg", Run: r.RunOnce} }
+
+// RunOnce settles up to limit pending records (others than messages' count towards limit and are
+// skipped) and returns how many it settled. Errors on single records are joined and returned after
+// the others were tried.
+func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
+	pending := r.Pending
+	if pending == nil && r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0 {
+		pending = func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+			return r.Lifecycle.Guard.Pending(ctx, now, limit, r.Scopes...)
+		}
+	}
+	if r.Lifecycle == nil || r.Barrier == nil || pending == nil || r.Status == nil {
+		return 0, errors.New("dtmmsg: Reconciler needs Lifecycle, Barrier, Status and Scopes (with a Lifecycle.Guard) or Pending")
+	}
+	recs, err := pending(ctx, now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("dtmmsg: listing pending records: %w", err)
+	}
+	settled := 0
+	var errs []error
+	for _, rec := range recs {
+		if !strings.HasPrefix(rec.GID, GIDPrefix) {
+			continue
+		}
+		st, err := r.outcome(ctx, rec.GID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !st.Final() {
+			continue
+		}
+		t := &hooks.Txn{TransType: TransType, GID: rec.GID, Record: *rec}
+		switch err := r.Lifecycle.Conclude(ctx, t, st, nil); {
+		case err == nil:
+			settled++
+		case errors.Is(err, idemkit.ErrFenced):
+			// settled by its initiator meanwhile
+		default:
+			errs = append(errs, err)
+			if r.Logger != nil {
+				r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "gid", rec.GID, "error", err)
+			}
+		}
+	}
+	return settled, errors.Join(errs...)
+}
+
+// outcome is Failed when the local transaction did not commit (and now never will), DTM's status
+// when it did.
+func (r *Reconciler) outcome(ctx context.Context, gid string) (txstatus.Status, error) {
+	switch err := r.Barrier.QueryPrepared(ctx, gid); {
+	case errors.Is(err, barrier.ErrMsgRolledBack):
+		return txstatus.Failed, nil
+	case err != nil:
+		return txstatus.Unknown, err
+	}
+	st, err := r.Status(ctx, gid)
+	if err != nil {
+		return txstatus.Unknown, err
+	}
+	if st == txstatus.Failed {
+		// Committed locally yet failed at DTM cannot happen for a message (its branches are retried
+		// until they succeed); leave the record for an operator rather than free its key.
+		return txstatus.Unknown, fmt.Errorf("dtmmsg: message %s committed locally but DTM reports it failed", gid)
+	}
+	return st, nil
+}

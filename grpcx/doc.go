@@ -1,0 +1,70 @@
+// Package grpcx guards gRPC unary methods with an idemkit.Guard: a server interceptor that runs each
+// call's handler at most once per idempotency key and answers duplicates from the record, and a client
+// interceptor that attaches one key per logical call so retries reuse it.
+//
+// # Server
+//
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, nil)))
+//
+// The key comes from the `idempotency-key` request metadata by default ([Options.Key]: [FieldKey] reads
+// a request field, [FirstOf] combines sources); calls without one pass through unless
+// [Options.Required] says the method needs one. The record scope is the full method name. The
+// fingerprint is the SHA-256 of the method name and the request's deterministic proto encoding
+// (proto.MarshalOptions{Deterministic: true}), so the same request always matches itself and a
+// different one under the same key is refused.
+//
+// A successful response is stored as a google.protobuf.Any (its type name and deterministic encoding)
+// and replayed by decoding it into a new message of that type (found in [Options.Resolver], the global
+// registry by default). Served with [Codec] the replay is byte for byte the original answer, maps
+// included; with gRPC's default codec it differs at most in the order of map entries.
+//
+// # Status codes
+//
+//	situation                                             answer
+//	first call                                            the handler's answer
+//	duplicate of a finished call                          the stored response, or the stored status
+//	                                                        (code, message and details), with response
+//	                                                        header idempotent-replayed: true
+//	same key in flight                                    ABORTED + google.rpc.RetryInfo (retry delay:
+//	                                                        the holder's remaining lock or lease, at
+//	                                                        least 50ms)
+//	same key, different request (or another method       FAILED_PRECONDITION + google.rpc.PreconditionFailure
+//	  sharing its Scope)                                    (type IDEMPOTENCY_KEY_REUSED)
+//	key missing on a Required method, malformed, too      INVALID_ARGUMENT
+//	  long, or two different keys in the metadata
+//	record store or lock unavailable                      UNAVAILABLE (nothing ran)
+//	Tx mode: the transaction could not begin or commit    UNAVAILABLE (nothing took effect)
+//	the caller's deadline or cancellation while claiming  DEADLINE_EXCEEDED / CANCELLED
+//
+// A handler's error is classified by [Options.Permanent] ([DefaultPermanent]): INVALID_ARGUMENT,
+// NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE and UNIMPLEMENTED
+// are permanent: stored (REJECTED) and replayed exactly. Every other code (UNAVAILABLE, INTERNAL,
+// DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, CANCELLED, UNKNOWN, DATA_LOSS, UNAUTHENTICATED) is
+// retryable: the claim is released (FAILED) and the next call with the key runs again.
+//
+// Why FAILED_PRECONDITION for a reused key: gRPC's code guide reserves INVALID_ARGUMENT for requests
+// that are wrong "regardless of the state of the system", and FAILED_PRECONDITION for those refused
+// because of the system's state. A key reused with another request is a valid request on its own: it
+// is refused only because the key already belongs to a different one (state kept by the server), and
+// it must not be retried as is. Both codes are non-retryable for gRPC clients; the
+// PreconditionFailure detail names the violation for programs. (The HTTP middleware answers 422.)
+//
+// # Modes
+//
+// By default a call runs in Execute mode (Guard.Do): the claim and the finish are written in their own
+// statements around the handler, whatever the handler writes to. With [Options.Tx] set, it runs in Tx
+// mode (Guard.DoTx): a [Transactor] opens one local transaction, the claim, the handler's writes (made
+// through the transaction the Transactor put in the context) and the finish commit together, and a
+// retryable handler error rolls everything back. Only Tx mode survives a crash between the handler's
+// commit and the finish with exactly one effect; Execute mode then runs the handler again after the
+// lease (at-least-once for effects outside the record's database).
+//
+// # Client
+//
+//	cc, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(grpcx.UnaryClientInterceptor(nil)), ...)
+//
+// [UnaryClientInterceptor] adds a fresh key to every call that has none. It runs once per logical
+// call, above gRPC's retries (retry policy, transparent retries), so every attempt carries the same
+// key. An application's own retry loop keeps one key by deriving its context once with [WithNewKey]
+// (or [WithKey] with a key of its choosing) before the loop.
+package grpcx

@@ -1,0 +1,94 @@
+package grpcx
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// KeyFunc returns the idempotency key of a call to method with request req, or "" when the call has
+// none. An error is answered INVALID_ARGUMENT and nothing runs.
+type KeyFunc func(ctx context.Context, method string, req proto.Message) (string, error)
+
+// MetadataKeyFunc reads the key from the incoming metadata field name (lower case, e.g.
+// [MetadataKey]). Repeated values must be equal: a call carrying two different keys is an error.
+func MetadataKeyFunc(name string) KeyFunc {
+	return func(ctx context.Context, _ string, _ proto.Message) (string, error) {
+		vals := metadata.ValueFromIncomingContext(ctx, name)
+		if len(vals) == 0 {
+			return "", nil
+		}
+		for _, v := range vals[1:] {
+			if v != vals[0] {
+				return "", fmt.Errorf("grpcx: metadata %q carries %d different keys", name, len(vals))
+			}
+		}
+		return vals[0], nil
+	}
+}
+
+// FieldKey reads the key from the request's top-level field name (its proto name, e.g. "request_id"):
+// a string, integer or bytes field of a generated message, or the string or number under name in a
+// google.protobuf.Struct request. An unset or empty field means no key; a field of another kind, or a
+// message without the field, is an error.
+func FieldKey(name string) KeyFunc {
+	return func(_ context.Context, _ string, req proto.Message) (string, error) {
+		if req == nil {
+			return "", nil
+		}
+		if s, ok := req.(*structpb.Struct); ok {
+			v, ok := s.GetFields()[name]
+			if !ok {
+				return "", nil
+			}
+			switch k := v.GetKind().(type) {
+			case *structpb.Value_StringValue:
+				return k.StringValue, nil
+			case *structpb.Value_NumberValue:
+				return strconv.FormatFloat(k.NumberValue, 'g', -1, 64), nil
+			case *structpb.Value_NullValue:
+				return "", nil
+			}
+			return "", fmt.Errorf("grpcx: key field %q is not a string or number", name)
+		}
+		m := req.ProtoReflect()
+		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+		if fd == nil || fd.IsList() || fd.IsMap() {
+			return "", fmt.Errorf("grpcx: %s has no singular field %q", m.Descriptor().FullName(), name)
+		}
+		if !m.Has(fd) {
+			return "", nil
+		}
+		v := m.Get(fd)
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			return v.String(), nil
+		case protoreflect.BytesKind:
+			return string(v.Bytes()), nil
+		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+			protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+			return strconv.FormatInt(v.Int(), 10), nil
+		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+			return strconv.FormatUint(v.Uint(), 10), nil
+		}
+		return "", fmt.Errorf("grpcx: key field %q of %s is a %s", name, m.Descriptor().FullName(), fd.Kind())
+	}
+}
+
+// FirstOf returns the first non-empty key among fns, tried in order; the first error stops the search.
+func FirstOf(fns ...KeyFunc) KeyFunc {
+	return func(ctx context.Context, method string, req proto.Message) (string, error) {
+		for _, f := range fns {
+			k, err := f(ctx, method, req)
+			if err != nil || k != "" {
+				return k, err
+			}
+		}
+		return "", nil
+	}
+}

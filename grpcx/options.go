@@ -1,0 +1,131 @@
+package grpcx
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Defaults of [Options] and [ClientOptions].
+const (
+	// MetadataKey is the request metadata field carrying the idempotency key (gRPC metadata names are
+	// lower case; it is the HTTP Idempotency-Key header's name).
+	MetadataKey = "idempotency-key"
+	// ReplayedKey is the response header metadata field set to "true" on every replayed answer.
+	ReplayedKey = "idempotent-replayed"
+)
+
+// Transactor runs fn inside a new local transaction of the database that holds the record table: it
+// commits when fn returns nil and rolls back otherwise, returning fn's error or the commit's. tx is the
+// record Store bound to that transaction (record.Store.WithTx) and ctx is what the handler will receive:
+// put the transaction in it so the handler writes through it. See [Options.Tx].
+type Transactor func(ctx context.Context, fn func(ctx context.Context, tx idemkit.Store) error) error
+
+// Options configure the server interceptor ([UnaryServerInterceptor], [NewUnaryServerInterceptor]). The
+// zero value works: every unary method whose request carries an `idempotency-key` metadata field is
+// guarded in Execute mode, calls without a key pass through, the scope is the full method name.
+// The interceptor copies the struct; later changes have no effect.
+type Options struct {
+	// Key returns a call's idempotency key; "" means the call has none. Defaults to
+	// MetadataKeyFunc(MetadataKey). Compose sources with [FirstOf]; [FieldKey] reads a request field.
+	Key KeyFunc
+	// Guarded reports whether a method (its full name, "/pkg.Service/Method") is guarded at all.
+	// Defaults to every method. Unguarded methods pass through untouched.
+	Guarded func(method string) bool
+	// Required reports whether a guarded method must carry a key: a call without one is answered
+	// INVALID_ARGUMENT. Defaults to none: a call without a key passes through unguarded.
+	Required func(method string) bool
+	// Scope returns the record scope of a method. Defaults to the full method name.
+	Scope func(method string) string
+	// Permanent reports whether a handler's status error is a permanent answer, stored (REJECTED) and
+	// replayed to duplicates with its code, message and details; other errors are retryable, not stored,
+	// and the next call with the key runs again. Defaults to [DefaultPermanent]. An error wrapped with
+	// idemkit.Permanent is permanent whatever its code.
+	Permanent func(st *status.Status) bool
+	// Tx, when set, runs each guarded call in Tx mode: the claim, the handler and the finish inside one
+	// local transaction opened by Tx, so the handler's writes (made through the transaction Tx puts in
+	// the handler's context) and the record commit together, and a crash anywhere leaves either both
+	// or neither. A retryable handler error rolls the transaction back; a permanent one commits it, so
+	// that the REJECTED record is stored: a handler should fail permanently before it writes. A replay
+	// or a refusal rolls back (nothing was written). Defaults to nil: Execute mode
+	// (Guard.Do), where the handler's effects and the record are written separately.
+	Tx Transactor
+	// Resolver finds the Go type of a stored response on replay. Defaults to protoregistry.GlobalTypes,
+	// where every generated and well-known message type is registered.
+	Resolver protoregistry.MessageTypeResolver
+	// Logger receives a line for each failure to record an outcome. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// config is Options with the defaults filled in.
+type config struct {
+	key       KeyFunc
+	guarded   func(string) bool
+	required  func(string) bool
+	scope     func(string) string
+	permanent func(*status.Status) bool
+	tx        Transactor
+	resolver  protoregistry.MessageTypeResolver
+	logger    *slog.Logger
+}
+
+func (o *Options) withDefaults() config {
+	var in Options
+	if o != nil {
+		in = *o
+	}
+	c := config{
+		key:       in.Key,
+		guarded:   in.Guarded,
+		required:  in.Required,
+		scope:     in.Scope,
+		permanent: in.Permanent,
+		tx:        in.Tx,
+		resolver:  in.Resolver,
+		logger:    cmp.Or(in.Logger, slog.New(slog.DiscardHandler)),
+	}
+	if c.key == nil {
+		c.key = MetadataKeyFunc(MetadataKey)
+	}
+	if c.guarded == nil {
+		c.guarded = func(string) bool { return true }
+	}
+	if c.required == nil {
+		c.required = func(string) bool { return false }
+	}
+	if c.scope == nil {
+		c.scope = func(m string) string { return m }
+	}
+	if c.permanent == nil {
+		c.permanent = DefaultPermanent
+	}
+	if c.resolver == nil {
+		c.resolver = protoregistry.GlobalTypes
+	}
+	return c
+}
+
+// DefaultPermanent reports whether st is a permanent answer: the codes that say the request itself
+// cannot succeed as sent, whatever happens elsewhere — INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
+// PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE and UNIMPLEMENTED. Every other code
+// (UNAVAILABLE, INTERNAL, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, CANCELLED, UNKNOWN,
+// DATA_LOSS, UNAUTHENTICATED) is retryable: not stored, the next call with the key runs again.
+// UNAUTHENTICATED is retryable because fresh credentials may make the same request succeed.
+func DefaultPermanent(st *status.Status) bool {
+	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented:
+		return true
+	}
+	return false
+}
+
+// errNoGuard is returned by NewUnaryServerInterceptor for a nil Guard.
+var errNoGuard = errors.New("grpcx: nil Guard")
