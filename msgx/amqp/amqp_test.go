@@ -138,6 +138,19 @@ func (f *fixture) count(t *testing.T, queue string) int {
 	return q.Messages
 }
 
+// eventually waits for queue to hold n ready messages (dead-lettering and requeueing are asynchronous).
+func (f *fixture) eventually(t *testing.T, queue string, n int) {
+	t.Helper()
+	got := 0
+	for range 200 {
+		if got = f.count(t, queue); got == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s holds %d messages, want %d", queue, got, n)
+}
+
 func TestConsumeSettlesEveryOutcome(t *testing.T) {
 	for name, args := range map[string]amqp091.Table{"classic": nil, "quorum": {"x-queue-type": "quorum"}} {
 		t.Run(name, func(t *testing.T) {
@@ -179,9 +192,7 @@ func TestConsumeSettlesEveryOutcome(t *testing.T) {
 				t.Errorf("%d messages left in the queue", n)
 			}
 			// The dead-letter exchange routed both deliveries of the rejected message and the poison one.
-			if n := f.count(t, f.topo.DeadLetterQueue); n != 3 {
-				t.Errorf("%d messages dead-lettered, want 3", n)
-			}
+			f.eventually(t, f.topo.DeadLetterQueue, 3)
 		})
 	}
 }
@@ -194,14 +205,7 @@ func TestStopRequeuesDelayedDeliveries(t *testing.T) {
 	if ds[0].d.Action != msgx.Retry || ds[0].d.Delay != time.Hour {
 		t.Fatalf("decision %v", ds[0].d)
 	}
-	// Consume returned: the delivery is back in the queue, ready.
-	deadline := time.Now().Add(10 * time.Second)
-	for f.count(t, f.topo.Queue) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the delayed delivery was not requeued when Consume stopped")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.eventually(t, f.topo.Queue, 1) // Consume returned: the delivery is back in the queue, ready
 	ds = f.run(t, 1, nil)
 	if ds[0].d.Outcome != msgx.Processed || !ds[0].m.Redelivered {
 		t.Fatalf("redelivery: %v %+v", ds[0].d, ds[0].m)
