@@ -15,6 +15,7 @@
 //	go run ./cmd/idemchaos                      # 30s of load, every fault
 //	go run ./cmd/idemchaos -duration 10m        # a soak (see scripts/soak.sh)
 //	go run ./cmd/idemchaos -sabotage drop-unique-index   # prove the checker catches duplicates
+//	go run ./cmd/idemchaos msg -messages 5000 -kills 20  # message consumers on NATS and RabbitMQ (see msg.go)
 //
 // It prints a summary and exits 0 when the checker found no violation, 1 when it found some (each is
 // printed), 2 when the harness could not run.
@@ -35,10 +36,15 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idemkit/internal/chaos"
+	"github.com/idemkit/idemkit/internal/msgchaos"
 )
 
 func main() {
 	chaos.RunWorkerIfRequested() // a worker process started by the harness never returns from here
+	msgchaos.RunWorkerIfRequested()
+	if len(os.Args) > 1 && os.Args[1] == "msg" {
+		os.Exit(runMsg(os.Args[2:]))
+	}
 	// The harness's own connections see MariaDB restart on purpose; the driver need not say so.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	os.Exit(run())
