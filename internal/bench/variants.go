@@ -297,6 +297,11 @@ func Variants(e *Env) (map[string]*Variant, error) {
 		return nil, err
 	}
 	vs = append(vs, hv...)
+	mv, err := msgVariants(e, gExec) // message consumers (msg.go); optional, they need the brokers
+	if err != nil {
+		return nil, err
+	}
+	vs = append(vs, mv...)
 
 	m := make(map[string]*Variant, len(vs))
 	for _, v := range vs {
