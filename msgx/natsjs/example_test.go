@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,8 +22,7 @@ import (
 // A payment consumer: each payment credits an account exactly once, however often it is published
 // or delivered. Run the complete program with go run ./examples/nats-consumer.
 func Example() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx := context.Background()
 	db, err := gorm.Open(mysql.Open("root:@tcp(127.0.0.1:3306)/shop"), &gorm.Config{})
 	if err != nil {
 		log.Fatal(err)
