@@ -38,8 +38,9 @@ type Options struct {
 	// Workers is how many messages are handled at once. Defaults to DefaultWorkers (1). Messages of
 	// different keys then run in parallel; the guard still runs each key once at a time.
 	Workers int
-	// MaxMessages is how many messages the client buffers ahead (jetstream.PullMaxMessages). Buffered
-	// messages count against the consumer's AckWait, so keep it small. Defaults to Workers.
+	// MaxMessages is the batch of each pull request: how many messages the server may send ahead of
+	// the workers. Messages waiting for a worker count against the consumer's AckWait, so keep it
+	// small. Defaults to Workers.
 	MaxMessages int
 	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (with its headers,
 	// the Nats-Msg-Id of the original or "<stream>:<seq>", and the Idemkit-* headers saying why),
@@ -68,8 +69,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 //
 // It blocks until ctx is done or the consumer stops (deleted, connection closed), waits for the
 // handlers that are running (their context is ctx), and returns nil when ctx ended it, otherwise the
-// error that stopped it. Messages buffered and not handled are redelivered by the server after the
-// consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit acks and an error for
+// error that stopped it; other pull failures (a missed heartbeat, a timeout) are logged and retried.
+// Messages fetched and not handled are redelivered by the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit acks and an error for
 // invalid options.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
 	if cons == nil || h == nil {
@@ -86,30 +87,17 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if info.Config.AckPolicy != jetstream.AckExplicitPolicy {
 		return fmt.Errorf("%w (consumer %s has %s)", ErrAckPolicy, info.Name, info.Config.AckPolicy)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(o.MaxMessages))
-	if err != nil {
-		return fmt.Errorf("natsjs: pulling from %s/%s: %w", info.Stream, info.Name, err)
-	}
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
 	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name}
 
-	var (
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		runErr  error
-	)
+	// One goroutine pulls batches (Fetch: a pull request for up to MaxMessages, held open by the
+	// server until it is filled or expires) and hands the messages to the workers one at a time, so
+	// no more than MaxMessages wait in the client. Fetch rather than the Messages iterator: under load
+	// the iterator can skip refilling its pull request and stall until the request expires (30s).
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Go(func() {
-			for {
-				jm, err := it.Next()
-				if err != nil {
-					if ctx.Err() == nil {
-						errOnce.Do(func() { runErr = fmt.Errorf("natsjs: consuming %s: %w", s.queue, err) })
-					}
-					it.Stop()
-					return
-				}
+			for jm := range work {
 				m := s.message(jm)
 				d := h(ctx, m)
 				if o.Observe != nil {
@@ -119,8 +107,43 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 			}
 		})
 	}
+	err = s.pull(ctx, cons, work)
+	close(work)
 	wg.Wait()
-	return runErr
+	return err
+}
+
+// pull fetches batches from cons and sends their messages to work until ctx is done (nil) or the
+// consumer cannot be pulled from any more (an error). Transient failures are logged and retried.
+func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<- jetstream.Msg) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(s.opts.MaxMessages, jetstream.FetchContext(ctx))
+		if err == nil {
+			for jm := range batch.Messages() {
+				select {
+				case work <- jm:
+				case <-ctx.Done(): // not handled: the server redelivers it after AckWait
+				}
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil || ctx.Err() != nil:
+			backoff = 100 * time.Millisecond
+		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
+			errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return fmt.Errorf("natsjs: consuming %s: %w", s.queue, err)
+		default:
+			s.opts.Logger.Warn("natsjs: pulling messages", "queue", s.queue, "error", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+	return nil
 }
 
 func (o *Options) withDefaults(js jetstream.JetStream) (Options, error) {
