@@ -70,8 +70,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // It blocks until ctx is done or the consumer stops (deleted, connection closed), waits for the
 // handlers that are running (their context is ctx), and returns nil when ctx ended it, otherwise the
 // error that stopped it; other pull failures (a missed heartbeat, a timeout) are logged and retried.
-// Messages fetched and not handled are redelivered by the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit acks and an error for
-// invalid options.
+// Messages fetched and not handled are redelivered by the server after the consumer's AckWait. It
+// returns ErrAckPolicy when cons does not use explicit acks and an error for invalid options.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
 	if cons == nil || h == nil {
 		return errors.New("natsjs: nil consumer or handler")
@@ -90,8 +90,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name}
 
 	// One goroutine pulls batches (Fetch: a pull request for up to MaxMessages, held open by the
-	// server until it is filled or expires) and hands the messages to the workers one at a time, so
-	// no more than MaxMessages wait in the client. Fetch rather than the Messages iterator: under load
+	// server until it is filled or expires) and hands the messages to the workers one at a time; the
+	// next batch is asked for once this one is handed out, so at most MaxMessages wait for a worker. Fetch rather than the Messages iterator: under load
 	// the iterator can skip refilling its pull request and stall until the request expires (30s).
 	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
