@@ -114,6 +114,15 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	if c.Redis != "" {
 		rdb := redis.NewClient(&redis.Options{Addr: c.Redis, ContextTimeoutEnabled: true})
 		defer rdb.Close()
+		if !c.Keep { // the lock and the cached results of the run's keys
+			defer func() {
+				ctx := context.WithoutCancel(ctx)
+				iter := rdb.Scan(ctx, 0, run+":*", 1000).Iterator()
+				for iter.Next(ctx) {
+					rdb.Del(ctx, iter.Val())
+				}
+			}()
+		}
 		gopts.Locker = lock.New(rdb, &lock.Options{Prefix: run + ":"})
 		gopts.FailOpen = true
 	}
