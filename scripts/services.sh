@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Brings up the services idemkit's tests use on this machine: Redis, MariaDB (or MySQL) and PostgreSQL.
+# Brings up the services idemkit's tests use on this machine: Redis, MariaDB (or MySQL), PostgreSQL,
+# NATS with JetStream and RabbitMQ.
 # Starts each one that is not answering, installs it with apt-get when it is missing, and creates the
 # test databases. Idempotent: a second run changes nothing. Loopback only.
 set -euo pipefail
@@ -72,4 +73,33 @@ fi
 if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname='$DB'")" != 1 ]; then
   psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE $DB" >/dev/null
 fi
-log "Redis, MariaDB and PostgreSQL are up; database $DB exists"
+# --- NATS with JetStream -----------------------------------------------------------------------------
+NATS_URL=${IDEMKIT_TEST_NATS:-nats://127.0.0.1:4222}
+NATS_PORT=${NATS_URL##*:}
+# The server's first line is INFO {...}; JetStream must be on.
+nats_info() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_PORT && IFS= read -r l <&3 && printf '%s' \"\$l\""; }
+if ! nats_info >/dev/null 2>&1; then
+  [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || apt_install nats-server
+  bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+  log "starting NATS with JetStream on 127.0.0.1:$NATS_PORT"
+  as_root mkdir -p /var/lib/nats-server
+  as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- \
+    -a 127.0.0.1 -p "$NATS_PORT" -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_for NATS 40 nats_info
+fi
+if ! nats_info 2>/dev/null | grep -q '"jetstream":true'; then
+  log "NATS on 127.0.0.1:$NATS_PORT answers without JetStream; restart it with -js"; exit 1
+fi
+
+# --- RabbitMQ ----------------------------------------------------------------------------------------
+AMQP_URL=${IDEMKIT_TEST_AMQP:-amqp://guest:guest@127.0.0.1:5672/}
+AMQP_PORT=$(printf '%s' "$AMQP_URL" | sed -E 's#^[a-z]+://([^@/]*@)?[^:/]*:?([0-9]*).*#\2#'); AMQP_PORT=${AMQP_PORT:-5672}
+# An AMQP 0-9-1 server answers the protocol header with a Connection.Start frame (type 1).
+amqp_ok() { timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$AMQP_PORT && printf 'AMQP\\0\\0\\11\\1' >&3 && head -c 1 <&3 | od -An -tx1 | grep -q 01"; }
+if ! amqp_ok >/dev/null 2>&1; then
+  [ -x /usr/sbin/rabbitmq-server ] || apt_install rabbitmq-server
+  log "starting RabbitMQ (it takes a few seconds)"
+  as_root /usr/sbin/rabbitmq-server -detached >/dev/null 2>&1 || true
+  wait_for RabbitMQ 180 amqp_ok
+fi
+log "Redis, MariaDB, PostgreSQL, NATS (JetStream) and RabbitMQ are up; database $DB exists"

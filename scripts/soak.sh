@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Soak: idemkit's chaos harness for a long time, then every fuzz target of the repository for a set
-# time each. Prints the chaos figures (requests, duplicates, faults by kind, effects checked,
+# Soak: idemkit's chaos harness for a long time, then the message-consumer chaos run on NATS and
+# RabbitMQ (idemchaos msg), then every fuzz target of the repository for a set time each. Prints the chaos figures (requests, duplicates, faults by kind, effects checked,
 # violations) and one line per fuzz target; exits non-zero if the checker found a violation or a
 # fuzz target failed.
 #
@@ -15,15 +15,17 @@
 #   -f, --fuzztime T     time per fuzz target (go test -fuzztime). Default 1m.
 #   -i, --fault-interval I   time between two faults. Default 8s.
 #   -o, --out DIR        where the reports go. Default soak-<date> under $TMPDIR.
-#   --no-chaos, --no-fuzz    skip a part.
+#   -m, --msg-messages N     messages of the consumer chaos run, per broker. Default 10000 (200 batches, 30 kills).
+#   --no-chaos, --no-msg, --no-fuzz    skip a part.
 #
 # Needs mariadbd, mariadb-install-db and redis-server (scripts/services.sh installs them); the
 # harness starts private instances on free loopback ports and stops them, so it may run beside the
-# test suite. Fuzz targets are discovered with `go test -list '^Fuzz' ./...`.
+# test suite. The message-consumer run needs NATS with JetStream and RabbitMQ (scripts/services.sh
+# starts them). Fuzz targets are discovered with `go test -list '^Fuzz' ./...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1
+duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1 msg=1 msgs=10000
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,7 +33,9 @@ while [ $# -gt 0 ]; do
     -f|--fuzztime) fuzztime=$2; shift 2 ;;
     -i|--fault-interval) interval=$2; shift 2 ;;
     -o|--out) out=$2; shift 2 ;;
+    -m|--msg-messages) msgs=$2; shift 2 ;;
     --no-chaos) chaos=0; shift ;;
+    --no-msg) msg=0; shift ;;
     --no-fuzz) fuzz=0; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
@@ -74,6 +78,24 @@ if [ "$chaos" = 1 ]; then
     0) echo "chaos: 0 violations" ;;
     1) echo "chaos: VIOLATIONS found (see $out/chaos.txt)"; status=1 ;;
     *) echo "chaos: the harness failed (exit $rc); log: $out/chaos.log"; tail -20 "$out/chaos.log"; status=1 ;;
+  esac
+fi
+
+if [ "$msg" = 1 ]; then
+  step "message-consumer chaos: $msgs messages per broker, NATS and RabbitMQ (report in $out)"
+  go build -o "$out/idemchaos" ./cmd/idemchaos
+  batches=$(( msgs / 50 > 10 ? msgs / 50 : 10 ))
+  set +e
+  timeout --signal=INT --kill-after=60 3600 "$out/idemchaos" msg -messages "$msgs" -batches "$batches" -kills 30 \
+    -json "$out/msg-chaos.json" > "$out/msg-chaos.txt" 2> "$out/msg-chaos.log"
+  rc=$?
+  set -e
+  cat "$out/msg-chaos.txt"
+  echo "exact command: $out/idemchaos msg -messages $msgs -batches $batches -kills 30 -json $out/msg-chaos.json"
+  case $rc in
+    0) echo "message-consumer chaos: 0 violations" ;;
+    1) echo "message-consumer chaos: VIOLATIONS found (see $out/msg-chaos.txt)"; status=1 ;;
+    *) echo "message-consumer chaos: the harness failed (exit $rc); log: $out/msg-chaos.log"; tail -20 "$out/msg-chaos.log"; status=1 ;;
   esac
 fi
 

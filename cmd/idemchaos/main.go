@@ -17,6 +17,7 @@
 //	go run ./cmd/idemchaos -sabotage drop-unique-index   # prove the checker catches duplicates
 //	go run ./cmd/idemchaos grpc                 # the gRPC interceptor under server kills (suites.go)
 //	go run ./cmd/idemchaos dtm-msg              # DTM 2-phase messages under publisher kills (suites.go)
+//	go run ./cmd/idemchaos msg -messages 5000 -kills 20  # message consumers on NATS and RabbitMQ (see msg.go)
 //
 // It prints a summary and exits 0 when the checker found no violation, 1 when it found some (each is
 // printed), 2 when the harness could not run.
@@ -37,11 +38,16 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idemkit/internal/chaos"
+	"github.com/idemkit/idemkit/internal/msgchaos"
 )
 
 func main() {
 	chaos.RunWorkerIfRequested() // a worker process started by the harness never returns from here
 	runChildIfRequested()        // likewise for the gRPC and DTM msg runs (suites.go)
+	msgchaos.RunWorkerIfRequested()
+	if len(os.Args) > 1 && os.Args[1] == "msg" {
+		os.Exit(runMsg(os.Args[2:]))
+	}
 	if code, ok := runSuite(os.Args[1:]); ok {
 		os.Exit(code)
 	}

@@ -168,4 +168,6 @@ var Comparisons = []Target{
 	{"classic replay / bare", VClassicReplay, VBare, 0},
 	{"idemkit replay / classic replay", VReplay, VClassicReplay, 0},
 	{"HTTP guarded / HTTP bare", VHTTPGuarded, VHTTPBare, 0},
+	{"NATS consumer guarded / bare (msg.go)", VNATSGuarded, VNATSBare, 0},
+	{"RabbitMQ consumer guarded / bare (msg.go)", VAMQPGuarded, VAMQPBare, 0},
 }

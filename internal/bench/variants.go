@@ -298,6 +298,11 @@ func Variants(e *Env) (map[string]*Variant, error) {
 	}
 	vs = append(vs, hv...)
 	vs = append(vs, grpcVariants(e, gExec, gExec, e.Store, biz)...) // grpc.go
+	mv, err := msgVariants(e, gExec) // message consumers (msg.go); optional, they need the brokers
+	if err != nil {
+		return nil, err
+	}
+	vs = append(vs, mv...)
 
 	m := make(map[string]*Variant, len(vs))
 	for _, v := range vs {

@@ -1,0 +1,211 @@
+package amqp
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idemkit/idemkit/msgx"
+)
+
+// DefaultWorkers is the default of Options.Workers.
+const DefaultWorkers = 1
+
+// Options configure [Consume]. The zero value works: one worker, a prefetch of one, a generated
+// consumer tag.
+type Options struct {
+	// Workers is how many deliveries are handled at once. Defaults to DefaultWorkers (1).
+	Workers int
+	// Prefetch is the channel's prefetch count (basic.qos): how many unacknowledged deliveries the
+	// broker sends ahead. Deliveries waiting out a Retry delay count against it. Defaults to Workers.
+	Prefetch int
+	// ConsumerTag names the consumer. Defaults to "idemkit-" and random hex.
+	ConsumerTag string
+	// Observe, when set, is called with every decision after the outcome is durable and before the
+	// broker is told (metrics, tests). It runs on the worker and must be safe for concurrent use.
+	Observe func(m *msgx.Message, d msgx.Decision)
+	// Logger receives settlement failures and dead-lettered messages. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// ErrChannelClosed: the channel or its connection closed while consuming. Open a new channel and
+// call Consume again; unacknowledged deliveries were requeued by the broker.
+var ErrChannelClosed = errors.New("amqp: channel closed while consuming")
+
+// Consume consumes queue on ch with manual acknowledgements and hands each delivery to h on
+// Options.Workers goroutines, then settles it by h's decision: Ack; Retry — the delivery is held
+// unacknowledged for the decision's delay (RabbitMQ has no delayed requeue) and then requeued with
+// Nack; DeadLetter — Nack without requeue, so the queue's dead-letter exchange (x-dead-letter-exchange,
+// see [Declare]) routes it. A queue without one drops it: declare one.
+//
+// It blocks until ctx is done or the channel closes. On ctx's end it cancels the consumer, requeues
+// deliveries not yet handled and those waiting out a delay, waits for running handlers (their
+// context is ctx) and returns nil; it returns an error wrapping ErrChannelClosed when the channel
+// closed first. It sets the channel's prefetch (basic.qos). ch must not be used by another consumer;
+// close it after Consume returns, so that the broker requeues any delivery the client library had
+// buffered when the consumer was cancelled.
+func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.HandleFunc, opts *Options) error {
+	if ch == nil || h == nil {
+		return errors.New("amqp: nil channel or handler")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	if err := ch.Qos(o.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("amqp: setting prefetch: %w", err)
+	}
+	deliveries, err := ch.Consume(queue, o.ConsumerTag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqp: consuming %s: %w", queue, err)
+	}
+	c := &consumer{queue: queue, opts: &o, flush: make(chan struct{})}
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		if err := ch.Cancel(o.ConsumerTag, false); err != nil {
+			o.Logger.Warn("amqp: cancelling consumer", "queue", queue, "error", err)
+		}
+	})
+
+	var workers sync.WaitGroup
+	for range o.Workers {
+		workers.Go(func() {
+			for d := range deliveries {
+				if ctx.Err() != nil { // stopping: give it back at once
+					c.nack(&d, true)
+					continue
+				}
+				m := Message(&d, queue)
+				dec := h(ctx, m)
+				if o.Observe != nil {
+					o.Observe(m, dec)
+				}
+				c.settle(&d, m, dec)
+			}
+		})
+	}
+	workers.Wait()
+	close(c.flush) // requeue what waits out a delay now
+	c.delayed.Wait()
+	if stop() { // the channel closed before ctx ended
+		return fmt.Errorf("%w (queue %s)", ErrChannelClosed, queue)
+	}
+	<-cancelled
+	return nil
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.Prefetch = cmp.Or(c.Prefetch, c.Workers)
+	if c.ConsumerTag == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.ConsumerTag = "idemkit-" + hex.EncodeToString(b[:])
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Workers < 1 || c.Prefetch < 1 {
+		return Options{}, fmt.Errorf("amqp: Workers (%d) and Prefetch (%d) must be positive", c.Workers, c.Prefetch)
+	}
+	return c, nil
+}
+
+// Message converts a delivery from queue to a msgx.Message: ID from the message-id property, Queue
+// the queue, Subject the routing key, Attempt from the x-delivery-count header (quorum queues) or
+// the redelivered flag. Header values that are not strings are formatted with fmt.Sprint.
+func Message(d *amqp091.Delivery, queue string) *msgx.Message {
+	m := &msgx.Message{
+		ID:          d.MessageId,
+		Queue:       queue,
+		Subject:     d.RoutingKey,
+		Data:        d.Body,
+		Attempt:     1,
+		Redelivered: d.Redelivered,
+		Raw:         d,
+	}
+	if len(d.Headers) > 0 {
+		m.Header = make(msgx.Header, len(d.Headers))
+		for k, v := range d.Headers {
+			if s, ok := v.(string); ok {
+				m.Header[k] = []string{s}
+			} else {
+				m.Header[k] = []string{fmt.Sprint(v)}
+			}
+		}
+	}
+	switch n := d.Headers["x-delivery-count"].(type) {
+	case int64:
+		m.Attempt = int(n) + 1
+	case int32:
+		m.Attempt = int(n) + 1
+	case int:
+		m.Attempt = n + 1
+	default:
+		if d.Redelivered {
+			m.Attempt = 2
+		}
+	}
+	return m
+}
+
+type consumer struct {
+	queue   string
+	opts    *Options
+	flush   chan struct{} // closed when consuming stops: delayed requeues happen at once
+	delayed sync.WaitGroup
+}
+
+// settle tells the broker what became of d. A failed ack only costs a redelivery (the broker requeues
+// unacknowledged deliveries when the channel closes), which the guard answers from the record.
+func (c *consumer) settle(d *amqp091.Delivery, m *msgx.Message, dec msgx.Decision) {
+	var err error
+	switch dec.Action {
+	case msgx.Ack:
+		err = d.Ack(false)
+	case msgx.Retry:
+		if dec.Delay <= 0 {
+			c.nack(d, true)
+			return
+		}
+		c.delayed.Go(func() {
+			t := time.NewTimer(dec.Delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-c.flush:
+			}
+			c.nack(d, true)
+		})
+		return
+	case msgx.DeadLetter:
+		c.opts.Logger.Warn("amqp: dead-lettering message", "queue", c.queue, "routing_key", m.Subject,
+			"outcome", dec.Outcome.String(), "error", dec.Err)
+		err = d.Nack(false, false)
+	default:
+		c.nack(d, true)
+		err = fmt.Errorf("unknown action %v", dec.Action)
+	}
+	if err != nil {
+		c.opts.Logger.Warn("amqp: settling delivery", "queue", c.queue, "action", dec.Action.String(), "error", err)
+	}
+}
+
+func (c *consumer) nack(d *amqp091.Delivery, requeue bool) {
+	if err := d.Nack(false, requeue); err != nil {
+		c.opts.Logger.Warn("amqp: requeueing delivery", "queue", c.queue, "error", err)
+	}
+}

@@ -1,0 +1,77 @@
+// Package msgx makes message consumers idempotent on an [idemkit.Guard], whatever the broker: a
+// handler runs at most once per message key, its outcome is recorded before the message is
+// acknowledged, and redeliveries and duplicate publishes are acknowledged without running again.
+// The broker adapters msgx/natsjs (NATS JetStream pull consumers) and msgx/amqp (RabbitMQ) pull the
+// messages and settle them by the [Decision] a [HandleFunc] returns.
+//
+//	mg, err := msgx.New(guard, nil) // key: the message id; scope: the queue
+//	handle := mg.Tx(db, records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
+//		return tx.Exec("UPDATE accounts SET balance = balance + ? WHERE id = ?", amount, id).Error
+//	})
+//	err = natsjs.Consume(ctx, js, consumer, handle, &natsjs.Options{Workers: 4})
+//
+// # Modes
+//
+// [Guard.Tx] is for handlers that write to the database holding the record table: the handler's
+// writes and the record commit in one transaction, then the message is acknowledged. A crash at any
+// point leaves both or neither, so every message takes effect exactly once. [Guard.Execute] is for
+// handlers whose effects are elsewhere (another database, an API, an email): the record is claimed and
+// finished in commits of its own around the handler, so if the process dies after the effect and
+// before the finish, the redelivery runs the handler again once the claim's lease (idemkit
+// Options.Lease) has run out — make those effects idempotent themselves or fence them
+// (idemkit.FenceFromContext).
+//
+// # What the broker is told
+//
+//	handler / record                          Outcome     Action                   record
+//	returned nil                              Processed   Ack                      SUCCEEDED
+//	key already SUCCEEDED (a duplicate)       Duplicate   Ack, handler not run     unchanged
+//	idemkit.Permanent(err) / Guard classifier Rejected    DeadLetter (or Ack with  REJECTED
+//	                                                      OnReject = AckRejected)
+//	key already REJECTED                      Rejected    same as above, not run   unchanged
+//	another delivery holds the key            InFlight    Retry after a delay      unchanged
+//	retryable error, panic, cancellation      Failed      Retry after backoff      FAILED (Execute) /
+//	                                                                               none (Tx: rolled back)
+//	  ... at Attempt >= MaxAttempts            GaveUp      DeadLetter               as Failed
+//	store or lock unavailable, claim taken    Failed      Retry after backoff      not recorded
+//	  over (idemkit.ErrFenced), commit failed
+//	no key, key invalid or too long           Poison      DeadLetter, not run      none
+//	key reused with another payload           Poison      DeadLetter, not run      unchanged
+//	  (Options.Fingerprint set)
+//
+// Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
+// process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
+// as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to
+// Options.MaxRetryDelay (1m); an InFlight delay never exceeds the holder's remaining lease. Dead
+// letters are at least once: a rejected message published twice may reach the dead-letter queue
+// twice (the JetStream adapter's dead-letter publish carries the message id, so a dead-letter stream
+// deduplicates within its window).
+//
+// # Keys and poison
+//
+// The key is the publisher's message id (Nats-Msg-Id, AMQP message-id) unless Options.Key derives one
+// from the message; the scope is the queue ("<stream>/<consumer>", or the AMQP queue) unless
+// Options.Scope is set. A message without a usable key cannot be deduplicated: it is dead-lettered
+// (Poison) and logged, never run and never dropped silently. Publishers must therefore set a message
+// id that stays the same when they publish again, and a different one for each new message.
+//
+// # Ordering and concurrency
+//
+//   - One key runs at most once at a time: a concurrent delivery of the same key gets InFlight (with a
+//     Locker in front of the Store) or waits for the first transaction and replays (Tx mode without
+//     one). Different keys run in parallel across workers and processes.
+//   - No ordering is promised. Parallel workers and consumers, retries after a delay and redeliveries
+//     all reorder messages; a message that fails is retried after later ones have been handled. If
+//     order matters, make handlers commutative or check a version in the handler; a single worker
+//     with one message in flight (JetStream MaxAckPending = 1, RabbitMQ prefetch 1 and a single
+//     active consumer) keeps order only until the first Retry.
+//   - Records count for idemkit Options.TTL (24h by default): a duplicate arriving later runs again.
+//     Keep TTL above the broker's longest redelivery horizon and the publishers' retry horizon.
+//   - Tx mode on MariaDB/MySQL without a Locker: concurrent deliveries of one key can make the
+//     database pick a deadlock victim; that delivery is retried (Failed), nothing is lost or applied
+//     twice. A Locker (Redis) turns them away as InFlight first.
+//   - A handler runs inside the claim's lease: set idemkit Options.Lease above the handler's longest
+//     run (or use the Watchdog), and the broker's redelivery timeout (JetStream AckWait) above it too.
+//
+// A Guard and the HandleFuncs it returns are safe for concurrent use.
+package msgx

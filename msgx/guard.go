@@ -1,0 +1,175 @@
+package msgx
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/record"
+)
+
+// Guard turns message handlers into idempotent [HandleFunc]s on an [idemkit.Guard]. It is safe for
+// concurrent use; create one per consumer configuration and share it between workers.
+type Guard struct {
+	guard *idemkit.Guard
+	opts  Options
+}
+
+// New returns a Guard over guard, configured by opts (nil for defaults). It returns an error when
+// guard is nil or an option is invalid.
+func New(guard *idemkit.Guard, opts *Options) (*Guard, error) {
+	if guard == nil {
+		return nil, errors.New("msgx: nil idemkit.Guard")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Guard{guard: guard, opts: o}, nil
+}
+
+// Execute returns a HandleFunc that runs h at most once per message key in Execute mode
+// ([idemkit.Guard.Do]): the record is claimed in its own commit, h runs, the outcome is recorded,
+// and only then is the message acknowledged. Use it when h's effects are outside the record's
+// database (another database, an HTTP call, an email); if h committed them but the process died
+// before the outcome was recorded, the redelivery runs h again once the claim's lease ran out, so
+// make such effects idempotent by key or fence (idemkit.FenceFromContext) — or use [Guard.Tx].
+// It panics if h is nil.
+func (g *Guard) Execute(h Handler) HandleFunc {
+	if h == nil {
+		panic("msgx: Execute with a nil Handler")
+	}
+	return func(ctx context.Context, m *Message) Decision {
+		call, d, ok := g.call(m)
+		if !ok {
+			return d
+		}
+		var herr error
+		res, err := g.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+			herr = g.safely(func() error { return h(ctx, m) })
+			return nil, herr
+		})
+		return g.decide(m, res, err, herr)
+	}
+}
+
+// Tx returns a HandleFunc that runs h at most once per message key in Tx mode: in a transaction
+// begun on db, with the message's record written through records bound to it, so h's writes and the
+// record commit together or not at all; the message is acknowledged after the commit. A crash at any
+// point leaves either both (the redelivery is a Duplicate, acknowledged without running) or neither
+// (it runs again). A permanent failure rolls h's writes back and records REJECTED on its own.
+// records must be a Store on db's database. It panics if an argument is nil.
+func (g *Guard) Tx(db *gorm.DB, records *record.Store, h TxHandler) HandleFunc {
+	if db == nil || records == nil || h == nil {
+		panic("msgx: Tx with a nil db, records or TxHandler")
+	}
+	return func(ctx context.Context, m *Message) Decision {
+		call, d, ok := g.call(m)
+		if !ok {
+			return d
+		}
+		res, herr, err := runTx(ctx, g.guard, db, records, call, func(ctx context.Context, tx *gorm.DB) error {
+			return g.safely(func() error { return h(ctx, tx, m) })
+		})
+		return g.decide(m, res, err, herr)
+	}
+}
+
+// call builds the guarded call of m, or the Poison decision when m has no usable key.
+func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
+	key := m.ID
+	var err error
+	if g.opts.Key != nil {
+		key, err = g.opts.Key(m)
+	}
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: %w", ErrNoKey, err)
+	case key == "":
+		err = ErrNoKey
+	}
+	if err != nil {
+		g.opts.Logger.Warn("msgx: message without a usable key, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
+		return idemkit.Call{}, Decision{Action: DeadLetter, Outcome: Poison, Err: err}, false
+	}
+	c := idemkit.Call{Scope: g.opts.Scope, Key: key}
+	if c.Scope == "" {
+		c.Scope = m.Queue
+	}
+	if g.opts.Fingerprint != nil {
+		c.Fingerprint = g.opts.Fingerprint(m)
+	}
+	return c, Decision{}, true
+}
+
+// safely runs f, turning a panic into a *PanicError.
+func (g *Guard) safely(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+			g.opts.Logger.Error("msgx: handler panicked", "panic", v, "stack", string(err.(*PanicError).Stack))
+		}
+	}()
+	return f()
+}
+
+// decide maps the guarded call's result to a Decision. herr is the handler's own error when it ran.
+func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision {
+	notRecorded := errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrStoreUnavailable) ||
+		errors.Is(err, idemkit.ErrLockUnavailable)
+	switch {
+	case err == nil && res.Replayed:
+		return Decision{Action: Ack, Outcome: Duplicate, Replayed: true}
+	case err == nil:
+		return Decision{Action: Ack, Outcome: Processed}
+	case herr != nil && !notRecorded && g.guard.IsPermanent(herr):
+		return g.rejected(err, false)
+	case herr == nil && errors.Is(err, idemkit.ErrRejected):
+		return g.rejected(err, true)
+	case herr == nil && errors.Is(err, idemkit.ErrInFlight):
+		var ife *idemkit.InFlightError
+		hold := time.Duration(0)
+		if errors.As(err, &ife) {
+			hold = ife.RetryAfter
+		}
+		return Decision{Action: Retry, Outcome: InFlight, Delay: min(max(hold, g.opts.RetryDelay), g.backoff(m.Attempt)), Err: err}
+	case herr == nil && (errors.Is(err, idemkit.ErrPayloadMismatch) || errors.Is(err, idemkit.ErrInvalidKey)):
+		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
+		return Decision{Action: DeadLetter, Outcome: Poison, Err: err}
+	case herr != nil && !notRecorded && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
+		return Decision{Action: DeadLetter, Outcome: GaveUp, Err: err}
+	default: // a retryable handler error, an outcome that could not be recorded, cancellation
+		return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m.Attempt), Err: err}
+	}
+}
+
+func (g *Guard) rejected(err error, replayed bool) Decision {
+	a := DeadLetter
+	if g.opts.OnReject == AckRejected {
+		a = Ack
+	}
+	return Decision{Action: a, Outcome: Rejected, Replayed: replayed, Err: err}
+}
+
+// backoff is the retry delay of a delivery attempt: RetryDelay doubled per earlier attempt, capped.
+func (g *Guard) backoff(attempt int) time.Duration {
+	d := g.opts.RetryDelay
+	for i := 1; i < attempt && d < g.opts.MaxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, g.opts.MaxRetryDelay)
+}
+
+// DataFingerprint is an Options.Fingerprint: the hex SHA-256 of the payload. With it, a message id
+// reused for another payload is dead-lettered as Poison instead of being acknowledged as a duplicate.
+func DataFingerprint(m *Message) string {
+	sum := sha256.Sum256(m.Data)
+	return hex.EncodeToString(sum[:])
+}

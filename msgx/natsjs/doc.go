@@ -1,0 +1,35 @@
+// Package natsjs runs an idempotent message handler (package msgx) on a NATS JetStream pull consumer
+// (github.com/nats-io/nats.go/jetstream).
+//
+//	cons, err := js.CreateOrUpdateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{
+//		Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+//	})
+//	err = natsjs.Consume(ctx, js, cons, handle, &natsjs.Options{Workers: 4, DeadLetterSubject: "ORDERS_DLQ.billing"})
+//
+// Each message becomes a msgx.Message: ID is the Nats-Msg-Id header, Queue "<stream>/<consumer>",
+// Attempt the server's delivery count. Decisions are settled as
+//
+//	msgx.Ack         Ack (after the outcome is durable)
+//	msgx.Retry       NakWithDelay(delay): the server redelivers after the delay
+//	msgx.DeadLetter  a copy published to Options.DeadLetterSubject (awaiting the stream's ack), then
+//	                 Term; without a dead-letter subject only Term (an advisory reports it)
+//
+// The consumer must use AckPolicy explicit; its AckWait must exceed the handler's longest run plus the
+// time a message waits in the client's buffer (Options.MaxMessages), or the server redelivers it while
+// it is still running (harmless: the guard answers InFlight or Duplicate, but it costs work).
+// MaxDeliver, if set, is the server's own limit: a message that reaches it is dropped by the server with
+// a MAX_DELIVERIES advisory, before msgx.Options.MaxAttempts could dead-letter it — keep MaxAttempts
+// below MaxDeliver.
+//
+// # Nats-Msg-Id and idemkit
+//
+// JetStream deduplicates on publish: a message whose Nats-Msg-Id the stream has seen within its
+// duplicate window (StreamConfig.Duplicates, 2 minutes by default, at least 100ms) is acknowledged to
+// the publisher and not stored. That catches a publisher retrying right after a timeout, and nothing
+// else: a publisher that retries after the window, or republishes from an outbox after a restart, gets
+// a second copy stored; and the consumer side redelivers on its own (a missed ack, AckWait, a Nak, a
+// consumer that died after its work and before its ack). idemkit's record covers all of these, for
+// its TTL (24 hours by default) rather than minutes, and on the consumer's side of the broker. Use
+// both: the same id as Nats-Msg-Id and as the idemkit key (the default) lets the window drop quick
+// retries before they cost a delivery, and the record catch the rest.
+package natsjs

@@ -1,0 +1,268 @@
+package natsjs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idemkit/msgx"
+)
+
+// Defaults of [Options].
+const (
+	DefaultWorkers        = 1
+	DefaultPublishTimeout = 5 * time.Second
+)
+
+// Headers the adapter sets on a dead-lettered copy.
+const (
+	HeaderOutcome       = "Idemkit-Outcome"    // the msgx.Outcome: rejected, poison, gave-up
+	HeaderError         = "Idemkit-Error"      // the error, at most 1 KiB
+	HeaderSubject       = "Idemkit-Subject"    // the subject the message was published to
+	HeaderStreamSeq     = "Idemkit-Stream-Seq" // its sequence in the stream
+	HeaderQueue         = "Idemkit-Queue"      // "<stream>/<consumer>"
+	maxDeadLetterErrLen = 1024
+)
+
+// Options configure [Consume]. The zero value works: one worker, dead-lettered messages terminated
+// (Term) and logged.
+type Options struct {
+	// Workers is how many messages are handled at once. Defaults to DefaultWorkers (1). Messages of
+	// different keys then run in parallel; the guard still runs each key once at a time.
+	Workers int
+	// MaxMessages is the batch of each pull request: how many messages the server may send ahead of
+	// the workers. Messages waiting for a worker count against the consumer's AckWait, so keep it
+	// small. Defaults to Workers.
+	MaxMessages int
+	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (with its headers,
+	// the Nats-Msg-Id of the original or "<stream>:<seq>", and the Idemkit-* headers saying why),
+	// published through JetStream and acknowledged by a stream before the original is terminated.
+	// A stream must capture the subject. Defaults to "": the message is only terminated (Term), which
+	// JetStream reports on $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>; it stays
+	// in a limits-retention stream but leaves a work-queue stream.
+	DeadLetterSubject string
+	// PublishTimeout bounds a dead-letter publish. Defaults to DefaultPublishTimeout (5s).
+	PublishTimeout time.Duration
+	// Observe, when set, is called with every decision after the outcome is durable and before the
+	// broker is told (metrics, tests). It runs on the worker and must be safe for concurrent use.
+	Observe func(m *msgx.Message, d msgx.Decision)
+	// Logger receives settlement failures and dead-lettered messages. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// ErrAckPolicy: the consumer does not use explicit acknowledgements, so a message could be
+// acknowledged before its outcome is durable.
+var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit")
+
+// Consume pulls messages from the pull consumer cons and hands each to h on Options.Workers
+// goroutines, then settles it by h's decision: Ack, NakWithDelay (Retry), or dead-letter (a copy to
+// Options.DeadLetterSubject, then Term). js is the JetStream context dead letters are published
+// through (it may be nil when DeadLetterSubject is empty).
+//
+// It blocks until ctx is done or the consumer stops (deleted, connection closed), waits for the
+// handlers that are running (their context is ctx), and returns nil when ctx ended it, otherwise the
+// error that stopped it; other pull failures (a missed heartbeat, a timeout) are logged and retried.
+// Messages fetched and not handled are redelivered by the server after the consumer's AckWait. It
+// returns ErrAckPolicy when cons does not use explicit acks and an error for invalid options.
+func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
+	if cons == nil || h == nil {
+		return errors.New("natsjs: nil consumer or handler")
+	}
+	o, err := opts.withDefaults(js)
+	if err != nil {
+		return err
+	}
+	info := cons.CachedInfo()
+	if info == nil {
+		return errors.New("natsjs: consumer without info")
+	}
+	if info.Config.AckPolicy != jetstream.AckExplicitPolicy {
+		return fmt.Errorf("%w (consumer %s has %s)", ErrAckPolicy, info.Name, info.Config.AckPolicy)
+	}
+	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name}
+
+	// One goroutine pulls batches (Fetch: a pull request for up to MaxMessages, held open by the
+	// server until it is filled or expires) and hands the messages to the workers one at a time; the
+	// next batch is asked for once this one is handed out, so at most MaxMessages wait for a worker. Fetch rather than the Messages iterator: under load
+	// the iterator can skip refilling its pull request and stall until the request expires (30s).
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range o.Workers {
+		wg.Go(func() {
+			for jm := range work {
+				m := s.message(jm)
+				d := h(ctx, m)
+				if o.Observe != nil {
+					o.Observe(m, d)
+				}
+				s.settle(jm, m, d)
+			}
+		})
+	}
+	err = s.pull(ctx, cons, work)
+	close(work)
+	wg.Wait()
+	return err
+}
+
+// pull fetches batches from cons and sends their messages to work until ctx is done (nil) or the
+// consumer cannot be pulled from any more (an error). Transient failures are logged and retried.
+func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<- jetstream.Msg) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(s.opts.MaxMessages, jetstream.FetchContext(ctx))
+		if err == nil {
+			for jm := range batch.Messages() {
+				select {
+				case work <- jm:
+				case <-ctx.Done(): // not handled: the server redelivers it after AckWait
+				}
+			}
+			err = batch.Error()
+		}
+		switch {
+		case err == nil || ctx.Err() != nil:
+			backoff = 100 * time.Millisecond
+		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
+			errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return fmt.Errorf("natsjs: consuming %s: %w", s.queue, err)
+		default:
+			s.opts.Logger.Warn("natsjs: pulling messages", "queue", s.queue, "error", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+	return nil
+}
+
+func (o *Options) withDefaults(js jetstream.JetStream) (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.MaxMessages = cmp.Or(c.MaxMessages, c.Workers)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Workers < 1 || c.MaxMessages < 1:
+		return Options{}, fmt.Errorf("natsjs: Workers (%d) and MaxMessages (%d) must be positive", c.Workers, c.MaxMessages)
+	case c.PublishTimeout < 0:
+		return Options{}, fmt.Errorf("natsjs: PublishTimeout must not be negative, got %s", c.PublishTimeout)
+	case c.DeadLetterSubject != "" && js == nil:
+		return Options{}, errors.New("natsjs: DeadLetterSubject needs a JetStream context to publish through")
+	}
+	return c, nil
+}
+
+// Message converts a JetStream message to a msgx.Message: ID from the Nats-Msg-Id header, Queue
+// "<stream>/<consumer>", Attempt from the delivery count.
+func Message(jm jetstream.Msg) *msgx.Message {
+	m := &msgx.Message{
+		ID:      jm.Headers().Get(jetstream.MsgIDHeader),
+		Subject: jm.Subject(),
+		Header:  msgx.Header(jm.Headers()),
+		Data:    jm.Data(),
+		Attempt: 1,
+		Raw:     jm,
+	}
+	if md, err := jm.Metadata(); err == nil {
+		m.Queue = md.Stream + "/" + md.Consumer
+		m.Attempt = max(int(md.NumDelivered), 1)
+	}
+	m.Redelivered = m.Attempt > 1
+	return m
+}
+
+type settler struct {
+	js    jetstream.JetStream
+	opts  *Options
+	queue string
+}
+
+func (s *settler) message(jm jetstream.Msg) *msgx.Message {
+	m := Message(jm)
+	if m.Queue == "" {
+		m.Queue = s.queue
+	}
+	return m
+}
+
+// settle tells the server what became of jm. A failed ack or nak only costs a redelivery, which the
+// guard answers from the record; it is logged.
+func (s *settler) settle(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) {
+	var err error
+	switch d.Action {
+	case msgx.Ack:
+		err = jm.Ack()
+	case msgx.Retry:
+		err = jm.NakWithDelay(d.Delay)
+	case msgx.DeadLetter:
+		err = s.deadLetter(jm, m, d)
+	default:
+		err = fmt.Errorf("unknown action %v", d.Action)
+		_ = jm.Nak()
+	}
+	if err != nil {
+		s.opts.Logger.Warn("natsjs: settling message", "queue", s.queue, "subject", m.Subject, "action", d.Action.String(), "error", err)
+	}
+}
+
+// deadLetter publishes a copy to the dead-letter subject (when configured) and terminates jm. When
+// the copy cannot be published, jm is redelivered later instead, so it is never lost.
+func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) error {
+	seq := ""
+	if md, err := jm.Metadata(); err == nil {
+		seq = strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	reason := ""
+	if d.Err != nil {
+		reason = d.Err.Error()
+		if len(reason) > maxDeadLetterErrLen {
+			reason = reason[:maxDeadLetterErrLen]
+		}
+	}
+	if s.opts.DeadLetterSubject == "" {
+		s.opts.Logger.Error("natsjs: message terminated (no dead-letter subject)", "queue", s.queue, "subject", m.Subject,
+			"stream_seq", seq, "outcome", d.Outcome.String(), "error", reason)
+		return jm.Term()
+	}
+	out := nats.NewMsg(s.opts.DeadLetterSubject)
+	out.Data = jm.Data()
+	for k, v := range jm.Headers() {
+		out.Header[k] = append([]string(nil), v...)
+	}
+	id := m.ID
+	if id == "" {
+		id = s.queue + ":" + seq
+	}
+	out.Header.Set(jetstream.MsgIDHeader, id)
+	out.Header.Set(HeaderOutcome, d.Outcome.String())
+	out.Header.Set(HeaderError, reason)
+	out.Header.Set(HeaderSubject, m.Subject)
+	out.Header.Set(HeaderStreamSeq, seq)
+	out.Header.Set(HeaderQueue, s.queue)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.PublishTimeout)
+	defer cancel()
+	if _, err := s.js.PublishMsg(ctx, out); err != nil {
+		delay := max(d.Delay, time.Second)
+		return errors.Join(fmt.Errorf("publishing to dead-letter subject %s, redelivering in %s: %w", s.opts.DeadLetterSubject, delay, err),
+			jm.NakWithDelay(delay))
+	}
+	s.opts.Logger.Warn("natsjs: message dead-lettered", "queue", s.queue, "subject", m.Subject, "to", s.opts.DeadLetterSubject,
+		"stream_seq", seq, "outcome", d.Outcome.String(), "error", reason)
+	return jm.Term()
+}

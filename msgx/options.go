@@ -1,0 +1,90 @@
+package msgx
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of [Options].
+const (
+	DefaultRetryDelay    = time.Second
+	DefaultMaxRetryDelay = time.Minute
+)
+
+// RejectAction says what happens to a message whose handler failed permanently.
+type RejectAction uint8
+
+// Reject actions.
+const (
+	// DeadLetterRejected dead-letters the message (the default): an operator finds it beside its
+	// REJECTED record.
+	DeadLetterRejected RejectAction = iota
+	// AckRejected acknowledges it: the REJECTED record (with the error text) is the only trace.
+	AckRejected
+)
+
+// Options configure a [Guard]. The zero value works: the message id is the key, the queue the scope,
+// permanent failures are dead-lettered, retries back off from 1s to 1m, no attempt limit. New copies
+// the struct; later changes to it have no effect.
+type Options struct {
+	// Scope is the record's scope for every message. Defaults to Message.Queue ("<stream>/<consumer>"
+	// or the AMQP queue), so each consumer keeps its own records. Set it when the queue name is not
+	// stable (an ephemeral JetStream consumer gets a new name each time, and with it a new scope: its
+	// duplicates would run again).
+	Scope string
+	// Key returns a message's idempotency key. Defaults to Message.ID (ErrNoKey when empty). A key
+	// derived from the payload (an order id) also deduplicates messages published twice with
+	// different ids. An error, or "", makes the message Poison: dead-lettered, never run.
+	Key func(m *Message) (string, error)
+	// Fingerprint returns a hash of the payload; a key reused with another fingerprint is Poison
+	// (idemkit.ErrPayloadMismatch). Defaults to none (see [DataFingerprint]).
+	Fingerprint func(m *Message) string
+	// OnReject says what to do with a message whose handler failed permanently. Defaults to
+	// DeadLetterRejected.
+	OnReject RejectAction
+	// RetryDelay is the delay before the first redelivery after a retryable failure; it doubles with
+	// every attempt up to MaxRetryDelay. Deliveries that find their key in flight wait RetryDelay on
+	// their first attempt, growing the same way but never past the holder's remaining lease. Defaults
+	// to DefaultRetryDelay (1s).
+	RetryDelay time.Duration
+	// MaxRetryDelay caps the delay. Defaults to DefaultMaxRetryDelay (1m).
+	MaxRetryDelay time.Duration
+	// MaxAttempts dead-letters a message whose handler failed with a retryable error on this
+	// delivery attempt or a later one (Outcome GaveUp). Defaults to 0: no limit here (the broker's
+	// own limit, such as JetStream's MaxDeliver, still applies).
+	MaxAttempts int
+	// Logger receives warnings (recovered panics, poison messages). Defaults to discarding.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	c.RetryDelay = cmp.Or(c.RetryDelay, DefaultRetryDelay)
+	c.MaxRetryDelay = cmp.Or(c.MaxRetryDelay, DefaultMaxRetryDelay)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	if c.RetryDelay < 0 || c.MaxRetryDelay < 0 {
+		errs = append(errs, fmt.Errorf("RetryDelay (%s) and MaxRetryDelay (%s) must not be negative", c.RetryDelay, c.MaxRetryDelay))
+	}
+	if c.MaxRetryDelay < c.RetryDelay {
+		errs = append(errs, fmt.Errorf("MaxRetryDelay (%s) must not be shorter than RetryDelay (%s)", c.MaxRetryDelay, c.RetryDelay))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts must not be negative, got %d", c.MaxAttempts))
+	}
+	if c.OnReject > AckRejected {
+		errs = append(errs, fmt.Errorf("unknown OnReject %d", c.OnReject))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Options{}, fmt.Errorf("msgx: invalid options: %w", err)
+	}
+	return c, nil
+}
