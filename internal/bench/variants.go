@@ -298,7 +298,7 @@ func Variants(e *Env) (map[string]*Variant, error) {
 	}
 	vs = append(vs, hv...)
 	vs = append(vs, grpcVariants(e, gExec, gExec, e.Store, biz)...) // grpc.go
-	mv, err := msgVariants(e, gExec) // message consumers (msg.go); optional, they need the brokers
+	mv, err := msgVariants(e, gExec)                                // message consumers (msg.go); optional, they need the brokers
 	if err != nil {
 		return nil, err
 	}
