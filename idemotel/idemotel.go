@@ -220,10 +220,11 @@ func (o *Observer) record(ctx context.Context, ev *idemkit.Event) {
 	base := metric.WithAttributes(mode, scope)
 	o.calls.Add(ctx, 1, metric.WithAttributes(mode, scope, outcome, attribute.String(AttrStatus, string(ev.Status))))
 	switch ev.Outcome {
-	case idemkit.OutcomeExecuted, idemkit.OutcomeDetached:
+	case idemkit.OutcomeExecuted, idemkit.OutcomeDetached: // the call got a claim
 		if !ev.Takeover {
 			o.newKeys.Add(ctx, 1, base)
 		}
+		o.claimDur.Record(ctx, ev.ClaimDuration.Seconds(), base)
 	case idemkit.OutcomeReplayed:
 		source := "store"
 		if ev.Cached {
@@ -244,9 +245,6 @@ func (o *Observer) record(ctx context.Context, ev *idemkit.Event) {
 		o.failOpen.Add(ctx, 1, base)
 	}
 	o.duration.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(mode, scope, outcome))
-	if ev.ClaimDuration > 0 {
-		o.claimDur.Record(ctx, ev.ClaimDuration.Seconds(), base)
-	}
 }
 
 // Tasks returns tasks wrapped by [Observer.Task].
