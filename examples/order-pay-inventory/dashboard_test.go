@@ -279,8 +279,8 @@ func emitEverything(t *testing.T) map[string]bool {
 			t.Fatal(err)
 		}
 	}
-	must(run(g, "a", "f"))                                                       // new key
-	must(run(g, "a", "f"))                                                       // replay from the cache
+	must(run(g, "a", "f"))                                                        // new key
+	must(run(g, "a", "f"))                                                        // replay from the cache
 	if err := run(g, "a", "other"); !errors.Is(err, idemkit.ErrPayloadMismatch) { // mismatch
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func emitEverything(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Minute)
-	must(run(noCache, "b", "")) // takeover
+	must(run(noCache, "b", ""))                                                              // takeover
 	if _, err := held.Finish(ctx, []byte("late"), nil); !errors.Is(err, idemkit.ErrFenced) { // fenced
 		t.Fatal(err)
 	}
