@@ -98,8 +98,10 @@ func New(db *gorm.DB, opts *Options) (*Admin, error) {
 	return a, nil
 }
 
-// Table returns the table name; Dialect the database's ("mysql", "postgres" or "sqlite").
-func (a *Admin) Table() string   { return a.store.Table() }
+// Table returns the record table's name.
+func (a *Admin) Table() string { return a.store.Table() }
+
+// Dialect returns the database's dialect: "mysql", "postgres" or "sqlite".
 func (a *Admin) Dialect() string { return a.store.Dialect() }
 
 // Store returns the record.Store the Admin reads and writes through.

@@ -27,14 +27,14 @@ import (
 type RedisState struct {
 	// Locked: an attempt holds the lock; LockToken is its token (the record's Owner when that
 	// attempt is the record's claim) and LockTTL how long the lock still lives.
-	Locked    bool          `json:"locked"`
-	LockToken string        `json:"lock_token,omitempty"`
-	LockTTL   time.Duration `json:"lock_ttl,omitempty"`
+	Locked    bool
+	LockToken string
+	LockTTL   time.Duration
 	// Cached: a finished result is cached; duplicates are answered from it without reading the
 	// record. CachedSize is its size in bytes, CacheTTL how long it stays.
-	Cached     bool          `json:"cached"`
-	CachedSize int64         `json:"cached_size,omitempty"`
-	CacheTTL   time.Duration `json:"cache_ttl,omitempty"`
+	Cached     bool
+	CachedSize int64
+	CacheTTL   time.Duration
 }
 
 // redisKeys returns the one-key layout's key, the lock key and the result key of a record's lock key.

@@ -27,7 +27,7 @@ func forEachDialect(t *testing.T, fn func(t *testing.T, f *fixture, s *states)) 
 type listed struct {
 	Records   []recordJSON `json:"records"`
 	Count     int          `json:"count"`
-	Truncated bool         `json:"truncated"`
+	Truncated bool         `json:"limit_reached"`
 }
 
 func keysOf(l listed) []string {

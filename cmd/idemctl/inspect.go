@@ -12,15 +12,25 @@ import (
 
 // inspectJSON is inspect's --json output.
 type inspectJSON struct {
-	Scope       string            `json:"scope"`
-	Key         string            `json:"key"`
-	StoredScope string            `json:"stored_scope"`
-	StoredKey   string            `json:"stored_key"`
-	LockKey     string            `json:"lock_key"`
-	Found       bool              `json:"found"`
-	Record      *recordJSON       `json:"record,omitempty"`
-	Redis       *admin.RedisState `json:"redis,omitempty"`
-	Next        string            `json:"next_attempt"`
+	Scope       string      `json:"scope"`
+	Key         string      `json:"key"`
+	StoredScope string      `json:"stored_scope"`
+	StoredKey   string      `json:"stored_key"`
+	LockKey     string      `json:"lock_key"`
+	Found       bool        `json:"found"`
+	Record      *recordJSON `json:"record,omitempty"`
+	Redis       *redisJSON  `json:"redis,omitempty"`
+	Next        string      `json:"next_attempt"`
+}
+
+// redisJSON is what Redis holds for the record, times in milliseconds.
+type redisJSON struct {
+	Locked     bool   `json:"locked"`
+	LockToken  string `json:"lock_token,omitempty"`
+	LockTTLMS  int64  `json:"lock_ttl_ms,omitempty"`
+	Cached     bool   `json:"cached"`
+	CachedSize int64  `json:"cached_size,omitempty"`
+	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
 }
 
 func (c *cli) inspect(ctx context.Context, pos []string) error {
@@ -43,7 +53,11 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 	next := nextAttempt(rec, rs, now)
 	if c.o.json {
 		out := inspectJSON{Scope: scope, Key: key, StoredScope: ad.Scope, StoredKey: ad.Key, LockKey: ad.LockKey,
-			Found: rec != nil, Redis: rs, Next: next}
+			Found: rec != nil, Next: next}
+		if rs != nil {
+			out.Redis = &redisJSON{Locked: rs.Locked, LockToken: rs.LockToken, LockTTLMS: rs.LockTTL.Milliseconds(),
+				Cached: rs.Cached, CachedSize: rs.CachedSize, CacheTTLMS: rs.CacheTTL.Milliseconds()}
+		}
 		if rec != nil {
 			r := c.recordJSON(rec, int64(len(rec.Response)), now)
 			out.Record = &r

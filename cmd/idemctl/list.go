@@ -19,7 +19,7 @@ func (c *cli) list(ctx context.Context, _ []string) error {
 			out[i] = c.recordJSON(&e.Record, e.ResponseSize, now)
 		}
 		c.writeJSON(map[string]any{"records": out, "count": len(out), "limit": c.o.filter.Limit,
-			"truncated": len(entries) == c.o.filter.Limit})
+			"limit_reached": len(entries) == c.o.filter.Limit})
 		return nil
 	}
 	if len(entries) == 0 {
