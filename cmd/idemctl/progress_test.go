@@ -27,3 +27,15 @@ func TestProgressOnlyOnTerminal(t *testing.T) {
 		t.Fatalf("progress did not clear its line: %q", on.String())
 	}
 }
+
+// TestRunEntry: run, main's body without the process around it, answers help with exit 0 and an
+// unknown command with exit 2.
+func TestRunEntry(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"help"}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "Exit codes:") {
+		t.Fatalf("help: %d %q", code, errb.String())
+	}
+	if code := run([]string{"nope"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), `unknown command "nope"`) {
+		t.Fatalf("unknown command: %d %q", code, errb.String())
+	}
+}
