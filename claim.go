@@ -203,6 +203,13 @@ func (cl *Claim) Extend(ctx context.Context) error {
 	return nil
 }
 
+// claimed notes in the call's event how long getting the claim took.
+func (cl *Claim) claimed() {
+	if !cl.start.IsZero() {
+		cl.ev.ClaimDuration = cl.g.opts.Now().Sub(cl.start)
+	}
+}
+
 // replay answers with a finished record (from the Store or the cache).
 func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {

@@ -256,6 +256,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 	for attempt := 0; ; attempt++ {
 		err := st.Insert(ctx, rec)
 		if err == nil {
+			cl.claimed()
 			return cl, Result{}, nil
 		}
 		if errors.Is(err, ErrUnstorable) {
@@ -300,6 +301,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		switch {
 		case err == nil:
 			cl.ev.Takeover = true
+			cl.claimed()
 			return cl, Result{}, nil
 		case errors.Is(err, ErrFenced):
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})

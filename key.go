@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -94,7 +93,7 @@ func (g *Guard) identify(c *Call) (identity, error) {
 		return identity{}, err
 	}
 	id := identity{scope: StoredForm(scope), key: StoredForm(c.Key)}
-	id.lockKey = strconv.Itoa(len(id.scope)) + ":" + id.scope + ":" + id.key
+	id.lockKey = LockKey(id.scope, id.key)
 	return id, nil
 }
 

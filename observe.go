@@ -92,8 +92,13 @@ type Event struct {
 	// FailOpen: a Locker error was skipped (Options.FailOpen).
 	FailOpen bool
 	// Err is the error the call returned, if any.
-	Err      error
+	Err error
+	// Duration is the whole call's, from its start to its end.
 	Duration time.Duration
+	// ClaimDuration is how long the call took to get its claim (the Locker's acquire and the Store's
+	// insert or takeover), from its start; 0 when it got no claim (a replay, an in-flight answer...).
+	// Set only when the Guard has an Observer or a Logger enabled at warn level.
+	ClaimDuration time.Duration
 }
 
 // Observer watches a Guard's calls. Implementations must be safe for concurrent use.

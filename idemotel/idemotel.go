@@ -1,15 +1,28 @@
 // Package idemotel reports idemkit's calls to OpenTelemetry: a span per guarded call and metrics for
-// outcomes, store conflicts, takeovers, fenced finishes, fail-open events and latency. Providers are
-// passed in; nothing global is read or set.
+// outcomes, new keys, replays, store conflicts, takeovers, fenced finishes, fail-open events, claim
+// and call latency, sweeper and reconciler work, and the PROCESSING claims of a record table.
+// Providers are passed in; nothing global is read or set.
 //
 //	obs, err := idemotel.New(&idemotel.Options{TracerProvider: tp, MeterProvider: mp})
 //	guard, err := idemkit.New(store, &idemkit.Options{Observer: obs})
+//	sweeper, err := sweep.New(opts, obs.Tasks(sweep.RecordTasks(store)...)...)
+//
+// # Metrics
+//
+// Every metric is labelled by bounded values only: the mode, the scope ([idemkit.Call.Scope], a route
+// pattern or a name the program chose — never the key), the outcome and the record's status, or the
+// sweeper task's name. A scope that is not a valid stored scope (empty, longer than
+// [idemkit.MaxStoredLen] bytes, control characters) is reported as "_invalid". Through the
+// OpenTelemetry Prometheus exporter the names become idemkit_calls_total, idemkit_duration_seconds and
+// so on, and the attribute idemkit.scope the label idemkit_scope; the README's "Operating idemkit"
+// section has the table.
 package idemotel
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -17,10 +30,24 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/sweep"
 )
 
 // ScopeName is the instrumentation scope of the tracer and meter.
 const ScopeName = "github.com/idemkit/idemkit"
+
+// InvalidScope is the scope label of calls whose scope is not a valid stored scope.
+const InvalidScope = "_invalid"
+
+// Attribute keys of the metrics and spans.
+const (
+	AttrMode    = "idemkit.mode"
+	AttrScope   = "idemkit.scope"
+	AttrOutcome = "idemkit.outcome"
+	AttrStatus  = "idemkit.status"
+	AttrSource  = "idemkit.source" // of a replay: "cache" or "store"
+	AttrTask    = "idemkit.task"   // of a sweeper task: "delete_expired", "recover_stale", "reconcile"...
+)
 
 // Options configure an [Observer]. The zero value reports nothing.
 type Options struct {
@@ -28,20 +55,47 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// MeterProvider creates the instruments. Defaults to none (no metrics).
 	MeterProvider metric.MeterProvider
+	// Claims, when set (with a MeterProvider), is read at every metrics collection to report the
+	// PROCESSING records of a record table by scope: the gauges idemkit.records.processing,
+	// idemkit.records.stuck and idemkit.records.oldest_processing. admin.Admin.Claims implements it;
+	// it costs one query per collection. An error it returns is passed to the MeterProvider's error
+	// handling and the gauges are not reported for that collection. Defaults to none.
+	Claims func(ctx context.Context) ([]ClaimStats, error)
+}
+
+// ClaimStats is the state of one scope's PROCESSING records at one moment.
+type ClaimStats struct {
+	// Scope is the scope as the application names it (namespace removed).
+	Scope string
+	// Processing counts the scope's PROCESSING records.
+	Processing int64
+	// Stuck counts those whose lease ran out: their holder died or stalled (without a GID, the
+	// sweeper recovers them; with one, the reconciler settles them).
+	Stuck int64
+	// Oldest is the age of the oldest PROCESSING claim (since it was claimed or taken over).
+	Oldest time.Duration
 }
 
 // Observer is an [idemkit.Observer] on OpenTelemetry. It is safe for concurrent use.
 type Observer struct {
 	tracer    trace.Tracer
 	calls     metric.Int64Counter
+	newKeys   metric.Int64Counter
+	replays   metric.Int64Counter
 	conflicts metric.Int64Counter
 	takeovers metric.Int64Counter
 	fenced    metric.Int64Counter
 	failOpen  metric.Int64Counter
 	duration  metric.Float64Histogram
+	claimDur  metric.Float64Histogram
+	sweepRows metric.Int64Counter
+	sweepErrs metric.Int64Counter
 }
 
 var _ idemkit.Observer = (*Observer)(nil)
+
+// Latency histogram bucket boundaries, in seconds: 0.5 ms to 10 s.
+var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // New returns an Observer using the providers in opts (nil for none). It returns an error when an
 // instrument cannot be created.
@@ -59,23 +113,70 @@ func New(opts *Options) (*Observer, error) {
 	}
 	m := o.MeterProvider.Meter(ScopeName)
 	var errs []error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{call}"))
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
 		return c
 	}
-	obs.calls = counter("idemkit.calls", "Guarded calls by mode, scope, outcome (executed, replayed, in_flight, mismatch, duplicate, detached, invalid, unavailable) and final status.")
-	obs.conflicts = counter("idemkit.store.conflicts", "Claims whose insert met an existing record.")
-	obs.takeovers = counter("idemkit.takeovers", "Claims that took over a FAILED, expired or lease-expired record.")
-	obs.fenced = counter("idemkit.fenced", "Finishes refused because a newer attempt took the record over.")
-	obs.failOpen = counter("idemkit.fail_open", "Calls that went on without the Locker after it failed.")
-	h, err := m.Float64Histogram("idemkit.duration", metric.WithDescription("Duration of guarded calls."), metric.WithUnit("s"))
-	obs.duration = h
-	errs = append(errs, err)
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(latencyBuckets...))
+		errs = append(errs, err)
+		return h
+	}
+	obs.calls = counter("idemkit.calls", "{call}", "Guarded calls by mode, scope, outcome (executed, replayed, in_flight, mismatch, duplicate, detached, invalid, unavailable) and final status.")
+	obs.newKeys = counter("idemkit.new_keys", "{call}", "Calls that claimed a key nobody held before (executed, not a takeover).")
+	obs.replays = counter("idemkit.replays", "{call}", "Calls answered with a stored result, by source (cache or store).")
+	obs.conflicts = counter("idemkit.store.conflicts", "{call}", "Claims whose insert met an existing record (a duplicate reached the store).")
+	obs.takeovers = counter("idemkit.takeovers", "{call}", "Claims that took over a FAILED, expired or lease-expired record.")
+	obs.fenced = counter("idemkit.fenced", "{call}", "Finishes refused because a newer attempt took the record over.")
+	obs.failOpen = counter("idemkit.fail_open", "{call}", "Calls that went on without the Locker after it failed.")
+	obs.duration = histogram("idemkit.duration", "Duration of guarded calls, by mode, scope and outcome.")
+	obs.claimDur = histogram("idemkit.claim.duration", "Time to get a claim (lock and store), by mode and scope.")
+	obs.sweepRows = counter("idemkit.sweep.rows", "{row}", "Rows a sweeper task handled, by task: delete_expired (deleted), recover_stale (recovered), reconcile (settled by the reconciler), barrier (deleted).")
+	obs.sweepErrs = counter("idemkit.sweep.errors", "{run}", "Sweeper task runs that failed, by task.")
+	if o.Claims != nil {
+		errs = append(errs, registerClaims(m, o.Claims))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
 	}
 	return obs, nil
+}
+
+// registerClaims creates the gauges of PROCESSING records and their callback.
+func registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, error)) error {
+	processing, err1 := m.Int64ObservableGauge("idemkit.records.processing", metric.WithUnit("{record}"),
+		metric.WithDescription("PROCESSING records by scope."))
+	stuck, err2 := m.Int64ObservableGauge("idemkit.records.stuck", metric.WithUnit("{record}"),
+		metric.WithDescription("PROCESSING records whose lease ran out, by scope: the holder died or stalled."))
+	oldest, err3 := m.Float64ObservableGauge("idemkit.records.oldest_processing", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest PROCESSING claim, by scope."))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	_, err := m.RegisterCallback(func(ctx context.Context, ob metric.Observer) error {
+		stats, err := read(ctx)
+		if err != nil {
+			return fmt.Errorf("idemotel: reading claims: %w", err)
+		}
+		for _, s := range stats {
+			attrs := metric.WithAttributes(attribute.String(AttrScope, scopeLabel(s.Scope)))
+			ob.ObserveInt64(processing, s.Processing, attrs)
+			ob.ObserveInt64(stuck, s.Stuck, attrs)
+			ob.ObserveFloat64(oldest, s.Oldest.Seconds(), attrs)
+		}
+		return nil
+	}, processing, stuck, oldest)
+	return err
+}
+
+// scopeLabel bounds what a scope label can be: a scope a Store would refuse becomes InvalidScope.
+func scopeLabel(scope string) string {
+	if idemkit.ValidateKey(scope, idemkit.MaxStoredLen) != nil {
+		return InvalidScope
+	}
+	return scope
 }
 
 // Start implements [idemkit.Observer].
@@ -83,16 +184,16 @@ func (o *Observer) Start(ctx context.Context, mode idemkit.Mode, scope string) (
 	var span trace.Span
 	if o.tracer != nil {
 		ctx, span = o.tracer.Start(ctx, "idemkit."+mode.String(), trace.WithAttributes(
-			attribute.String("idemkit.mode", mode.String()),
-			attribute.String("idemkit.scope", scope),
+			attribute.String(AttrMode, mode.String()),
+			attribute.String(AttrScope, scope),
 		))
 	}
 	return ctx, func(ev *idemkit.Event) {
 		if span != nil {
 			span.SetAttributes(
 				attribute.String("idemkit.key", ev.Key),
-				attribute.String("idemkit.outcome", ev.Outcome.String()),
-				attribute.String("idemkit.status", string(ev.Status)),
+				attribute.String(AttrOutcome, ev.Outcome.String()),
+				attribute.String(AttrStatus, string(ev.Status)),
 				attribute.Int64("idemkit.fence", ev.Fence),
 				attribute.Bool("idemkit.cached", ev.Cached),
 				attribute.Bool("idemkit.takeover", ev.Takeover),
@@ -105,33 +206,77 @@ func (o *Observer) Start(ctx context.Context, mode idemkit.Mode, scope string) (
 			}
 			span.End()
 		}
-		if o.calls == nil {
-			return
+		if o.calls != nil {
+			o.record(ctx, ev)
 		}
-		base := metric.WithAttributes(attribute.String("idemkit.mode", ev.Mode.String()), attribute.String("idemkit.scope", ev.Scope))
-		o.calls.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("idemkit.mode", ev.Mode.String()),
-			attribute.String("idemkit.scope", ev.Scope),
-			attribute.String("idemkit.outcome", ev.Outcome.String()),
-			attribute.String("idemkit.status", string(ev.Status)),
-		))
-		if ev.Conflict {
-			o.conflicts.Add(ctx, 1, base)
-		}
-		if ev.Takeover {
-			o.takeovers.Add(ctx, 1, base)
-		}
-		if ev.Fenced {
-			o.fenced.Add(ctx, 1, base)
-		}
-		if ev.FailOpen {
-			o.failOpen.Add(ctx, 1, base)
-		}
-		o.duration.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(
-			attribute.String("idemkit.mode", ev.Mode.String()),
-			attribute.String("idemkit.outcome", ev.Outcome.String()),
-		))
 	}
+}
+
+// record adds one finished call to the instruments.
+func (o *Observer) record(ctx context.Context, ev *idemkit.Event) {
+	mode := attribute.String(AttrMode, ev.Mode.String())
+	scope := attribute.String(AttrScope, scopeLabel(ev.Scope))
+	outcome := attribute.String(AttrOutcome, ev.Outcome.String())
+	base := metric.WithAttributes(mode, scope)
+	o.calls.Add(ctx, 1, metric.WithAttributes(mode, scope, outcome, attribute.String(AttrStatus, string(ev.Status))))
+	switch ev.Outcome {
+	case idemkit.OutcomeExecuted, idemkit.OutcomeDetached: // the call got a claim
+		if !ev.Takeover {
+			o.newKeys.Add(ctx, 1, base)
+		}
+		o.claimDur.Record(ctx, ev.ClaimDuration.Seconds(), base)
+	case idemkit.OutcomeReplayed:
+		source := "store"
+		if ev.Cached {
+			source = "cache"
+		}
+		o.replays.Add(ctx, 1, metric.WithAttributes(mode, scope, attribute.String(AttrSource, source)))
+	}
+	if ev.Conflict {
+		o.conflicts.Add(ctx, 1, base)
+	}
+	if ev.Takeover {
+		o.takeovers.Add(ctx, 1, base)
+	}
+	if ev.Fenced {
+		o.fenced.Add(ctx, 1, base)
+	}
+	if ev.FailOpen {
+		o.failOpen.Add(ctx, 1, base)
+	}
+	o.duration.Record(ctx, ev.Duration.Seconds(), metric.WithAttributes(mode, scope, outcome))
+}
+
+// Tasks returns tasks wrapped by [Observer.Task].
+func (o *Observer) Tasks(tasks ...sweep.Task) []sweep.Task {
+	out := make([]sweep.Task, len(tasks))
+	for i, t := range tasks {
+		out[i] = o.Task(t)
+	}
+	return out
+}
+
+// Task returns t reporting its work: the rows each run returns are added to idemkit.sweep.rows and
+// a failing run to idemkit.sweep.errors, labelled with t.Name. For the reconciler's task
+// (hooks.Reconciler.Task, named "reconcile") the rows are the records it settled. Without a
+// MeterProvider t is returned as is.
+func (o *Observer) Task(t sweep.Task) sweep.Task {
+	if o.sweepRows == nil || t.Run == nil {
+		return t
+	}
+	run := t.Run
+	attrs := metric.WithAttributes(attribute.String(AttrTask, t.Name))
+	t.Run = func(ctx context.Context, now time.Time, limit int) (int, error) {
+		n, err := run(ctx, now, limit)
+		if n > 0 {
+			o.sweepRows.Add(ctx, int64(n), attrs)
+		}
+		if err != nil {
+			o.sweepErrs.Add(ctx, 1, attrs)
+		}
+		return n, err
+	}
+	return t
 }
 
 // systemFailure reports whether an event's error is a failure of the system rather than an expected

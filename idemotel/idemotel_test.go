@@ -2,9 +2,13 @@ package idemotel_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -13,7 +17,9 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemotel"
+	"github.com/idemkit/idemkit/idemtest"
 	"github.com/idemkit/idemkit/memory"
+	"github.com/idemkit/idemkit/sweep"
 )
 
 func TestSpansAndMetrics(t *testing.T) {
@@ -74,5 +80,178 @@ func TestSpansAndMetrics(t *testing.T) {
 	}
 	if byOutcome["executed"] != 2 || byOutcome["replayed"] != 2 {
 		t.Fatalf("calls by outcome %v, want 2 executed and 2 replayed", byOutcome)
+	}
+}
+
+// collect returns the sum of each instrument's data points whose attributes include want, keyed by
+// instrument name: counter and gauge values, histogram counts.
+func collect(t *testing.T, reader *sdkmetric.ManualReader, want map[string]string) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	match := func(set attribute.Set) bool {
+		for k, v := range want {
+			got, ok := set.Value(attribute.Key(k))
+			if !ok || got.Emit() != v {
+				return false
+			}
+		}
+		return true
+	}
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					if match(dp.Attributes) {
+						out[m.Name] += float64(dp.Value)
+					}
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					if match(dp.Attributes) {
+						out[m.Name] += float64(dp.Value)
+					}
+				}
+			case metricdata.Gauge[float64]:
+				for _, dp := range d.DataPoints {
+					if match(dp.Attributes) {
+						out[m.Name] += dp.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					if match(dp.Attributes) {
+						out[m.Name] += float64(dp.Count)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// failingLocker fails every call, like an unreachable Redis.
+type failingLocker struct{}
+
+func (failingLocker) Acquire(context.Context, string, string, time.Duration) ([]byte, error) {
+	return nil, errors.New("down")
+}
+func (failingLocker) Refresh(context.Context, string, string, time.Duration) error {
+	return errors.New("down")
+}
+func (failingLocker) Release(context.Context, string, string, []byte, time.Duration) error {
+	return errors.New("down")
+}
+
+// TestEveryInstrument: each kind of call moves exactly its instruments, labelled by mode, scope and
+// outcome and never by key; sweeper tasks and the claims gauges report what they are given.
+func TestEveryInstrument(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	claims := []idemotel.ClaimStats{{Scope: "POST /x", Processing: 3, Stuck: 2, Oldest: 90 * time.Second}, {Scope: "bad\x00scope", Processing: 1}}
+	obs, err := idemotel.New(&idemotel.Options{MeterProvider: mp, Claims: func(context.Context) ([]idemotel.ClaimStats, error) { return claims, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := idemtest.NewClock()
+	store := memory.NewStore()
+	newGuard := func(o idemkit.Options) *idemkit.Guard {
+		o.Observer, o.Now, o.Lease = obs, clock.Now, time.Minute
+		g, err := idemkit.New(store, &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	cached := newGuard(idemkit.Options{Locker: memory.NewLocker(nil)})
+	plain := newGuard(idemkit.Options{})
+	failOpen := newGuard(idemkit.Options{Locker: failingLocker{}, FailOpen: true})
+	ctx := context.Background()
+	do := func(g *idemkit.Guard, key, fp string) error {
+		_, err := g.Do(ctx, idemkit.Call{Scope: "POST /x", Key: key, Fingerprint: fp}, func(context.Context) ([]byte, error) {
+			clock.Advance(10 * time.Millisecond)
+			return []byte("v"), nil
+		})
+		return err
+	}
+	_ = do(cached, "secret-1", "f")     // new key
+	_ = do(cached, "secret-1", "f")     // replay, cache
+	_ = do(plain, "secret-1", "f")      // replay, store (conflict)
+	_ = do(cached, "secret-1", "other") // mismatch (from the cache)
+	held, _, err := plain.Begin(ctx, idemkit.Call{Scope: "POST /x", Key: "secret-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = do(plain, "secret-2", "") // in flight (conflict)
+	clock.Advance(2 * time.Minute)
+	_ = do(plain, "secret-2", "") // takeover (conflict)
+	if _, err := held.Finish(ctx, nil, nil); !errors.Is(err, idemkit.ErrFenced) {
+		t.Fatalf("finish after takeover: %v", err)
+	}
+	_ = do(failOpen, "secret-3", "") // new key, fail-open
+	_ = do(plain, "", "")            // invalid key
+	for _, task := range obs.Tasks(
+		sweep.Task{Name: "recover_stale", Run: func(context.Context, time.Time, int) (int, error) { return 4, nil }},
+		sweep.Task{Name: "reconcile", Run: func(context.Context, time.Time, int) (int, error) { return 1, errors.New("dtm down") }},
+	) {
+		_, _ = task.Run(ctx, clock.Now(), 10)
+	}
+
+	x := map[string]string{idemotel.AttrScope: "POST /x", idemotel.AttrMode: "execute"}
+	got := collect(t, reader, x)
+	want := map[string]float64{
+		"idemkit.calls":           9, // the held claim's call ends with its (fenced) finish
+		"idemkit.new_keys":        3, // secret-1, secret-2 (held), secret-3
+		"idemkit.replays":         2,
+		"idemkit.store.conflicts": 3,
+		"idemkit.takeovers":       1,
+		"idemkit.fenced":          1,
+		"idemkit.fail_open":       1,
+		"idemkit.duration":        9,
+		"idemkit.claim.duration":  4, // secret-1, secret-2 held, secret-2 takeover, secret-3
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s = %v, want %v", name, got[name], w)
+		}
+	}
+	outcome := func(o string) float64 {
+		return collect(t, reader, map[string]string{idemotel.AttrScope: "POST /x", idemotel.AttrOutcome: o})["idemkit.calls"]
+	}
+	gauges := collect(t, reader, map[string]string{idemotel.AttrScope: "POST /x"})
+	for name, w := range map[string]float64{"idemkit.records.processing": 3, "idemkit.records.stuck": 2, "idemkit.records.oldest_processing": 90} {
+		if gauges[name] != w {
+			t.Errorf("%s = %v, want %v", name, gauges[name], w)
+		}
+	}
+	for o, w := range map[string]float64{"executed": 4, "replayed": 2, "mismatch": 1, "in_flight": 1, "invalid": 1} {
+		if g := outcome(o); g != w {
+			t.Errorf("calls with outcome %s = %v, want %v", o, g, w)
+		}
+	}
+	if g := collect(t, reader, map[string]string{idemotel.AttrSource: "cache"})["idemkit.replays"]; g != 1 {
+		t.Errorf("replays from the cache = %v, want 1", g)
+	}
+	if g := collect(t, reader, map[string]string{idemotel.AttrTask: "recover_stale"})["idemkit.sweep.rows"]; g != 4 {
+		t.Errorf("sweep rows of recover_stale = %v, want 4", g)
+	}
+	if g := collect(t, reader, map[string]string{idemotel.AttrTask: "reconcile"}); g["idemkit.sweep.rows"] != 1 || g["idemkit.sweep.errors"] != 1 {
+		t.Errorf("reconcile: %v, want 1 row and 1 error", g)
+	}
+	if g := collect(t, reader, map[string]string{idemotel.AttrScope: idemotel.InvalidScope})["idemkit.records.processing"]; g != 1 {
+		t.Errorf("a scope with a NUL is not reported as %s: %v", idemotel.InvalidScope, g)
+	}
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(ctx, &rm)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if b, _ := json.Marshal(m.Data); strings.Contains(string(b), "secret") {
+				t.Fatalf("%s carries a key", m.Name)
+			}
+		}
 	}
 }

@@ -23,7 +23,7 @@ step "go vet"
 go vet ./...
 
 step "docker-compose.yml (validated with compose-go: no Docker engine needed)"
-(cd tools/composecheck && go run .)
+(cd tools/composecheck && go run . && go vet ./... && go test -count=1 ./...)
 
 step "tool modules (go vet)"
 (cd tools/benchchart && go vet ./...)

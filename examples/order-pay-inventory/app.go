@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/httpx"
@@ -63,6 +64,7 @@ type Services struct {
 	inv     *inventory
 	pay     *payment
 	store   *record.Store
+	metrics *metrics
 }
 
 // Start opens the database and Redis (waiting up to Config.StartupTimeout for them), creates the
@@ -117,6 +119,14 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	if err := s.store.CreateTable(ctx); err != nil {
 		return nil, err
 	}
+	// Metrics (GET /metrics): the Guards' calls, the sweeper's work, the table's PROCESSING claims.
+	adm, err := admin.New(s.db.db, &admin.Options{Table: s.db.tables.records})
+	if err != nil {
+		return nil, err
+	}
+	if s.metrics, err = newMetrics(adm.Claims); err != nil {
+		return nil, err
+	}
 	bar, err := barrier.NewGorm(s.db.db, &barrier.GormOptions{Table: s.db.tables.barrier})
 	if err != nil {
 		return nil, err
@@ -145,13 +155,13 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	// each global transaction's gid; its lease is how long an outcome may stay unknown before the
 	// reconciler asks DTM.
 	httpGuard, err := idemkit.New(s.store, &idemkit.Options{
-		Locker: locker, FailOpen: failOpen, Lease: cfg.Wait + 15*time.Second, Logger: logger,
+		Locker: locker, FailOpen: failOpen, Lease: cfg.Wait + 15*time.Second, Logger: logger, Observer: s.metrics.observer,
 	})
 	if err != nil {
 		return nil, err
 	}
 	txGuard, err := idemkit.New(s.store, &idemkit.Options{
-		Locker: locker, FailOpen: failOpen, Lease: cfg.ReconcileAfter, Logger: logger,
+		Locker: locker, FailOpen: failOpen, Lease: cfg.ReconcileAfter, Logger: logger, Observer: s.metrics.observer,
 	})
 	if err != nil {
 		return nil, err
@@ -174,7 +184,7 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	})
 	if s.sweeper, err = sweep.New(&sweep.Options{
 		Interval: cfg.SweepInterval, Locker: locker, LockKey: "order-pay-inventory-sweep", Logger: logger,
-	}, tasks...); err != nil {
+	}, s.metrics.observer.Tasks(tasks...)...); err != nil {
 		return nil, err
 	}
 
@@ -187,6 +197,7 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	r.Put("/api/accounts/{user_id}", s.pay.handlePut)
 	r.Get("/api/inventory/{sku}", s.inv.handleGet)
 	r.Put("/api/inventory/{sku}", s.inv.handlePut)
+	r.Handle("/metrics", s.metrics.handler)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -251,6 +262,9 @@ func (s *Services) Close() error {
 	}
 	if s.sweeper != nil {
 		_ = s.sweeper.Close()
+	}
+	if s.metrics != nil {
+		_ = s.metrics.close(context.Background())
 	}
 	if s.dtm != nil {
 		if err := s.dtm.stop(); err != nil {

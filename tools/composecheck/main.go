@@ -1,8 +1,11 @@
 // Command composecheck validates idemkit's docker-compose.yml the way `docker compose config` does, for
 // machines without Docker: it loads the file with the Compose Specification's reference library
 // (github.com/compose-spec/compose-go/v2, which the Docker Compose CLI uses) with its normal
-// interpolation, schema validation, normalisation and consistency checks, then checks that every build
-// context and Dockerfile exists.
+// interpolation, schema validation, normalisation and consistency checks, then checks what `docker
+// compose config` does not look at: every build context and Dockerfile exists, every bind mount's
+// source exists, Prometheus's mounted configuration scrapes compose services on ports they listen on,
+// and Grafana's mounted provisioning points its data sources at compose services and loads parseable
+// dashboards that use only provisioned data sources (see monitoring.go).
 //
 //	cd tools/composecheck && go run .                 # checks ../../docker-compose.yml
 //	go run . -print                                   # and prints the resolved model, like `docker compose config`
@@ -61,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	p, err := load(ctx, file)
 	if err == nil {
-		err = checkBuilds(p)
+		err = errors.Join(checkBuilds(p), checkMounts(p), checkMonitoring(p))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: invalid: %v\n", file, err)

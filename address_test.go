@@ -1,0 +1,67 @@
+package idemkit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// keyRecorder is a memory Locker that remembers the keys it was given.
+type keyRecorder struct {
+	*memory.Locker
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *keyRecorder) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	r.mu.Lock()
+	r.keys = append(r.keys, key)
+	r.mu.Unlock()
+	return r.Locker.Acquire(ctx, key, token, ttl)
+}
+
+// TestAddress: Guard.Address names the record the Guard writes and the key it locks, namespace and
+// hashing applied, and refuses what the Guard refuses.
+func TestAddress(t *testing.T) {
+	store := memory.NewStore()
+	rec := &keyRecorder{Locker: memory.NewLocker(nil)}
+	g, err := idemkit.New(store, &idemkit.Options{Namespace: "shop", Locker: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct{ scope, key string }{
+		{"POST /orders", "k1"},
+		{"POST /orders", strings.Repeat("x", 200)},          // hashed key
+		{strings.Repeat("s", 130), "k2"},                    // hashed scope
+		{"POST /orders", "sha256:looks-like-a-hashed-form"}, // always hashed
+	} {
+		ad, err := g.Address(c.scope, c.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(ctx, idemkit.Call{Scope: c.scope, Key: c.key}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Get(ctx, ad.Scope, ad.Key); err != nil {
+			t.Fatalf("Address(%.20q, %.20q) = %+v: the Store has no record there: %v", c.scope, c.key, ad, err)
+		}
+		if last := rec.keys[len(rec.keys)-1]; last != ad.LockKey || idemkit.LockKey(ad.Scope, ad.Key) != ad.LockKey {
+			t.Fatalf("LockKey %q, the Locker got %q", ad.LockKey, last)
+		}
+	}
+	if ad, _ := g.Address("POST /orders", "k1"); ad.Scope != "shop/POST /orders" || ad.Key != "k1" {
+		t.Fatalf("Address = %+v", ad)
+	}
+	for _, bad := range [][2]string{{"", "k"}, {"s", ""}, {"s", "a\x00b"}, {"s", strings.Repeat("k", 256)}} {
+		if _, err := g.Address(bad[0], bad[1]); !errors.Is(err, idemkit.ErrInvalidKey) {
+			t.Fatalf("Address(%q, %.20q): %v, want ErrInvalidKey", bad[0], bad[1], err)
+		}
+	}
+}

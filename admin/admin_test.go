@@ -1,0 +1,221 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/record"
+)
+
+var dialects = map[string]func(testing.TB, *gorm.Config) *gorm.DB{
+	"mysql": testsvc.MySQL, "postgres": testsvc.Postgres, "sqlite": testsvc.SQLite,
+}
+
+// table creates a fresh record table on db and returns its Store.
+func table(t *testing.T, db *gorm.DB) (*record.Store, string) {
+	t.Helper()
+	name := testsvc.Name("admin_")
+	st, err := record.New(db, &record.Options{Table: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testsvc.DropTable(t, db, name)
+	return st, name
+}
+
+// TestSweepPlanMatchesSweeper: on records in every combination of state, lease, expiry and gid,
+// what PlanSweep says a sweeper pass deletes, recovers and leaves to a reconciler is exactly what
+// record.Store's DeleteExpired, RecoverStale and Pending do and list.
+func TestSweepPlanMatchesSweeper(t *testing.T) {
+	for name, open := range dialects {
+		t.Run(name, func(t *testing.T) {
+			db := open(t, nil)
+			st, tbl := table(t, db)
+			clock := idemtest.NewClock()
+			now := clock.Now()
+			ctx := context.Background()
+			times := []time.Time{{}, now.Add(-time.Hour), now, now.Add(time.Hour)} // zero = none
+			n := 0
+			for _, status := range []idemkit.Status{idemkit.StatusProcessing, idemkit.StatusSucceeded, idemkit.StatusFailed, idemkit.StatusRejected} {
+				for _, lease := range times[1:] {
+					for _, exp := range times {
+						for _, gid := range []string{"", "g"} {
+							n++
+							rec := &idemkit.Record{Scope: "s", Key: fmt.Sprintf("k%03d", n), Status: status, Fence: 1, Owner: "o",
+								GID: gid, LeaseUntil: lease, ExpiresAt: exp, CreatedAt: now.Add(-2 * time.Hour), UpdatedAt: now.Add(-2 * time.Hour)}
+							if err := st.Insert(ctx, rec); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+			}
+			adm, err := admin.New(db, &admin.Options{Table: tbl, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := adm.PlanSweep(ctx, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := func(es []*admin.Entry) []string {
+				var out []string
+				for _, e := range es {
+					out = append(out, e.Key)
+				}
+				slices.Sort(out)
+				return out
+			}
+			if plan.ExpiredTotal != int64(len(plan.Expired)) || plan.StaleTotal != int64(len(plan.Stale)) || plan.PendingTotal != int64(len(plan.Pending)) {
+				t.Fatalf("totals %d %d %d, lists %d %d %d", plan.ExpiredTotal, plan.StaleTotal, plan.PendingTotal, len(plan.Expired), len(plan.Stale), len(plan.Pending))
+			}
+			if len(plan.Expired) == 0 || len(plan.Stale) == 0 || len(plan.Pending) == 0 {
+				t.Fatalf("the plan is empty somewhere: %d %d %d", len(plan.Expired), len(plan.Stale), len(plan.Pending))
+			}
+			pending, err := st.Pending(ctx, idemkit.PendingQuery{Scopes: []string{"s"}, Now: now, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pendingKeys []string
+			for _, r := range pending {
+				pendingKeys = append(pendingKeys, r.Key)
+			}
+			slices.Sort(pendingKeys)
+			if got := keys(plan.Pending); !slices.Equal(got, pendingKeys) {
+				t.Fatalf("plan's pending %q, Store.Pending %q", got, pendingKeys)
+			}
+
+			before, err := adm.List(ctx, admin.Filter{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deleted, err := st.DeleteExpired(ctx, now, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recovered, err := st.RecoverStale(ctx, now, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after, err := adm.List(ctx, admin.Filter{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if deleted != len(plan.Expired) || recovered != len(plan.Stale) {
+				t.Fatalf("the sweeper deleted %d and recovered %d; the plan said %d and %d", deleted, recovered, len(plan.Expired), len(plan.Stale))
+			}
+			left := map[string]*admin.Entry{}
+			for _, e := range after {
+				left[e.Key] = e
+			}
+			var gone, failed []string
+			for _, e := range before {
+				a, ok := left[e.Key]
+				switch {
+				case !ok:
+					gone = append(gone, e.Key)
+				case a.Fence == e.Fence+1 && a.Status == idemkit.StatusFailed && a.Error == record.RecoveredError:
+					failed = append(failed, e.Key)
+				}
+			}
+			slices.Sort(gone)
+			slices.Sort(failed)
+			if !slices.Equal(gone, keys(plan.Expired)) || !slices.Equal(failed, keys(plan.Stale)) {
+				t.Fatalf("deleted %q, plan %q; recovered %q, plan %q", gone, keys(plan.Expired), failed, keys(plan.Stale))
+			}
+		})
+	}
+}
+
+// TestRedisStateFollowsLocker: what Admin.Redis reads is what the real lock.Locker wrote — the lock
+// and its holder's token, the cached result — and the one-key layout is read the same way.
+func TestRedisStateFollowsLocker(t *testing.T) {
+	db := testsvc.SQLite(t, nil)
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("admin-test-") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	_, tbl := table(t, db)
+	adm, err := admin.New(db, &admin.Options{Table: tbl, Redis: rdb, RedisPrefix: prefix, Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lk := lock.New(rdb, &lock.Options{Prefix: prefix})
+	ad, err := adm.Address("POST /x", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() *admin.RedisState {
+		t.Helper()
+		s, err := adm.Redis(ctx, ad.Scope, ad.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if s := state(); s.Locked || s.Cached {
+		t.Fatalf("empty Redis: %+v", s)
+	}
+	if _, err := lk.Acquire(ctx, ad.LockKey, "tok-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); !s.Locked || s.LockToken != "tok-1" || s.LockTTL <= 0 || s.LockTTL > time.Minute || s.Cached {
+		t.Fatalf("after Acquire: %+v", s)
+	}
+	if err := lk.Release(ctx, ad.LockKey, "tok-1", []byte("result!"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(); s.Locked || !s.Cached || s.CachedSize < int64(len("result!")) || s.CacheTTL <= 0 {
+		t.Fatalf("after Release with a result: %+v", s)
+	}
+
+	// The one-key layout: a lock value "L<token>:<deadline>", or a cached result.
+	other, err := adm.Address("POST /x", "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := prefix + "{" + other.LockKey + "}"
+	if err := rdb.Set(ctx, single, "Ltok-2:1893456000000", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := adm.Redis(ctx, other.Scope, other.Key); err != nil || !s.Locked || s.LockToken != "tok-2" || s.Cached {
+		t.Fatalf("one-key lock: %+v %v", s, err)
+	}
+	if err := rdb.Set(ctx, single, "\x01\x01cached", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := adm.Redis(ctx, other.Scope, other.Key); err != nil || s.Locked || !s.Cached || s.CachedSize != 8 {
+		t.Fatalf("one-key cached result: %+v %v", s, err)
+	}
+}
+
+// TestNewRefusesBadOptions: a bad table name, namespace or Redis prefix fails New.
+func TestNewRefusesBadOptions(t *testing.T) {
+	db := testsvc.SQLite(t, nil)
+	for _, o := range []admin.Options{{Table: "a-b"}, {Namespace: "a/b"}, {RedisPrefix: "x{"}, {Namespace: "a\x00"}} {
+		if _, err := admin.New(db, &o); err == nil {
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+	adm, err := admin.New(db, &admin.Options{Table: "missing_table"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.Check(context.Background()); !errors.Is(err, admin.ErrNoTable) {
+		t.Fatalf("Check on a missing table: %v", err)
+	}
+}

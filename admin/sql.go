@@ -1,0 +1,157 @@
+package admin
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Every SQL text of the package is in this file, so that a change of the record table's layout is
+// made in one place. The statements address records by (scope, idem_key) only — never by a surrogate
+// id — and read expires_at = 0 as "no expiry", so they run on the v1 table (id, UNIQUE(scope,
+// idem_key)) and on a table whose primary key is (scope, idem_key). Placeholders are '?': gorm
+// rewrites them for PostgreSQL.
+//
+// The sweeper's conditions below must select what record.Store.DeleteExpired, RecoverStale and
+// Pending select; TestSweepPlanMatchesSweeper runs both on the same records and compares.
+const (
+	// condExpired: records the sweeper deletes. A PROCESSING record with a gid never expires.
+	condExpired = "expires_at <> 0 AND expires_at <= ? AND (status <> 'PROCESSING' OR gid = '')"
+	// condStale: claims the sweeper recovers (FAILED, fence + 1): lease run out, no gid, not expired.
+	condStale = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
+	// condPending: claims tied to a global transaction whose lease ran out: the reconciler's.
+	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
+	// condStuck: every PROCESSING record whose lease ran out, gid or not.
+	condStuck = "status = 'PROCESSING' AND lease_until <= ?"
+	// condAfter: keyset pagination in (scope, idem_key) order, the table's unique key.
+	condAfter = "(scope > ? OR (scope = ? AND idem_key > ?))"
+)
+
+// entryColumns are the columns of an [Entry], in scan order; the response is read as its size only.
+func (q *sqlTexts) entryColumns() string {
+	return "scope, idem_key, status, fence, owner, fingerprint, gid, branch_id, " +
+		q.octetLength + "(response), error, lease_until, expires_at, created_at, updated_at"
+}
+
+// sqlTexts builds the statements for one table and dialect.
+type sqlTexts struct {
+	dialect     string
+	table       string // quoted [schema.]table
+	octetLength string // the byte length function of the dialect
+}
+
+func newSQLTexts(dialect, table string) *sqlTexts {
+	q := &sqlTexts{dialect: dialect, table: quoteTable(dialect, table), octetLength: "LENGTH"}
+	if dialect == "postgres" {
+		q.octetLength = "OCTET_LENGTH"
+	}
+	return q
+}
+
+// quoteTable quotes a [schema.]table name already validated by record.New (letters, digits and
+// underscores only).
+func quoteTable(dialect, name string) string {
+	q := `"`
+	if dialect == "mysql" {
+		q = "`"
+	}
+	parts := strings.Split(name, ".")
+	for i, p := range parts {
+		parts[i] = q + p + q
+	}
+	return strings.Join(parts, ".")
+}
+
+// probe selects every column the package reads and no row: it fails when the table is missing or is
+// not a record table.
+func (q *sqlTexts) probe() string {
+	return "SELECT scope, idem_key, status, fence, owner, fingerprint, gid, branch_id, response, error, " +
+		"lease_until, expires_at, created_at, updated_at FROM " + q.table + " WHERE 1 = 0"
+}
+
+// scopeExists finds one record of a stored scope (the unique key's prefix).
+func (q *sqlTexts) scopeExists() string {
+	return "SELECT 1 FROM " + q.table + " WHERE scope = ? LIMIT 1"
+}
+
+// scopes lists distinct stored scopes, in order, for error messages.
+func (q *sqlTexts) scopes(w where) (string, []any) {
+	return "SELECT DISTINCT scope FROM " + q.table + w.sql() + " ORDER BY scope LIMIT ?", w.args
+}
+
+// page lists one page of entries after a (scope, key) position.
+func (q *sqlTexts) page(w where, afterScope, afterKey string, first bool, limit int) (string, []any) {
+	if !first {
+		w.add(condAfter, afterScope, afterScope, afterKey)
+	}
+	return "SELECT " + q.entryColumns() + " FROM " + q.table + w.sql() + " ORDER BY scope, idem_key LIMIT ?",
+		append(w.args, limit)
+}
+
+// sweepList lists the entries matching a sweeper condition in the sweeper's order.
+func (q *sqlTexts) sweepList(w where, order string, limit int) (string, []any) {
+	return "SELECT " + q.entryColumns() + " FROM " + q.table + w.sql() + " ORDER BY " + order + " LIMIT ?",
+		append(w.args, limit)
+}
+
+// count counts the rows matching w.
+func (q *sqlTexts) count(w where) (string, []any) {
+	return "SELECT COUNT(*) FROM " + q.table + w.sql(), w.args
+}
+
+// stats aggregates records per scope; now is passed for the stuck and expired columns. The columns
+// are: scope, total, PROCESSING, SUCCEEDED, FAILED, REJECTED, stuck, taken-over records, fence bumps,
+// expired, oldest PROCESSING created_at (NULL when none).
+func (q *sqlTexts) stats(w where, nowMS int64) (string, []any) {
+	s := "SELECT scope, COUNT(*)," +
+		" SUM(CASE WHEN status = 'PROCESSING' THEN 1 ELSE 0 END)," +
+		" SUM(CASE WHEN status = 'SUCCEEDED' THEN 1 ELSE 0 END)," +
+		" SUM(CASE WHEN status = 'FAILED' THEN 1 ELSE 0 END)," +
+		" SUM(CASE WHEN status = 'REJECTED' THEN 1 ELSE 0 END)," +
+		" SUM(CASE WHEN " + condStuck + " THEN 1 ELSE 0 END)," +
+		" SUM(CASE WHEN fence > 1 THEN 1 ELSE 0 END)," +
+		" SUM(CASE WHEN fence > 1 THEN fence - 1 ELSE 0 END)," +
+		" SUM(CASE WHEN " + condExpired + " THEN 1 ELSE 0 END)," +
+		" MIN(CASE WHEN status = 'PROCESSING' THEN created_at END)" +
+		" FROM " + q.table + w.sql() + " GROUP BY scope ORDER BY scope"
+	return s, append([]any{nowMS, nowMS}, w.args...)
+}
+
+// claims aggregates the PROCESSING records per scope: count, stuck, oldest created_at. On a table
+// whose only secondary index is expires_at (a claim having expires_at = 0), adding "expires_at = 0
+// AND" to the condition lets the database use that index.
+func (q *sqlTexts) claims(w where, nowMS int64) (string, []any) {
+	w.add("status = 'PROCESSING'")
+	s := "SELECT scope, COUNT(*), SUM(CASE WHEN lease_until <= ? THEN 1 ELSE 0 END), MIN(created_at) FROM " +
+		q.table + w.sql() + " GROUP BY scope ORDER BY scope"
+	return s, append([]any{nowMS}, w.args...)
+}
+
+// where is a conjunction of conditions and their arguments.
+type where struct {
+	conds []string
+	args  []any
+}
+
+func (w *where) add(cond string, args ...any) {
+	w.conds = append(w.conds, cond)
+	w.args = append(w.args, args...)
+}
+
+func (w where) sql() string {
+	if len(w.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
+// namespace restricts w to the stored scopes starting with prefix ("ns/"): a comparison of the
+// scope's first characters, exact in every dialect (LIKE is case-insensitive in SQLite and would
+// need escaping). MySQL's scope is VARBINARY, counted in bytes; elsewhere in characters.
+func (q *sqlTexts) namespace(w *where, prefix string) {
+	n := utf8.RuneCountInString(prefix)
+	if q.dialect == "mysql" {
+		n = len(prefix)
+	}
+	w.add("SUBSTR(scope, 1, "+strconv.Itoa(n)+") = ?", prefix)
+}

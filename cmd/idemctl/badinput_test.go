@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBadInput: every kind of bad input exits non-zero with a message saying what is wrong, and
+// changes nothing in the table or in Redis.
+func TestBadInput(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, f *fixture, s *states) {
+		before := f.snapshot(t)
+		long := strings.Repeat("k", 256)
+		cases := []struct {
+			name      string
+			env       map[string]string // overrides of the fixture's environment
+			args      []string
+			code      int
+			fragments []string
+		}{
+			{"no command", nil, nil, exitUsage, []string{"Usage:"}},
+			{"unknown command", nil, []string{"frobnicate"}, exitUsage, []string{`unknown command "frobnicate"`}},
+			{"unknown flag", nil, []string{"list", "--colour"}, exitUsage, []string{"flag provided but not defined: -colour"}},
+			{"missing key", nil, []string{"inspect", scopeA}, exitUsage, []string{"want 2 argument(s) SCOPE KEY, got 1"}},
+			{"extra argument", nil, []string{"release", scopeA, s.stuck, "more"}, exitUsage, []string{"got 3"}},
+			{"control character in key", nil, []string{"inspect", scopeA, "k\x01"}, exitUsage, []string{"invalid idempotency key", "control character"}},
+			{"invalid UTF-8 key", nil, []string{"release", "--yes", scopeA, "k\xff"}, exitUsage, []string{"invalid UTF-8"}},
+			{"empty key", nil, []string{"purge", "--yes", scopeA, ""}, exitUsage, []string{"invalid idempotency key: empty"}},
+			{"key over MaxKeyLen", nil, []string{"inspect", scopeA, long}, exitUsage, []string{"256 bytes, longer than 255"}},
+			{"empty scope", nil, []string{"inspect", "", s.ok}, exitUsage, []string{"scope: idemkit: invalid idempotency key"}},
+			{"malformed scope filter", nil, []string{"list", "--scope", "a\nb"}, exitUsage, []string{"control character"}},
+			{"unknown scope", nil, []string{"release", "--yes", "DELETE /x", s.stuck}, exitNotFound, []string{"unknown scope", `"DELETE /x"`}},
+			{"unknown scope filter", nil, []string{"purge", "--yes", "--scope", "DELETE /x"}, exitNotFound, []string{"unknown scope"}},
+			{"scope of another namespace", map[string]string{"IDEMCTL_NAMESPACE": "nobody"}, []string{"inspect", scopeA, s.ok}, exitNotFound, []string{"unknown scope", `in namespace "nobody"`}},
+			{"no database", map[string]string{"IDEMCTL_DB": ""}, []string{"list"}, exitUsage, []string{"no database"}},
+			{"DSN without scheme", map[string]string{"IDEMCTL_DB": "root:pw@tcp(127.0.0.1:3306)/x"}, []string{"list"}, exitUsage, []string{"want mysql://"}},
+			{"unknown DSN scheme", map[string]string{"IDEMCTL_DB": "oracle://scott:tiger@db/x"}, []string{"list"}, exitUsage, []string{`unknown scheme "oracle"`, "scott:****@"}},
+			{"malformed MySQL DSN", nil, []string{"list", "--db", "mysql://root@127.0.0.1/x"}, exitUsage, []string{"--db mysql://root@127.0.0.1/x: default addr"}},
+			{"malformed PostgreSQL URL", nil, []string{"list", "--db", "postgres://u:p@h:notaport/db"}, exitUsage, []string{"--db postgres://u:****@h:notaport/db"}},
+			{"unreachable database", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:1)/x", "--timeout", "5s"}, exitError, []string{"opening mysql://root:****@tcp(127.0.0.1:1)/x", "connection refused"}},
+			{"missing SQLite file", nil, []string{"list", "--db", "sqlite://" + filepath.Join(t.TempDir(), "none.db")}, exitError, []string{"no such file", "opens an existing database only"}},
+			{"missing table", map[string]string{"IDEMCTL_TABLE": "no_such_table"}, []string{"list"}, exitError, []string{"no record table", "no_such_table", "is --table"}},
+			{"invalid table name", nil, []string{"list", "--table", "x; DROP TABLE y"}, exitUsage, []string{"invalid table name"}},
+			{"invalid namespace", nil, []string{"list", "--namespace", "a/b"}, exitUsage, []string{"Namespace", "contains '/'"}},
+			{"unreachable Redis", nil, []string{"inspect", "--redis", "127.0.0.1:1", scopeA, s.ok}, exitError, []string{"connecting to Redis"}},
+			{"Redis prefix with a brace", nil, []string{"list", "--redis-prefix", "a{b"}, exitUsage, []string{"must not contain"}},
+			{"unknown status", nil, []string{"list", "--status", "DONE"}, exitUsage, []string{`--status "DONE"`}},
+			{"stuck with another status", nil, []string{"list", "--stuck", "--status", "FAILED"}, exitUsage, []string{"conflicts with --status FAILED"}},
+			{"negative age", nil, []string{"list", "--older-than", "-5s"}, exitUsage, []string{"must not be negative"}},
+			{"malformed age", nil, []string{"list", "--older-than", "yesterday"}, exitUsage, []string{"invalid value"}},
+			{"zero limit", nil, []string{"list", "--limit", "0"}, exitUsage, []string{"--limit must be positive"}},
+			{"zero timeout", nil, []string{"stats", "--timeout", "0s"}, exitUsage, []string{"--timeout must be positive"}},
+			{"bad environment number", map[string]string{"IDEMCTL_MAX_KEY_LEN": "many"}, []string{"list"}, exitUsage, []string{`IDEMCTL_MAX_KEY_LEN="many"`}},
+			{"bad environment duration", map[string]string{"IDEMCTL_TIMEOUT": "soon"}, []string{"list"}, exitUsage, []string{`IDEMCTL_TIMEOUT="soon"`}},
+			{"purge: key and filters", nil, []string{"purge", "--yes", "--status", "FAILED", scopeA, s.failed}, exitUsage, []string{"conflict"}},
+			{"purge: nothing selected", nil, []string{"purge", "--yes"}, exitUsage, []string{"at least one filter"}},
+			{"purge: one argument", nil, []string{"purge", "--yes", scopeA}, exitUsage, []string{"want SCOPE KEY or filters"}},
+			{"sweep in a namespace", nil, []string{"sweep", "--yes"}, exitUsage, []string{"without --namespace"}},
+			{"dtm without a server", nil, []string{"dtm", s.gid}, exitUsage, []string{"--dtm or IDEMCTL_DTM"}},
+			{"dtm with a bad URL", map[string]string{"IDEMCTL_DTM": "dtm:36789"}, []string{"dtm", s.gid}, exitUsage, []string{"want http://"}},
+			{"dtm unreachable", map[string]string{"IDEMCTL_DTM": "http://127.0.0.1:1/api/dtmsvr"}, []string{"dtm", s.gid}, exitError, []string{"txstatus"}},
+			{"metrics unreachable", nil, []string{"stats", "--metrics", "http://127.0.0.1:1/metrics"}, exitError, []string{"scraping"}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				saved := map[string]string{}
+				for k, v := range c.env {
+					saved[k] = f.env[k]
+					f.env[k] = v
+				}
+				defer func() {
+					for k, v := range saved {
+						f.env[k] = v
+					}
+				}()
+				r := f.want(t, c.code, nil, c.args, c.fragments...)
+				if c.code != exitOK && r.stderr == "" {
+					t.Fatalf("no message on stderr: %s", r)
+				}
+				if after := f.snapshot(t); after != before {
+					t.Fatalf("bad input changed something:\nbefore:\n%s\nafter:\n%s", before, after)
+				}
+			})
+		}
+	})
+}
+
+// TestBinary runs the built command: exit codes reach the shell, --help works on every command, and
+// the environment configures it.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command")
+	}
+	bin := filepath.Join(t.TempDir(), "idemctl")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	f := setup(t, "sqlite")
+	s := f.populate(t)
+	runBin := func(env map[string]string, argv ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(bin, argv...)
+		cmd.Env = os.Environ()
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), out.String()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, out.String()
+	}
+	if code, out := runBin(nil, "--help"); code != 0 || !strings.Contains(out, "Exit codes:") {
+		t.Fatalf("--help: %d\n%s", code, out)
+	}
+	for _, c := range commands {
+		if code, out := runBin(nil, c.name, "--help"); code != 0 || !strings.Contains(out, "Usage: idemctl "+c.name) {
+			t.Fatalf("%s --help: %d\n%s", c.name, code, out)
+		}
+	}
+	if code, out := runBin(nil); code != exitUsage {
+		t.Fatalf("no arguments: %d\n%s", code, out)
+	}
+	if code, out := runBin(f.env, "inspect", scopeA, "k-none"); code != exitNotFound {
+		t.Fatalf("inspect of a missing key: %d\n%s", code, out)
+	}
+	if code, out := runBin(f.env, "inspect", scopeA, s.ok); code != exitOK || !strings.Contains(out, "SUCCEEDED") {
+		t.Fatalf("inspect: %d\n%s", code, out)
+	}
+	if code, out := runBin(f.env, "release", scopeA, s.live); code != exitRefused {
+		t.Fatalf("release of a live claim: %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/record"
+)
+
+// opts are the parsed flags of one invocation.
+type opts struct {
+	db, table, namespace, redis, redisPrefix, dtm, metrics string
+	maxKeyLen                                              int
+	timeout                                                time.Duration
+	json                                                   bool
+
+	filter  admin.Filter
+	status  string
+	preview int
+	yes     bool
+	force   bool
+	reason  string
+	dryRun  bool
+
+	envErrs []error // environment variables that could not be parsed
+}
+
+// cli is one invocation: its world, flags and connections.
+type cli struct {
+	args
+	o   opts
+	adm *admin.Admin
+	gdb *gorm.DB
+	rdb redis.UniversalClient
+	// printed: a JSON document was written to stdout; an error then goes to stderr only.
+	printed bool
+}
+
+// flagSet returns the flags of cmd: the connection flags (defaults from the environment) and its own.
+func (c *cli) flagSet(cmd *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("idemctl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {}
+	env := func(name, def string) string {
+		if v := c.getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	o := &c.o
+	fs.StringVar(&o.db, "db", env("IDEMCTL_DB", ""), "database: mysql://<go-sql-driver DSN>, postgres://<URL>, sqlite://<path> (env IDEMCTL_DB)")
+	fs.StringVar(&o.table, "table", env("IDEMCTL_TABLE", record.DefaultTable), "record table (env IDEMCTL_TABLE)")
+	fs.StringVar(&o.namespace, "namespace", env("IDEMCTL_NAMESPACE", ""), "the application's idemkit namespace (env IDEMCTL_NAMESPACE)")
+	fs.IntVar(&o.maxKeyLen, "max-key-len", c.envInt("IDEMCTL_MAX_KEY_LEN", idemkit.DefaultMaxKeyLen), "the application's MaxKeyLen (env IDEMCTL_MAX_KEY_LEN)")
+	fs.StringVar(&o.redis, "redis", env("IDEMCTL_REDIS", ""), "Redis of the application's lock: host:port or redis://... (env IDEMCTL_REDIS)")
+	fs.StringVar(&o.redisPrefix, "redis-prefix", env("IDEMCTL_REDIS_PREFIX", lock.DefaultPrefix), "the lock's key prefix (env IDEMCTL_REDIS_PREFIX)")
+	fs.DurationVar(&o.timeout, "timeout", c.envDuration("IDEMCTL_TIMEOUT", 30*time.Second), "bound on the whole command (env IDEMCTL_TIMEOUT)")
+	fs.BoolVar(&o.json, "json", false, "JSON output on stdout")
+	switch cmd.name {
+	case "dtm":
+		fs.StringVar(&o.dtm, "dtm", env("IDEMCTL_DTM", ""), "DTM's HTTP API, e.g. http://127.0.0.1:36789/api/dtmsvr (env IDEMCTL_DTM)")
+	case "stats":
+		fs.StringVar(&o.metrics, "metrics", env("IDEMCTL_METRICS", ""), "comma-separated /metrics URLs of the application's instances, for the duplicate rate (env IDEMCTL_METRICS)")
+	}
+	o.filter.Limit = admin.DefaultLimit // for commands without --limit
+	if cmd.flags != nil {
+		cmd.flags(fs, o)
+	}
+	return fs
+}
+
+func (c *cli) envInt(name string, def int) int {
+	v := c.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		c.o.envErrs = append(c.o.envErrs, fmt.Errorf("%s=%q: not a number", name, v))
+		return def
+	}
+	return n
+}
+
+func (c *cli) envDuration(name string, def time.Duration) time.Duration {
+	v := c.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		c.o.envErrs = append(c.o.envErrs, fmt.Errorf("%s=%q: not a duration (e.g. 30s)", name, v))
+		return def
+	}
+	return d
+}
+
+// validate checks the command line before anything is opened.
+func (c *cli) validate(cmd *command, pos []string) error {
+	o := &c.o
+	if len(o.envErrs) > 0 {
+		return &usageError{errors.Join(o.envErrs...).Error()}
+	}
+	switch {
+	case cmd.positional >= 0 && len(pos) != cmd.positional:
+		return usagef("want %d argument(s) %s, got %d", cmd.positional, cmd.args, len(pos))
+	case cmd.positional < 0 && len(pos) != 0 && len(pos) != 2:
+		return usagef("want SCOPE KEY or filters, got %d argument(s)", len(pos))
+	case o.timeout <= 0:
+		return usagef("--timeout must be positive, got %s", o.timeout)
+	case o.maxKeyLen < 1:
+		return usagef("--max-key-len must be positive, got %d", o.maxKeyLen)
+	case o.filter.OlderThan < 0:
+		return usagef("--older-than must not be negative, got %s", o.filter.OlderThan)
+	case o.filter.Limit < 1:
+		return usagef("--limit must be positive, got %d", o.filter.Limit)
+	case o.preview < 0:
+		return usagef("--preview must not be negative, got %d", o.preview)
+	}
+	if o.status != "" {
+		st := idemkit.Status(strings.ToUpper(o.status))
+		if !st.Valid() {
+			return usagef("--status %q: want PROCESSING, SUCCEEDED, FAILED or REJECTED", o.status)
+		}
+		o.filter.Status = st
+	}
+	if o.filter.Stuck && o.filter.Status != "" && o.filter.Status != idemkit.StatusProcessing {
+		return usagef("--stuck selects PROCESSING records: it conflicts with --status %s", o.filter.Status)
+	}
+	if cmd.name == "purge" {
+		filtered := o.filter.Scope != "" || o.filter.Status != "" || o.filter.Stuck || o.filter.OlderThan > 0 || o.filter.GID != ""
+		switch {
+		case len(pos) == 2 && filtered:
+			return usagef("SCOPE KEY and filters (--scope --status --stuck --older-than --gid) conflict: give one or the other")
+		case len(pos) == 0 && !filtered:
+			return usagef("purge needs SCOPE KEY or at least one filter (--scope --status --stuck --older-than --gid)")
+		}
+	}
+	if cmd.name == "sweep" && !o.dryRun && o.namespace != "" {
+		return usagef("a sweep works on the whole table, every namespace's records: run it without --namespace (--dry-run may have one)")
+	}
+	if cmd.name == "dtm" && o.dtm == "" {
+		return usagef("dtm needs DTM's HTTP API: --dtm or IDEMCTL_DTM, e.g. http://127.0.0.1:36789/api/dtmsvr")
+	}
+	if cmd.name == "dtm" && !strings.HasPrefix(o.dtm, "http://") && !strings.HasPrefix(o.dtm, "https://") {
+		return usagef("--dtm %q: want http://host:36789/api/dtmsvr", o.dtm)
+	}
+	if o.db == "" {
+		return usagef("no database: set --db or IDEMCTL_DB (mysql://..., postgres://..., sqlite://...)")
+	}
+	if _, err := dialector(o.db); err != nil {
+		return err
+	}
+	return nil
+}
+
+// dialector returns the gorm dialector of a DSN, or a usage error saying what is wrong with it. It
+// opens nothing. SQLite files must exist: idemctl never creates a database.
+func dialector(dsn string) (gorm.Dialector, error) {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return nil, usagef("--db %s: want mysql://<DSN>, postgres://<URL> or sqlite://<path>", redact(dsn))
+	}
+	switch scheme {
+	case "mysql":
+		cfg, err := mysqldrv.ParseDSN(rest)
+		if err != nil {
+			return nil, usagef("--db %s: %v", redact(dsn), err)
+		}
+		if cfg.Timeout == 0 {
+			cfg.Timeout = 5 * time.Second
+		}
+		return mysql.New(mysql.Config{DSNConfig: cfg}), nil
+	case "postgres", "postgresql":
+		u, err := url.Parse(dsn)
+		if err == nil && !u.Query().Has("connect_timeout") {
+			q := u.Query()
+			q.Set("connect_timeout", "5")
+			u.RawQuery = q.Encode()
+			dsn = u.String()
+		}
+		if _, err := pgx.ParseConfig(dsn); err != nil {
+			return nil, usagef("--db %s: %v", redact(dsn), err)
+		}
+		return postgres.Open(dsn), nil
+	case "sqlite":
+		path, query, _ := strings.Cut(rest, "?")
+		if path == "" {
+			return nil, usagef("--db %s: no file path", dsn)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, &connectError{fmt.Errorf("--db %s: %w (idemctl opens an existing database only)", dsn, err)}
+		}
+		if st.IsDir() {
+			return nil, usagef("--db %s: a directory, not a database file", dsn)
+		}
+		if query == "" {
+			query = "_pragma=busy_timeout(5000)"
+		}
+		return sqlite.Open("file:" + path + "?" + query), nil
+	}
+	return nil, usagef("--db %s: unknown scheme %q: want mysql, postgres or sqlite", redact(dsn), scheme)
+}
+
+// connectError is a failure to reach a service (exit 1), found while checking the command line.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// redact hides the password of a DSN "scheme://user:password@...".
+func redact(dsn string) string {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		scheme, rest = "", dsn
+	}
+	at := strings.LastIndex(rest, "@")
+	colon := strings.Index(rest, ":")
+	if at < 0 || colon < 0 || colon > at {
+		return dsn
+	}
+	out := rest[:colon+1] + "****" + rest[at:]
+	if scheme != "" {
+		out = scheme + "://" + out
+	}
+	return out
+}
+
+// connect opens the database (and Redis) and checks the table.
+func (c *cli) connect(ctx context.Context) error {
+	d, err := dialector(c.o.db)
+	if err != nil {
+		return err
+	}
+	c.gdb, err = gorm.Open(d, &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", redact(c.o.db), err)
+	}
+	if sqlDB, err := c.gdb.DB(); err == nil {
+		sqlDB.SetMaxOpenConns(2)
+	}
+	if c.o.redis != "" {
+		ro := &redis.Options{Addr: c.o.redis}
+		if strings.Contains(c.o.redis, "://") {
+			if ro, err = redis.ParseURL(c.o.redis); err != nil {
+				return usagef("--redis %s: %v", redact(c.o.redis), err)
+			}
+		}
+		ro.ContextTimeoutEnabled = true
+		ro.DialTimeout = 3 * time.Second
+		ro.MaxRetries = 1
+		c.rdb = redis.NewClient(ro)
+		if err := c.rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("connecting to Redis %s: %w", redact(c.o.redis), err)
+		}
+	}
+	ao := &admin.Options{Table: c.o.table, Namespace: c.o.namespace, MaxKeyLen: c.o.maxKeyLen, RedisPrefix: c.o.redisPrefix, Now: c.now}
+	if c.rdb != nil {
+		ao.Redis = c.rdb
+	}
+	if c.adm, err = admin.New(c.gdb, ao); err != nil {
+		return &usageError{err.Error()}
+	}
+	if err := c.adm.Check(ctx); err != nil {
+		if errors.Is(err, admin.ErrNoTable) {
+			return fmt.Errorf("%w (is --table %q right? is this the application's database?)", err, c.o.table)
+		}
+		return fmt.Errorf("%s: %w", redact(c.o.db), err)
+	}
+	return nil
+}
+
+func (c *cli) close() {
+	if c.rdb != nil {
+		_ = c.rdb.Close()
+	}
+	if c.gdb != nil {
+		if sqlDB, err := c.gdb.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	}
+}
+
+// isTerminal reports whether f is a character device (a terminal), without a dependency.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+func (c *cli) dtm(ctx context.Context, pos []string) error {
+	gid := pos[0]
+	client := &txstatus.Client{Server: c.o.dtm, HTTP: &http.Client{Timeout: 10 * time.Second}}
+	st, err := client.Status(ctx, gid)
+	if err != nil {
+		return err
+	}
+	f := admin.Filter{GID: gid, Limit: c.o.filter.Limit}
+	entries, err := c.listEntries(ctx, f)
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	reading := readDTM(gid, st, entries, now)
+	if c.o.json {
+		recs := make([]recordJSON, len(entries))
+		for i, e := range entries {
+			recs[i] = c.recordJSON(&e.Record, e.ResponseSize, now)
+		}
+		status := string(st)
+		if st == txstatus.Unknown {
+			status = "unknown"
+		}
+		c.writeJSON(map[string]any{"gid": gid, "dtm_status": status, "records": recs, "reading": reading})
+	} else {
+		status := string(st)
+		if st == txstatus.Unknown {
+			status = "unknown to DTM (never submitted, or already cleaned up)"
+		}
+		fmt.Fprintf(c.stdout, "global transaction %s\nDTM status: %s (%s)\n\n", gid, status, c.o.dtm)
+		if len(entries) == 0 {
+			fmt.Fprintln(c.stdout, "no record carries this gid")
+		} else {
+			fmt.Fprintf(c.stdout, "%d record(s) carry it:\n", len(entries))
+			c.entriesTable(c.stdout, entries, now)
+		}
+		fmt.Fprintf(c.stdout, "\n%s\n", reading)
+	}
+	if st == txstatus.Unknown && len(entries) == 0 {
+		return fmt.Errorf("%w: DTM does not know global transaction %q and no record carries it", errNotFound, gid)
+	}
+	return nil
+}
+
+// readDTM says what the transaction's status means for its records.
+func readDTM(gid string, st txstatus.Status, entries []*admin.Entry, now time.Time) string {
+	var processing, stuck int
+	for _, e := range entries {
+		if e.Status == idemkit.StatusProcessing {
+			processing++
+			if e.LeaseExpired(now) {
+				stuck++
+			}
+		}
+	}
+	switch {
+	case processing == 0 && len(entries) > 0:
+		return "Every record is settled."
+	case processing == 0:
+		return "Nothing to settle here."
+	case st.Final() && stuck > 0:
+		return fmt.Sprintf("DTM says %s but %d record(s) are still PROCESSING with their lease run out: the reconciler (hooks.Reconciler under the sweeper) settles them on its next pass, as %s. If none runs, start one; do not release them by hand.", st, stuck, map[txstatus.Status]string{txstatus.Succeed: "SUCCEEDED", txstatus.Failed: "FAILED"}[st])
+	case st.Final():
+		return fmt.Sprintf("DTM says %s; %d record(s) are PROCESSING with a live lease: the initiator is settling them (or the reconciler will once the lease runs out).", st, processing)
+	case st == txstatus.Unknown:
+		return fmt.Sprintf("DTM has no transaction %s: it was never submitted (the initiator died before), so the reconciler settles its %d PROCESSING record(s) as failed once their lease runs out, and a retry runs again.", gid, processing)
+	default:
+		return fmt.Sprintf("The transaction is still %s: its %d PROCESSING record(s) stay in flight until DTM finishes it; the reconciler then settles them.", st, processing)
+	}
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
+)
+
+// inspectJSON is inspect's --json output.
+type inspectJSON struct {
+	Scope       string      `json:"scope"`
+	Key         string      `json:"key"`
+	StoredScope string      `json:"stored_scope"`
+	StoredKey   string      `json:"stored_key"`
+	LockKey     string      `json:"lock_key"`
+	Found       bool        `json:"found"`
+	Record      *recordJSON `json:"record,omitempty"`
+	Redis       *redisJSON  `json:"redis,omitempty"`
+	Next        string      `json:"next_attempt"`
+}
+
+// redisJSON is what Redis holds for the record, times in milliseconds.
+type redisJSON struct {
+	Locked     bool   `json:"locked"`
+	LockToken  string `json:"lock_token,omitempty"`
+	LockTTLMS  int64  `json:"lock_ttl_ms,omitempty"`
+	Cached     bool   `json:"cached"`
+	CachedSize int64  `json:"cached_size,omitempty"`
+	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
+}
+
+func (c *cli) inspect(ctx context.Context, pos []string) error {
+	scope, key := pos[0], pos[1]
+	ad, err := c.adm.Address(scope, key)
+	if err != nil {
+		return err
+	}
+	rec, err := c.adm.Get(ctx, scope, key)
+	if err != nil && !errors.Is(err, idemkit.ErrNotFound) {
+		return err
+	}
+	var rs *admin.RedisState
+	if c.rdb != nil {
+		if rs, err = c.adm.Redis(ctx, ad.Scope, ad.Key); err != nil {
+			return err
+		}
+	}
+	now := c.now()
+	next := nextAttempt(rec, rs, now)
+	if c.o.json {
+		out := inspectJSON{Scope: scope, Key: key, StoredScope: ad.Scope, StoredKey: ad.Key, LockKey: ad.LockKey,
+			Found: rec != nil, Next: next}
+		if rs != nil {
+			out.Redis = &redisJSON{Locked: rs.Locked, LockToken: rs.LockToken, LockTTLMS: rs.LockTTL.Milliseconds(),
+				Cached: rs.Cached, CachedSize: rs.CachedSize, CacheTTLMS: rs.CacheTTL.Milliseconds()}
+		}
+		if rec != nil {
+			r := c.recordJSON(rec, int64(len(rec.Response)), now)
+			out.Record = &r
+		}
+		c.writeJSON(out)
+	} else {
+		c.printInspect(scope, key, ad, rec, rs, now, next)
+	}
+	if rec == nil {
+		return fmt.Errorf("%w: no record for key %q in scope %q (table %s)", idemkit.ErrNotFound, key, scope, c.adm.Table())
+	}
+	return nil
+}
+
+func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.Record, rs *admin.RedisState, now time.Time, next string) {
+	t := newTable(c.stdout, "scope", scope)
+	if ad.Scope != scope {
+		t.row("stored scope", ad.Scope)
+	}
+	t.row("key", key)
+	if ad.Key != key {
+		t.row("stored key", ad.Key)
+	}
+	if rec == nil {
+		t.row("record", "none")
+	} else {
+		status := string(rec.Status)
+		switch {
+		case rec.Status == idemkit.StatusProcessing && rec.GID != "":
+			status += " (tied to a global transaction: never expires, never taken over)"
+		case rec.Status == idemkit.StatusProcessing && rec.LeaseExpired(now):
+			status += " (stuck: its lease ran out)"
+		}
+		if rec.Expired(now) && !(rec.Status == idemkit.StatusProcessing && rec.GID != "") {
+			status += " (expired: counts as absent)"
+		}
+		t.row("status", status)
+		t.row("fence", fmt.Sprint(rec.Fence))
+		t.row("owner", rec.Owner)
+		if rec.Status == idemkit.StatusProcessing {
+			t.row("lease", stamp(rec.LeaseUntil)+" ("+until(now, rec.LeaseUntil)+")")
+		}
+		t.row("claimed", stamp(rec.CreatedAt)+" ("+ago(now, rec.CreatedAt)+")")
+		t.row("updated", stamp(rec.UpdatedAt)+" ("+ago(now, rec.UpdatedAt)+")")
+		exp := "never"
+		if !rec.ExpiresAt.IsZero() {
+			exp = stamp(rec.ExpiresAt) + " (" + until(now, rec.ExpiresAt) + ")"
+		}
+		t.row("expires", exp)
+		t.row("gid", rec.GID)
+		t.row("branch", rec.BranchID)
+		t.row("fingerprint", rec.Fingerprint)
+		result := "none"
+		if len(rec.Response) > 0 {
+			result = fmt.Sprintf("%d bytes: %s", len(rec.Response), preview(rec.Response, c.o.preview))
+		}
+		t.row("result", result)
+		t.row("error", rec.Error)
+	}
+	if rs != nil {
+		lockS := "not held"
+		if rs.Locked {
+			holder := "another attempt"
+			if rec != nil && rs.LockToken == rec.Owner && rec.Owner != "" {
+				holder = "the record's owner"
+			}
+			lockS = fmt.Sprintf("held by %s (token %s), %s left", holder, rs.LockToken, roundDur(rs.LockTTL))
+		}
+		t.row("redis lock", lockS)
+		cacheS := "none"
+		if rs.Cached {
+			cacheS = fmt.Sprintf("%d bytes, %s left", rs.CachedSize, roundDur(rs.CacheTTL))
+		}
+		t.row("cached result", cacheS)
+	}
+	t.row("next attempt", next)
+	t.flush()
+}
+
+// nextAttempt says what a new attempt with the key would get now, from the record and Redis (nil
+// when unknown), following the Guard's rules: cache first, then the lock, then the record's state.
+func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) string {
+	switch {
+	case rs != nil && rs.Cached:
+		return "the cached result is replayed (from Redis, without reading the record)"
+	case rs != nil && rs.Locked:
+		return fmt.Sprintf("409 in flight: the Redis lock is held (%s left)", roundDur(rs.LockTTL))
+	case rec == nil:
+		return "runs: a new key"
+	case rec.Status == idemkit.StatusProcessing && rec.GID != "":
+		return fmt.Sprintf("409/425 in flight until the global transaction's outcome is recorded (idemctl dtm %s)", rec.GID)
+	case rec.Expired(now):
+		return fmt.Sprintf("runs again: the record expired and is taken over (fence %d)", rec.Fence+1)
+	case rec.Status == idemkit.StatusSucceeded:
+		return "the stored result is replayed (a different payload gets 422)"
+	case rec.Status == idemkit.StatusRejected:
+		return "the stored rejection is replayed (a different payload gets 422)"
+	case rec.Status == idemkit.StatusProcessing && !rec.LeaseExpired(now):
+		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now)))
+	case rec.Status == idemkit.StatusProcessing:
+		return fmt.Sprintf("runs again: the stuck claim is taken over (fence %d); the sweeper would recover it first", rec.Fence+1)
+	default:
+		return fmt.Sprintf("runs again: a retry takes the %s record over (fence %d)", rec.Status, rec.Fence+1)
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
+)
+
+// who says who runs idemctl, for the error a released record gets.
+func (c *cli) who() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	by := "idemctl (" + name + "@" + cmp.Or(host, "unknown") + ")"
+	if c.o.reason != "" {
+		by += ": " + c.o.reason
+	}
+	return by
+}
+
+func (c *cli) release(ctx context.Context, pos []string) error {
+	scope, key := pos[0], pos[1]
+	rec, err := c.adm.Get(ctx, scope, key)
+	if err != nil {
+		return notFoundKey(err, scope, key)
+	}
+	opts := admin.ReleaseOptions{By: c.who(), Force: c.o.force}
+	if err := c.adm.CanRelease(rec, opts); err != nil {
+		return err
+	}
+	q := fmt.Sprintf("Release the claim on %q / %q (PROCESSING, fence %d, owner %s, claimed %s)? It becomes FAILED with fence %d and the next attempt runs again.",
+		scope, key, rec.Fence, cell(rec.Owner), ago(c.now(), rec.CreatedAt), rec.Fence+1)
+	if err := c.confirm(q); err != nil {
+		return err
+	}
+	next, err := c.adm.Release(ctx, rec, opts)
+	if errors.Is(err, idemkit.ErrFenced) {
+		return c.changed(ctx, scope, key, rec)
+	}
+	if next == nil {
+		return err
+	}
+	if c.o.json {
+		c.writeJSON(map[string]any{"released": true, "before": c.recordJSON(rec, int64(len(rec.Response)), c.now()),
+			"record": c.recordJSON(next, int64(len(next.Response)), c.now()), "warning": errString(err)})
+	} else {
+		fmt.Fprintf(c.stdout, "released %q / %q: PROCESSING fence %d -> FAILED fence %d (error %q); the next attempt runs again, the old holder can no longer finish\n",
+			scope, key, rec.Fence, next.Fence, next.Error)
+	}
+	return err // a Redis failure after the release: reported, exit 1
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// notFoundKey words a record lookup's not-found error.
+func notFoundKey(err error, scope, key string) error {
+	if errors.Is(err, idemkit.ErrNotFound) {
+		return fmt.Errorf("%w: no record for key %q in scope %q", idemkit.ErrNotFound, key, scope)
+	}
+	return err
+}
+
+// changed reports a fenced write: the record moved on since it was read.
+func (c *cli) changed(ctx context.Context, scope, key string, was *idemkit.Record) error {
+	now := "it is gone"
+	if cur, err := c.adm.Get(ctx, scope, key); err == nil {
+		now = fmt.Sprintf("it is now %s with fence %d, owner %s", cur.Status, cur.Fence, cell(cur.Owner))
+	}
+	return fmt.Errorf("%w: the record changed since it was read (it was %s with fence %d; %s): nothing was written; look again with idemctl inspect",
+		idemkit.ErrFenced, was.Status, was.Fence, now)
+}
+
+func (c *cli) purge(ctx context.Context, pos []string) error {
+	if len(pos) == 2 {
+		return c.purgeOne(ctx, pos[0], pos[1])
+	}
+	return c.purgeMany(ctx)
+}
+
+func (c *cli) purgeOne(ctx context.Context, scope, key string) error {
+	rec, err := c.adm.Get(ctx, scope, key)
+	if err != nil {
+		return notFoundKey(err, scope, key)
+	}
+	opts := admin.PurgeOptions{Force: c.o.force}
+	if err := c.adm.CanPurge(rec, opts); err != nil {
+		return err
+	}
+	q := fmt.Sprintf("Delete the record of %q / %q (%s, fence %d)? The key is new again: the next attempt runs.", scope, key, rec.Status, rec.Fence)
+	if c.rdb == nil {
+		q += " Without --redis a cached result may still be replayed until it expires."
+	}
+	if err := c.confirm(q); err != nil {
+		return err
+	}
+	err = c.adm.Purge(ctx, rec, opts)
+	if errors.Is(err, idemkit.ErrFenced) {
+		return c.changed(ctx, scope, key, rec)
+	}
+	if err != nil && !errors.Is(err, admin.ErrRedisCleanup) {
+		return err
+	}
+	if c.o.json {
+		c.writeJSON(map[string]any{"deleted": 1, "record": c.recordJSON(rec, int64(len(rec.Response)), c.now()), "warning": errString(err)})
+	} else {
+		fmt.Fprintf(c.stdout, "deleted %q / %q (%s, fence %d)\n", scope, key, rec.Status, rec.Fence)
+	}
+	return err
+}
+
+func (c *cli) purgeMany(ctx context.Context) error {
+	entries, err := c.listEntries(ctx, c.o.filter)
+	if err != nil {
+		return err
+	}
+	now := c.now()
+	opts := admin.PurgeOptions{Force: c.o.force}
+	var todo []*admin.Entry
+	var skipped []string
+	for _, e := range entries {
+		if err := c.adm.CanPurge(&e.Record, opts); err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s / %s: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
+			continue
+		}
+		todo = append(todo, e)
+	}
+	if len(todo) == 0 {
+		if c.o.json {
+			c.writeJSON(map[string]any{"deleted": 0, "changed": 0, "skipped": skipped})
+		} else {
+			fmt.Fprintf(c.stdout, "no records to delete (%d matched, %d skipped)\n", len(entries), len(skipped))
+			for _, s := range skipped {
+				fmt.Fprintln(c.stdout, "  skipped "+s)
+			}
+		}
+		if len(skipped) > 0 {
+			return fmt.Errorf("%w: %d record(s) left alone (live claims or claims of a global transaction; --force deletes them)", admin.ErrRefused, len(skipped))
+		}
+		return nil
+	}
+	if !c.o.json {
+		shown := todo[:min(len(todo), 10)]
+		c.entriesTable(c.stderr, shown, now)
+		if len(todo) > len(shown) {
+			fmt.Fprintf(c.stderr, "... and %d more\n", len(todo)-len(shown))
+		}
+	}
+	q := fmt.Sprintf("Delete these %d record(s)? Their keys are new again.", len(todo))
+	if len(entries) == c.o.filter.Limit {
+		q += fmt.Sprintf(" (--limit %d reached: more may match)", c.o.filter.Limit)
+	}
+	if err := c.confirm(q); err != nil {
+		return err
+	}
+	deleted, changed := 0, 0
+	var warnings []error
+	p := c.startProgress("deleting")
+	for i, e := range todo {
+		switch err := c.adm.Purge(ctx, &e.Record, opts); {
+		case err == nil:
+			deleted++
+		case errors.Is(err, idemkit.ErrFenced):
+			changed++
+		case errors.Is(err, admin.ErrRedisCleanup):
+			deleted++
+			warnings = append(warnings, err)
+		default:
+			p.stop()
+			return fmt.Errorf("after deleting %d record(s): %w", deleted, err)
+		}
+		p.set(i + 1)
+	}
+	p.stop()
+	if c.o.json {
+		c.writeJSON(map[string]any{"deleted": deleted, "changed": changed, "skipped": skipped, "warnings": len(warnings)})
+	} else {
+		fmt.Fprintf(c.stdout, "deleted %d record(s); %d changed since they were read and were left alone; %d skipped\n", deleted, changed, len(skipped))
+		for _, s := range skipped {
+			fmt.Fprintln(c.stdout, "  skipped "+s)
+		}
+	}
+	switch {
+	case len(warnings) > 0:
+		return errors.Join(warnings...)
+	case changed > 0 || len(skipped) > 0:
+		return fmt.Errorf("%w: %d record(s) left alone", admin.ErrRefused, changed+len(skipped))
+	}
+	return nil
+}
