@@ -1,0 +1,604 @@
+//go:build unix
+
+package cluster
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of [RedisClusterOptions].
+const (
+	DefaultRedisMasters  = 3
+	DefaultRedisReplicas = 1
+	// DefaultRedisNodeTimeout is cluster-node-timeout: how long a master may be unreachable before the
+	// others mark it failed and its replica takes over. Redis's own default is 15s; a test wants a
+	// failover in seconds.
+	DefaultRedisNodeTimeout = time.Second
+	// DefaultRedisStartTimeout bounds StartRedisCluster: starting the nodes, creating the cluster and
+	// waiting until every node reports cluster_state:ok.
+	DefaultRedisStartTimeout = time.Minute
+)
+
+// redisSlots is the number of hash slots of a Redis Cluster.
+const redisSlots = 16384
+
+// RedisClusterOptions configure [StartRedisCluster]. The zero value works.
+type RedisClusterOptions struct {
+	// Masters is the number of masters the slots are spread over. Defaults to DefaultRedisMasters (3).
+	Masters int
+	// Replicas is the number of replicas per master. Defaults to DefaultRedisReplicas (1); negative
+	// means none.
+	Replicas int
+	// NodeTimeout is the nodes' cluster-node-timeout. Defaults to DefaultRedisNodeTimeout (1s).
+	NodeTimeout time.Duration
+	// Dir holds one directory per node (nodes.conf, log). Defaults to a new temporary directory that
+	// Stop removes.
+	Dir string
+	// StartTimeout bounds the start. Defaults to DefaultRedisStartTimeout (1m).
+	StartTimeout time.Duration
+}
+
+// RedisCluster is a Redis Cluster of private redis-server processes on free loopback ports, created
+// with redis-cli --cluster create. Nodes keep no data on disk (no RDB, no AOF): a node killed and
+// restarted comes back empty and, once a replica has taken its slots over, rejoins as a replica of the
+// new master. Its methods are safe for concurrent use.
+type RedisCluster struct {
+	o      RedisClusterOptions
+	dir    string
+	ownDir bool
+	server string
+	nodes  []*RedisNode
+}
+
+// RedisNode is one redis-server of a [RedisCluster].
+type RedisNode struct {
+	c       *RedisCluster
+	index   int
+	port    int
+	busPort int
+	dir     string
+
+	mu   sync.Mutex
+	p    *process
+	runs int
+}
+
+// StartRedisCluster starts Masters × (1 + Replicas) redis-server processes with cluster mode on,
+// each on its own free loopback port and cluster bus port (cluster-port), joins them with
+// redis-cli --cluster create --cluster-replicas, and waits until every node reports cluster_state:ok
+// and knows every other node. It returns an error, leaving nothing running, when redis-server or
+// redis-cli is missing, a node does not start, or the cluster does not form within StartTimeout.
+func StartRedisCluster(ctx context.Context, opts *RedisClusterOptions) (_ *RedisCluster, err error) {
+	var o RedisClusterOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.Masters = cmp.Or(o.Masters, DefaultRedisMasters)
+	o.Replicas = cmp.Or(o.Replicas, DefaultRedisReplicas)
+	o.Replicas = max(o.Replicas, 0)
+	o.NodeTimeout = cmp.Or(o.NodeTimeout, DefaultRedisNodeTimeout)
+	o.StartTimeout = cmp.Or(o.StartTimeout, DefaultRedisStartTimeout)
+	if o.Masters < 3 {
+		return nil, fmt.Errorf("cluster: a Redis Cluster needs at least 3 masters, got %d", o.Masters)
+	}
+	if o.NodeTimeout < 100*time.Millisecond {
+		return nil, fmt.Errorf("cluster: Redis NodeTimeout %s under 100ms", o.NodeTimeout)
+	}
+	if err := RedisAvailable(); err != nil {
+		return nil, err
+	}
+	server, _ := exec.LookPath("redis-server")
+	cli, _ := exec.LookPath("redis-cli")
+	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
+	defer cancel()
+
+	c := &RedisCluster{o: o, dir: o.Dir, server: server}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "idemkit-redis-cluster-*"); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	n := o.Masters * (1 + o.Replicas)
+	for attempt := 0; ; attempt++ {
+		ports, err := freePorts(2 * n)
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = c.nodes[:0]
+		for i := range n {
+			c.nodes = append(c.nodes, &RedisNode{c: c, index: i, port: ports[2*i], busPort: ports[2*i+1],
+				dir: filepath.Join(c.dir, "node"+strconv.Itoa(i))})
+		}
+		err = c.startNodes(ctx)
+		if err == nil {
+			break
+		}
+		for _, nd := range c.nodes {
+			_ = nd.Kill()
+		}
+		if attempt == 2 || ctx.Err() != nil { // a port taken in between is worth two more tries
+			return nil, err
+		}
+	}
+
+	args := []string{"--cluster", "create"}
+	args = append(args, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(o.Replicas), "--cluster-yes")
+	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis-cli --cluster create: %w\n%s", err, out)
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// RedisAvailable reports whether redis-server and redis-cli are on PATH, and if not, why.
+func RedisAvailable() error {
+	for _, b := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return fmt.Errorf("cluster: %s not found on PATH: %w", b, err)
+		}
+	}
+	return nil
+}
+
+func (c *RedisCluster) startNodes(ctx context.Context) error {
+	for _, nd := range c.nodes {
+		if err := nd.start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Addrs returns every node's address (host:port), in node order, whatever their state.
+func (c *RedisCluster) Addrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		out[i] = nd.Addr()
+	}
+	return out
+}
+
+// Nodes returns the nodes, in the order of Addrs.
+func (c *RedisCluster) Nodes() []*RedisNode { return slices.Clone(c.nodes) }
+
+// Dir returns the directory holding the nodes' directories.
+func (c *RedisCluster) Dir() string { return c.dir }
+
+// NewClient returns a cluster client seeded with every node's address. o may be nil; Addrs is
+// always replaced, and ContextTimeoutEnabled is set (so context deadlines bound socket I/O), with
+// DialTimeout, ReadTimeout and WriteTimeout defaulting to 1s. The caller closes it.
+func (c *RedisCluster) NewClient(o *redis.ClusterOptions) *redis.ClusterClient {
+	var co redis.ClusterOptions
+	if o != nil {
+		co = *o
+	}
+	co.Addrs = c.Addrs()
+	co.ContextTimeoutEnabled = true
+	co.DialTimeout = cmp.Or(co.DialTimeout, time.Second)
+	co.ReadTimeout = cmp.Or(co.ReadTimeout, time.Second)
+	co.WriteTimeout = cmp.Or(co.WriteTimeout, time.Second)
+	return redis.NewClusterClient(&co)
+}
+
+// Stop kills every node and removes the directory when StartRedisCluster created it.
+func (c *RedisCluster) Stop() {
+	for _, nd := range c.nodes {
+		_ = nd.Kill()
+	}
+	if c.ownDir {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// Addr returns the node's address, host:port; it stays the same across Restart.
+func (n *RedisNode) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// Index returns the node's position in [RedisCluster.Nodes].
+func (n *RedisNode) Index() int { return n.index }
+
+// Running reports whether the node's process is running.
+func (n *RedisNode) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.p != nil && !n.p.exited()
+}
+
+// Kill SIGKILLs the node (kill -9): no shutdown, no last words to the cluster. Killing a stopped
+// node does nothing.
+func (n *RedisNode) Kill() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.p == nil {
+		return nil
+	}
+	err := n.p.kill()
+	n.p = nil
+	return err
+}
+
+// Restart starts a killed node again on the same ports with its nodes.conf, so it rejoins the
+// cluster; with no data kept, it comes back empty. Restart a killed master only after its replica
+// took over (see [RedisCluster.WaitFailover]): an empty master that returns first would serve its
+// slots empty. Restarting a running node does nothing.
+func (n *RedisNode) Restart(ctx context.Context) error {
+	if n.Running() {
+		return nil
+	}
+	return n.start(ctx)
+}
+
+func (n *RedisNode) start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := os.MkdirAll(n.dir, 0o755); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	n.runs++
+	logPath := filepath.Join(n.dir, "redis.log")
+	args := []string{
+		"--port", strconv.Itoa(n.port), "--bind", "127.0.0.1", "--dir", n.dir,
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-port", strconv.Itoa(n.busPort), "--cluster-announce-ip", "127.0.0.1",
+		"--cluster-node-timeout", strconv.FormatInt(n.c.o.NodeTimeout.Milliseconds(), 10),
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes",
+		// A new replica syncs at once instead of waiting 5s for others to share the transfer: a
+		// replica that never synced cannot take over.
+		"--repl-diskless-sync-delay", "0",
+		"--logfile", logPath,
+	}
+	cmd := exec.Command(n.c.server, args...)
+	cmd.Dir = n.dir
+	p, err := startProcess("redis-server "+n.Addr(), cmd, nil)
+	if err != nil {
+		return err
+	}
+	n.p = p
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if p.exited() {
+			n.p = nil
+			return fmt.Errorf("cluster: redis-server on %s exited during start: %v\n%s", n.Addr(), p.err, tailFile(logPath, 2000))
+		}
+		err := pingRedis(n.Addr())
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			_ = p.kill()
+			n.p = nil
+			return fmt.Errorf("cluster: redis-server on %s not answering: %w", n.Addr(), errors.Join(err, ctx.Err()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// client returns a single-node client of n (no cluster redirections), for CLUSTER commands.
+func (n *RedisNode) client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: n.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1})
+}
+
+// Do sends one command to this node alone (no cluster redirections) over a fresh connection.
+func (n *RedisNode) Do(ctx context.Context, args ...any) (any, error) {
+	cl := n.client()
+	defer cl.Close()
+	return cl.Do(ctx, args...).Result()
+}
+
+// pingRedis sends PING over a fresh connection and checks for PONG.
+func pingRedis(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	k, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if !bytes.HasPrefix(buf[:k], []byte("+PONG")) {
+		return fmt.Errorf("PING answered %q", buf[:k])
+	}
+	return nil
+}
+
+// RedisRole is a node's place in the cluster as one node sees it (CLUSTER NODES).
+type RedisRole struct {
+	Node   *RedisNode
+	ID     string
+	Master bool
+	// MasterOf is the master a replica replicates (nil for a master).
+	MasterOf *RedisNode
+	// Failed is set when the node is flagged fail or pfail.
+	Failed bool
+	// Slots is the number of hash slots a master serves.
+	Slots int
+}
+
+// Topology asks the first running node for CLUSTER NODES and returns the role of every node it knows,
+// in node order.
+func (c *RedisCluster) Topology(ctx context.Context) ([]RedisRole, error) {
+	var lastErr error
+	for _, nd := range c.nodes {
+		if !nd.Running() {
+			continue
+		}
+		v, err := nd.Do(ctx, "CLUSTER", "NODES")
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		s, _ := v.(string)
+		return c.parseNodes(s)
+	}
+	return nil, fmt.Errorf("cluster: no running node answered CLUSTER NODES: %w", cmp.Or(lastErr, errNotReady))
+}
+
+func (c *RedisCluster) byPort(addr string) *RedisNode {
+	hostPort, _, _ := strings.Cut(addr, "@")
+	_, port, _ := net.SplitHostPort(hostPort)
+	for _, nd := range c.nodes {
+		if strconv.Itoa(nd.port) == port {
+			return nd
+		}
+	}
+	return nil
+}
+
+func (c *RedisCluster) parseNodes(s string) ([]RedisRole, error) {
+	type line struct {
+		role     RedisRole
+		masterID string
+	}
+	var lines []line
+	byID := map[string]*RedisNode{}
+	for l := range strings.SplitSeq(strings.TrimSpace(s), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 {
+			return nil, fmt.Errorf("cluster: unexpected CLUSTER NODES line %q", l)
+		}
+		nd := c.byPort(f[1])
+		if nd == nil {
+			continue // a node of another cluster? not ours
+		}
+		flags := f[2]
+		r := RedisRole{Node: nd, ID: f[0], Master: strings.Contains(flags, "master"),
+			Failed: strings.Contains(flags, "fail")}
+		for _, sl := range f[8:] {
+			if strings.HasPrefix(sl, "[") { // a slot being migrated
+				continue
+			}
+			lo, hi, isRange := strings.Cut(sl, "-")
+			a, err1 := strconv.Atoi(lo)
+			b := a
+			var err2 error
+			if isRange {
+				b, err2 = strconv.Atoi(hi)
+			}
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("cluster: bad slot range %q in %q", sl, l)
+			}
+			r.Slots += b - a + 1
+		}
+		byID[f[0]] = nd
+		lines = append(lines, line{role: r, masterID: f[3]})
+	}
+	out := make([]RedisRole, 0, len(lines))
+	for _, l := range lines {
+		if !l.role.Master {
+			l.role.MasterOf = byID[l.masterID]
+		}
+		out = append(out, l.role)
+	}
+	slices.SortFunc(out, func(a, b RedisRole) int { return a.Node.index - b.Node.index })
+	return out, nil
+}
+
+// MasterOf returns the node serving key's slot, as the first running node sees it.
+func (c *RedisCluster) MasterOf(ctx context.Context, key string) (*RedisNode, error) {
+	for _, nd := range c.nodes {
+		if !nd.Running() {
+			continue
+		}
+		cl := nd.client()
+		slot, err := cl.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			cl.Close()
+			continue
+		}
+		slots, err := cl.ClusterSlots(ctx).Result()
+		cl.Close()
+		if err != nil {
+			continue
+		}
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+				if m := c.byPort(s.Nodes[0].Addr); m != nil {
+					return m, nil
+				}
+			}
+		}
+		return nil, fmt.Errorf("cluster: no master serves slot %d of %q", slot, key)
+	}
+	return nil, fmt.Errorf("cluster: no running node: %w", errNotReady)
+}
+
+// WaitHealthy waits until every running node reports cluster_state:ok, every slot is served by a
+// running master, and the running nodes agree on who the masters are. It returns the last thing seen
+// wrong when ctx ends first.
+func (c *RedisCluster) WaitHealthy(ctx context.Context) error {
+	var why error
+	for {
+		if why = c.healthy(ctx); why == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: Redis Cluster not healthy: %w (%w)", why, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *RedisCluster) healthy(ctx context.Context) error {
+	var masters string
+	for _, nd := range c.nodes {
+		if !nd.Running() {
+			continue
+		}
+		v, err := nd.Do(ctx, "CLUSTER", "INFO")
+		if err != nil {
+			return fmt.Errorf("%s: %w", nd.Addr(), err)
+		}
+		if s, _ := v.(string); !strings.Contains(s, "cluster_state:ok") {
+			return fmt.Errorf("%s: cluster_state not ok", nd.Addr())
+		}
+		v, err = nd.Do(ctx, "CLUSTER", "NODES")
+		if err != nil {
+			return fmt.Errorf("%s: %w", nd.Addr(), err)
+		}
+		s, _ := v.(string)
+		roles, err := c.parseNodes(s)
+		if err != nil {
+			return err
+		}
+		if len(roles) != len(c.nodes) {
+			return fmt.Errorf("%s knows %d of %d nodes", nd.Addr(), len(roles), len(c.nodes))
+		}
+		var b strings.Builder
+		slots := 0
+		for _, r := range roles {
+			switch {
+			case r.Master && r.Slots > 0:
+				if !r.Node.Running() || r.Failed {
+					return fmt.Errorf("%s sees slots on %s, which is down", nd.Addr(), r.Node.Addr())
+				}
+				slots += r.Slots
+				fmt.Fprintf(&b, "%d,", r.Node.index)
+			case !r.Node.Running():
+			case r.Failed:
+				return fmt.Errorf("%s sees %s, which runs, as failed", nd.Addr(), r.Node.Addr())
+			case r.Master || r.MasterOf == nil || !r.MasterOf.Running():
+				// Every running node ends as a master with slots or a replica of a running master.
+				return fmt.Errorf("%s sees %s neither serving slots nor replicating a running master", nd.Addr(), r.Node.Addr())
+			case r.Node == nd:
+				// A replica can take over only once it has synced with its master.
+				v, err := nd.Do(ctx, "INFO", "replication")
+				if err != nil {
+					return fmt.Errorf("%s: %w", nd.Addr(), err)
+				}
+				if s, _ := v.(string); !strings.Contains(s, "master_link_status:up") {
+					return fmt.Errorf("replica %s has not synced with its master yet", nd.Addr())
+				}
+			}
+		}
+		if slots != redisSlots {
+			return fmt.Errorf("%s sees %d of %d slots served", nd.Addr(), slots, redisSlots)
+		}
+		if masters == "" {
+			masters = b.String()
+		} else if masters != b.String() {
+			return fmt.Errorf("nodes disagree on the masters: %s vs %s", masters, b.String())
+		}
+	}
+	if masters == "" {
+		return errors.New("no node running")
+	}
+	return nil
+}
+
+// ReplicasOf returns the running nodes that replicate master, as the first running node sees it.
+func (c *RedisCluster) ReplicasOf(ctx context.Context, master *RedisNode) ([]*RedisNode, error) {
+	roles, err := c.Topology(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*RedisNode
+	for _, r := range roles {
+		if !r.Master && r.MasterOf == master && r.Node.Running() {
+			out = append(out, r.Node)
+		}
+	}
+	return out, nil
+}
+
+// WaitFailover waits until failed serves no slot any more (a replica took them over) and the cluster
+// is healthy again ([RedisCluster.WaitHealthy]).
+func (c *RedisCluster) WaitFailover(ctx context.Context, failed *RedisNode) error {
+	for {
+		err := c.WaitHealthy(ctx)
+		if err != nil {
+			return err
+		}
+		roles, err := c.Topology(ctx)
+		if err != nil {
+			return err
+		}
+		still := false
+		for _, r := range roles {
+			still = still || (r.Node == failed && r.Master && r.Slots > 0)
+		}
+		if !still {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: %s still serves slots: %w", failed.Addr(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Failover asks replica to take its master's slots over with CLUSTER FAILOVER (a coordinated
+// switch: the master stops writes until the replica caught up, so nothing acknowledged is lost) and
+// waits until it serves them and the cluster is healthy.
+func (c *RedisCluster) Failover(ctx context.Context, replica *RedisNode) error {
+	if _, err := replica.Do(ctx, "CLUSTER", "FAILOVER"); err != nil {
+		return fmt.Errorf("cluster: CLUSTER FAILOVER on %s: %w", replica.Addr(), err)
+	}
+	for {
+		roles, err := c.Topology(ctx)
+		if err == nil {
+			for _, r := range roles {
+				if r.Node == replica && r.Master && r.Slots > 0 {
+					return c.WaitHealthy(ctx)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: %s did not become a master: %w", replica.Addr(), errors.Join(err, ctx.Err()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
