@@ -102,7 +102,9 @@ func StartDTMCluster(ctx context.Context, opts *DTMClusterOptions) (_ *DTMCluste
 func (d *DTMCluster) URL() string { return d.proxy.URL() + "/api/dtmsvr" }
 
 // Servers returns the DTM servers, in start order.
-func (d *DTMCluster) Servers() []*dtmserver.Server { return append([]*dtmserver.Server(nil), d.servers...) }
+func (d *DTMCluster) Servers() []*dtmserver.Server {
+	return append([]*dtmserver.Server(nil), d.servers...)
+}
 
 // Proxy returns the failover proxy.
 func (d *DTMCluster) Proxy() *FailoverProxy { return d.proxy }

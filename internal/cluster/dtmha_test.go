@@ -89,7 +89,9 @@ func change(ctx context.Context, tx *gorm.DB, refuse error, q string, args ...an
 func (s *shop) routes(t *testing.T, bar *barrier.Gorm, mux *http.ServeMux) {
 	b, err := dtmhttp.New(nil)
 	must(t, err)
-	g := func(f func(ctx context.Context, tx *gorm.DB, m move) error) dtmhttp.Business { return dtmhttp.Gorm(bar, f) }
+	g := func(f func(ctx context.Context, tx *gorm.DB, m move) error) dtmhttp.Business {
+		return dtmhttp.Gorm(bar, f)
+	}
 	h := map[string]http.Handler{
 		"/pay/debit": saga.Action(b, g(func(ctx context.Context, tx *gorm.DB, m move) error {
 			return change(ctx, tx, errRefused, "UPDATE accounts SET balance = balance - ? WHERE user_id = ? AND balance >= ?", m.Amount, m.User, m.Amount)
@@ -316,7 +318,7 @@ func (s *shop) check(t *testing.T, d *cluster.DTMCluster, status *txstatus.Clien
 	}
 	type order struct {
 		ID, K, UserID, SKU, Status, Gid string
-		Qty, Amount                      int64
+		Qty, Amount                     int64
 	}
 	var orders []order
 	must(t, s.db.Raw("SELECT id, k, user_id, sku, status, gid, qty, amount FROM orders ORDER BY seq").Scan(&orders).Error)

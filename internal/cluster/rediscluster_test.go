@@ -385,10 +385,10 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 	// The record table agrees: one SUCCEEDED record per key, nothing left PROCESSING.
 	var succeeded, other int64
 	db := testsvc.MySQL(t, nil)
-	if err := db.Raw("SELECT COUNT(*) FROM "+table+" WHERE status = 'SUCCEEDED'").Scan(&succeeded).Error; err != nil {
+	if err := db.Raw("SELECT COUNT(*) FROM " + table + " WHERE status = 'SUCCEEDED'").Scan(&succeeded).Error; err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Raw("SELECT COUNT(*) FROM "+table+" WHERE status <> 'SUCCEEDED'").Scan(&other).Error; err != nil {
+	if err := db.Raw("SELECT COUNT(*) FROM " + table + " WHERE status <> 'SUCCEEDED'").Scan(&other).Error; err != nil {
 		t.Fatal(err)
 	}
 	if succeeded != int64(res.Keys) || other != 0 {
