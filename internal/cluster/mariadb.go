@@ -129,6 +129,15 @@ func (n *MariaNode) DSN(db string) string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?timeout=2s&readTimeout=10s&writeTimeout=10s", n.port, db)
 }
 
+// PID returns the process id of the running mariadbd, from its pid file (for CPU accounting).
+func (n *MariaNode) PID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(n.dir, "mysqld.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: %s: %w", n.name, err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
 // ErrorLog returns the path of the node's error log.
 func (n *MariaNode) ErrorLog() string { return filepath.Join(n.dir, "error.log") }
 

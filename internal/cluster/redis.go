@@ -67,7 +67,9 @@ type RedisCluster struct {
 
 // RedisNode is one redis-server of a [RedisCluster].
 type RedisNode struct {
-	c       *RedisCluster
+	c       *RedisCluster // nil for a standalone server
+	server  string
+	extra   []string // arguments after the common ones (cluster mode)
 	index   int
 	port    int
 	busPort int
@@ -127,8 +129,14 @@ func StartRedisCluster(ctx context.Context, opts *RedisClusterOptions) (_ *Redis
 		}
 		c.nodes = c.nodes[:0]
 		for i := range n {
-			c.nodes = append(c.nodes, &RedisNode{c: c, index: i, port: ports[2*i], busPort: ports[2*i+1],
-				dir: filepath.Join(c.dir, "node"+strconv.Itoa(i))})
+			nd := &RedisNode{c: c, server: server, index: i, port: ports[2*i], busPort: ports[2*i+1],
+				dir: filepath.Join(c.dir, "node"+strconv.Itoa(i))}
+			nd.extra = []string{
+				"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-port", strconv.Itoa(nd.busPort), "--cluster-announce-ip", "127.0.0.1",
+				"--cluster-node-timeout", strconv.FormatInt(o.NodeTimeout.Milliseconds(), 10),
+			}
+			c.nodes = append(c.nodes, nd)
 		}
 		err = c.startNodes(ctx)
 		if err == nil {
@@ -262,16 +270,13 @@ func (n *RedisNode) start(ctx context.Context) error {
 	logPath := filepath.Join(n.dir, "redis.log")
 	args := []string{
 		"--port", strconv.Itoa(n.port), "--bind", "127.0.0.1", "--dir", n.dir,
-		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-		"--cluster-port", strconv.Itoa(n.busPort), "--cluster-announce-ip", "127.0.0.1",
-		"--cluster-node-timeout", strconv.FormatInt(n.c.o.NodeTimeout.Milliseconds(), 10),
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes",
 		// A new replica syncs at once instead of waiting 5s for others to share the transfer: a
 		// replica that never synced cannot take over.
 		"--repl-diskless-sync-delay", "0",
 		"--logfile", logPath,
 	}
-	cmd := exec.Command(n.c.server, args...)
+	cmd := exec.Command(n.server, append(args, n.extra...)...)
 	cmd.Dir = n.dir
 	p, err := startProcess("redis-server "+n.Addr(), cmd, nil)
 	if err != nil {
@@ -294,6 +299,42 @@ func (n *RedisNode) start(ctx context.Context) error {
 			return fmt.Errorf("cluster: redis-server on %s not answering: %w", n.Addr(), errors.Join(err, ctx.Err()))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartRedis starts one standalone private redis-server (no cluster mode, no persistence) on a free
+// loopback port in a new temporary directory. Stop it with [RedisNode.Stop].
+func StartRedis(ctx context.Context) (*RedisNode, error) {
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: redis-server not found on PATH: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "idemkit-redis-*")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	var lastErr error
+	for range 3 { // the free port may be taken before redis-server binds it
+		ports, err := freePorts(1)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		n := &RedisNode{server: server, port: ports[0], dir: dir}
+		if lastErr = n.start(ctx); lastErr == nil {
+			return n, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+// Stop kills a standalone server and removes its directory; for a cluster node use
+// [RedisCluster.Stop].
+func (n *RedisNode) Stop() {
+	_ = n.Kill()
+	if n.c == nil {
+		_ = os.RemoveAll(n.dir)
 	}
 }
 
