@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -38,6 +39,23 @@ func openNode(t *testing.T, n *cluster.MariaNode, db string, conns int) *gorm.DB
 	return g
 }
 
+// syncAll waits until every running node has applied every write set committed so far (DDL
+// included: a CREATE on one node returns before the others have run it) with a causal read
+// (wsrep_sync_wait) on each.
+func syncAll(t *testing.T, g *cluster.Galera) {
+	t.Helper()
+	for _, n := range g.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		db, err := sql.Open("mysql", n.DSN("")+"&wsrep_sync_wait=1")
+		must(t, err)
+		err = db.QueryRow("SELECT 1").Err()
+		db.Close()
+		must(t, err)
+	}
+}
+
 // wsrepCounters sums the conflict counters over the running nodes.
 func wsrepCounters(t *testing.T, g *cluster.Galera) (certFailures, bfAborts int64) {
 	t.Helper()
@@ -71,6 +89,7 @@ func TestGalera(t *testing.T) {
 	t.Logf("3-node Galera cluster %s up in %s", g.Name(), time.Since(started).Round(time.Millisecond))
 	admin := openNode(t, g.Node(0), "", 2)
 	must(t, admin.Exec("CREATE DATABASE "+galeraDB).Error)
+	syncAll(t, g)
 
 	t.Run("StoreConformance", func(t *testing.T) {
 		db := openNode(t, g.Node(1), galeraDB, 10)
@@ -90,6 +109,7 @@ func TestGalera(t *testing.T) {
 			must(t, err)
 			if i == 0 {
 				must(t, s.CreateTable(context.Background()))
+				syncAll(t, g)
 			}
 			stores[i] = s
 		}
@@ -154,7 +174,7 @@ func (b *bank) check(t *testing.T, db *gorm.DB, records string, answers map[stri
 	bad := func(format string, args ...any) {
 		violations++
 		if violations <= 10 {
-			t.Errorf(format, args...)
+			t.Logf(format, args...)
 		}
 	}
 	type row struct {
@@ -235,15 +255,14 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
 		must(t, err)
 		if i == 0 {
 			must(t, stores[i].CreateTable(ctx))
+			syncAll(t, g)
 		}
 		guards[i], err = idemkit.New(stores[i], &idemkit.Options{Lease: time.Minute, Observer: obs})
 		must(t, err)
 	}
 
 	var seq atomic.Int64
-	victim := g.Node(2)
-	var downFor time.Duration
-	var rejoinTook time.Duration
+	var faults []string
 	commitConflicts := atomic.Int64{}
 	s := storm{
 		Procs: procs, Dup: 3, Workers: 12,
@@ -277,38 +296,49 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
 			}
 			return ""
 		},
+		// Node 2 in the quick run; at full scale node 2, then node 0 (which bootstrapped the
+		// cluster), then node 1.
 		Fault: func(ctx context.Context) error {
-			t0 := time.Now()
-			if err := victim.Kill(); err != nil {
-				return err
+			for _, i := range []int{2, 0, 1}[:sc.pick(1, 3)] {
+				victim := g.Node(i)
+				t0 := time.Now()
+				if err := victim.Kill(); err != nil {
+					return err
+				}
+				// The survivors drop the victim from the view after evs.suspect_timeout; the
+				// storm goes on through them meanwhile.
+				fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				if err := g.WaitSynced(fctx); err != nil {
+					return err
+				}
+				time.Sleep(time.Second) // the victim misses write sets: its rejoin must catch up
+				down := time.Since(t0)
+				t1 := time.Now()
+				if err := victim.Restart(fctx); err != nil {
+					return err
+				}
+				if err := g.WaitSynced(fctx); err != nil {
+					return err
+				}
+				faults = append(faults, fmt.Sprintf("%s killed, down %s, rejoined by %s in %s", victim.Name(),
+					down.Round(time.Millisecond), victim.Rejoin(), time.Since(t1).Round(time.Millisecond)))
+				if victim.Rejoin() != "IST" && victim.Rejoin() != "SST" {
+					return fmt.Errorf("%s rejoined by %q", victim.Name(), victim.Rejoin())
+				}
 			}
-			// The survivors drop the victim from the view after evs.suspect_timeout; the storm
-			// goes on through them meanwhile.
-			fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer cancel()
-			if err := g.WaitSynced(fctx); err != nil {
-				return err
-			}
-			time.Sleep(time.Second) // the victim misses write sets: its rejoin must catch up
-			downFor = time.Since(t0)
-			t1 := time.Now()
-			if err := victim.Restart(fctx); err != nil {
-				return err
-			}
-			rejoinTook = time.Since(t1)
-			return g.WaitSynced(fctx)
+			return nil
 		},
 	}
 	c0, b0 := wsrepCounters(t, g)
 	res := s.run(t, "t")
 	c1, b1 := wsrepCounters(t, g)
 	t.Logf("%s", res)
-	t.Logf("node killed for %s, rejoined by %s in %s; conflicts: %d certification failures, %d brute-force aborts, %d rolled back at COMMIT",
-		downFor.Round(time.Millisecond), victim.Rejoin(), rejoinTook.Round(time.Millisecond), c1-c0, b1-b0, commitConflicts.Load())
+	t.Logf("faults: %s", strings.Join(faults, "; "))
+	t.Logf("conflicts: %d certification failures, %d brute-force aborts, %d transactions rolled back at COMMIT",
+		c1-c0, b1-b0, commitConflicts.Load())
 	t.Logf("executed %d (rolled back ones included), replayed %d, insert conflicts %d", obs.executed.Load(), obs.replayed.Load(), obs.conflicts.Load())
-	if victim.Rejoin() == "" {
-		t.Errorf("the victim did not report how it rejoined")
-	}
+	res.wantConsistent(t)
 
 	// The independent check, on every node: they must all hold the same, correct state.
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -318,6 +348,9 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
 		db := openNode(t, n, galeraDB, 2)
 		must(t, db.Exec("SET SESSION wsrep_sync_wait = 1").Error) // read after every write set applied
 		v := b.check(t, db, records, res.Answers)
+		if v > 0 {
+			t.Errorf("node %d: %d violations", i, v)
+		}
 		t.Logf("node %d: %d keys checked, violations: %d", i, len(res.Answers), v)
 	}
 }

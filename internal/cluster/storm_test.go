@@ -45,13 +45,15 @@ type storm struct {
 
 // stormResult is what the clients saw.
 type stormResult struct {
-	Keys      int
-	Copies    int
-	Attempts  int64
-	Retries   map[string]int // by class
-	Answers   map[string]string
-	FaultTook time.Duration
-	Took      time.Duration
+	Keys     int
+	Copies   int
+	Attempts int64
+	Retries  map[string]int // by class
+	Answers  map[string]string
+	// Mismatched counts copies answered with another value than an earlier copy of their key.
+	Mismatched int
+	FaultTook  time.Duration
+	Took       time.Duration
 }
 
 func (r *stormResult) String() string {
@@ -66,8 +68,10 @@ func (r *stormResult) String() string {
 	return b.String()
 }
 
-// run runs the storm and checks that every copy of a key got the same value. It returns what the
-// clients saw; the caller checks the executions against its own (independent) record of them.
+// run runs the storm and returns what the clients saw, with the copies of a key answered
+// differently counted in Mismatched (check them with [stormResult.wantConsistent]); a copy that ends
+// with an error the spec does not retry fails t. The caller checks the executions against its own
+// (independent) record of them.
 func (s storm) run(t *testing.T, prefix string) *stormResult {
 	t.Helper()
 	deadline := s.Deadline
@@ -135,8 +139,10 @@ func (s storm) run(t *testing.T, prefix string) *stormResult {
 				mu.Lock()
 				defer mu.Unlock()
 				if prev, ok := res.Answers[key]; ok && prev != v {
-					failures.Add(1)
-					t.Errorf("key %s: answered %q and %q", key, prev, v)
+					res.Mismatched++
+					if res.Mismatched <= 5 {
+						t.Logf("key %s: answered %q and %q", key, prev, v)
+					}
 				}
 				res.Answers[key] = v
 				return
@@ -198,4 +204,36 @@ func classify(err error) string {
 		return "store unavailable"
 	}
 	return ""
+}
+
+// wantConsistent fails t when copies of a key were answered differently.
+func (r *stormResult) wantConsistent(t *testing.T) {
+	t.Helper()
+	if r.Mismatched > 0 {
+		t.Errorf("%d copies were answered differently from an earlier copy of their key", r.Mismatched)
+	}
+}
+
+// runViolations counts the keys that ran other than exactly once, and the answered keys that never
+// ran, reporting the first few on t.
+func runViolations(t *testing.T, runs map[string]int, answers map[string]string) int {
+	t.Helper()
+	v := 0
+	for key, n := range runs {
+		if n != 1 {
+			v++
+			if v <= 10 {
+				t.Logf("key %s ran %d times", key, n)
+			}
+		}
+	}
+	for key := range answers {
+		if runs[key] == 0 {
+			v++
+			if v <= 10 {
+				t.Logf("key %s was answered but never ran", key)
+			}
+		}
+	}
+	return v
 }
