@@ -42,6 +42,7 @@ func run() error {
 	flag.DurationVar(&o.Duration, "duration", capacity.DefaultDuration, "length of each write-throughput measurement")
 	flag.IntVar(&o.Concurrency, "c", capacity.DefaultConcurrency, "concurrent callers")
 	flag.IntVar(&o.ResultSize, "result", capacity.DefaultResultSize, "bytes of a stored result")
+	flag.IntVar(&o.Rounds, "rounds", capacity.DefaultRounds, "interleaved rounds of write measurements (each mode reports its median)")
 	flag.BoolVar(&o.Galera, "galera", false, "also measure Execute mode on a 3-node Galera cluster")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,9 +34,10 @@ import (
 // Defaults of [Options].
 const (
 	DefaultRecords     = 50_000
-	DefaultDuration    = 8 * time.Second
+	DefaultDuration    = 5 * time.Second
 	DefaultConcurrency = 16
 	DefaultResultSize  = 256
+	DefaultRounds      = 3
 )
 
 // Options size a run. The zero value works.
@@ -49,6 +51,9 @@ type Options struct {
 	Concurrency int
 	// ResultSize is the size of a stored result in bytes. Defaults to DefaultResultSize.
 	ResultSize int
+	// Rounds is the number of interleaved rounds of write measurements; each mode reports its
+	// median. Defaults to DefaultRounds.
+	Rounds int
 	// Galera also measures Execute mode on a 3-node Galera cluster, one Guard per node.
 	Galera bool
 	// Log receives progress lines. Defaults to discarding them.
@@ -64,6 +69,7 @@ func (o *Options) withDefaults() Options {
 	c.Duration = cmp.Or(c.Duration, DefaultDuration)
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	c.ResultSize = cmp.Or(c.ResultSize, DefaultResultSize)
+	c.Rounds = cmp.Or(c.Rounds, DefaultRounds)
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -96,6 +102,7 @@ type Report struct {
 	Redis       string  `json:"redis"`
 	Flush       string  `json:"innodb_flush_log_at_trx_commit"`
 	Concurrency int     `json:"concurrency"`
+	Rounds      int     `json:"rounds"`
 	ResultSize  int     `json:"result_size"`
 	Writes      []Write `json:"writes"`
 	// Bytes per record in InnoDB (data + indexes, after ANALYZE TABLE), with a ResultSize-byte result
@@ -156,14 +163,31 @@ func Measure(ctx context.Context, opts *Options) (*Report, error) {
 		return nil, err
 	}
 
-	for _, mode := range []string{"bare", "mark-tx", "tx", "execute"} {
-		logf("write throughput: %s, %d callers, %s", mode, o.Concurrency, o.Duration)
-		w, err := measureWrites(ctx, db, []*gorm.DB{db}, []int{pid}, mode, &o)
-		if err != nil {
+	// Rounds interleave the modes, so that a change in the machine's load hits them all alike; each
+	// mode reports its median round.
+	modes := []string{"bare", "mark-tx", "tx", "execute"}
+	writes := make([]Write, len(modes))
+	calls := make([]func(context.Context, int) error, len(modes))
+	for i, mode := range modes {
+		if writes[i], calls[i], err = prepareWrite(ctx, db, []*gorm.DB{db}, mode, &o); err != nil {
 			return nil, fmt.Errorf("capacity: %s: %w", mode, err)
 		}
-		r.Writes = append(r.Writes, w)
 	}
+	rounds := make([][]Write, len(modes))
+	for round := range o.Rounds {
+		for i, mode := range modes {
+			logf("write throughput, round %d of %d: %s, %d callers, %s", round+1, o.Rounds, mode, o.Concurrency, o.Duration)
+			w, err := measureRound(ctx, writes[i], []int{pid}, calls[i], &o)
+			if err != nil {
+				return nil, fmt.Errorf("capacity: %s: %w", mode, err)
+			}
+			rounds[i] = append(rounds[i], w)
+		}
+	}
+	for i := range modes {
+		r.Writes = append(r.Writes, median(rounds[i]))
+	}
+	r.Rounds = o.Rounds
 
 	logf("bytes per record: %d records with a %d-byte result, then %d without", o.Records, o.ResultSize, o.Records)
 	if err := measureBytes(ctx, db, r, &o); err != nil {
@@ -304,8 +328,43 @@ func run(ctx context.Context, pids []int, o *Options, f func(ctx context.Context
 }
 
 // measureWrites measures one write mode through one Guard per database in dbs (pids are the
-// servers' processes).
+// servers' processes) once.
 func measureWrites(ctx context.Context, meta *gorm.DB, dbs []*gorm.DB, pids []int, mode string, o *Options) (Write, error) {
+	w, f, err := prepareWrite(ctx, meta, dbs, mode, o)
+	if err != nil {
+		return w, err
+	}
+	return measureRound(ctx, w, pids, f, o)
+}
+
+// measureRound runs f once for o.Duration and fills w's figures.
+func measureRound(ctx context.Context, w Write, pids []int, f func(ctx context.Context, worker int) error, o *Options) (Write, error) {
+	calls, took, dbCPU, self, err := run(ctx, pids, o, f)
+	if err != nil {
+		return w, err
+	}
+	if calls == 0 {
+		return w, errors.New("no call completed")
+	}
+	w.Calls = calls
+	w.PerSecond = float64(calls) / took.Seconds()
+	w.DBMicros = float64(dbCPU.Microseconds()) / float64(calls)
+	if w.DBMicros > 0 {
+		w.PerDBCore = 1e6 / w.DBMicros
+	}
+	w.GoMicros = float64(self.Microseconds()) / float64(calls)
+	return w, nil
+}
+
+// median returns the round with the median database CPU per call (rounds must not be empty).
+func median(rounds []Write) Write {
+	s := slices.Clone(rounds)
+	slices.SortFunc(s, func(a, b Write) int { return cmp.Compare(a.DBMicros, b.DBMicros) })
+	return s[len(s)/2]
+}
+
+// prepareWrite creates mode's tables and returns the Write to fill and the call to measure.
+func prepareWrite(ctx context.Context, meta *gorm.DB, dbs []*gorm.DB, mode string, o *Options) (Write, func(ctx context.Context, worker int) error, error) {
 	table := "rec_" + strings.ReplaceAll(mode, "-", "_") + "_" + newKey()[:6]
 	result := make([]byte, o.ResultSize)
 	w := Write{Mode: mode}
@@ -313,7 +372,7 @@ func measureWrites(ctx context.Context, meta *gorm.DB, dbs []*gorm.DB, pids []in
 	if mode == "bare" {
 		w.Writes = "one INSERT of a narrow row in its own transaction (reference, no idemkit)"
 		if err := meta.Exec("CREATE TABLE " + table + " (k VARCHAR(64) PRIMARY KEY, v VARCHAR(64) NOT NULL)").Error; err != nil {
-			return w, err
+			return w, nil, err
 		}
 		f = func(ctx context.Context, worker int) error {
 			return dbs[worker%len(dbs)].WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -326,16 +385,16 @@ func measureWrites(ctx context.Context, meta *gorm.DB, dbs []*gorm.DB, pids []in
 		for i, db := range dbs {
 			s, err := record.New(db, &record.Options{Table: table})
 			if err != nil {
-				return w, err
+				return w, nil, err
 			}
 			if i == 0 {
 				if err := s.CreateTable(ctx); err != nil {
-					return w, err
+					return w, nil, err
 				}
 			}
 			stores[i] = s
 			if guards[i], err = idemkit.New(s, nil); err != nil {
-				return w, err
+				return w, nil, err
 			}
 		}
 		fn := func(context.Context) ([]byte, error) { return result, nil }
@@ -365,24 +424,10 @@ func measureWrites(ctx context.Context, meta *gorm.DB, dbs []*gorm.DB, pids []in
 				})
 			}
 		default:
-			return w, fmt.Errorf("unknown mode %q", mode)
+			return w, nil, fmt.Errorf("unknown mode %q", mode)
 		}
 	}
-	calls, took, dbCPU, self, err := run(ctx, pids, o, f)
-	if err != nil {
-		return w, err
-	}
-	if calls == 0 {
-		return w, errors.New("no call completed")
-	}
-	w.Calls = calls
-	w.PerSecond = float64(calls) / took.Seconds()
-	w.DBMicros = float64(dbCPU.Microseconds()) / float64(calls)
-	if w.DBMicros > 0 {
-		w.PerDBCore = 1e6 / w.DBMicros
-	}
-	w.GoMicros = float64(self.Microseconds()) / float64(calls)
-	return w, nil
+	return w, f, nil
 }
 
 // measureGalera measures Execute mode with one Guard per Galera node.

@@ -23,7 +23,7 @@ func TestMeasureSmall(t *testing.T) {
 	if err := cluster.RedisAvailable(); err != nil {
 		testsvc.Unavailable(t, "redis-server", err)
 	}
-	r, err := Measure(context.Background(), &Options{Records: 2000, Duration: 500 * time.Millisecond, Concurrency: 4})
+	r, err := Measure(context.Background(), &Options{Records: 2000, Duration: 500 * time.Millisecond, Concurrency: 4, Rounds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

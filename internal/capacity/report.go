@@ -28,8 +28,8 @@ func (r *Report) Markdown(label string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("%s\n\n", BeginMarker)
-	p("**Measured %s** — %s. %s; MariaDB %s (innodb_flush_log_at_trx_commit=%s), Redis %s; %d concurrent callers, %d-byte results, %s records per size and sweeper measurement. All servers private, on the same machine as the client.\n\n",
-		r.Date, label, r.Machine, r.MariaDB, r.Flush, r.Redis, r.Concurrency, r.ResultSize, thousands(float64(r.Records)))
+	p("**Measured %s** — %s. %s; MariaDB %s (innodb_flush_log_at_trx_commit=%s), Redis %s; %d concurrent callers, %d-byte results, writes: median of %d interleaved rounds, %s records per size and sweeper measurement. All servers private, on the same machine as the client.\n\n",
+		r.Date, label, r.Machine, r.MariaDB, r.Flush, r.Redis, r.Concurrency, r.ResultSize, r.Rounds, thousands(float64(r.Records)))
 
 	p("| write | what it writes | calls/s here | DB CPU per call | calls per DB core·s | Go CPU per call |\n")
 	p("|---|---|---|---|---|---|\n")
