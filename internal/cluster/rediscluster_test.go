@@ -103,7 +103,7 @@ func (c *counter) Start(ctx context.Context, _ idemkit.Mode, _ string) (context.
 
 // TestRedisCluster runs idemkit's Redis pieces — the lock and result cache, the token service and
 // the Redis branch barrier — on a 6-node Redis Cluster (3 masters, 3 replicas) through
-// redis.ClusterClient: the Locker conformance suite, each piece's own promise, and duplicate storms
+// redis.UniversalClient: the Locker conformance suite, each piece's own promise, and duplicate storms
 // during which a master is killed with SIGKILL and its replica takes over, once with the Guards'
 // FailOpen on and once off. Every client carries a hook that counts CROSSSLOT errors: none may occur.
 func TestRedisCluster(t *testing.T) {
@@ -113,8 +113,16 @@ func TestRedisCluster(t *testing.T) {
 	c := cluster.StartRedisClusterT(t, nil)
 	t.Logf("6-node Redis Cluster up in %s: %v", time.Since(started).Round(time.Millisecond), c.Addrs())
 	watch := &slotWatch{}
-	newClient := func(t *testing.T) *redis.ClusterClient {
-		cc := c.NewClient(nil)
+	// The clients are built the way an application that may run on one Redis or a cluster builds
+	// them: redis.NewUniversalClient, which returns a cluster client for several addresses.
+	newClient := func(t *testing.T) redis.UniversalClient {
+		cc := redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs: c.Addrs(), ContextTimeoutEnabled: true,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		})
+		if _, ok := cc.(*redis.ClusterClient); !ok {
+			t.Fatalf("NewUniversalClient gave a %T for %d addresses, want a cluster client", cc, len(c.Addrs()))
+		}
 		cc.AddHook(watch)
 		t.Cleanup(func() { _ = cc.Close() })
 		return cc
@@ -137,7 +145,7 @@ func TestRedisCluster(t *testing.T) {
 			return lock.New(cc, &lock.Options{Prefix: testsvc.Name("idemkit_cluster_") + ":"})
 		})
 	})
-	t.Run("TokenService", func(t *testing.T) { testTokensOnCluster(t, c, cc, sc) })
+	t.Run("TokenService", func(t *testing.T) { testTokensOnCluster(t, cc, sc) })
 	t.Run("RedisBarrier", func(t *testing.T) { testBarrierOnCluster(t, cc, sc) })
 	for _, failOpen := range []bool{true, false} {
 		t.Run("FailoverStorm/FailOpen="+strconv.FormatBool(failOpen), func(t *testing.T) {
@@ -150,7 +158,7 @@ func TestRedisCluster(t *testing.T) {
 
 // testTokensOnCluster issues one-time tokens through redistoken on the cluster and consumes each from
 // several goroutines at once: exactly one consumption succeeds, and the tokens land on every master.
-func testTokensOnCluster(t *testing.T, c *cluster.RedisCluster, cc *redis.ClusterClient, sc scale) {
+func testTokensOnCluster(t *testing.T, cc redis.UniversalClient, sc scale) {
 	ctx := context.Background()
 	prefix := testsvc.Name("idemkit_tok_") + ":"
 	tokens, err := httpx.NewTokens(redistoken.New(cc, &redistoken.Options{Prefix: prefix}), nil)
@@ -166,7 +174,7 @@ func testTokensOnCluster(t *testing.T, c *cluster.RedisCluster, cc *redis.Cluste
 	}
 	// Every master holds some of them: the keys really are spread over the cluster.
 	var masters atomic.Int64
-	err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+	err = cc.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		keys, _, err := m.Scan(ctx, 0, prefix+"*", 10000).Result()
 		if len(keys) > 0 {
 			masters.Add(1)
@@ -202,7 +210,7 @@ func testTokensOnCluster(t *testing.T, c *cluster.RedisCluster, cc *redis.Cluste
 // four times at once, across many gids (so many slots and every master): actions debit an account,
 // compensations credit it back; some compensations arrive before their action (null compensation,
 // then the late action is refused as hanging). The balances must add up exactly.
-func testBarrierOnCluster(t *testing.T, cc *redis.ClusterClient, sc scale) {
+func testBarrierOnCluster(t *testing.T, cc redis.UniversalClient, sc scale) {
 	ctx := context.Background()
 	bar, err := barrier.NewRedis(cc, &barrier.RedisOptions{TTL: time.Hour})
 	if err != nil {
@@ -276,7 +284,7 @@ return 'debited'`)
 // node comes back as a replica. Every key must run exactly once, whatever the lock saw: with
 // FailOpen the Guards skip the unreachable lock and the database decides; without it they answer
 // ErrLockUnavailable, the clients retry, and still nothing runs twice.
-func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*testing.T) *redis.ClusterClient, failOpen bool, sc scale) {
+func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*testing.T) redis.UniversalClient, failOpen bool, sc scale) {
 	ctx := context.Background()
 	const procs = 3
 	table := testsvc.Name("idemkit_rc_")
