@@ -290,7 +290,6 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 	table := testsvc.Name("idemkit_rc_")
 	obs := &counter{}
 	guards := make([]*idemkit.Guard, procs)
-	var store0 *record.Store
 	for i := range guards {
 		db := testsvc.MySQL(t, nil)
 		if i == 0 {
@@ -306,7 +305,6 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 			if err := st.CreateTable(ctx); err != nil {
 				t.Fatal(err)
 			}
-			store0 = st
 		}
 		lk := lock.New(newClient(t), &lock.Options{Prefix: table + ":"})
 		// A release lost to the failover leaves its lock on the promoted replica until LockTTL runs
@@ -403,7 +401,6 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 	if succeeded != int64(res.Keys) || other != 0 {
 		t.Errorf("record table: %d SUCCEEDED, %d other; want %d and 0", succeeded, other, res.Keys)
 	}
-	_ = store0
 	if failOpen {
 		if obs.failOpen.Load() == 0 {
 			t.Errorf("no fail-open event: the storm never met the failover")
