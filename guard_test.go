@@ -349,7 +349,8 @@ func TestEventsCoverOutcomes(t *testing.T) {
 // duplicates stay in flight and its result is recorded, not fenced.
 func TestWatchdogKeepsClaim(t *testing.T) {
 	store := memory.NewStore()
-	g, err := idemkit.New(store, &idemkit.Options{Locker: memory.NewLocker(nil), Lease: 400 * time.Millisecond, Watchdog: true})
+	// Generous times: the watchdog renews every Lease/3, and a loaded CI machine can delay it.
+	g, err := idemkit.New(store, &idemkit.Options{Locker: memory.NewLocker(nil), Lease: 1500 * time.Millisecond, Watchdog: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,10 +365,10 @@ func TestWatchdogKeepsClaim(t *testing.T) {
 		done <- err
 	}()
 	// Probe until well past several leases; the watchdog must keep the claim each time.
-	deadline := time.Now().Add(1500 * time.Millisecond)
+	deadline := time.Now().Add(4 * time.Second)
 	probes := 0
 	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 		if _, err := g.Do(ctxb, call, ok("dup")); !errors.Is(err, idemkit.ErrInFlight) {
 			t.Fatalf("probe %d: %v, want ErrInFlight", probes, err)
 		}
@@ -440,7 +441,7 @@ func TestTakeoverKeepsFingerprint(t *testing.T) {
 func TestWatchdogRenewsLockAndLease(t *testing.T) {
 	locker := memory.NewLocker(nil)
 	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{
-		Locker: locker, Watchdog: true, LockTTL: 150 * time.Millisecond, Lease: 300 * time.Millisecond,
+		Locker: locker, Watchdog: true, LockTTL: time.Second, Lease: 2 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -448,8 +449,8 @@ func TestWatchdogRenewsLockAndLease(t *testing.T) {
 	call := idemkit.Call{Scope: "s", Key: "k"}
 	lockKey := "1:s:k" // the Guard's lock key for scope "s", key "k"
 	_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
-		for i := range 12 { // 1.2s: eight lock TTLs, four leases
-			time.Sleep(100 * time.Millisecond)
+		for i := range 10 { // 4s: four lock TTLs, two leases
+			time.Sleep(400 * time.Millisecond)
 			if _, err := locker.Acquire(ctxb, lockKey, "intruder", time.Second); !errors.Is(err, idemkit.ErrLocked) {
 				return nil, fmt.Errorf("probe %d: another token got the lock (%v) while the function runs", i, err)
 			}

@@ -19,8 +19,52 @@ const (
 	sqliteConstraintPK      = 1555    // SQLITE_CONSTRAINT_PRIMARYKEY
 )
 
-// interpretError translates a backend error: a unique violation becomes idemkit.ErrExists, anything
-// else is wrapped with what was being done. nil stays nil.
+// ErrConflict is wrapped (with the driver's error) in the error of a statement whose transaction the
+// database rolled back to resolve a write conflict: an InnoDB deadlock, a Galera certification
+// failure or brute-force abort (MySQL/MariaDB error 1213, "WSREP detected deadlock/conflict and
+// aborted the transaction"), or a PostgreSQL deadlock or serialization failure. Nothing of that
+// transaction was applied, and a run of it from the start may succeed: outside a caller's transaction
+// the Store already ran the statement again a few times; on a Store bound to a caller's transaction
+// (WithTx, WithSQLTx) the whole transaction is gone — on MySQL later statements on the same
+// connection would run outside any transaction — so do not commit it: run the whole transaction
+// again, which will then see the conflicting writer's record. [IsConflict] recognises it, and the
+// same rollback when it surfaces at COMMIT (Galera certifies a transaction when it commits).
+var ErrConflict = errors.New("record: transaction rolled back by the database on a write conflict (deadlock or Galera certification failure); run it again")
+
+// IsConflict reports whether err says the database rolled a transaction back to resolve a write
+// conflict, so that running the whole transaction again may succeed: an error wrapping
+// [ErrConflict], or a driver error of a deadlock (MySQL/MariaDB 1213, which Galera also returns for a
+// certification failure, PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001), as
+// returned by a statement or by COMMIT (for instance by gorm.DB.Transaction). It sees through
+// wrapping, including a Guard's ErrStoreUnavailable.
+func IsConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == mysqlDeadlock
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		c := pg.SQLState()
+		return c == postgresDeadlock || c == postgresSerialization
+	}
+	return false
+}
+
+// interpretError translates a backend error: a unique violation becomes idemkit.ErrExists; a
+// transaction rolled back on a write conflict wraps ErrConflict; a Galera node that cannot take
+// queries says so; anything else is wrapped with what was being done. nil stays nil.
+//
+// A conflict is not mapped to ErrExists even for an Insert, although the conflicting writer is most
+// likely a duplicate of the same key: in a caller's transaction everything before the statement was
+// rolled back, and answering "exists" would let the caller go on (and commit its later statements one
+// by one, outside any transaction). Outside a transaction the Store has already retried the statement
+// (see exec), and a retry of a conflicting Insert finds the record and returns ErrExists.
 func (q *queries) interpretError(doing string, err error) error {
 	if err == nil {
 		return nil
@@ -30,6 +74,12 @@ func (q *queries) interpretError(doing string, err error) error {
 	}
 	if isDataError(q.dialect, err) {
 		return fmt.Errorf("record: %s %s: %w: %w", doing, q.name, idemkit.ErrUnstorable, err)
+	}
+	if IsConflict(err) {
+		return fmt.Errorf("record: %s %s: %w: %w", doing, q.name, ErrConflict, err)
+	}
+	if isGaleraNotReady(q.dialect, err) {
+		return fmt.Errorf("record: %s %s: the Galera node does not accept queries (not synced with its cluster, or cut off from the primary component): use another node: %w", doing, q.name, err)
 	}
 	return fmt.Errorf("record: %s %s: %w", doing, q.name, err)
 }
@@ -98,11 +148,24 @@ func isUniqueViolation(dialect string, err error) bool {
 	return false
 }
 
-// Deadlock codes: the database chose the statement as a deadlock victim and rolled it back.
+// Deadlock codes: the database chose the statement as a deadlock victim and rolled it back. Galera
+// reports a transaction that failed certification, or was aborted by a conflicting replicated write
+// set, with the same MySQL code.
 const (
-	mysqlDeadlock    = 1213    // ER_LOCK_DEADLOCK
-	postgresDeadlock = "40P01" // deadlock_detected
+	mysqlDeadlock         = 1213    // ER_LOCK_DEADLOCK
+	postgresDeadlock      = "40P01" // deadlock_detected
+	postgresSerialization = "40001" // serialization_failure
+	// mysqlUnknownCommand is what a Galera node answers while it is not ready for queries
+	// ("WSREP has not yet prepared node for application use").
+	mysqlUnknownCommand = 1047 // ER_UNKNOWN_COM_ERROR
 )
+
+// isGaleraNotReady reports whether err is a Galera node refusing queries because it is not synced
+// or not in the primary component.
+func isGaleraNotReady(dialect string, err error) bool {
+	var e *mysql.MySQLError
+	return dialect == dialectMySQL && errors.As(err, &e) && e.Number == mysqlUnknownCommand && strings.Contains(e.Message, "WSREP")
+}
 
 // isDeadlock reports whether err says the statement was rolled back as a deadlock victim.
 func isDeadlock(dialect string, err error) bool {

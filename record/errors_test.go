@@ -3,12 +3,14 @@ package record
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -188,5 +190,109 @@ func TestNewRefusesFailedOpen(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "gorm.Open failed") {
 			t.Fatalf("%s: New = %v, %v; want an error naming the failed gorm.Open", name, s, err)
 		}
+	}
+}
+
+// TestIsConflict: the errors a transaction rolled back on a write conflict comes with — InnoDB's
+// deadlock, Galera's certification failure (the same code, another message), PostgreSQL's deadlock
+// and serialization failure — are conflicts, through any wrapping; nothing else is.
+func TestIsConflict(t *testing.T) {
+	galera := &mysql.MySQLError{Number: 1213, Message: "WSREP detected deadlock/conflict and aborted the transaction. Try restarting the transaction"}
+	innodb := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}
+	q := buildQueries(dialectMySQL, "", "t")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"plain", errors.New("boom"), false},
+		{"InnoDB deadlock", innodb, true},
+		{"Galera certification failure", galera, true},
+		{"Galera wrapped by interpretError and the Guard", fmt.Errorf("%w: claiming record: %w", idemkit.ErrStoreUnavailable, q.interpretError("inserting into", galera)), true},
+		{"ErrConflict", fmt.Errorf("x: %w", ErrConflict), true},
+		{"PostgreSQL deadlock", &pgconn.PgError{Code: "40P01"}, true},
+		{"PostgreSQL serialization failure", &pgconn.PgError{Code: "40001"}, true},
+		{"duplicate key", &mysql.MySQLError{Number: 1062}, false},
+		{"PostgreSQL unique violation", &pgconn.PgError{Code: "23505"}, false},
+		{"Galera node not ready", &mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"}, false},
+		{"lock wait timeout", &mysql.MySQLError{Number: 1205}, false},
+	} {
+		if got := IsConflict(tc.err); got != tc.want {
+			t.Errorf("%s: IsConflict(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+
+	// interpretError keeps the driver's error and says what was being done.
+	err := q.interpretError("inserting into", galera)
+	var my *mysql.MySQLError
+	if !errors.Is(err, ErrConflict) || errors.Is(err, idemkit.ErrExists) || !errors.As(err, &my) || my.Number != 1213 ||
+		!strings.Contains(err.Error(), "record: inserting into t") {
+		t.Errorf("interpretError(Galera conflict) = %v", err)
+	}
+	err = q.interpretError("reading", &mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"})
+	if errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "Galera node does not accept queries") {
+		t.Errorf("interpretError(Galera node not ready) = %v", err)
+	}
+	// PostgreSQL's deadlock is a conflict; a unique violation still means ErrExists.
+	pq := buildQueries(dialectPostgres, "", "t")
+	if err := pq.interpretError("updating", &pgconn.PgError{Code: "40P01"}); !errors.Is(err, ErrConflict) {
+		t.Errorf("interpretError(PostgreSQL deadlock) = %v", err)
+	}
+	if err := pq.interpretError("inserting into", &pgconn.PgError{Code: "23505"}); err != idemkit.ErrExists {
+		t.Errorf("interpretError(PostgreSQL unique violation) = %v", err)
+	}
+}
+
+// TestConflictInCallerTransaction makes the database pick a deadlock victim between two caller
+// transactions that insert the same two keys in opposite orders: the victim's Insert fails with an
+// error wrapping ErrConflict (its transaction is gone: never ErrExists, which would let the caller
+// go on), and the survivor commits both of its records.
+func TestConflictInCallerTransaction(t *testing.T) {
+	for _, b := range backends[:2] { // MariaDB and PostgreSQL: SQLite has no row locks
+		t.Run(b.name, func(t *testing.T) {
+			s, db := setup(t, b)
+			rec := func(key string) *idemkit.Record {
+				return &idemkit.Record{Scope: "s", Key: key, Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+			}
+			firstDone := make(chan struct{}, 2)
+			errs := make(chan error, 2)
+			run := func(a, b string) {
+				errs <- db.Transaction(func(tx *gorm.DB) error {
+					st := s.WithTx(tx)
+					if err := st.Insert(ctxb, rec(a)); err != nil {
+						return err
+					}
+					firstDone <- struct{}{}
+					// Wait until the other transaction holds its first key, so each waits on the other.
+					deadline := time.Now().Add(10 * time.Second)
+					for len(firstDone) < 2 && time.Now().Before(deadline) {
+						time.Sleep(5 * time.Millisecond)
+					}
+					return st.Insert(ctxb, rec(b))
+				})
+			}
+			go run("k1", "k2")
+			go run("k2", "k1")
+			var conflicts, ok int
+			for range 2 {
+				switch err := <-errs; {
+				case err == nil:
+					ok++
+				case errors.Is(err, ErrConflict) && IsConflict(err) && !errors.Is(err, idemkit.ErrExists):
+					conflicts++
+				default:
+					t.Errorf("transaction: %v, want nil or an error wrapping ErrConflict", err)
+				}
+			}
+			if conflicts != 1 || ok != 1 {
+				t.Fatalf("%d transactions committed, %d rolled back on a conflict; want 1 and 1", ok, conflicts)
+			}
+			for _, k := range []string{"k1", "k2"} {
+				if _, err := s.Get(ctxb, "s", k); err != nil {
+					t.Errorf("record %s after the survivor committed: %v", k, err)
+				}
+			}
+		})
 	}
 }

@@ -50,6 +50,9 @@ type Options struct {
 	// Env holds extra KEY=VALUE settings for the server (DTM reads its whole configuration from the
 	// environment: RETRY_INTERVAL, TIMEOUT_TO_FAIL, LOG_LEVEL, ...). They override Start's own settings.
 	Env []string
+	// MySQL, when set, keeps the server's transactions in a MySQL/MariaDB database instead of the
+	// boltdb file, so that several servers can share them (see [MySQLStore]). Defaults to nil: boltdb.
+	MySQL *MySQLStore
 }
 
 // Server is a running DTM server child process. Its methods are safe for concurrent use.
@@ -71,7 +74,7 @@ type Server struct {
 //
 // The server gets free ports for HTTP and gRPC (HTTP_PORT, GRPC_PORT; JSON_RPC_PORT too, although
 // v1.19.0 serves JSON-RPC on the HTTP port), the boltdb store (STORE_DRIVER=boltdb, which writes ./dtm.bolt)
-// with a fresh temporary working directory, logs on stderr (LOG_OUTPUTS=stderr) and no alert web hook or
+// or the MySQL store of Options.MySQL, a fresh temporary working directory, logs on stderr (LOG_OUTPUTS=stderr) and no alert web hook or
 // micro-service registry. DTM listens on all interfaces (":port"); callers use the loopback address
 // returned by [Server.URL]. When the chosen ports are taken by the time the server binds them, Start tries
 // again with new ones.
@@ -119,6 +122,12 @@ func start(ctx context.Context, o *Options) (s *Server, err error, retry bool) {
 	if err != nil {
 		return nil, err, false
 	}
+	store := []string{"STORE_DRIVER=boltdb"}
+	if o.MySQL != nil {
+		if store, err = o.MySQL.env(); err != nil {
+			return nil, err, false
+		}
+	}
 	dir, err := os.MkdirTemp("", "idemkit-dtm-*")
 	if err != nil {
 		return nil, fmt.Errorf("dtmserver: %w", err), false
@@ -137,7 +146,6 @@ func start(ctx context.Context, o *Options) (s *Server, err error, retry bool) {
 		"HTTP_PORT="+strconv.Itoa(ports[0]),
 		"GRPC_PORT="+strconv.Itoa(ports[1]),
 		"JSON_RPC_PORT="+strconv.Itoa(ports[2]),
-		"STORE_DRIVER=boltdb",
 		"LOG_OUTPUTS=stderr",
 		"LOG_ROTATION_ENABLE=0",
 		"ALERT_WEB_HOOK=",
@@ -148,6 +156,7 @@ func start(ctx context.Context, o *Options) (s *Server, err error, retry bool) {
 		"TIME_ZONE_OFFSET=",
 		"TRANS_CRON_INTERVAL="+strconv.Itoa(o.CronInterval),
 	)
+	cmd.Env = append(cmd.Env, store...)
 	cmd.Env = append(cmd.Env, o.Env...)
 	logs := &tailWriter{w: o.Log}
 	cmd.Stdout = logs
@@ -263,6 +272,38 @@ func (s *Server) Stop() error {
 		}
 	})
 	return s.stopErr
+}
+
+// Kill ends the server with SIGKILL, as a crash would: no graceful shutdown, requests in progress are
+// cut off, and the transactions it was driving stay in its store for another server (or itself, started
+// again) to finish. It then removes the working directory. Like Stop it is safe to call more than once,
+// and after either, the other does nothing; it returns an error only when the directory cannot be
+// removed.
+func (s *Server) Kill() error {
+	s.stopOnce.Do(func() {
+		if s.cmd != nil && s.cmd.Process != nil {
+			select {
+			case <-s.exited:
+			default:
+				_ = s.cmd.Process.Kill()
+				<-s.exited
+			}
+		}
+		if err := os.RemoveAll(s.dir); err != nil {
+			s.stopErr = fmt.Errorf("dtmserver: removing %s: %w", s.dir, err)
+		}
+	})
+	return s.stopErr
+}
+
+// Exited reports whether the server process has exited (after Stop or Kill, or on its own).
+func (s *Server) Exited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 // Trans is a global transaction as the server's query API reports it.

@@ -1,0 +1,371 @@
+package cluster_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/internal/cluster"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/record"
+)
+
+// galeraDB is the database the Galera tests create on the cluster.
+const galeraDB = "idemkit"
+
+// openNode opens database db of node n with a bounded pool.
+func openNode(t *testing.T, n *cluster.MariaNode, db string, conns int) *gorm.DB {
+	t.Helper()
+	g, err := gorm.Open(mysql.Open(n.DSN(db)), &gorm.Config{Logger: logger.Discard})
+	must(t, err)
+	sqlDB, err := g.DB()
+	must(t, err)
+	sqlDB.SetMaxOpenConns(conns)
+	sqlDB.SetConnMaxIdleTime(30 * time.Second)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	return g
+}
+
+// syncAll waits until every running node has applied every write set committed so far (DDL
+// included: a CREATE on one node returns before the others have run it) with a causal read
+// (wsrep_sync_wait) on each.
+func syncAll(t *testing.T, g *cluster.Galera) {
+	t.Helper()
+	for _, n := range g.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		db, err := sql.Open("mysql", n.DSN("")+"&wsrep_sync_wait=1")
+		must(t, err)
+		err = db.QueryRow("SELECT 1").Err()
+		db.Close()
+		must(t, err)
+	}
+}
+
+// wsrepCounters sums the conflict counters over the running nodes.
+func wsrepCounters(t *testing.T, g *cluster.Galera) (certFailures, bfAborts int64) {
+	t.Helper()
+	for _, n := range g.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		st, err := n.Status(context.Background())
+		if err != nil {
+			t.Logf("%s: %v", n.Name(), err)
+			continue
+		}
+		c, _ := strconv.ParseInt(st["wsrep_local_cert_failures"], 10, 64)
+		b, _ := strconv.ParseInt(st["wsrep_local_bf_aborts"], 10, 64)
+		certFailures += c
+		bfAborts += b
+	}
+	return certFailures, bfAborts
+}
+
+// TestGalera uses a 3-node MariaDB Galera cluster as the record store, each Guard writing through a
+// different node: the Store conformance suite through a node other than the one that created the
+// database; the shared duplicate storm (Execute mode) with one Guard per node; and a Tx-mode storm of
+// money transfers during which a node is killed (SIGKILL), restarted and rejoins by incremental state
+// transfer, checked afterwards by an independent conservation check on every node.
+func TestGalera(t *testing.T) {
+	t.Parallel()
+	sc := scaleFromEnv()
+	started := time.Now()
+	g := cluster.StartGaleraT(t, nil)
+	t.Logf("3-node Galera cluster %s up in %s", g.Name(), time.Since(started).Round(time.Millisecond))
+	admin := openNode(t, g.Node(0), "", 2)
+	must(t, admin.Exec("CREATE DATABASE "+galeraDB).Error)
+	syncAll(t, g)
+
+	t.Run("StoreConformance", func(t *testing.T) {
+		db := openNode(t, g.Node(1), galeraDB, 10)
+		idemtest.RunStore(t, func(t *testing.T) idemkit.Store {
+			s, err := record.New(db, &record.Options{Table: testsvc.Name("rec_")})
+			must(t, err)
+			must(t, s.CreateTable(context.Background()))
+			return s
+		})
+	})
+
+	t.Run("StormAcrossNodes", func(t *testing.T) {
+		table := testsvc.Name("rec_")
+		stores := make([]idemkit.Store, 3)
+		for i := range stores {
+			s, err := record.New(openNode(t, g.Node(i), galeraDB, 16), &record.Options{Table: table})
+			must(t, err)
+			if i == 0 {
+				must(t, s.CreateTable(context.Background()))
+				syncAll(t, g)
+			}
+			stores[i] = s
+		}
+		c0, b0 := wsrepCounters(t, g)
+		idemtest.Storm(t, idemtest.StormConfig{Stores: stores, Keys: sc.pick(200, 2000)})
+		c1, b1 := wsrepCounters(t, g)
+		t.Logf("Galera conflicts during the storm: %d certification failures, %d brute-force aborts", c1-c0, b1-b0)
+	})
+
+	t.Run("TxStormNodeKilled", func(t *testing.T) { testGaleraTxStorm(t, g, sc) })
+}
+
+// bank is the business of the Tx-mode storm: each key moves an amount between two accounts and
+// writes one ledger row, in the transaction that also writes the key's record. The ledger has no
+// unique key on purpose: one row per key is idemkit's promise, not the schema's.
+type bank struct {
+	accounts, ledger string
+	n                int
+	initial          int64
+}
+
+func (b *bank) create(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	must(t, db.Exec("CREATE TABLE "+b.accounts+" (id INT PRIMARY KEY, balance BIGINT NOT NULL)").Error)
+	must(t, db.Exec("CREATE TABLE "+b.ledger+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(64) NOT NULL, "+
+		"value VARCHAR(128) NOT NULL, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)").Error)
+	for i := range b.n {
+		must(t, db.Exec("INSERT INTO "+b.accounts+" (id, balance) VALUES (?, ?)", i, b.initial).Error)
+	}
+}
+
+// move returns key's transfer: source, destination (distinct) and amount.
+func (b *bank) move(key string) (src, dst int, amount int64) {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	v := h.Sum64()
+	src = int(v % uint64(b.n))
+	dst = (src + 1 + int(v/7%uint64(b.n-1))) % b.n
+	return src, dst, int64(1 + v/101%1000)
+}
+
+// transfer is the business function: one ledger row and two balance updates in tx.
+func (b *bank) transfer(ctx context.Context, tx *gorm.DB, key, value string) error {
+	src, dst, amount := b.move(key)
+	tx = tx.WithContext(ctx)
+	if err := tx.Exec("INSERT INTO "+b.ledger+" (k, value, src, dst, amount) VALUES (?, ?, ?, ?, ?)", key, value, src, dst, amount).Error; err != nil {
+		return err
+	}
+	if err := tx.Exec("UPDATE "+b.accounts+" SET balance = balance - ? WHERE id = ?", amount, src).Error; err != nil {
+		return err
+	}
+	return tx.Exec("UPDATE "+b.accounts+" SET balance = balance + ? WHERE id = ?", amount, dst).Error
+}
+
+// check verifies the conservation invariants on db with plain SQL and returns the violations:
+// exactly one ledger row per answered key, carrying the answered value; no ledger row for any other
+// key; every balance equal to its initial value plus the ledger's credits minus its debits; the sum
+// of balances unchanged; one SUCCEEDED record per key and nothing else in the record table.
+func (b *bank) check(t *testing.T, db *gorm.DB, records string, answers map[string]string) int {
+	t.Helper()
+	violations := 0
+	bad := func(format string, args ...any) {
+		violations++
+		if violations <= 10 {
+			t.Logf(format, args...)
+		}
+	}
+	type row struct {
+		K     string
+		N     int
+		Value string
+	}
+	var rows []row
+	must(t, db.Raw("SELECT k, COUNT(*) AS n, MIN(value) AS value FROM "+b.ledger+" GROUP BY k").Scan(&rows).Error)
+	seen := map[string]bool{}
+	for _, r := range rows {
+		seen[r.K] = true
+		want, ok := answers[r.K]
+		switch {
+		case !ok:
+			bad("ledger has %d rows for %s, which was never answered", r.N, r.K)
+		case r.N != 1:
+			bad("key %s took effect %d times", r.K, r.N)
+		case r.Value != want:
+			bad("key %s: ledger says %q, the clients were answered %q", r.K, r.Value, want)
+		}
+	}
+	for k := range answers {
+		if !seen[k] {
+			bad("key %s answered %q but has no ledger row", k, answers[k])
+		}
+	}
+	want := make([]int64, b.n)
+	for i := range want {
+		want[i] = b.initial
+	}
+	for k := range answers {
+		src, dst, amount := b.move(k)
+		want[src] -= amount
+		want[dst] += amount
+	}
+	var total int64
+	for i := range b.n {
+		var bal int64
+		must(t, db.Raw("SELECT balance FROM "+b.accounts+" WHERE id = ?", i).Scan(&bal).Error)
+		total += bal
+		if bal != want[i] {
+			bad("account %d: balance %d, want %d from the answered transfers", i, bal, want[i])
+		}
+	}
+	if total != int64(b.n)*b.initial {
+		bad("sum of balances %d, want %d", total, int64(b.n)*b.initial)
+	}
+	var succeeded, other int64
+	must(t, db.Raw("SELECT COUNT(*) FROM "+records+" WHERE status = 'SUCCEEDED'").Scan(&succeeded).Error)
+	must(t, db.Raw("SELECT COUNT(*) FROM "+records+" WHERE status <> 'SUCCEEDED'").Scan(&other).Error)
+	if succeeded != int64(len(answers)) || other != 0 {
+		bad("record table: %d SUCCEEDED and %d other records for %d keys", succeeded, other, len(answers))
+	}
+	return violations
+}
+
+// testGaleraTxStorm: three Guards, each on its own node, run money transfers in Tx mode (the record
+// and the business commit together). Copies of a key race on different nodes: Galera lets each run
+// locally and certifies them at COMMIT, where all but one fail with a conflict (error 1213), roll
+// back entirely and are retried by their client, which then gets the winner's result replayed. Mid-
+// storm a node is killed with SIGKILL, kept down while the others carry the load, restarted, and
+// rejoins by IST. Afterwards the conservation check runs on every node.
+func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
+	ctx := context.Background()
+	const procs = 3
+	b := &bank{accounts: testsvc.Name("acct_"), ledger: testsvc.Name("ledger_"), n: 50, initial: 1_000_000}
+	records := testsvc.Name("rec_")
+	b.create(t, openNode(t, g.Node(0), galeraDB, 2))
+	dbs := make([]*gorm.DB, procs)
+	stores := make([]*record.Store, procs)
+	guards := make([]*idemkit.Guard, procs)
+	obs := &counter{}
+	for i := range procs {
+		dbs[i] = openNode(t, g.Node(i), galeraDB, 24)
+		var err error
+		stores[i], err = record.New(dbs[i], &record.Options{Table: records})
+		must(t, err)
+		if i == 0 {
+			must(t, stores[i].CreateTable(ctx))
+			syncAll(t, g)
+		}
+		guards[i], err = idemkit.New(stores[i], &idemkit.Options{Lease: time.Minute, Observer: obs})
+		must(t, err)
+	}
+
+	var seq atomic.Int64
+	var faults []string
+	commitConflicts := atomic.Int64{}
+	s := storm{
+		Procs: procs, Dup: 3, Workers: 12,
+		Before: sc.pick(120, 1500), After: sc.pick(120, 1500),
+		Do: func(ctx context.Context, p int, key string) (string, error) {
+			var value []byte
+			var inDoTx bool
+			err := dbs[p].WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				res, err := guards[p].DoTx(ctx, stores[p].WithTx(tx), idemkit.Call{Scope: "bank", Key: key},
+					func(ctx context.Context) ([]byte, error) {
+						v := fmt.Sprintf("%s@node%d#%d", key, p, seq.Add(1))
+						return []byte(v), b.transfer(ctx, tx, key, v)
+					})
+				inDoTx = err != nil
+				value = res.Value
+				return err
+			})
+			if err != nil && !inDoTx && record.IsConflict(err) {
+				commitConflicts.Add(1) // certification failure at COMMIT: the whole transaction rolled back
+			}
+			return string(value), err
+		},
+		Retry: func(err error) string {
+			switch {
+			case record.IsConflict(err):
+				return "write conflict (rolled back)"
+			case errors.Is(err, idemkit.ErrInFlight):
+				return "in flight"
+			case errors.Is(err, idemkit.ErrStoreUnavailable) || isConnError(err):
+				return "node unavailable"
+			}
+			return ""
+		},
+		// Node 2 in the quick run; at full scale node 2, then node 0 (which bootstrapped the
+		// cluster), then node 1.
+		Fault: func(ctx context.Context) error {
+			for _, i := range []int{2, 0, 1}[:sc.pick(1, 3)] {
+				victim := g.Node(i)
+				t0 := time.Now()
+				if err := victim.Kill(); err != nil {
+					return err
+				}
+				// The survivors drop the victim from the view after evs.suspect_timeout; the
+				// storm goes on through them meanwhile.
+				fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				if err := g.WaitSynced(fctx); err != nil {
+					return err
+				}
+				time.Sleep(time.Second) // the victim misses write sets: its rejoin must catch up
+				down := time.Since(t0)
+				t1 := time.Now()
+				if err := victim.Restart(fctx); err != nil {
+					return err
+				}
+				if err := g.WaitSynced(fctx); err != nil {
+					return err
+				}
+				faults = append(faults, fmt.Sprintf("%s killed, down %s, rejoined by %s in %s", victim.Name(),
+					down.Round(time.Millisecond), victim.Rejoin(), time.Since(t1).Round(time.Millisecond)))
+				if victim.Rejoin() != "IST" && victim.Rejoin() != "SST" {
+					return fmt.Errorf("%s rejoined by %q", victim.Name(), victim.Rejoin())
+				}
+			}
+			return nil
+		},
+	}
+	c0, b0 := wsrepCounters(t, g)
+	res := s.run(t, "t")
+	c1, b1 := wsrepCounters(t, g)
+	t.Logf("%s", res)
+	t.Logf("faults: %s", strings.Join(faults, "; "))
+	t.Logf("conflicts: %d certification failures, %d brute-force aborts, %d transactions rolled back at COMMIT",
+		c1-c0, b1-b0, commitConflicts.Load())
+	t.Logf("executed %d (rolled back ones included), replayed %d, insert conflicts %d", obs.executed.Load(), obs.replayed.Load(), obs.conflicts.Load())
+	res.wantConsistent(t)
+
+	// The independent check, on every node: they must all hold the same, correct state.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	must(t, g.WaitSynced(wctx))
+	for i, n := range g.Nodes() {
+		db := openNode(t, n, galeraDB, 2)
+		must(t, db.Exec("SET SESSION wsrep_sync_wait = 1").Error) // read after every write set applied
+		v := b.check(t, db, records, res.Answers)
+		if v > 0 {
+			t.Errorf("node %d: %d violations", i, v)
+		}
+		t.Logf("node %d: %d keys checked, violations: %d", i, len(res.Answers), v)
+	}
+}
+
+// isConnError reports whether err is a dropped or refused connection to a killed node.
+func isConnError(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	for _, frag := range []string{"connection refused", "invalid connection", "bad connection", "broken pipe",
+		"connection reset", "EOF", "i/o timeout", "WSREP has not yet prepared node"} {
+		if strings.Contains(s, frag) {
+			return true
+		}
+	}
+	return false
+}
