@@ -125,7 +125,7 @@ func Example_reconciler() {
 	rc := &hooks.Reconciler{
 		Lifecycle: lifecycle,
 		Scopes:    []string{"POST /transfers"},
-		Status:    (&txstatus.Client{Server: "http://dtm:36789/api/dtmsvr"}).Status,
+		Manager:   &txstatus.Client{Server: "http://dtm:36789/api/dtmsvr"},
 		TransType: "saga",
 	}
 	sw, err := sweep.New(&sweep.Options{

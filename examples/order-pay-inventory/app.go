@@ -165,7 +165,7 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	s.orders.sagas = &saga.Initiator{Server: s.dtm.url, Lifecycle: lc, Wait: cfg.Wait, Status: status}
 	s.orders.tccs = &tcc.Global{Server: s.dtm.url, Lifecycle: lc, Wait: cfg.Wait, Status: status}
 
-	reconciler := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{scopeSaga, scopeTCC}, Status: status.Status, Logger: logger}
+	reconciler := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{scopeSaga, scopeTCC}, Manager: status, Logger: logger}
 	tasks := append(sweep.RecordTasks(s.store), reconciler.Task(), sweep.Task{
 		Name: "barrier",
 		Run: func(ctx context.Context, now time.Time, limit int) (int, error) {
