@@ -9,13 +9,17 @@
 #   ./scripts/soak.sh -d 30m --no-fuzz        chaos only
 #   ./scripts/soak.sh --no-chaos -f 5m        fuzzing only
 #   ./scripts/soak.sh -d 1h -- -workers 4 -clients 12    extra flags for cmd/idemchaos
+#   ./scripts/soak.sh --no-chaos --no-fuzz -D 10m        only the DTM scenario, 10 minutes per mode
 #
 # Options:
 #   -d, --duration D     load phase of the chaos run (Go duration: 90s, 10m, 2h). Default 10m.
 #   -f, --fuzztime T     time per fuzz target (go test -fuzztime). Default 1m.
 #   -i, --fault-interval I   time between two faults. Default 8s.
+#   -D, --dtm-duration D the DTM scenario's storm, per mode (external, embedded): the example's order
+#                        service SIGKILLed mid-storm and restarted on its data. Default 5m.
+#   -k, --kill-every K   mean time between two SIGKILLs of the order service. Default 5s.
 #   -o, --out DIR        where the reports go. Default soak-<date> under $TMPDIR.
-#   --no-chaos, --no-fuzz    skip a part.
+#   --no-chaos, --no-dtm, --no-fuzz    skip a part.
 #
 # Needs mariadbd, mariadb-install-db and redis-server (scripts/services.sh installs them); the
 # harness starts private instances on free loopback ports and stops them, so it may run beside the
@@ -23,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1
+duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1 dtm=1 dtmduration=5m killevery=5s
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,10 +35,13 @@ while [ $# -gt 0 ]; do
     -f|--fuzztime) fuzztime=$2; shift 2 ;;
     -i|--fault-interval) interval=$2; shift 2 ;;
     -o|--out) out=$2; shift 2 ;;
+    -D|--dtm-duration) dtmduration=$2; shift 2 ;;
+    -k|--kill-every) killevery=$2; shift 2 ;;
     --no-chaos) chaos=0; shift ;;
+    --no-dtm) dtm=0; shift ;;
     --no-fuzz) fuzz=0; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +81,24 @@ if [ "$chaos" = 1 ]; then
     0) echo "chaos: 0 violations" ;;
     1) echo "chaos: VIOLATIONS found (see $out/chaos.txt)"; status=1 ;;
     *) echo "chaos: the harness failed (exit $rc); log: $out/chaos.log"; tail -20 "$out/chaos.log"; status=1 ;;
+  esac
+fi
+
+if [ "$dtm" = 1 ]; then
+  step "chaos, DTM scenario: $dtmduration of storm per mode, a SIGKILL of the order service every ~$killevery (report in $out)"
+  [ -x "$out/idemchaos" ] || go build -o "$out/idemchaos" ./cmd/idemchaos
+  limit=$(( 2 * $(seconds "$dtmduration") + 1800 )) # two modes, then builds, settling and checking
+  set +e
+  timeout --signal=INT --kill-after=60 "$limit" "$out/idemchaos" -dtm both -duration "$dtmduration" -kill-every "$killevery" \
+    -json "$out/chaos-dtm.json" > "$out/chaos-dtm.txt" 2> "$out/chaos-dtm.log"
+  rc=$?
+  set -e
+  grep -v '^  VIOLATION ' "$out/chaos-dtm.txt" || true
+  echo "exact command: $out/idemchaos -dtm both -duration $dtmduration -kill-every $killevery -json $out/chaos-dtm.json"
+  case $rc in
+    0) echo "chaos dtm: 0 violations" ;;
+    1) echo "chaos dtm: VIOLATIONS found (see $out/chaos-dtm.txt)"; status=1 ;;
+    *) echo "chaos dtm: the harness failed (exit $rc); log: $out/chaos-dtm.log"; tail -20 "$out/chaos-dtm.log"; status=1 ;;
   esac
 fi
 
