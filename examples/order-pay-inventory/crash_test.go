@@ -321,4 +321,3 @@ func waitNoPending(t *testing.T, ctx context.Context, c *client, svc *child) {
 	}
 	t.Fatalf("the reconciler did not settle the killed process's transactions on %s", svc.url)
 }
-

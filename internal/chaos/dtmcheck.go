@@ -101,7 +101,7 @@ func checkOrders(ctx context.Context, t tables, l *orderLoad) (*DTMCheck, error)
 		return nil, err
 	}
 	var accounts []struct {
-		UserID         string
+		UserID          string
 		Balance, Frozen int64
 	}
 	if err := db.Raw("SELECT user_id, balance, frozen FROM accounts").Scan(&accounts).Error; err != nil {
