@@ -73,8 +73,21 @@ type DTMCheck struct {
 }
 
 type dbOrder struct {
-	ID, UserID, SKU, Status, GID string
-	Qty, Amount                  int64
+	ID     string `gorm:"column:id"`
+	UserID string `gorm:"column:user_id"`
+	SKU    string `gorm:"column:sku"`
+	Status string `gorm:"column:status"`
+	GID    string `gorm:"column:gid"`
+	Qty    int64  `gorm:"column:qty"`
+	Amount int64  `gorm:"column:amount"`
+}
+
+// barrierRow is one row of the barrier table.
+type barrierRow struct {
+	GID      string `gorm:"column:gid"`
+	BranchID string `gorm:"column:branch_id"`
+	Op       string `gorm:"column:op"`
+	Reason   string `gorm:"column:reason"`
 }
 
 // checkOrders reads the tables and verifies, against every key's request and every answer the
@@ -101,20 +114,22 @@ func checkOrders(ctx context.Context, t tables, l *orderLoad) (*DTMCheck, error)
 		return nil, err
 	}
 	var accounts []struct {
-		UserID          string
-		Balance, Frozen int64
+		UserID  string `gorm:"column:user_id"`
+		Balance int64  `gorm:"column:balance"`
+		Frozen  int64  `gorm:"column:frozen"`
 	}
 	if err := db.Raw("SELECT user_id, balance, frozen FROM accounts").Scan(&accounts).Error; err != nil {
 		return nil, err
 	}
 	var stock []struct {
-		SKU             string
-		Stock, Reserved int64
+		SKU      string `gorm:"column:sku"`
+		Stock    int64  `gorm:"column:stock"`
+		Reserved int64  `gorm:"column:reserved"`
 	}
 	if err := db.Raw("SELECT sku, stock, reserved FROM inventory").Scan(&stock).Error; err != nil {
 		return nil, err
 	}
-	var barrier []struct{ GID, BranchID, Op, Reason string }
+	var barrier []barrierRow
 	if err := db.Raw("SELECT gid, branch_id, op, reason FROM barrier").Scan(&barrier).Error; err != nil {
 		return nil, err
 	}
@@ -136,6 +151,9 @@ func checkOrders(ctx context.Context, t tables, l *orderLoad) (*DTMCheck, error)
 	byGID := map[string]dbOrder{}
 	paidQty := map[string]int64{}
 	for _, o := range orders {
+		if o.ID == "" || o.GID == "" || o.UserID == "" {
+			return nil, fmt.Errorf("order row read without its id, gid or user: %+v", o)
+		}
 		byUser[o.UserID] = append(byUser[o.UserID], o)
 		byID[o.ID], byGID[o.GID] = o, o
 		switch o.Status {
@@ -240,6 +258,9 @@ func checkOrders(ctx context.Context, t tables, l *orderLoad) (*DTMCheck, error)
 	type branch struct{ gid, id string }
 	ops := map[branch]map[string]string{} // op → reason
 	for _, b := range barrier {
+		if b.GID == "" || b.BranchID == "" || b.Op == "" {
+			return nil, fmt.Errorf("barrier row read without its gid, branch or op: %+v", b)
+		}
 		k := branch{b.GID, b.BranchID}
 		if ops[k] == nil {
 			ops[k] = map[string]string{}

@@ -46,8 +46,8 @@ type Proxy struct {
 }
 
 // NewProxy starts a proxy in front of srv, whose decide function (nil: forward everything) chooses
-// each request's fate, and closes it when t ends (late forwards not yet due are then dropped). A Hold
-// that is never closed blocks the proxy's cleanup: close them all before the test ends.
+// each request's fate, and closes it when t ends: requests still held are then let go, late forwards
+// not yet due are dropped.
 func NewProxy(t testing.TB, srv *Server, decide func(r *http.Request) ProxyAction) *Proxy {
 	t.Helper()
 	p := &Proxy{target: strings.TrimSuffix(srv.URL(), "/api/dtmsvr"), decide: decide, closed: make(chan struct{})}
@@ -74,7 +74,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	a := p.decide(r)
 	if a.Hold != nil {
-		<-a.Hold
+		select {
+		case <-a.Hold:
+		case <-p.closed:
+		}
 	}
 	switch {
 	case a.Drop:
@@ -102,7 +105,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		defer resp.Body.Close()
 		if a.HoldAnswer != nil {
-			<-a.HoldAnswer
+			select {
+			case <-a.HoldAnswer:
+			case <-p.closed:
+			}
 		}
 		if !a.Reset && a.Status == 0 {
 			for k, v := range resp.Header {
