@@ -15,6 +15,13 @@
 // hooks. User hooks may therefore run more than once for one transaction (the initiator and the
 // reconciler can both see the outcome) and must be idempotent, e.g. "UPDATE orders SET status='PAID'
 // WHERE gid=?".
+//
+// [Lifecycle.Run] does it all for one transaction: it stores the transaction's result with the claim
+// (so a record settled by the reconciler carries it), renews the claim right before the start (never
+// starting on a lost claim), takes only the manager's own refusal for "not started" (a timeout or a
+// gateway's 5xx leaves the record to the reconciler) and reports the rollback reason. The reconciler
+// fences a gid the manager never heard of before it rolls the record back, so a late start of it is
+// refused.
 package hooks
 
 import (

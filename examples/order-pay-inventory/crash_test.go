@@ -20,7 +20,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/txstatus"
 )
 
 // Environment of a test binary run as the services.
@@ -320,4 +322,68 @@ func waitNoPending(t *testing.T, ctx context.Context, c *client, svc *child) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("the reconciler did not settle the killed process's transactions on %s", svc.url)
+}
+
+// TestReplayWithoutResult (issue 11, item 1): an initiator record settled SUCCEEDED without the
+// initiator's result (as an older version's reconciler left them) must not turn every retry into a
+// 500: the retry finds the order by the record's gid and answers 201 with it. A record whose order
+// cannot be found at all is answered 500 — logged at error level and counted in /healthz, never
+// silently — and the retry does not create a second order.
+func TestReplayWithoutResult(t *testing.T) {
+	t.Parallel()
+	needDTM(t)
+	cfg := testConfig()
+	cfg.DataDir = t.TempDir()
+	svc := startServices(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newClient(svc.URL)
+	guard := svc.orders.sagas.Lifecycle.Guard
+	// settledWithoutResult leaves a SUCCEEDED initiator record for key, tied to gid, with no result.
+	settledWithoutResult := func(key, gid string) {
+		t.Helper()
+		cl, _, err := guard.Begin(ctx, idemkit.Call{Scope: scopeSaga, Key: key, GID: gid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Finish(ctx, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := orderRequest{UserID: "old", SKU: "old", Qty: 1, Amount: 100}
+
+	// The order exists under the record's gid: the retry answers with it.
+	gid := txstatus.NewGID()
+	if err := svc.db.db.Exec("INSERT INTO "+svc.db.tables.orders+" (id, user_id, sku, qty, amount, status, gid, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+		"ord_old", "old", "old", 1, 100, statusPaid, gid, time.Now().UTC()).Error; err != nil {
+		t.Fatal(err)
+	}
+	settledWithoutResult("old-key", gid)
+	r, err := c.do(ctx, http.MethodPost, "/api/orders", "old-key", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.created(); err != nil || got.OrderID != "ord_old" || got.Status != statusPaid || got.GID != gid {
+		t.Fatalf("retry of a record without its result: %s", r)
+	}
+
+	// No order carries the record's gid: 500, loudly, and no new order.
+	settledWithoutResult("lost-key", txstatus.NewGID())
+	for range 2 {
+		r, err := c.do(ctx, http.MethodPost, "/api/orders", "lost-key", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != http.StatusInternalServerError {
+			t.Fatalf("retry of a record whose order is gone: %s", r)
+		}
+	}
+	var h health
+	if err := c.getJSON(ctx, "/healthz", &h); err != nil || h.UnreadableResults != 2 {
+		t.Fatalf("/healthz %+v, %v; want 2 unreadable results counted", h, err)
+	}
+	var n int64
+	if err := svc.db.db.Raw("SELECT COUNT(*) FROM " + svc.db.tables.orders).Scan(&n).Error; err != nil || n != 1 {
+		t.Fatalf("%d orders, %v; want only the planted one", n, err)
+	}
 }
