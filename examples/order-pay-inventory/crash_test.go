@@ -28,7 +28,7 @@ import (
 // Environment of a test binary run as the services.
 const (
 	envTestServe = "OPI_TEST_SERVE" // "1": run serve mode (configured by IDEMKIT_DEMO_*) instead of the tests
-	envTestHold  = "OPI_TEST_HOLD"  // a file: branch calls wait while it exists; <file>.seen is created by the first
+	envTestHold  = "OPI_TEST_HOLD"  // a file: branch calls wait while it exists (see holdBranches)
 )
 
 func TestMain(m *testing.M) {
@@ -52,7 +52,7 @@ func serveForTest() int {
 }
 
 // holdBranches makes branch calls (DTM's, and the TCC initiator's tries) wait while the file hold
-// exists, and creates hold+".seen" when the first one arrives.
+// exists, and creates seenFile(hold, path) when a call of path arrives.
 func holdBranches(hold string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		if hold == "" {
@@ -60,11 +60,11 @@ func holdBranches(hold string) func(http.Handler) http.Handler {
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if strings.HasPrefix(r.URL.Path, "/branch/") {
+				_ = os.WriteFile(seenFile(hold, r.URL.Path), nil, 0o644)
 				for {
 					if _, err := os.Stat(hold); err != nil {
 						break
 					}
-					_ = os.WriteFile(hold+".seen", nil, 0o644)
 					select {
 					case <-r.Context().Done():
 						return
@@ -76,6 +76,9 @@ func holdBranches(hold string) func(http.Handler) http.Handler {
 		})
 	}
 }
+
+// seenFile names the file holdBranches creates when a branch call of path arrives.
+func seenFile(hold, path string) string { return hold + ".seen" + strings.ReplaceAll(path, "/", "_") }
 
 // child is the services running as a child process.
 type child struct {
@@ -216,10 +219,10 @@ func checkCrash(t *testing.T, dir string, env []string, open func() *gorm.DB, pr
 		true:  {UserID: "crash-tcc", SKU: "crash-tcc", Qty: 3, Amount: 900},
 	}
 	keys := map[bool]string{false: "crash-saga-" + randomHex(4), true: "crash-tcc-" + randomHex(4)}
+	first := map[bool]string{false: pathInventoryDeduct, true: pathInventoryReserve}
 	for _, tcc := range []bool{false, true} {
-		_ = os.Remove(hold + ".seen")
 		go func() { _, _ = c.do(ctx, http.MethodPost, orderPath(tcc), keys[tcc], orders[tcc]) }()
-		waitFile(t, hold+".seen") // its transaction is at DTM (saga) or in its first try (TCC)
+		waitFile(t, seenFile(hold, first[tcc])) // its transaction is at DTM (saga) or in its first try (TCC)
 	}
 	svc.kill()
 	if err := os.Remove(hold); err != nil {
@@ -308,8 +311,8 @@ func checkCrash(t *testing.T, dir string, env []string, open func() *gorm.DB, pr
 func waitNoPending(t *testing.T, ctx context.Context, c *client, svc *child) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
+	var h health
 	for time.Now().Before(deadline) {
-		var h health
 		if err := c.getJSON(ctx, "/healthz", &h); err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +324,7 @@ func waitNoPending(t *testing.T, ctx context.Context, c *client, svc *child) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the reconciler did not settle the killed process's transactions on %s", svc.url)
+	t.Fatalf("the reconciler did not settle the killed process's transactions on %s: %+v", svc.url, h)
 }
 
 // TestReplayWithoutResult (issue 11, item 1): an initiator record settled SUCCEEDED without the
