@@ -39,7 +39,7 @@ type Reconciler struct {
 	// Pending lists the records to settle. Defaults to Lifecycle.Guard.Pending over Scopes.
 	Pending hooks.Pending
 	// Status asks DTM (txstatus.Client.Status).
-	Status hooks.StatusFunc
+	Status func(ctx context.Context, gid string) (txstatus.Status, error)
 	// Logger receives a line per record that could not be settled. Defaults to discarding.
 	Logger *slog.Logger
 }

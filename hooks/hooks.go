@@ -15,6 +15,13 @@
 // hooks. User hooks may therefore run more than once for one transaction (the initiator and the
 // reconciler can both see the outcome) and must be idempotent, e.g. "UPDATE orders SET status='PAID'
 // WHERE gid=?".
+//
+// [Lifecycle.Run] does it all for one transaction: it stores the transaction's result with the claim
+// (so a record settled by the reconciler carries it), renews the claim right before the start (never
+// starting on a lost claim), takes only the manager's own refusal for "not started" (a timeout or a
+// gateway's 5xx leaves the record to the reconciler) and reports the rollback reason. The reconciler
+// fences a gid the manager never heard of before it rolls the record back, so a late start of it is
+// refused.
 package hooks
 
 import (
@@ -95,6 +102,11 @@ type Lifecycle struct {
 // *idemkit.RejectedError) when the key already finished; or an error (ErrInFlight while another
 // attempt's transaction is running, a Guard error, or the Before hook's error — the record is then
 // FAILED so a retry may run).
+//
+// A permanent Before error (see idemkit.Permanent) makes the record REJECTED, and Begin returns it in
+// the shape a replay of the key returns: an error for which errors.As finds an *idemkit.RejectedError
+// with the stored message (so one check, errors.Is(err, idemkit.ErrRejected), serves the first call
+// and every replay). On the first call the error also wraps the hook's own error.
 func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemkit.Call) (*Txn, idemkit.Result, error) {
 	t := &Txn{TransType: transType, GID: gid}
 	if l.Guard != nil {
@@ -107,14 +119,41 @@ func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemk
 	}
 	if l.Before != nil {
 		if err := l.Before.BeforeTransaction(ctx, t); err != nil {
-			if t.claim != nil {
-				_, _ = t.claim.Finish(ctx, nil, err)
-			}
-			return nil, idemkit.Result{}, fmt.Errorf("hooks: before transaction %s: %w", gid, err)
+			return nil, idemkit.Result{}, l.failBefore(ctx, t, err)
 		}
 	}
 	return t, idemkit.Result{}, nil
 }
+
+// failBefore finishes t's claim after its Before hook failed with err and returns Begin's error.
+func (l *Lifecycle) failBefore(ctx context.Context, t *Txn, err error) error {
+	wrapped := fmt.Errorf("hooks: before transaction %s: %w", t.GID, err)
+	if t.claim == nil {
+		if idemkit.IsPermanent(err) {
+			return &rejection{rej: &idemkit.RejectedError{Message: err.Error()}, cause: wrapped}
+		}
+		return wrapped
+	}
+	cl := t.claim
+	t.claim = nil
+	if _, ferr := cl.Finish(ctx, nil, err); ferr != nil && (errors.Is(ferr, idemkit.ErrFenced) || errors.Is(ferr, idemkit.ErrStoreUnavailable)) {
+		return errors.Join(wrapped, ferr)
+	}
+	if rec := cl.Record(); rec.Status == idemkit.StatusRejected {
+		return &rejection{rej: &idemkit.RejectedError{Message: rec.Error}, cause: wrapped}
+	}
+	return wrapped
+}
+
+// rejection is a permanent failure on its first call: the *idemkit.RejectedError a replay of the key
+// returns, wrapping the error that caused it.
+type rejection struct {
+	rej   *idemkit.RejectedError
+	cause error
+}
+
+func (e *rejection) Error() string   { return e.rej.Error() }
+func (e *rejection) Unwrap() []error { return []error{e.rej, e.cause} }
 
 // Commit runs the OnCommit hook, then marks the record SUCCEEDED with result. When the hook fails the
 // record is left PROCESSING (for the reconciler to retry the hook) and the hook's error is returned. It

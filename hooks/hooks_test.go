@@ -3,9 +3,11 @@ package hooks_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -150,13 +152,8 @@ func TestReconcilerSettlesDetached(t *testing.T) {
 		}
 		b.lc.Detach(ctxb, txn) // the initiator could not wait for the outcome, or died
 	}
-	r := &hooks.Reconciler{
-		Lifecycle: b.lc,
-		Scopes:    []string{"create-order"},
-		Status: func(ctx context.Context, gid string) (txstatus.Status, error) {
-			return statuses[gid], nil
-		},
-	}
+	m := &fakeManager{statuses: statuses}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Manager: m}
 	// Within the lease nothing is pending.
 	if n, err := r.RunOnce(ctxb, b.clock.Now(), 100); n != 0 || err != nil {
 		t.Fatalf("within the lease: %d %v", n, err)
@@ -175,7 +172,7 @@ func TestReconcilerSettlesDetached(t *testing.T) {
 		}
 	}
 	// Once the last one succeeds, the next pass settles it.
-	statuses["g-running"] = txstatus.Succeed
+	m.set("g-running", txstatus.Succeed)
 	if n, err := r.RunOnce(ctxb, b.clock.Now(), 100); n != 1 || err != nil {
 		t.Fatalf("second pass: %d %v", n, err)
 	}
@@ -223,7 +220,7 @@ func TestRunAfterReconcilerSettledFirst(t *testing.T) {
 	}))
 	defer dtm.Close()
 	status := &txstatus.Client{Server: dtm.URL, PollInterval: time.Millisecond}
-	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Status: status.Status}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Manager: status}
 	out, err := b.lc.Run(ctxb, hooks.RunParams{
 		TransType: "saga",
 		Call:      call("k"),
@@ -258,7 +255,9 @@ func TestRunStartFailures(t *testing.T) {
 
 	b := setup(t)
 	out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("refused"), Status: status,
-		Start: func(context.Context, string) error { return errors.New(`{"error":"invalid saga"}`) }})
+		Start: func(context.Context, string) error {
+			return &txstatus.RefusedError{Op: "submit", Message: "invalid saga"}
+		}})
 	if err != nil || out.Status != txstatus.Failed || out.Reason == nil {
 		t.Fatalf("refused start: %+v, %v", out, err)
 	}
@@ -279,11 +278,107 @@ func TestRunStartFailures(t *testing.T) {
 		t.Fatalf("retry of a lost start: %v, want ErrInFlight", err)
 	}
 	b.clock.Advance(2 * time.Second)
-	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Status: status.Status}
+	m := &fakeManager{statuses: map[string]txstatus.Status{}}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Manager: m}
 	if n, err := r.RunOnce(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
 		t.Fatalf("reconciler: %d, %v", n, err)
 	}
+	if len(m.fenced) != 1 || m.fenced[0] != out.GID {
+		t.Fatalf("fenced %q, want the lost start's gid %s", m.fenced, out.GID)
+	}
 	if rec := b.status(t, "lost"); rec.Status != idemkit.StatusFailed {
 		t.Fatalf("after the reconciler: %s", rec.Status)
+	}
+}
+
+// fakeManager answers a Reconciler from a map, and fences like DTM: an unknown gid becomes failed.
+type fakeManager struct {
+	mu       sync.Mutex
+	statuses map[string]txstatus.Status
+	fenced   []string
+}
+
+func (m *fakeManager) set(gid string, st txstatus.Status) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.statuses[gid] = st
+}
+
+func (m *fakeManager) Query(_ context.Context, gid string) (txstatus.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return txstatus.Info{Status: m.statuses[gid]}, nil
+}
+
+func (m *fakeManager) Fence(_ context.Context, gid string) (txstatus.Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fenced = append(m.fenced, gid)
+	if m.statuses[gid] == txstatus.Unknown {
+		m.statuses[gid] = txstatus.Failed
+		return txstatus.Info{Status: txstatus.Failed, RollbackReason: txstatus.FenceReason}, nil
+	}
+	return txstatus.Info{Status: m.statuses[gid]}, nil
+}
+
+// TestPermanentFailureHasOneShape (issue 11, item 18): a BeforeTransaction hook that fails permanently
+// makes the record REJECTED; the first call and every replay return the same shape, an error for which
+// errors.As finds an *idemkit.RejectedError with the same message (the first call also wraps the
+// hook's own error).
+func TestPermanentFailureHasOneShape(t *testing.T) {
+	b := setup(t)
+	errBlocked := errors.New("customer blocked")
+	b.lc.Before = hooks.BeforeTransactionFunc(func(context.Context, *hooks.Txn) error { return idemkit.Permanent(errBlocked) })
+	dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a rejected call reached DTM: %s", r.URL)
+	}))
+	defer dtm.Close()
+	p := hooks.RunParams{TransType: "saga", Call: call("k"), Status: &txstatus.Client{Server: dtm.URL},
+		Start: func(context.Context, string) error { t.Error("a rejected call started"); return nil }}
+	_, first := b.lc.Run(ctxb, p)
+	out, replay := b.lc.Run(ctxb, p)
+	var r1, r2 *idemkit.RejectedError
+	if !errors.As(first, &r1) || !errors.As(replay, &r2) || !out.Replayed {
+		t.Fatalf("first %v (%T), replay %v (%T, replayed %v): want *idemkit.RejectedError both times", first, first, replay, replay, out.Replayed)
+	}
+	if r1.Message != r2.Message || first.Error() != replay.Error() || r1.Message != errBlocked.Error() {
+		t.Fatalf("messages %q and %q, errors %q and %q", r1.Message, r2.Message, first, replay)
+	}
+	if !errors.Is(first, idemkit.ErrRejected) || !errors.Is(replay, idemkit.ErrRejected) || !errors.Is(first, errBlocked) {
+		t.Fatalf("errors.Is: first %v, replay %v", first, replay)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusRejected {
+		t.Fatalf("record %s", rec.Status)
+	}
+}
+
+// TestReconcilerFencesUnknownGIDsLoudly (issue 11, items 1b and 10): a pending record whose gid the
+// manager never heard of is fenced before it is rolled back, logged at error level and reported to
+// Observe; the rollback reason is the fence's.
+func TestReconcilerFencesUnknownGIDsLoudly(t *testing.T) {
+	b := setup(t)
+	txn, _, err := b.lc.Begin(ctxb, "saga", "g-lost", call("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.lc.Detach(ctxb, txn)
+	b.clock.Advance(2 * time.Second)
+	var logs strings.Builder
+	var seen []hooks.ReconcileEvent
+	m := &fakeManager{statuses: map[string]txstatus.Status{}}
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Manager: m,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Observe: func(_ context.Context, e *hooks.ReconcileEvent) { seen = append(seen, *e) }}
+	if n, err := r.RunOnce(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	if len(m.fenced) != 1 || len(seen) != 1 || !seen[0].Fenced || !seen[0].Settled || seen[0].Status != txstatus.Failed {
+		t.Fatalf("fenced %q, events %+v", m.fenced, seen)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "g-lost") {
+		t.Fatalf("log: %s", logs.String())
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, txstatus.FenceReason) {
+		t.Fatalf("record %s %q", rec.Status, rec.Error)
 	}
 }

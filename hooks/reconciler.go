@@ -12,17 +12,52 @@ import (
 	"github.com/idemkit/idemkit/txstatus"
 )
 
-// Pending lists PROCESSING records that carry a gid and whose lease ran out before now, at most limit
-// (record.Store.Pending implements it).
+// Pending lists PROCESSING records that carry a gid and whose lease ran out before now, at most limit.
 type Pending func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error)
 
-// StatusFunc reports a global transaction's status (txstatus.Client.Status implements it).
-type StatusFunc func(ctx context.Context, gid string) (txstatus.Status, error)
+// Manager is what a Reconciler asks of the transaction manager. *txstatus.Client implements it.
+// Implementations must be safe for concurrent use.
+type Manager interface {
+	// Query reports a global transaction's status and rollback reason (Status Unknown when the
+	// manager has no transaction with gid).
+	Query(ctx context.Context, gid string) (txstatus.Info, error)
+	// Fence makes sure gid can no longer start and reports its status afterwards (see
+	// txstatus.Client.Fence).
+	Fence(ctx context.Context, gid string) (txstatus.Info, error)
+}
+
+// ReconcileEvent describes one record a Reconciler looked at, for Reconciler.Observe.
+type ReconcileEvent struct {
+	// Record is the record as listed.
+	Record idemkit.Record
+	// Status is the manager's answer about the record's gid (after the fence, when Fenced).
+	Status txstatus.Status
+	// Fenced is set when the manager had no record of the gid: the reconciler fenced it (see
+	// txstatus.Client.Fence) before following its status. Either the initiator died or lost its
+	// start before the transaction reached the manager, or the manager lost a transaction it had
+	// accepted (a store without persistence): the reconciler logs it at error level.
+	Fenced bool
+	// Settled is set when the record was settled (SUCCEEDED or FAILED) by this pass.
+	Settled bool
+	// Err is the error met, if any (an unreachable manager, a failing hook, the store).
+	Err error
+}
 
 // Reconciler settles records whose initiator could not: for each pending record it asks the transaction
-// manager and runs the Lifecycle's Commit (succeed) or Rollback (failed, or a gid the server never
-// heard of); prepared, submitted and aborting transactions are left for a later pass. Run it with
-// [Reconciler.Task] under a sweep.Sweeper, which bounds batches and keeps it to one instance at a time.
+// manager and runs the Lifecycle's Commit (succeed) or Rollback (failed); prepared, submitted and
+// aborting transactions are left for a later pass.
+//
+// A gid the manager has never heard of is not taken for a failure as such: the initiator may be slow,
+// not dead, with its start still on the way. The reconciler first fences the gid at the manager
+// ([Manager.Fence]: DTM then refuses any later start of it), then follows the status the manager
+// reports — Failed once fenced, so the record is rolled back with the reason. Because a transaction the
+// manager accepted and then lost looks the same, every fence is logged at error level and reported to
+// Observe.
+//
+// Run it with [Reconciler.Task] under a sweep.Sweeper, which bounds batches and keeps it to one
+// instance at a time. A Reconciler settles only the records of its own Lifecycle: its Guard's namespace
+// and its Scopes; give each application, and each Lifecycle with hooks of its own, a Reconciler with its
+// own Scopes and Manager.
 type Reconciler struct {
 	// Lifecycle runs the hooks; its Guard keeps the records. Required.
 	Lifecycle *Lifecycle
@@ -32,12 +67,17 @@ type Reconciler struct {
 	Scopes []string
 	// Pending lists the records to settle. Defaults to Lifecycle.Guard.Pending over Scopes.
 	Pending Pending
-	// Status asks the transaction manager. Required.
-	Status StatusFunc
+	// Manager is the transaction manager this Lifecycle's transactions run on, e.g.
+	// &txstatus.Client{Server: dtmURL}. Required.
+	Manager Manager
 	// TransType is reported in the Txn passed to hooks. Defaults to "".
 	TransType string
-	// Logger receives one line per record it could not settle. Defaults to discarding.
+	// Logger receives one line per record it could not settle (warning) and per gid it had to fence
+	// (error). Defaults to discarding.
 	Logger *slog.Logger
+	// Observe, when set, is called once per record looked at, e.g. to count fences in a metric. It
+	// must be safe for concurrent use and return quickly.
+	Observe func(ctx context.Context, e *ReconcileEvent)
 }
 
 // Task returns the reconciler as a sweep task named "reconcile".
@@ -53,8 +93,8 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 			return r.Lifecycle.Guard.Pending(ctx, now, limit, r.Scopes...)
 		}
 	}
-	if r.Lifecycle == nil || pending == nil || r.Status == nil {
-		return 0, errors.New("hooks: Reconciler needs Lifecycle, Status and Scopes (with a Lifecycle.Guard) or Pending")
+	if r.Lifecycle == nil || pending == nil || r.Manager == nil {
+		return 0, errors.New("hooks: Reconciler needs Lifecycle, Manager and Scopes (with a Lifecycle.Guard) or Pending")
 	}
 	recs, err := pending(ctx, now, limit)
 	if err != nil {
@@ -63,30 +103,66 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	settled := 0
 	var errs []error
 	for _, rec := range recs {
-		st, err := r.Status(ctx, rec.GID)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !st.Final() && st != txstatus.Unknown {
-			continue // still running: a later pass will see its outcome
-		}
-		if st == txstatus.Unknown {
-			st = txstatus.Failed // the manager never heard of it: it never started
-		}
-		t := &Txn{TransType: r.TransType, GID: rec.GID, Record: *rec}
-		err = r.Lifecycle.Conclude(ctx, t, st, nil)
-		switch {
-		case err == nil:
+		ev := ReconcileEvent{Record: *rec}
+		r.settle(ctx, &ev)
+		if ev.Settled {
 			settled++
-		case errors.Is(err, idemkit.ErrFenced):
-			// settled by its initiator meanwhile
-		default:
-			errs = append(errs, err)
+		}
+		if ev.Err != nil {
+			errs = append(errs, ev.Err)
 			if r.Logger != nil {
-				r.Logger.WarnContext(ctx, "idemkit reconcile failed", "gid", rec.GID, "error", err)
+				r.Logger.WarnContext(ctx, "idemkit reconcile failed", "scope", rec.Scope, "gid", rec.GID, "error", ev.Err)
 			}
+		}
+		if r.Observe != nil {
+			r.Observe(ctx, &ev)
 		}
 	}
 	return settled, errors.Join(errs...)
+}
+
+// settle brings one record to its transaction's outcome, filling ev.
+func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
+	rec := &ev.Record
+	info, err := r.Manager.Query(ctx, rec.GID)
+	if err != nil {
+		ev.Err = fmt.Errorf("hooks: asking about %s: %w", rec.GID, err)
+		return
+	}
+	if info.Status == txstatus.Unknown {
+		// Never heard of: the start may still be on its way. Make it impossible before concluding.
+		if info, err = r.Manager.Fence(ctx, rec.GID); err != nil {
+			ev.Err = fmt.Errorf("hooks: fencing %s: %w", rec.GID, err)
+			return
+		}
+		ev.Fenced = true
+		if r.Logger != nil {
+			r.Logger.ErrorContext(ctx, "idemkit reconcile: the transaction manager had no record of a pending transaction; "+
+				"fenced its gid so it can never start, and following it: either its initiator died or lost its start before "+
+				"the manager heard of it, or the manager lost a transaction it had accepted (is its store persistent?)",
+				"scope", rec.Scope, "gid", rec.GID, "status", string(info.Status), "claimed", rec.CreatedAt)
+		}
+	}
+	ev.Status = info.Status
+	t := &Txn{TransType: r.TransType, GID: rec.GID, Record: *rec}
+	switch info.Status {
+	case txstatus.Succeed:
+		err = r.Lifecycle.Commit(ctx, t, rec.Response) // the result stored with the claim
+	case txstatus.Failed:
+		reason := ErrRolledBack
+		if info.RollbackReason != "" {
+			reason = fmt.Errorf("%w: %s", ErrRolledBack, info.RollbackReason)
+		}
+		err = r.Lifecycle.Rollback(ctx, t, reason)
+	default:
+		return // still running: a later pass will see its outcome
+	}
+	switch {
+	case err == nil:
+		ev.Settled = true
+	case errors.Is(err, idemkit.ErrFenced):
+		// settled by its initiator meanwhile
+	default:
+		ev.Err = err
+	}
 }

@@ -1,10 +1,10 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -18,11 +18,14 @@ type Outcome struct {
 	// Status is Succeed or Failed when the outcome was known in time, else the last status seen
 	// (Prepared, Submitted, Aborting or Unknown): the record stays PROCESSING for the Reconciler.
 	Status txstatus.Status
-	// Replayed is set when the key had already finished: no transaction was started and Result is
-	// the stored result.
+	// Replayed is set when the key had already finished: no transaction was started.
 	Replayed bool
-	Result   []byte
-	// Reason says why a transaction failed to start or rolled back, when known.
+	// Result is the transaction's result: the stored one on a replay; on a first call, RunParams.Result
+	// — the same bytes a replay will return — unless the transaction rolled back or never started.
+	Result []byte
+	// Reason says why a transaction failed to start or rolled back: it matches ErrRolledBack and
+	// carries the initiator's error (a TCC try that failed, a start DTM refused) or DTM's rollback
+	// reason (the message of the saga step that failed, a timeout). Nil otherwise.
 	Reason error
 }
 
@@ -32,8 +35,14 @@ type RunParams struct {
 	TransType string
 	// Call is the idempotency identity of the operation the transaction performs.
 	Call idemkit.Call
-	// Start builds and starts the transaction with gid (a saga's Submit, a TCC's whole global
-	// function). Required.
+	// GID is the transaction's gid. Defaults to a fresh txstatus.NewGID(). Set it to know the gid
+	// before the call (to put it in Result); it must be new for every call, because DTM refuses a gid
+	// it has seen (such a call rolls back without starting anything).
+	GID string
+	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
+	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
+	// not start (DTM refused it, or nothing was sent); any other error is an unknown outcome — the
+	// request may have reached DTM — which Run never takes for a refusal.
 	Start func(ctx context.Context, gid string) error
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
@@ -41,28 +50,43 @@ type RunParams struct {
 	// meanwhile. 0 waits not at all: the record stays PROCESSING until the Reconciler settles it.
 	// Keep the Guard's Lease above Wait: the Reconciler settles records whose lease ran out.
 	Wait time.Duration
-	// Result is stored on the record when the transaction succeeds and replayed to duplicates.
+	// Result is the transaction's result (an order id, a gid...), replayed to duplicates once it
+	// succeeded. It is stored with the claim (as Call.Result, unless that is set), so the record
+	// carries it whoever settles it: this call, or the Reconciler after this process died.
 	Result []byte
 }
 
-// Run starts a global transaction under the lifecycle: Begin (claim the record with a fresh gid, or
-// answer a duplicate from the record), Start, wait up to Wait for the outcome, then Commit, Rollback
-// or Detach. It returns an error only when the call could not proceed (in flight, store or lock
-// failure, a failing hook, the transaction manager unreachable); a transaction that rolled back is an
-// Outcome with Status Failed and a nil error. A replayed permanent failure returns an
-// *idemkit.RejectedError with the Outcome.
+// Run starts a global transaction under the lifecycle: Begin (claim the record with the gid, or
+// answer a duplicate from the record), renew the claim, Start, wait up to Wait for the outcome, then
+// Commit, Rollback or Detach. It returns an error only when the call could not proceed (in flight,
+// store or lock failure, a failing hook, the transaction manager unreachable or its answer unknown, the
+// claim lost before the start); a transaction that rolled back is an Outcome with Status Failed and a
+// nil error. A permanent failure is an *idemkit.RejectedError, on a replay as on the first call (see
+// [Lifecycle.Begin]).
 //
-// When Start fails, the manager is asked whether the transaction exists: if it refused the start
-// (it answered, and has no record of the gid) the record is rolled back and the key is free again; if
-// the start was lost in transit (a timeout or a transport error) the record is detached, because the
-// manager may still record the transaction, and the Reconciler settles it after the lease. A final
-// outcome that a Reconciler recorded first (the wait outlived the lease) is reported without error.
+// The claim is renewed right before Start and Start is not called when that fails: a claim whose lease
+// ran out may have been settled by a Reconciler, which fences the gid at DTM first (see
+// [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced, or, when only the
+// lock was lost, rolls the record back (nothing started) and reports Failed.
+//
+// When Start fails, the manager is asked whether the transaction exists: if it definitely did not start
+// (an error matching txstatus.ErrRefused, and the manager has no record of the gid) the record is
+// rolled back and the key is free again; any other failure — a timeout, a reset connection, a 5xx from
+// a proxy or gateway in front of DTM — is an unknown outcome: the record is detached, because the
+// manager may still record the transaction, and the Reconciler settles it after the lease (fencing the
+// gid if DTM never heard of it). A final outcome that a Reconciler recorded first (the wait outlived
+// the lease) is reported without error when the record agrees with it; when it does not, Run returns
+// an error matching idemkit.ErrFenced.
 func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	if p.Start == nil || p.Status == nil {
 		return Outcome{}, errors.New("hooks: RunParams needs Start and Status")
 	}
-	gid := txstatus.NewGID()
-	t, res, err := l.Begin(ctx, p.TransType, gid, p.Call)
+	gid := cmp.Or(p.GID, txstatus.NewGID())
+	call := p.Call
+	if call.Result == nil {
+		call.Result = p.Result
+	}
+	t, res, err := l.Begin(ctx, p.TransType, gid, call)
 	if t == nil {
 		if res.Replayed {
 			return Outcome{Replayed: true, Result: res.Value}, err
@@ -70,7 +94,14 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		return Outcome{}, err
 	}
 	out := Outcome{GID: gid}
-	if startErr := p.Start(ctx, gid); startErr != nil {
+	if rolledBack, err := l.renew(ctx, t); err != nil || rolledBack != nil {
+		if rolledBack != nil {
+			out.Status, out.Reason = txstatus.Failed, rolledBack
+		}
+		return out, err
+	}
+	startErr := p.Start(ctx, gid)
+	if startErr != nil {
 		out.Reason = startErr
 		// Did the transaction reach the manager? Only it can tell.
 		st, err := p.Status.Status(ctx, gid)
@@ -78,16 +109,19 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		case err != nil:
 			l.Detach(ctx, t)
 			return out, fmt.Errorf("hooks: starting %s %s: %w (and its status is unknown: %w)", p.TransType, gid, startErr, err)
-		case st == txstatus.Unknown && transportError(startErr):
-			// A timeout or a dropped connection says nothing about whether the request reached the
-			// manager, which may still record it: rolling back now would let a retry with the same key
-			// start a second transaction beside it. The Reconciler asks again once the lease ran out.
-			l.Detach(ctx, t)
-			return out, fmt.Errorf("hooks: starting %s %s: %w (the manager has no record of it yet; left to the reconciler)", p.TransType, gid, startErr)
-		case st == txstatus.Unknown:
+		case st == txstatus.Unknown && errors.Is(startErr, txstatus.ErrRefused):
 			// The manager answered and refused: nothing started.
 			out.Status = txstatus.Failed
-			return out, l.Rollback(ctx, t, fmt.Errorf("%w: never started: %w", ErrRolledBack, startErr))
+			out.Reason = fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)
+			return out, l.Rollback(ctx, t, out.Reason)
+		case st == txstatus.Unknown:
+			// A timeout, a dropped connection or an answer that is not DTM's (a proxy's 502) says
+			// nothing about whether the request reached the manager, which may still record it:
+			// rolling back now would let a retry with the same key start a second transaction beside
+			// it. The Reconciler asks again once the lease ran out, and fences the gid if DTM still
+			// has no record of it.
+			l.Detach(ctx, t)
+			return out, fmt.Errorf("hooks: starting %s %s: %w (the manager has no record of it yet; left to the reconciler)", p.TransType, gid, startErr)
 		}
 	}
 	out.Status = txstatus.Submitted
@@ -104,8 +138,18 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		}
 		out.Status = st
 	}
-	err = l.Conclude(ctx, t, out.Status, p.Result)
-	if errors.Is(err, idemkit.ErrFenced) && out.Status.Final() {
+	switch out.Status {
+	case txstatus.Succeed:
+		out.Result = call.Result
+		err = l.Commit(ctx, t, p.Result)
+	case txstatus.Failed:
+		out.Reason = rollbackReason(ctx, p.Status, gid, startErr)
+		err = l.Rollback(ctx, t, out.Reason)
+	default:
+		out.Result = call.Result // stored with the claim: what a replay returns once it succeeds
+		l.Detach(ctx, t)
+	}
+	if errors.Is(err, idemkit.ErrFenced) && l.agrees(ctx, call, gid, out.Status) {
 		// The wait outlived the claim's lease and a Reconciler settled the record first, from the
 		// same final status the manager gave us: the outcome stands and the record agrees with it.
 		return out, nil
@@ -113,8 +157,64 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	return out, err
 }
 
-// Conclude applies a transaction status to t: Commit with result on Succeed, Rollback on Failed,
-// Detach on anything else (still running).
+// renew renews t's claim right before its transaction starts. It returns a rollback reason when it
+// rolled the record back (the claim's lock ran out: nothing was started, the key is free again), or an
+// error when the transaction must not start.
+func (l *Lifecycle) renew(ctx context.Context, t *Txn) (rolledBack, err error) {
+	if t.claim == nil {
+		return nil, nil
+	}
+	err = t.claim.Extend(ctx)
+	switch {
+	case err == nil:
+		t.Record = t.claim.Record()
+		return nil, nil
+	case errors.Is(err, idemkit.ErrFenced):
+		// Settled by another (a Reconciler that found the lease run out, and fenced the gid at DTM).
+		l.Detach(ctx, t)
+		return nil, fmt.Errorf("hooks: the claim of %s was settled by another before its start, which did not happen: %w", t.GID, err)
+	case errors.Is(err, idemkit.ErrLockNotHeld):
+		// The lock ran out: the record may still be ours, or may not. Nothing started, so rolling
+		// it back is right either way; a fenced rollback means another settled it first.
+		reason := fmt.Errorf("%w (never started): the claim's lock ran out before the start: %w", ErrRolledBack, err)
+		return reason, l.Rollback(ctx, t, reason)
+	default:
+		// The store cannot say: leave the record to the reconciler, which fences the gid.
+		l.Detach(ctx, t)
+		return nil, fmt.Errorf("hooks: renewing the claim of %s before its start: %w (nothing started; left to the reconciler)", t.GID, err)
+	}
+}
+
+// rollbackReason says why gid rolled back: the initiator's own error when it had one (a TCC try that
+// failed), else DTM's reason, else just ErrRolledBack.
+func rollbackReason(ctx context.Context, c *txstatus.Client, gid string, startErr error) error {
+	if startErr != nil {
+		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
+	}
+	if info, err := c.Query(ctx, gid); err == nil && info.RollbackReason != "" {
+		return fmt.Errorf("%w: %s", ErrRolledBack, info.RollbackReason)
+	}
+	return ErrRolledBack
+}
+
+// agrees reports whether the record of call carries gid and the final status st: a settle that was
+// fenced because a Reconciler recorded the same outcome first.
+func (l *Lifecycle) agrees(ctx context.Context, call idemkit.Call, gid string, st txstatus.Status) bool {
+	if l.Guard == nil || !st.Final() {
+		return false
+	}
+	rec, err := l.Guard.Get(ctx, call.Scope, call.Key)
+	if err != nil || rec.GID != gid {
+		return false
+	}
+	if st == txstatus.Succeed {
+		return rec.Status == idemkit.StatusSucceeded
+	}
+	return rec.Status == idemkit.StatusFailed || rec.Status == idemkit.StatusRejected
+}
+
+// Conclude applies a transaction status to t: Commit with result on Succeed, Rollback on Failed (with
+// ErrRolledBack as the reason), Detach on anything else (still running).
 func (l *Lifecycle) Conclude(ctx context.Context, t *Txn, st txstatus.Status, result []byte) error {
 	switch st {
 	case txstatus.Succeed:
@@ -125,11 +225,4 @@ func (l *Lifecycle) Conclude(ctx context.Context, t *Txn, st txstatus.Status, re
 		l.Detach(ctx, t)
 		return nil
 	}
-}
-
-// transportError reports whether err is a transport failure or a timeout (the request may or may not
-// have reached the server) rather than the server's answer.
-func transportError(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }

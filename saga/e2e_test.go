@@ -191,7 +191,7 @@ func TestReconcilerSettlesDetachedSagas(t *testing.T) {
 			rc := &hooks.Reconciler{
 				Lifecycle: k.lc,
 				Scopes:    []string{"POST /transfers"},
-				Status:    (&txstatus.Client{Server: k.srv.URL()}).Status,
+				Manager:   &txstatus.Client{Server: k.srv.URL()},
 				TransType: "saga",
 			}
 			// The sweeper's clock runs past the claim's lease: the record is pending.

@@ -23,7 +23,8 @@ type Initiator struct {
 	// Wait bounds how long Submit waits for the saga's outcome. Defaults to 0: Submit returns once the
 	// saga is submitted, with Status Submitted, and the Reconciler settles the record later.
 	Wait time.Duration
-	// Status asks DTM about outcomes. Defaults to a txstatus.Client on Server.
+	// Status submits the saga and asks DTM about its outcome, with its HTTP client (and its
+	// timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
 	Status *txstatus.Client
 }
 
@@ -34,28 +35,39 @@ type SubmitParams struct {
 	// Steps adds the saga's steps (s.Add(action, compensate, payload)) and sets its options
 	// (s.RetryInterval, s.TimeoutToFail, s.Concurrent...). Required.
 	Steps func(s *dtmcli.Saga)
-	// Result is stored when the saga succeeds and replayed to duplicates.
+	// Result is the saga's result (an order id...): stored with the claim, returned in
+	// Outcome.Result when the saga succeeds, and replayed to duplicates. See hooks.RunParams.Result.
 	Result []byte
+	// GID is the saga's gid. Defaults to a fresh one; see hooks.RunParams.GID.
+	GID string
 }
 
 // Submit claims the record, submits the saga with a fresh gid stored on the record, waits up to Wait
 // for the outcome and commits, rolls back or detaches the record accordingly. A duplicate of a finished
 // key gets the stored result (Outcome.Replayed) and submits nothing; a duplicate of a running one gets
 // idemkit.ErrInFlight. See [hooks.Lifecycle.Run] for errors.
+//
+// The submit is posted with ctx through Status's HTTP client. Only DTM's own refusal (409 FAILURE)
+// rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM
+// leaves the record PROCESSING for the reconciler, since DTM may have accepted the saga. A rolled-back
+// saga reports DTM's rollback reason (the failing step's message) in Outcome.Reason.
 func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, error) {
 	if i.Server == "" || i.Lifecycle == nil || p.Steps == nil {
 		return hooks.Outcome{}, errors.New("saga: Initiator needs Server and Lifecycle, SubmitParams needs Steps")
 	}
+	status := cmp.Or(i.Status, &txstatus.Client{Server: i.Server})
 	return i.Lifecycle.Run(ctx, hooks.RunParams{
 		TransType: "saga",
 		Call:      p.Call,
-		Status:    cmp.Or(i.Status, &txstatus.Client{Server: i.Server}),
+		Status:    status,
 		Wait:      i.Wait,
 		Result:    p.Result,
+		GID:       p.GID,
 		Start: func(ctx context.Context, gid string) error {
 			s := dtmcli.NewSaga(i.Server, gid)
 			p.Steps(s)
-			return s.Submit()
+			s.BuildCustomOptions() // what dtmcli's Submit does before it posts
+			return status.Call(ctx, "submit", gid, &s.TransBase)
 		},
 	})
 }

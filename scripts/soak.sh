@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Soak: idemkit's chaos harness for a long time, then the message-consumer chaos run on NATS and
-# RabbitMQ (idemchaos msg), then every fuzz target of the repository for a set time each. Prints the chaos figures (requests, duplicates, faults by kind, effects checked,
-# violations) and one line per fuzz target; exits non-zero if the checker found a violation or a
-# fuzz target failed.
+# Soak: idemkit's chaos harness for a long time, then the DTM scenario (the example's order service
+# SIGKILLed mid-storm, external and embedded DTM), then the message-consumer chaos run on NATS and
+# RabbitMQ (idemchaos msg), then every fuzz target of the repository for a set time each. Prints the
+# chaos figures (requests, duplicates, faults by kind, effects checked, violations) and one line per
+# fuzz target; exits non-zero if a checker found a violation or a fuzz target failed.
 #
 #   ./scripts/soak.sh                         10 minutes of chaos, then 1 minute per fuzz target
 #   ./scripts/soak.sh -d 2h -f 10m            2 hours of chaos, 10 minutes per fuzz target
 #   ./scripts/soak.sh -d 30m --no-fuzz        chaos only
 #   ./scripts/soak.sh --no-chaos -f 5m        fuzzing only
 #   ./scripts/soak.sh -d 1h -- -workers 4 -clients 12    extra flags for cmd/idemchaos
+#   ./scripts/soak.sh --no-chaos --no-fuzz -D 10m        only the DTM scenario, 10 minutes per mode
 #
 # Options:
 #   -d, --duration D     load phase of the chaos run (Go duration: 90s, 10m, 2h). Default 10m.
 #   -f, --fuzztime T     time per fuzz target (go test -fuzztime). Default 1m.
 #   -i, --fault-interval I   time between two faults. Default 8s.
+#   -D, --dtm-duration D the DTM scenario's storm, per mode (external, embedded): the example's order
+#                        service SIGKILLed mid-storm and restarted on its data. Default 5m.
+#   -k, --kill-every K   mean time between two SIGKILLs of the order service. Default 5s.
 #   -o, --out DIR        where the reports go. Default soak-<date> under $TMPDIR.
 #   -m, --msg-messages N     messages of the consumer chaos run, per broker. Default 10000 (200 batches, 30 kills).
-#   --no-chaos, --no-msg, --no-fuzz    skip a part.
+#   --no-chaos, --no-dtm, --no-msg, --no-fuzz    skip a part.
 #
 # Needs mariadbd, mariadb-install-db and redis-server (scripts/services.sh installs them); the
 # harness starts private instances on free loopback ports and stops them, so it may run beside the
@@ -25,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1 msg=1 msgs=10000
+duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1 msg=1 msgs=10000 dtm=1 dtmduration=5m killevery=5s
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,11 +39,14 @@ while [ $# -gt 0 ]; do
     -i|--fault-interval) interval=$2; shift 2 ;;
     -o|--out) out=$2; shift 2 ;;
     -m|--msg-messages) msgs=$2; shift 2 ;;
+    -D|--dtm-duration) dtmduration=$2; shift 2 ;;
+    -k|--kill-every) killevery=$2; shift 2 ;;
     --no-chaos) chaos=0; shift ;;
     --no-msg) msg=0; shift ;;
+    --no-dtm) dtm=0; shift ;;
     --no-fuzz) fuzz=0; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -81,9 +89,27 @@ if [ "$chaos" = 1 ]; then
   esac
 fi
 
+if [ "$dtm" = 1 ]; then
+  step "chaos, DTM scenario: $dtmduration of storm per mode, a SIGKILL of the order service every ~$killevery (report in $out)"
+  [ -x "$out/idemchaos" ] || go build -o "$out/idemchaos" ./cmd/idemchaos
+  limit=$(( 2 * $(seconds "$dtmduration") + 1800 )) # two modes, then builds, settling and checking
+  set +e
+  timeout --signal=INT --kill-after=60 "$limit" "$out/idemchaos" -dtm both -duration "$dtmduration" -kill-every "$killevery" \
+    -json "$out/chaos-dtm.json" > "$out/chaos-dtm.txt" 2> "$out/chaos-dtm.log"
+  rc=$?
+  set -e
+  grep -v '^  VIOLATION ' "$out/chaos-dtm.txt" || true
+  echo "exact command: $out/idemchaos -dtm both -duration $dtmduration -kill-every $killevery -json $out/chaos-dtm.json"
+  case $rc in
+    0) echo "chaos dtm: 0 violations" ;;
+    1) echo "chaos dtm: VIOLATIONS found (see $out/chaos-dtm.txt)"; status=1 ;;
+    *) echo "chaos dtm: the harness failed (exit $rc); log: $out/chaos-dtm.log"; tail -20 "$out/chaos-dtm.log"; status=1 ;;
+  esac
+fi
+
 if [ "$msg" = 1 ]; then
   step "message-consumer chaos: $msgs messages per broker, NATS and RabbitMQ (report in $out)"
-  go build -o "$out/idemchaos" ./cmd/idemchaos
+  [ -x "$out/idemchaos" ] || go build -o "$out/idemchaos" ./cmd/idemchaos
   batches=$(( msgs / 50 > 10 ? msgs / 50 : 10 ))
   set +e
   timeout --signal=INT --kill-after=60 3600 "$out/idemchaos" msg -messages "$msgs" -batches "$batches" -kills 30 \

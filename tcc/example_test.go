@@ -23,19 +23,16 @@ import (
 // branches, and the record is FAILED so the client may retry with the same key.
 func ExampleGlobal_Run() {
 	var guard *idemkit.Guard // over record.Store and lock.Locker, as for sagas
-	global := &tcc.Global{
-		Server:    "http://dtm:36789/api/dtmsvr",
-		Lifecycle: &hooks.Lifecycle{Guard: guard},
-		Wait:      5 * time.Second,
-	}
+	const dtm = "http://dtm:36789/api/dtmsvr"
+	global := &tcc.Global{Server: dtm, Lifecycle: &hooks.Lifecycle{Guard: guard}, Wait: 5 * time.Second}
+	req := &transfer{Amount: 30}
 	out, err := global.Run(context.Background(), tcc.RunParams{
-		Call:    idemkit.Call{Scope: "POST /transfers", Key: "client-key-123"},
-		Result:  []byte(`{"status":"transferred"}`),
+		Call:    idemkit.Call{Scope: "POST /transfers", Key: "client-key-123", Fingerprint: "amount=30"},
+		Result:  []byte(`{"status":"transferred"}`), // stored with the claim, replayed to duplicates
 		Options: func(t *dtmcli.Tcc) { t.TimeoutToFail = 60 },
 		Tries: func(t *dtmcli.Tcc) error {
-			req := &transfer{Amount: 30}
 			if _, err := t.CallBranch(req, "http://accounts/OutTry", "http://accounts/OutConfirm", "http://accounts/OutCancel"); err != nil {
-				return err
+				return err // Run aborts: DTM cancels what was tried, the record is FAILED
 			}
 			_, err := t.CallBranch(req, "http://wallet/InTry", "http://wallet/InConfirm", "http://wallet/InCancel")
 			return err
@@ -44,12 +41,14 @@ func ExampleGlobal_Run() {
 	switch {
 	case errors.Is(err, idemkit.ErrInFlight):
 		log.Print("the same transfer is running")
-	case err != nil:
-		log.Print(err)
-	case out.Replayed:
-		log.Printf("already done: %s", out.Result)
+	case err != nil: // store, lock or DTM unreachable, DTM's answer lost, or a rejection
+		log.Printf("no outcome yet, retry with the same key: %v", err)
 	case out.Status == txstatus.Failed:
-		log.Printf("cancelled: %v", out.Reason)
+		log.Printf("cancelled: %v", out.Reason) // the try's error
+	case out.Replayed, out.Status == txstatus.Succeed:
+		log.Printf("done: %s", out.Result)
+	default:
+		log.Printf("confirming: %s", out.Result) // the reconciler settles the record
 	}
 }
 

@@ -4,10 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dtm-labs/client/dtmcli"
-	"github.com/go-resty/resty/v2"
+	"github.com/dtm-labs/client/dtmcli/dtmimp"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
@@ -24,7 +25,8 @@ type Global struct {
 	// Wait bounds how long Run waits for the confirms or cancels to finish after the tries. Defaults
 	// to 0: Run returns after submitting (or aborting) and the Reconciler settles the record later.
 	Wait time.Duration
-	// Status asks DTM about outcomes. Defaults to a txstatus.Client on Server.
+	// Status prepares, submits and aborts the transaction and asks DTM about its outcome, with its
+	// HTTP client (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
 	Status *txstatus.Client
 }
 
@@ -38,31 +40,67 @@ type RunParams struct {
 	// Options sets the transaction's options before it is prepared (t.TimeoutToFail,
 	// t.RetryInterval...). Optional.
 	Options func(t *dtmcli.Tcc)
-	// Result is stored when the transaction succeeds and replayed to duplicates.
+	// Result is the transaction's result (an order id...): stored with the claim, returned in
+	// Outcome.Result when it succeeds, and replayed to duplicates. See hooks.RunParams.Result.
 	Result []byte
+	// GID is the transaction's gid. Defaults to a fresh one; see hooks.RunParams.GID.
+	GID string
 }
 
 // Run claims the record, prepares the global transaction with a fresh gid stored on the record, runs
 // the tries, submits (or aborts when a try failed), waits up to Wait for the outcome and commits, rolls
 // back or detaches the record. See [hooks.Lifecycle.Run] for results and errors.
+//
+// Prepare, submit and abort are posted with ctx through Status's HTTP client (dtmcli's try calls,
+// made by Tries, take no context). Only DTM's own refusal of the prepare (409 FAILURE) rolls the record
+// back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
+// PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
+// Outcome.Reason carries the try's error.
 func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
 	}
-	options := p.Options
-	if options == nil {
-		options = func(*dtmcli.Tcc) {}
-	}
+	status := cmp.Or(g.Status, &txstatus.Client{Server: g.Server})
 	return g.Lifecycle.Run(ctx, hooks.RunParams{
 		TransType: "tcc",
 		Call:      p.Call,
-		Status:    cmp.Or(g.Status, &txstatus.Client{Server: g.Server}),
+		Status:    status,
 		Wait:      g.Wait,
 		Result:    p.Result,
+		GID:       p.GID,
 		Start: func(ctx context.Context, gid string) error {
-			return dtmcli.TccGlobalTransaction2(g.Server, gid, options, func(t *dtmcli.Tcc) (*resty.Response, error) {
-				return nil, p.Tries(t)
-			})
+			t := &dtmcli.Tcc{TransBase: *dtmimp.NewTransBase(gid, "tcc", g.Server, "")}
+			if p.Options != nil {
+				p.Options(t)
+			}
+			return start(ctx, status, t, p.Tries)
 		},
 	})
+}
+
+// start prepares t, runs the tries and submits it, or aborts it when a try failed or panicked (the
+// panic then goes on): what dtmcli.TccGlobalTransaction2 does, with a context and answers that tell
+// DTM's refusal from silence.
+func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error) (err error) {
+	if err := status.Call(ctx, "prepare", t.Gid, &t.TransBase); err != nil {
+		return err
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			t.RollbackReason = "panic in the tries"
+			_ = status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase)
+		}
+	}()
+	tryErr := tries(t)
+	panicked = false
+	if tryErr == nil {
+		return status.Call(ctx, "submit", t.Gid, &t.TransBase)
+	}
+	t.RollbackReason = tryErr.Error()
+	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {
+		// DTM aborts a TCC left prepared past its TimeoutToFail anyway.
+		return fmt.Errorf("%w (and aborting: %w)", tryErr, err)
+	}
+	return tryErr
 }

@@ -1,8 +1,17 @@
-// Package txstatus asks a DTM server how a global transaction stands, through its HTTP query API
-// (GET <server>/query?gid=...). DTM has no completion callback, and a submit that waits for the result
-// reports the same FAILURE for a saga that rolled back and for one still retrying; the query API is the
-// authoritative answer. It is used by the saga and TCC initiators to wait for an outcome and by the
-// reconciler to settle records whose initiator died.
+// Package txstatus talks to a DTM server about global transactions: it asks how one stands, through
+// the HTTP query API (GET <server>/query?gid=...), and makes the calls whose answer decides whether one
+// started (submit, prepare, abort) with a context and an answer that tells a refusal from silence.
+//
+// DTM has no completion callback, and a submit that waits for the result reports the same FAILURE for
+// a saga that rolled back and for one still retrying; the query API is the authoritative answer. The
+// saga and TCC initiators use this package to start transactions and wait for their outcome, and the
+// reconciler uses it to settle records whose initiator died — after [Client.Fence] made sure a
+// transaction the server never heard of can no longer start.
+//
+// Only DTM's own refusal ([RefusedError]: HTTP 409 with DTM's {"dtm_result":"FAILURE"} body) says a
+// call did not take effect. Anything else that is not a success — a timeout, a reset connection, a 5xx
+// from DTM or from a proxy or gateway in front of it, a body that is not DTM's — matches [ErrNoAnswer]:
+// the call may or may not have taken effect, and only a later query (or a fence) can tell.
 package txstatus
 
 import (
@@ -54,50 +63,76 @@ type Client struct {
 
 var defaultHTTP = &http.Client{Timeout: DefaultTimeout}
 
+// Info is what the query API reports about a global transaction.
+type Info struct {
+	// Status is the transaction's status; Unknown when the server has no transaction with the gid.
+	Status Status
+	// RollbackReason is why the server rolled the transaction back, when it says: the message of the
+	// branch that failed, a timeout, or the reason an initiator gave when it aborted. Empty otherwise.
+	RollbackReason string
+}
+
 // Status returns the global transaction's status, Unknown when the server has no transaction with gid,
 // or an error when the server cannot be asked or answers something unexpected.
 func (c *Client) Status(ctx context.Context, gid string) (Status, error) {
+	info, err := c.Query(ctx, gid)
+	return info.Status, err
+}
+
+// Query returns what the server knows about the global transaction gid (a zero Info, Status Unknown,
+// when it has none), or an error when the server cannot be asked or answers something unexpected.
+func (c *Client) Query(ctx context.Context, gid string) (Info, error) {
 	if c.Server == "" {
-		return Unknown, errors.New("txstatus: no DTM server configured")
+		return Info{}, errors.New("txstatus: no DTM server configured")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(c.Server, "/")+"/query?gid="+url.QueryEscape(gid), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/query?gid="+url.QueryEscape(gid), nil)
 	if err != nil {
-		return Unknown, fmt.Errorf("txstatus: building query: %w", err)
+		return Info{}, fmt.Errorf("txstatus: building query: %w", err)
 	}
-	resp, err := cmp.Or(c.HTTP, defaultHTTP).Do(req)
+	resp, err := c.http().Do(req)
 	if err != nil {
-		return Unknown, fmt.Errorf("txstatus: querying %s: %w", gid, err)
+		return Info{}, fmt.Errorf("txstatus: querying %s: %w", gid, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return Unknown, fmt.Errorf("txstatus: reading query answer: %w", err)
+		return Info{}, fmt.Errorf("txstatus: reading query answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return Unknown, fmt.Errorf("txstatus: query %s: HTTP %d: %.200s", gid, resp.StatusCode, body)
+		return Info{}, fmt.Errorf("txstatus: query %s: HTTP %d: %.200s", gid, resp.StatusCode, body)
 	}
-	return parse(body)
+	return parseInfo(body)
 }
 
-// parse reads the query API's answer: {"branches":[...],"transaction":{"status":"..."}} or a null
-// transaction for an unknown gid.
+func (c *Client) base() string       { return strings.TrimSuffix(c.Server, "/") }
+func (c *Client) http() *http.Client { return cmp.Or(c.HTTP, defaultHTTP) }
+
+// parse reads the status from the query API's answer.
 func parse(body []byte) (Status, error) {
+	info, err := parseInfo(body)
+	return info.Status, err
+}
+
+// parseInfo reads the query API's answer: {"branches":[...],"transaction":{"status":"...",
+// "rollback_reason":"..."}} or a null transaction for an unknown gid.
+func parseInfo(body []byte) (Info, error) {
 	var ans struct {
 		Transaction *struct {
-			Status string `json:"status"`
+			Status         string `json:"status"`
+			RollbackReason string `json:"rollback_reason"`
 		} `json:"transaction"`
 	}
 	if err := json.Unmarshal(body, &ans); err != nil {
-		return Unknown, fmt.Errorf("txstatus: malformed query answer: %w", err)
+		return Info{}, fmt.Errorf("txstatus: malformed query answer: %w", err)
 	}
 	if ans.Transaction == nil {
-		return Unknown, nil
+		return Info{}, nil
 	}
 	switch st := Status(ans.Transaction.Status); st {
 	case Prepared, Submitted, Aborting, Succeed, Failed:
-		return st, nil
+		return Info{Status: st, RollbackReason: ans.Transaction.RollbackReason}, nil
 	default:
-		return Unknown, fmt.Errorf("txstatus: unexpected transaction status %q", ans.Transaction.Status)
+		return Info{}, fmt.Errorf("txstatus: unexpected transaction status %q", ans.Transaction.Status)
 	}
 }
 

@@ -18,6 +18,14 @@
 //	go run ./cmd/idemchaos grpc                 # the gRPC interceptor under server kills (suites.go)
 //	go run ./cmd/idemchaos dtm-msg              # DTM 2-phase messages under publisher kills (suites.go)
 //	go run ./cmd/idemchaos msg -messages 5000 -kills 20  # message consumers on NATS and RabbitMQ (see msg.go)
+//	go run ./cmd/idemchaos -dtm both -duration 5m # the DTM scenario (below), both modes in turn
+//
+// With -dtm it runs the DTM scenario instead: the example's order service
+// (examples/order-pay-inventory, serve mode) under duplicate storms of saga and TCC orders, SIGKILLed
+// every -kill-every and restarted on its data — with an external DTM server on a private MariaDB and
+// Redis ("external"), and on its embedded defaults with the DTM child process restarted on the data
+// directory ("embedded") — then every key retried until answered; the checker verifies one order per
+// key in every answer, money and stock conserved, every failed order compensated, nothing PENDING.
 //
 // It prints a summary and exits 0 when the checker found no violation, 1 when it found some (each is
 // printed), 2 when the harness could not run.
@@ -63,6 +71,8 @@ func run() int {
 		sabotage string
 		jsonOut  string
 		quiet    bool
+		dtmModes string
+		dc       chaos.DTMConfig
 	)
 	flag.DurationVar(&c.Duration, "duration", chaos.DefaultDuration, "length of the load phase (faults run in its first 80%)")
 	flag.IntVar(&c.Workers, "workers", chaos.DefaultWorkers, "worker processes")
@@ -82,7 +92,14 @@ func run() int {
 	flag.BoolVar(&c.KeepDir, "keep", false, "keep the run directory")
 	flag.StringVar(&jsonOut, "json", "", "also write the full report as JSON to this file")
 	flag.BoolVar(&quiet, "q", false, "no progress lines")
+	flag.StringVar(&dtmModes, "dtm", "", "run the DTM scenario instead, in these modes: external, embedded or both")
+	flag.DurationVar(&dc.KillEvery, "kill-every", chaos.DefaultKillEvery, "DTM scenario: mean time between two SIGKILLs of the order service")
+	flag.IntVar(&dc.Dup, "dup", chaos.DefaultDTMDup, "DTM scenario: identical requests per new key, sent at once")
 	flag.Parse()
+	if dtmModes != "" {
+		dc.Duration, dc.Clients, dc.Seed, dc.Dir, dc.KeepDir = c.Duration, c.Clients, c.Seed, c.Dir, c.KeepDir
+		return runDTM(dtmModes, dc, jsonOut, quiet)
+	}
 
 	fs, err := chaos.ParseFaults(faults)
 	if err != nil {
@@ -116,4 +133,42 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// runDTM runs the DTM scenario in each mode of modes, in turn, and returns the exit code.
+func runDTM(modes string, c chaos.DTMConfig, jsonOut string, quiet bool) int {
+	ms, err := chaos.ParseDTMModes(modes)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	logger := log.New(os.Stderr, "idemchaos ", log.Ltime|log.Lmicroseconds)
+	if !quiet {
+		c.Logf = logger.Printf
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := 0
+	var reps []*chaos.DTMReport
+	for _, m := range ms {
+		c.Mode = m
+		start := time.Now()
+		rep, err := chaos.RunDTM(ctx, &c)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "idemchaos: dtm %s: %v (after %s)\n", m, err, time.Since(start).Round(time.Second))
+			return 2
+		}
+		fmt.Print(rep.Summary(0))
+		reps = append(reps, rep)
+		if len(rep.Violations()) > 0 {
+			code = 1
+		}
+	}
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(reps, "", "  ")
+		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "idemchaos: writing %s: %v\n", jsonOut, err)
+		}
+	}
+	return code
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -65,6 +66,46 @@ type Services struct {
 	pay     *payment
 	store   *record.Store
 	metrics *metrics
+	stats   reconcileStats
+}
+
+// reconcileStats counts what the reconciler did. It is safe for concurrent use.
+type reconcileStats struct {
+	settled, fenced, errors atomic.Int64
+}
+
+func (c *reconcileStats) observe(_ context.Context, e *hooks.ReconcileEvent) {
+	if e.Settled {
+		c.settled.Add(1)
+	}
+	if e.Fenced {
+		c.fenced.Add(1)
+	}
+	if e.Err != nil {
+		c.errors.Add(1)
+	}
+}
+
+// health is the body of GET /healthz: the status and the counters an operator alerts on.
+type health struct {
+	Status     string `json:"status"`
+	Reconciler struct {
+		Settled int64 `json:"settled"`
+		// Fenced counts transactions DTM had no record of: their initiator died before DTM heard of
+		// them, or DTM lost them (a DTM store that does not survive a restart).
+		Fenced int64 `json:"fenced"`
+		Errors int64 `json:"errors"`
+	} `json:"reconciler"`
+	// UnreadableResults counts retries whose order could not be found (answered 500).
+	UnreadableResults int64 `json:"unreadable_results"`
+}
+
+func (s *Services) health() health {
+	h := health{Status: "ok", UnreadableResults: s.orders.unreadable.Load()}
+	h.Reconciler.Settled = s.stats.settled.Load()
+	h.Reconciler.Fenced = s.stats.fenced.Load()
+	h.Reconciler.Errors = s.stats.errors.Load()
+	return h
 }
 
 // Start opens the database and Redis (waiting up to Config.StartupTimeout for them), creates the
@@ -175,7 +216,13 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	s.orders.sagas = &saga.Initiator{Server: s.dtm.url, Lifecycle: lc, Wait: cfg.Wait, Status: status}
 	s.orders.tccs = &tcc.Global{Server: s.dtm.url, Lifecycle: lc, Wait: cfg.Wait, Status: status}
 
-	reconciler := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{scopeSaga, scopeTCC}, Status: status.Status, Logger: logger}
+	// The reconciler settles only the orders' records (their scopes), asking this DTM. A gid DTM does
+	// not know is fenced, logged at error level and counted (GET /healthz): the order's initiator died
+	// before DTM heard of it, or DTM lost it.
+	reconciler := &hooks.Reconciler{
+		Lifecycle: lc, Scopes: []string{scopeSaga, scopeTCC}, Manager: status, Logger: logger,
+		Observe: s.stats.observe,
+	}
 	tasks := append(sweep.RecordTasks(s.store), reconciler.Task(), sweep.Task{
 		Name: "barrier",
 		Run: func(ctx context.Context, now time.Time, limit int) (int, error) {
@@ -199,7 +246,7 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	r.Put("/api/inventory/{sku}", s.inv.handlePut)
 	r.Handle("/metrics", s.metrics.handler)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		writeJSON(w, http.StatusOK, s.health())
 	})
 	err = mountBranches(r, &branchDeps{
 		bar: bar, locker: locker, failOpen: failOpen, logger: logger, onBranch: ro.OnBranch, inv: s.inv, pay: s.pay,

@@ -44,7 +44,10 @@ type Config struct {
 	// DTM is the HTTP API base of an external DTM server, e.g. http://127.0.0.1:36789/api/dtmsvr.
 	// Defaults to "": a DTM server child process, built on first use.
 	DTM string
-	// DataDir holds the SQLite file. Required when DB is "".
+	// DataDir holds the SQLite file and the DTM child process's store (dtm/dtm.bolt), so services
+	// restarted on the same DataDir — after a stop or a crash — resume the global transactions in
+	// flight. Required when DB is "". Without it (MySQL and no DataDir), a DTM child process keeps its
+	// store in a temporary directory, lost when it stops.
 	DataDir string
 	// Wait bounds how long an order request waits for the global transaction's outcome before it
 	// answers PENDING. Defaults to DefaultWait.
@@ -199,7 +202,7 @@ func (c *Config) flagSet(name string, tour bool, keep *bool) *flag.FlagSet {
 	str(&c.DB, "db", "DB", "", "database: sqlite://<path> or mysql://<DSN> (default SQLite in the data directory)")
 	str(&c.Redis, "redis", "REDIS", "", "Redis address for lock and cache, host:port or redis://... (default in-process)")
 	str(&c.DTM, "dtm", "DTM", "", "external DTM server, http://host:36789/api/dtmsvr (default: build and run one as a child process)")
-	dataUsage := "directory of the SQLite file"
+	dataUsage := "directory of the SQLite file and the DTM child process's store (dtm/dtm.bolt)"
 	if tour {
 		dataUsage += " (default a fresh temporary directory, removed afterwards unless -keep)"
 	}

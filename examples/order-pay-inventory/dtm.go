@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 
 	"github.com/idemkit/idemkit/internal/dtmserver"
@@ -16,14 +17,23 @@ type dtm struct {
 	logs  *tail
 }
 
+// dtmDir is the child server's working directory in the data directory: its boltdb store (dtm.bolt)
+// lives there, so a restart on the same data directory resumes the transactions in flight.
+const dtmDir = "dtm"
+
 // startDTM returns the external server of cfg, or builds (on first use, reporting to progress) and
-// starts a DTM server child process on free loopback ports.
+// starts a DTM server child process on free loopback ports, its store in cfg.DataDir (or, without a
+// data directory, in a temporary one that dies with it).
 func startDTM(ctx context.Context, cfg *Config, progress io.Writer) (*dtm, error) {
 	if cfg.DTM != "" {
 		return &dtm{url: cfg.DTM}, nil
 	}
 	logs := &tail{max: 64 << 10}
-	srv, err := dtmserver.Start(ctx, &dtmserver.Options{BuildProgress: progress, Log: logs})
+	var dir string
+	if cfg.DataDir != "" {
+		dir = filepath.Join(cfg.DataDir, dtmDir)
+	}
+	srv, err := dtmserver.Start(ctx, &dtmserver.Options{BuildProgress: progress, Log: logs, Dir: dir})
 	if err != nil {
 		return nil, fmt.Errorf("starting the DTM server: %w", err)
 	}
@@ -35,7 +45,7 @@ func (d *dtm) describe() string {
 	if d.child == nil {
 		return d.url + " (external)"
 	}
-	return fmt.Sprintf("%s (child process, working directory %s)", d.url, d.child.Dir())
+	return fmt.Sprintf("%s (child process, store %s)", d.url, filepath.Join(d.child.Dir(), "dtm.bolt"))
 }
 
 // stop stops a child process; an external server is left alone.

@@ -86,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if cmd == "serve" {
-		return serve(ctx, cfg, stdout, stderr)
+		return serve(ctx, cfg, RunOptions{BuildProgress: stderr}, stdout, stderr)
 	}
 	return tourMain(ctx, cfg, keep, stdout, stderr)
 }
@@ -123,9 +123,9 @@ func tourMain(ctx context.Context, cfg Config, keep bool, stdout, stderr io.Writ
 	}
 }
 
-// serve runs the services until ctx ends (SIGINT, SIGTERM) or the server fails.
-func serve(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
-	svc, err := Start(ctx, cfg, RunOptions{BuildProgress: stderr})
+// serve runs the services with ro until ctx ends (SIGINT, SIGTERM) or the server fails.
+func serve(ctx context.Context, cfg Config, ro RunOptions, stdout, stderr io.Writer) int {
+	svc, err := Start(ctx, cfg, ro)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

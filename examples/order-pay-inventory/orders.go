@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/dtm-labs/client/dtmcli"
@@ -99,6 +100,8 @@ type orders struct {
 	tccs      *tcc.Global
 	logger    *slog.Logger
 	now       func() time.Time
+	// unreadable counts replays whose order could not be found (see answer).
+	unreadable atomic.Int64
 }
 
 // draft is the order a request is about to create; the BeforeTransaction hook inserts it with the gid.
@@ -132,7 +135,7 @@ func (o *orders) insertOrder(ctx context.Context, t *hooks.Txn) error {
 	if err != nil {
 		return fmt.Errorf("inserting order %s: %w", d.id, err)
 	}
-	d.gid, d.inserted = t.GID, true
+	d.inserted = true
 	return nil
 }
 
@@ -191,49 +194,90 @@ func (o *orders) handleCreate(tccMode bool) http.HandlerFunc {
 			writeProblem(w, http.StatusBadRequest, "bad-request", "Idempotency-Key: "+err.Error())
 			return
 		}
-		d := &draft{orderRequest: req, id: newOrderID()}
+		// The order's id and its transaction's gid are chosen now: they are the initiator's result,
+		// stored with its claim, so whoever settles the record — this request, or the reconciler after
+		// this process died — leaves what a retry of the key needs to answer with this order.
+		d := &draft{orderRequest: req, id: newOrderID(), gid: txstatus.NewGID()}
 		// The work goes on when the client goes away: its retry will get the stored answer.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), o.cfg.Wait+30*time.Second)
 		defer cancel()
 		ctx = context.WithValue(ctx, draftKey{}, d)
-		result, _ := json.Marshal(map[string]string{"order_id": d.id})
+		result, _ := json.Marshal(initiatorResult{OrderID: d.id, GID: d.gid})
 
+		scope := scopeSaga
 		var out hooks.Outcome
 		if tccMode {
+			scope = scopeTCC
 			out, err = o.tccs.Run(ctx, tcc.RunParams{
-				Call:    idemkit.Call{Scope: scopeTCC, Key: key},
+				Call:    idemkit.Call{Scope: scope, Key: key},
+				GID:     d.gid,
 				Options: o.tccOptions,
 				Tries:   func(t *dtmcli.Tcc) error { return o.tries(t, d) },
 				Result:  result,
 			})
 		} else {
 			out, err = o.sagas.Submit(ctx, saga.SubmitParams{
-				Call:   idemkit.Call{Scope: scopeSaga, Key: key},
+				Call:   idemkit.Call{Scope: scope, Key: key},
+				GID:    d.gid,
 				Steps:  func(s *dtmcli.Saga) { o.steps(s, d) },
 				Result: result,
 			})
 		}
-		o.answer(ctx, w, d, out, err)
+		o.answer(ctx, w, d, idemkit.Call{Scope: scope, Key: key}, out, err)
 	}
+}
+
+// initiatorResult is the result the initiators store for a key: the order it created and its gid.
+type initiatorResult struct {
+	OrderID string `json:"order_id"`
+	GID     string `json:"gid"`
+}
+
+// replayedOrder finds the order an earlier run of call created, from the initiator's replayed result;
+// when that cannot be read (a record settled without one, by an older version), from the gid on the
+// record and the order that carries it. It returns an error when neither tells.
+func (o *orders) replayedOrder(ctx context.Context, call idemkit.Call, result []byte) (initiatorResult, error) {
+	var res initiatorResult
+	jerr := json.Unmarshal(result, &res)
+	if jerr == nil && res.OrderID != "" {
+		return res, nil
+	}
+	rec, err := o.sagas.Lifecycle.Guard.Get(ctx, call.Scope, call.Key)
+	if err != nil {
+		return res, fmt.Errorf("the stored result %q cannot be read (%v), and the record cannot either: %w", result, jerr, err)
+	}
+	res = initiatorResult{GID: rec.GID}
+	row := o.db.db.WithContext(ctx).Raw("SELECT id FROM "+o.table+" WHERE gid = ?", rec.GID).Row()
+	if err := row.Scan(&res.OrderID); err != nil {
+		return res, fmt.Errorf("the stored result %q cannot be read (%v), and no order carries the record's gid %q: %w", result, jerr, rec.GID, err)
+	}
+	o.logger.WarnContext(ctx, "initiator result unreadable; found the order by the record's gid", "result", string(result), "gid", rec.GID, "order_id", res.OrderID)
+	return res, nil
 }
 
 // answer writes the 201 for an order that exists (whatever Run reported: the order is created and its
 // status is the database's), or the error that kept it from being created.
-func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, out hooks.Outcome, err error) {
-	id := d.id
+func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, call idemkit.Call, out hooks.Outcome, err error) {
+	id, gid := d.id, d.gid
 	switch {
+	case errors.Is(err, idemkit.ErrRejected):
+		// A permanent refusal stored for this key (none of this example's hooks refuses permanently,
+		// but the answer must be stable): 422, which the middleware stores and replays.
+		writeProblem(w, http.StatusUnprocessableEntity, "rejected", err.Error())
+		return
 	case out.Replayed:
-		// The initiator's record already finished for this key (this handler ran again after a 5xx):
-		// answer with the order it created.
-		var res struct {
-			OrderID string `json:"order_id"`
-		}
-		if jerr := json.Unmarshal(out.Result, &res); jerr != nil || res.OrderID == "" {
-			o.logger.ErrorContext(ctx, "unreadable initiator result", "result", string(out.Result), "error", jerr)
-			writeProblem(w, http.StatusInternalServerError, "internal", "the stored result of this key cannot be read")
+		// The initiator's record already finished for this key (this handler ran again after a 5xx
+		// or a crash): answer with the order it created.
+		res, rerr := o.replayedOrder(ctx, call, out.Result)
+		if rerr != nil {
+			// Never silent: the retry would get the same answer forever. The record says the order
+			// exists; only an operator can tell which one.
+			o.unreadable.Add(1)
+			o.logger.ErrorContext(ctx, "cannot tell which order this key created", "scope", call.Scope, "error", rerr)
+			writeProblem(w, http.StatusInternalServerError, "internal", "the order of this key exists but cannot be found; an operator was alerted")
 			return
 		}
-		id = res.OrderID
+		id, gid = res.OrderID, res.GID
 	case d.inserted:
 		if err != nil {
 			// The order exists; its outcome is settled by the reconciler.
@@ -252,9 +296,9 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ou
 	}
 	v, gerr := o.get(ctx, id)
 	if gerr != nil {
-		// Created, but it cannot be read back now: answer with what is known.
-		o.logger.WarnContext(ctx, "reading the new order", "order_id", id, "error", gerr)
-		v = order{OrderID: id, Status: statusPending, GID: d.gid}
+		// Created, but it cannot be read back now: answer with what is known (GET shows the rest).
+		o.logger.WarnContext(ctx, "reading the order", "order_id", id, "gid", gid, "error", gerr)
+		v = order{OrderID: id, Status: statusPending, GID: gid}
 	}
 	w.Header().Set("Location", "/api/orders/"+id)
 	writeJSON(w, http.StatusCreated, created{OrderID: id, Status: v.Status, GID: v.GID})

@@ -51,6 +51,14 @@
 // harness, closes. The package needs a Unix system with mariadbd, mariadb-install-db (or mysqld,
 // mysql_install_db) and redis-server installed.
 //
-// Run it with the command github.com/idemkit/idemkit/cmd/idemchaos, in CI through this package's
-// tests (go test ./chaos/...), and as a soak with scripts/soak.sh.
+// [RunDTM] is a second scenario, for the DTM integration end to end: the runnable example's order
+// service (examples/order-pay-inventory in serve mode, built by the harness) under duplicate storms
+// of saga and TCC orders, SIGKILLed mid-storm and restarted on its data — with an external DTM server
+// on a private MariaDB and Redis, and on its embedded defaults (SQLite, in-process lock, a DTM child
+// process whose store is in the data directory, killed and restarted with it). Every key is then
+// retried until answered, and a checker verifies one order per key in every answer, money and stock
+// conserved, every failed order's branches compensated in the barrier table, nothing PENDING.
+//
+// Run it with the command github.com/idemkit/idemkit/cmd/idemchaos (-dtm for the DTM scenario), in CI
+// through this package's tests (go test ./internal/chaos/...), and as a soak with scripts/soak.sh.
 package chaos

@@ -4,7 +4,8 @@
 // The server lives in its own module (internal/dtmserver/build) because linking it with idemkit's newer
 // gorm breaks its old gorm drivers, and linking it with the client's gRPC packages panics at start
 // (duplicate proto registration). [Build] runs `go build` in that module once and caches the binary;
-// [Start] runs it on free loopback ports with its boltdb file in a temporary directory; [StartT] does both
+// [Start] runs it on free loopback ports with its boltdb file in a temporary directory (or a kept
+// Options.Dir, so a restarted server resumes its transactions); [StartT] does both
 // for a test and stops the server when the test ends.
 //
 // Environment:

@@ -47,6 +47,12 @@ type Options struct {
 	StopTimeout time.Duration
 	// CronInterval is the server's TRANS_CRON_INTERVAL in seconds. Defaults to DefaultCronInterval.
 	CronInterval int
+	// Dir is the server's working directory, where its boltdb store (dtm.bolt) lives. It is created
+	// when missing and kept by Stop, so a server started again on the same Dir — after a Stop, a crash
+	// or a SIGKILL of the process that started it — resumes the transactions it had. Two servers must
+	// not share a Dir (the second fails to start: boltdb locks its file). Defaults to a fresh
+	// temporary directory, removed by Stop: the transactions die with the server.
+	Dir string
 	// Env holds extra KEY=VALUE settings for the server (DTM reads its whole configuration from the
 	// environment: RETRY_INTERVAL, TIMEOUT_TO_FAIL, LOG_LEVEL, ...). They override Start's own settings.
 	Env []string
@@ -59,6 +65,7 @@ type Options struct {
 type Server struct {
 	cmd      *exec.Cmd
 	dir      string
+	keepDir  bool // Options.Dir: not removed by Stop
 	httpPort int
 	grpcPort int
 	base     string
@@ -73,8 +80,9 @@ type Server struct {
 // Start runs the DTM server as a child process and returns once its HTTP API answers.
 //
 // The server gets free ports for HTTP and gRPC (HTTP_PORT, GRPC_PORT; JSON_RPC_PORT too, although
-// v1.19.0 serves JSON-RPC on the HTTP port), the boltdb store (STORE_DRIVER=boltdb, which writes ./dtm.bolt)
-// or the MySQL store of Options.MySQL, a fresh temporary working directory, logs on stderr (LOG_OUTPUTS=stderr) and no alert web hook or
+// v1.19.0 serves JSON-RPC on the HTTP port), the boltdb store (STORE_DRIVER=boltdb, which writes ./dtm.bolt
+// in its working directory: Options.Dir, kept, or a fresh temporary directory) or the MySQL store of
+// Options.MySQL, logs on stderr (LOG_OUTPUTS=stderr) and no alert web hook or
 // micro-service registry. DTM listens on all interfaces (":port"); callers use the loopback address
 // returned by [Server.URL]. When the chosen ports are taken by the time the server binds them, Start tries
 // again with new ones.
@@ -128,12 +136,18 @@ func start(ctx context.Context, o *Options) (s *Server, err error, retry bool) {
 			return nil, err, false
 		}
 	}
-	dir, err := os.MkdirTemp("", "idemkit-dtm-*")
+	dir, keep := o.Dir, o.Dir != ""
+	if keep {
+		err = os.MkdirAll(dir, 0o755)
+	} else {
+		dir, err = os.MkdirTemp("", "idemkit-dtm-*")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dtmserver: %w", err), false
 	}
 	s = &Server{
 		dir:      dir,
+		keepDir:  keep,
 		httpPort: ports[0],
 		grpcPort: ports[1],
 		base:     "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/api/dtmsvr",
@@ -163,7 +177,9 @@ func start(ctx context.Context, o *Options) (s *Server, err error, retry bool) {
 	cmd.Stderr = logs
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
+		if !keep {
+			_ = os.RemoveAll(dir)
+		}
 		return nil, fmt.Errorf("dtmserver: starting %s: %w", o.Binary, err), false
 	}
 	s.cmd = cmd
@@ -241,13 +257,24 @@ func (s *Server) HTTPPort() int { return s.httpPort }
 // GRPCPort returns the server's gRPC port.
 func (s *Server) GRPCPort() int { return s.grpcPort }
 
-// Dir returns the server's working directory, which holds dtm.bolt. Stop removes it.
+// Dir returns the server's working directory, which holds dtm.bolt. Stop removes it unless it was
+// given as Options.Dir.
 func (s *Server) Dir() string { return s.dir }
 
 // Stop sends SIGINT, waits up to the stop timeout, sends SIGKILL if the server is still running, waits
-// for it to exit and removes its working directory. It is safe to call more than once; later calls return
-// the first call's result. It returns an error only when the directory cannot be removed.
-func (s *Server) Stop() error {
+// for it to exit and removes its working directory (unless it was given as Options.Dir). It is safe to
+// call more than once, and with Kill: later calls return the first call's result. It returns an error
+// only when the directory cannot be removed.
+func (s *Server) Stop() error { return s.end(true) }
+
+// Kill ends the server with SIGKILL, as a crash would: no graceful shutdown, requests in progress are
+// cut off, and the transactions it was driving stay in its store (Options.Dir, or Options.MySQL) for a
+// server started again on it, or another sharing it, to finish. Like Stop it removes a temporary
+// working directory but keeps Options.Dir; after either, the other does nothing. It returns an error
+// only when the directory cannot be removed.
+func (s *Server) Kill() error { return s.end(false) }
+
+func (s *Server) end(graceful bool) error {
 	s.stopOnce.Do(func() {
 		if s.cmd != nil && s.cmd.Process != nil {
 			select {
@@ -256,7 +283,7 @@ func (s *Server) Stop() error {
 				// SIGINT, not SIGTERM: the go-zero driver linked into the server catches SIGTERM
 				// and holds the process for 5.5 s; SIGINT ends it at once, before or after DTM's own
 				// handler is installed.
-				if err := s.cmd.Process.Signal(os.Interrupt); err != nil {
+				if !graceful || s.cmd.Process.Signal(os.Interrupt) != nil {
 					_ = s.cmd.Process.Kill()
 				}
 				select {
@@ -267,27 +294,8 @@ func (s *Server) Stop() error {
 				}
 			}
 		}
-		if err := os.RemoveAll(s.dir); err != nil {
-			s.stopErr = fmt.Errorf("dtmserver: removing %s: %w", s.dir, err)
-		}
-	})
-	return s.stopErr
-}
-
-// Kill ends the server with SIGKILL, as a crash would: no graceful shutdown, requests in progress are
-// cut off, and the transactions it was driving stay in its store for another server (or itself, started
-// again) to finish. It then removes the working directory. Like Stop it is safe to call more than once,
-// and after either, the other does nothing; it returns an error only when the directory cannot be
-// removed.
-func (s *Server) Kill() error {
-	s.stopOnce.Do(func() {
-		if s.cmd != nil && s.cmd.Process != nil {
-			select {
-			case <-s.exited:
-			default:
-				_ = s.cmd.Process.Kill()
-				<-s.exited
-			}
+		if s.keepDir {
+			return
 		}
 		if err := os.RemoveAll(s.dir); err != nil {
 			s.stopErr = fmt.Errorf("dtmserver: removing %s: %w", s.dir, err)

@@ -167,3 +167,73 @@ func TestStartFailure(t *testing.T) {
 		t.Fatal("Start of a missing binary succeeded")
 	}
 }
+
+// TestDirKeepsTransactionsAcrossRestarts: a server on Options.Dir killed with SIGKILL and started
+// again on the same Dir still knows its transactions and resumes them; Stop keeps the Dir.
+func TestDirKeepsTransactionsAcrossRestarts(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "dtm")
+	var down sync.Mutex // held while the branch must fail: the saga stays submitted
+	down.Lock()
+	branch := http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !down.TryLock() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		down.Unlock()
+		_, _ = w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = branch.Serve(ln) }()
+	defer branch.Close()
+	url := "http://" + ln.Addr().String()
+
+	start := func() *Server {
+		s, err := Start(ctx, &Options{Dir: dir, Env: []string{"LOG_LEVEL=warn"}})
+		if err != nil {
+			if os.Getenv("IDEMKIT_REQUIRE_SERVICES") != "1" {
+				t.Skipf("DTM server unavailable: %v", err)
+			}
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := start()
+	gid := "dir-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	body := map[string]any{"gid": gid, "trans_type": "saga", "retry_interval": 1,
+		"steps": []map[string]string{{"action": url + "/a", "compensate": url + "/c"}}, "payloads": []string{"{}"}}
+	if err := s.call(ctx, http.MethodPost, "/submit", body, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if _, err := os.Stat(filepath.Join(dir, "dtm.bolt")); err != nil {
+		t.Fatalf("the store is gone after a kill: %v", err)
+	}
+	s = start()
+	defer s.Stop()
+	if tr, err := s.Query(ctx, gid); err != nil || tr.Status != "submitted" {
+		t.Fatalf("after the restart: %+v, %v; want the saga still submitted", tr, err)
+	}
+	down.Unlock() // the branch works again: the restarted server finishes the saga
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tr, err := s.Query(ctx, gid)
+		if err == nil && tr.Status == "succeed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted server did not finish the saga: %+v, %v", tr, err)
+		}
+		_ = s.ResetNextCronTime(ctx, gid)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "dtm.bolt")); err != nil {
+		t.Fatalf("Stop removed the kept Dir: %v", err)
+	}
+}
