@@ -225,7 +225,7 @@ func TestDTMHA(t *testing.T) {
 	status := &txstatus.Client{Server: d.URL()}
 	sagas := &saga.Initiator{Server: d.URL(), Lifecycle: lc, Wait: 3 * time.Second, Status: status}
 	tccs := &tcc.Global{Server: d.URL(), Lifecycle: lc, Wait: 3 * time.Second, Status: status}
-	rec := &hooks.Reconciler{Lifecycle: lc, Pending: s.store.Pending, Status: status.Status}
+	rec := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{"order-saga", "order-tcc"}, Status: status.Status}
 	sw, err := sweep.New(&sweep.Options{Interval: 500 * time.Millisecond}, rec.Task())
 	must(t, err)
 	swCtx, stopSweep := context.WithCancel(ctx)
