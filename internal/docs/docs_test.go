@@ -54,7 +54,7 @@ func TestCheckerCatchesBrokenSnippets(t *testing.T) {
 		line int
 		text string
 	}{
-		{5, "no Example function of an example*_test.go file holds it verbatim"},
+		{5, "no function of an example*_test.go file holds it verbatim"},
 		{15, "go vet: undefined: undefinedName"},
 		{23, "not gofmt-formatted"},
 		{26, "the error os.Remove returns is dropped"},

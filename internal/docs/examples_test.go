@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// example is a godoc Example function.
+// example is a function of an example file: a godoc Example, or a helper beside one.
 type example struct {
 	file  string // path relative to the module root, slash-separated
 	name  string // ExampleXxx
@@ -33,7 +33,7 @@ func isExampleFile(name string) bool {
 	return strings.HasPrefix(name, "example") && strings.HasSuffix(name, "_test.go")
 }
 
-// examplesIn parses the example files (relative paths) and returns their Example functions.
+// examplesIn parses the example files (relative paths) and returns their functions.
 func examplesIn(root string, files []string) ([]*example, error) {
 	var out []*example
 	fset := token.NewFileSet()
@@ -49,7 +49,8 @@ func examplesIn(root string, files []string) ([]*example, error) {
 		lines := strings.Split(string(src), "\n")
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Recv != nil || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Example") {
+			// Example functions, and the helpers beside them (compiled by go test all the same).
+			if !ok || fn.Recv != nil || fn.Body == nil {
 				continue
 			}
 			open, end := fset.Position(fn.Body.Lbrace).Line, fset.Position(fn.Body.Rbrace).Line
@@ -100,7 +101,7 @@ func findQuote(b *block, examples []*example) (*quote, *problem) {
 			}
 		}
 	}
-	msg := "this ```go block is not a complete file (no package clause) and no Example function of an " +
+	msg := "this ```go block is not a complete file (no package clause) and no function of an " +
 		"example*_test.go file holds it verbatim: make it a complete program, or quote an Example"
 	if best.ex == nil {
 		return nil, &problem{b.file, b.fence, msg + "; no Example contains its first line " + fmt.Sprintf("%q", strings.TrimSpace(frag[0]))}
