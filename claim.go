@@ -16,7 +16,10 @@ type Claim struct {
 	g      *Guard
 	st     Store
 	mode   Mode
-	ctx    context.Context // Begin's context, with the observer's additions
+	// callerTx: the claim writes through a Store bound to the caller's transaction (DoTx, MarkTx),
+	// which may still roll back, so nothing it reads or writes is cached.
+	callerTx bool
+	ctx      context.Context // Begin's context, with the observer's additions
 	id     identity
 	rawKey string
 	token  string
@@ -45,13 +48,21 @@ type fenceKey struct{}
 
 // FenceFromContext returns the fence of the claim a guarded function runs under. Use it to condition
 // the function's own writes (UPDATE ... WHERE fence < ?) so a stale attempt cannot overwrite a newer one.
+//
+// In Execute and Mark modes it is the fence of the claim already written. In Tx modes ([Guard.Tx],
+// [Guard.DoTx]) the record is written once, after the function, so it is the fence the record is
+// going to get: 1 for a new key, the stored fence + 1 when a failed or abandoned record was read
+// before the function ran. When another attempt's record appears while the function runs and this
+// call takes it over (it failed, expired, or its lease ran out), the record commits with a higher
+// fence, reported in [Result.Fence]; the business writes and the record still commit together.
 func FenceFromContext(ctx context.Context) (int64, bool) {
 	f, ok := ctx.Value(fenceKey{}).(int64)
 	return f, ok
 }
 
 // run executes fn under the claim and finishes it. A panic in fn finishes the claim as a retryable
-// failure (in Tx mode it only releases the lock: the caller's rollback removes the claim) and goes on.
+// failure (in a caller's transaction it only releases the lock: the rollback removes the claim) and
+// goes on.
 func (cl *Claim) run(fn Func) (res Result, err error) {
 	ctx := cl.Context(cl.ctx)
 	stop := func() {}
@@ -71,12 +82,13 @@ func (cl *Claim) run(fn Func) (res Result, err error) {
 	return cl.Finish(cl.ctx, val, ferr)
 }
 
-// abort finishes a claim whose function panicked.
+// abort finishes a claim whose function panicked. In Tx mode and in a caller's transaction nothing
+// of the call is left to undo but the lock (the transaction's rollback removes the rest).
 func (cl *Claim) abort() {
 	if cl.done {
 		return
 	}
-	if cl.mode.inTx() {
+	if cl.callerTx || cl.mode == ModeTx {
 		cl.done = true
 		cl.ev.Err = errors.New("idemkit: panic in guarded function")
 		ctx, cancel := cl.detached(cl.ctx)
@@ -109,7 +121,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	dctx, cancel := cl.detached(ctx)
 	defer cancel()
 	wctx := dctx
-	if cl.mode.inTx() {
+	if cl.callerTx {
 		wctx = ctx
 	}
 
@@ -135,7 +147,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	switch {
 	case werr == nil:
 		cl.rec = next
-		if !cl.mode.inTx() && next.Status.Terminal() {
+		if !cl.callerTx && next.Status.Terminal() {
 			if cl.mode.marks() {
 				next.Response = nil
 			}
@@ -212,9 +224,9 @@ func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	if cl.mode.marks() {
 		return cl.fail(OutcomeDuplicate, ErrDuplicate) // never cached: see begin
 	}
-	if !cl.mode.inTx() {
-		// Read through a transaction, the record may not be committed (a second call in the same
-		// transaction, which may still roll back): only a committed record may be cached.
+	if !cl.callerTx {
+		// Read through the caller's transaction, the record may not be committed (a second call in
+		// the same transaction, which may still roll back): only a committed record may be cached.
 		cl.cacheable = r
 	}
 	var err error

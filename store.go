@@ -46,6 +46,18 @@ type Locker interface {
 	Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error
 }
 
+// Peeker is implemented by Stores bound to a caller's transaction that can read a record without
+// locking it: a plain read in the transaction's snapshot. [Guard.DoTx] reads through it before its
+// function when the cache cannot vouch for the key, so that a duplicate of a finished key is answered
+// before the function runs; a locking read there would lock the gap where a new key goes and make
+// concurrent transactions deadlock (MySQL). A record committed after the snapshot is not seen by Peek;
+// DoTx then meets it when it writes the record. record.Store and memory.Store implement it.
+type Peeker interface {
+	// Peek returns the record for scope and key as the transaction sees it, without locking, or
+	// ErrNotFound.
+	Peek(ctx context.Context, scope, key string) (*Record, error)
+}
+
 // PendingQuery selects the records a transaction reconciler settles (see [PendingLister]).
 type PendingQuery struct {
 	// Scopes are the stored scopes to list (namespace applied, as [Guard.Pending] passes them). A

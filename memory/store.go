@@ -60,6 +60,11 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 	return clone(r), nil
 }
 
+// Peek implements [idemkit.Peeker]: the same as Get (the memory Store has no transactions).
+func (s *Store) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	return s.Get(ctx, scope, key)
+}
+
 // Update implements [idemkit.Store].
 func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
 	if err := ctx.Err(); err != nil {
