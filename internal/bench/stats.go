@@ -85,8 +85,8 @@ func addServer(a, b ServerStats) ServerStats {
 
 func add(a, b Counts) Counts {
 	return Counts{
-		SQL: SQLCounts{a.SQL.Statements + b.SQL.Statements, a.SQL.Prepares + b.SQL.Prepares, a.SQL.Begins + b.SQL.Begins,
-			a.SQL.Commits + b.SQL.Commits, a.SQL.Rollbacks + b.SQL.Rollbacks},
+		SQL: SQLCounts{Statements: a.SQL.Statements + b.SQL.Statements, Prepares: a.SQL.Prepares + b.SQL.Prepares,
+			Begins: a.SQL.Begins + b.SQL.Begins, Commits: a.SQL.Commits + b.SQL.Commits, Rollbacks: a.SQL.Rollbacks + b.SQL.Rollbacks},
 		Gorm:  a.Gorm + b.Gorm,
 		Redis: RedisCounts{a.Redis.Commands + b.Redis.Commands, a.Redis.RoundTrips + b.Redis.RoundTrips, a.Redis.Evals + b.Redis.Evals},
 	}

@@ -24,7 +24,8 @@ type Counts struct {
 
 // Sub returns c-o.
 func (c Counts) Sub(o Counts) Counts {
-	return Counts{c.Statements - o.Statements, c.Prepares - o.Prepares, c.Begins - o.Begins, c.Commits - o.Commits, c.Rollbacks - o.Rollbacks}
+	return Counts{Statements: c.Statements - o.Statements, Prepares: c.Prepares - o.Prepares, Begins: c.Begins - o.Begins,
+		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks}
 }
 
 // Counter wraps a driver.Connector and counts what every connection it opens sends. It sees all
@@ -40,7 +41,8 @@ func New(inner driver.Connector) *Counter { return &Counter{inner: inner} }
 
 // Counts returns the totals so far.
 func (c *Counter) Counts() Counts {
-	return Counts{c.stmts.Load(), c.prepares.Load(), c.begins.Load(), c.commits.Load(), c.rollbacks.Load()}
+	return Counts{Statements: c.stmts.Load(), Prepares: c.prepares.Load(), Begins: c.begins.Load(), Commits: c.commits.Load(),
+		Rollbacks: c.rollbacks.Load()}
 }
 
 // Connect implements driver.Connector.
