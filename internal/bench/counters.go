@@ -33,20 +33,23 @@ type RedisCounts struct {
 	// Evals counts EVAL commands: a script sent in full, because the server did not have it cached
 	// (EVALSHA's NOSCRIPT fallback) or the caller did not use EVALSHA.
 	Evals int64
+	// Scripts counts the commands that run a Lua script: EVALSHA and EVAL.
+	Scripts int64
 }
 
 // Sub returns c-o.
 func (c RedisCounts) Sub(o RedisCounts) RedisCounts {
-	return RedisCounts{c.Commands - o.Commands, c.RoundTrips - o.RoundTrips, c.Evals - o.Evals}
+	return RedisCounts{Commands: c.Commands - o.Commands, RoundTrips: c.RoundTrips - o.RoundTrips, Evals: c.Evals - o.Evals,
+		Scripts: c.Scripts - o.Scripts}
 }
 
 // RedisCounter is a go-redis hook counting commands and round trips (client.AddHook). It is safe for
 // concurrent use.
-type RedisCounter struct{ cmds, trips, evals atomic.Int64 }
+type RedisCounter struct{ cmds, trips, evals, scripts atomic.Int64 }
 
 // Counts returns the totals so far.
 func (c *RedisCounter) Counts() RedisCounts {
-	return RedisCounts{c.cmds.Load(), c.trips.Load(), c.evals.Load()}
+	return RedisCounts{Commands: c.cmds.Load(), RoundTrips: c.trips.Load(), Evals: c.evals.Load(), Scripts: c.scripts.Load()}
 }
 
 // DialHook implements redis.Hook.
@@ -74,8 +77,12 @@ func (c *RedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func (c *RedisCounter) count(cmd redis.Cmder) {
 	c.cmds.Add(1)
-	if n := cmd.Name(); len(n) == 4 && strings.EqualFold(n, "eval") {
+	switch n := cmd.Name(); {
+	case strings.EqualFold(n, "eval"):
 		c.evals.Add(1)
+		c.scripts.Add(1)
+	case strings.EqualFold(n, "evalsha"):
+		c.scripts.Add(1)
 	}
 }
 

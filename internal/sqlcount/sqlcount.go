@@ -20,20 +20,22 @@ type Counts struct {
 	Begins    int64
 	Commits   int64
 	Rollbacks int64
+	// InTx counts the Statements run inside a transaction (between BEGIN and its COMMIT or ROLLBACK).
+	InTx int64
 }
 
 // Sub returns c-o.
 func (c Counts) Sub(o Counts) Counts {
 	return Counts{Statements: c.Statements - o.Statements, Prepares: c.Prepares - o.Prepares, Begins: c.Begins - o.Begins,
-		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks}
+		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks, InTx: c.InTx - o.InTx}
 }
 
 // Counter wraps a driver.Connector and counts what every connection it opens sends. It sees all
 // traffic of the pool, gorm or not (DTM's dtmcli barrier uses database/sql directly), so every
 // variant is counted the same way. It is safe for concurrent use.
 type Counter struct {
-	inner                                       driver.Connector
-	stmts, prepares, begins, commits, rollbacks atomic.Int64
+	inner                                             driver.Connector
+	stmts, prepares, begins, commits, rollbacks, inTx atomic.Int64
 }
 
 // New returns a counting connector around inner; open the pool with sql.OpenDB.
@@ -42,7 +44,7 @@ func New(inner driver.Connector) *Counter { return &Counter{inner: inner} }
 // Counts returns the totals so far.
 func (c *Counter) Counts() Counts {
 	return Counts{Statements: c.stmts.Load(), Prepares: c.prepares.Load(), Begins: c.begins.Load(), Commits: c.commits.Load(),
-		Rollbacks: c.rollbacks.Load()}
+		Rollbacks: c.rollbacks.Load(), InTx: c.inTx.Load()}
 }
 
 // Connect implements driver.Connector.
@@ -60,7 +62,16 @@ func (c *Counter) Driver() driver.Driver { return c.inner.Driver() }
 // countConn forwards every optional interface the mysql driver's connection implements.
 type countConn struct {
 	driver.Conn
-	c *Counter
+	c  *Counter
+	tx bool // a transaction is open
+}
+
+// statement counts one statement.
+func (cc *countConn) statement() {
+	cc.c.stmts.Add(1)
+	if cc.tx {
+		cc.c.inTx.Add(1)
+	}
 }
 
 func (cc *countConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -70,7 +81,7 @@ func (cc *countConn) ExecContext(ctx context.Context, query string, args []drive
 	}
 	r, err := e.ExecContext(ctx, query, args)
 	if err != driver.ErrSkip {
-		cc.c.stmts.Add(1)
+		cc.statement()
 	}
 	return r, err
 }
@@ -82,7 +93,7 @@ func (cc *countConn) QueryContext(ctx context.Context, query string, args []driv
 	}
 	r, err := q.QueryContext(ctx, query, args)
 	if err != driver.ErrSkip {
-		cc.c.stmts.Add(1)
+		cc.statement()
 	}
 	return r, err
 }
@@ -101,7 +112,7 @@ func (cc *countConn) PrepareContext(ctx context.Context, query string) (driver.S
 		return nil, err
 	}
 	cc.c.prepares.Add(1)
-	return &countStmt{Stmt: s, c: cc.c}, nil
+	return &countStmt{Stmt: s, cc: cc}, nil
 }
 
 func (cc *countConn) Prepare(query string) (driver.Stmt, error) {
@@ -122,7 +133,8 @@ func (cc *countConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 		return nil, err
 	}
 	cc.c.begins.Add(1)
-	return &countTx{Tx: tx, c: cc.c}, nil
+	cc.tx = true
+	return &countTx{Tx: tx, cc: cc}, nil
 }
 
 func (cc *countConn) CheckNamedValue(nv *driver.NamedValue) error {
@@ -155,11 +167,11 @@ func (cc *countConn) IsValid() bool {
 
 type countStmt struct {
 	driver.Stmt
-	c *Counter
+	cc *countConn
 }
 
 func (s *countStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.c.stmts.Add(1)
+	s.cc.statement()
 	if e, ok := s.Stmt.(driver.StmtExecContext); ok {
 		return e.ExecContext(ctx, args)
 	}
@@ -167,7 +179,7 @@ func (s *countStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (
 }
 
 func (s *countStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.c.stmts.Add(1)
+	s.cc.statement()
 	if q, ok := s.Stmt.(driver.StmtQueryContext); ok {
 		return q.QueryContext(ctx, args)
 	}
@@ -176,8 +188,17 @@ func (s *countStmt) QueryContext(ctx context.Context, args []driver.NamedValue) 
 
 type countTx struct {
 	driver.Tx
-	c *Counter
+	cc *countConn
 }
 
-func (t *countTx) Commit() error   { t.c.commits.Add(1); return t.Tx.Commit() }
-func (t *countTx) Rollback() error { t.c.rollbacks.Add(1); return t.Tx.Rollback() }
+func (t *countTx) Commit() error {
+	t.cc.c.commits.Add(1)
+	t.cc.tx = false
+	return t.Tx.Commit()
+}
+
+func (t *countTx) Rollback() error {
+	t.cc.c.rollbacks.Add(1)
+	t.cc.tx = false
+	return t.Tx.Rollback()
+}
