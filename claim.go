@@ -116,13 +116,20 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	}
 	cl.done = true
 	g := cl.g
-	// One context for the writes that must survive the caller's cancellation: the record (outside Tx
-	// mode, where the caller's transaction decides) and the lock release.
-	dctx, cancel := cl.detached(ctx)
-	defer cancel()
-	wctx := dctx
-	if cl.callerTx {
-		wctx = ctx
+	// One context for the writes that must survive the caller's cancellation: the record (outside a
+	// caller's transaction, which decides for it) and the lock release. Made only when needed.
+	var dctx context.Context
+	cancel := func() {}
+	defer func() { cancel() }()
+	survive := func() context.Context {
+		if dctx == nil {
+			dctx, cancel = cl.detached(ctx)
+		}
+		return dctx
+	}
+	wctx := ctx
+	if !cl.callerTx && !(cl.mode.marks() && err == nil) {
+		wctx = survive()
 	}
 
 	now := g.opts.Now()
@@ -159,7 +166,9 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	default:
 		werr = storeErr("finishing record", werr)
 	}
-	cl.releaseLock(dctx, cached, ttl)
+	if cl.locked {
+		cl.releaseLock(survive(), cached, ttl)
+	}
 
 	res := Result{Value: value, Fence: cl.rec.Fence}
 	if err == nil {

@@ -456,9 +456,11 @@ func (cl *Claim) finished(next *Record, val []byte, ferr error, cache bool) (Res
 	if cache && !cl.callerTx && next.Status.Terminal() {
 		cached, ttl = g.cacheEntry(next, g.opts.Now())
 	}
-	dctx, cancel := cl.detached(cl.ctx)
-	cl.releaseLock(dctx, cached, ttl)
-	cancel()
+	if cl.locked {
+		dctx, cancel := cl.detached(cl.ctx)
+		cl.releaseLock(dctx, cached, ttl)
+		cancel()
+	}
 	g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 	if ferr != nil {
 		return Result{Value: val, Fence: next.Fence}, ferr

@@ -210,8 +210,7 @@ func isLockOf(v []byte, token string) bool {
 // refused reports whether err is the server refusing a native command's syntax (Redis before 7.0
 // refuses SET with NX and GET, before 6.2 SET with GET), and then switches the Locker to scripts.
 func (l *Locker) refused(err error) bool {
-	var rerr redis.Error
-	if err == nil || errors.Is(err, redis.Nil) || !errors.As(err, &rerr) {
+	if err == nil || errors.Is(err, redis.Nil) || !isServerError(err) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
@@ -220,6 +219,13 @@ func (l *Locker) refused(err error) bool {
 	}
 	l.scripts.Store(true)
 	return true
+}
+
+// isServerError reports whether err is an error reply of the server (apart so that refused, on the
+// hot path, allocates nothing for the common nil error).
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // Refresh implements [idemkit.Locker]: it sets the lock's time to live to ttl (rounded up to a
