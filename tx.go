@@ -242,8 +242,12 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	if !isUnstorable && !g.opts.IsPermanent(ferr) {
 		// A record finished by another attempt meanwhile is the answer, not fn's error.
 		cur, err := db.Get(dctx, cl.id.scope, cl.id.key)
-		if err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay {
+		switch {
+		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
 			return ended(cl.replay(cur, c.Fingerprint))
+		case err != nil && !errors.Is(err, ErrNotFound):
+			// Whether another attempt finished the key cannot be known: say so with fn's error.
+			ferr = errors.Join(storeErr("reading record", err), ferr)
 		}
 		next := cl.rec
 		next.Status, next.Error = StatusFailed, errorText(ferr)
@@ -330,8 +334,11 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	if ferr != nil && !permanent {
 		// A record finished by another attempt meanwhile is the answer, not fn's error.
 		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
-		if err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay {
+		switch {
+		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
 			return cl.replayRollback(cur, c)
+		case err != nil && !errors.Is(err, ErrNotFound):
+			ferr = errors.Join(storeErr("reading record", err), ferr)
 		}
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		return cl.finished(&next, val, ferr, false)
