@@ -86,8 +86,8 @@ func (nopStore) Delete(context.Context, string, string, idemkit.Version) error  
 type nopTx struct{ nopStore }
 
 func (nopTx) BeginTx(context.Context) (idemkit.TxStore, error) { return nopTx{}, nil }
-func (nopTx) Commit() error                                     { return nil }
-func (nopTx) Rollback() error                                   { return nil }
+func (nopTx) Commit() error                                    { return nil }
+func (nopTx) Rollback() error                                  { return nil }
 
 type nopLocker struct{ cached []byte }
 

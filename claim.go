@@ -13,22 +13,22 @@ import (
 // Claim is an attempt's hold on a record, returned by [Guard.Begin]. Finish it exactly once with
 // [Claim.Finish] or [Claim.Detach]. A Claim is not safe for concurrent use.
 type Claim struct {
-	g      *Guard
-	st     Store
-	mode   Mode
+	g    *Guard
+	st   Store
+	mode Mode
 	// callerTx: the claim writes through a Store bound to the caller's transaction (DoTx, MarkTx),
 	// which may still roll back, so nothing it reads or writes is cached.
 	callerTx bool
 	ctx      context.Context // Begin's context, with the observer's additions
-	id     identity
-	rawKey string
-	token  string
-	locked bool
-	rec    Record // the record as this claim last wrote it
-	start  time.Time
-	ev     Event
-	end    func(*Event)
-	done   bool
+	id       identity
+	rawKey   string
+	token    string
+	locked   bool
+	rec      Record // the record as this claim last wrote it
+	start    time.Time
+	ev       Event
+	end      func(*Event)
+	done     bool
 	// cacheable is a finished, committed record read from the Store, cached when the lock is released.
 	cacheable *Record
 }

@@ -154,13 +154,13 @@ func TestGuardTxAnswerNeverDependsOnRunningAgain(t *testing.T) {
 			return f.store.Tx(ctxb, g, idemkit.Call{Scope: "debit", Key: key}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
 				f.runs.Add(1)
 				var bal int64
-				if err := tx.Raw("SELECT balance FROM "+f.biz+"_acct WHERE id = 1").Row().Scan(&bal); err != nil {
+				if err := tx.Raw("SELECT balance FROM " + f.biz + "_acct WHERE id = 1").Row().Scan(&bal); err != nil {
 					return nil, err
 				}
 				if bal < 100 {
 					return nil, idemkit.Permanent(errors.New("insufficient funds"))
 				}
-				if err := tx.Exec("UPDATE "+f.biz+"_acct SET balance = balance - 100 WHERE id = 1").Error; err != nil {
+				if err := tx.Exec("UPDATE " + f.biz + "_acct SET balance = balance - 100 WHERE id = 1").Error; err != nil {
 					return nil, err
 				}
 				return []byte("debited 100"), nil
@@ -190,7 +190,7 @@ func TestGuardTxAnswerNeverDependsOnRunningAgain(t *testing.T) {
 		again, err := idemkit.New(f.store, &idemkit.Options{Locker: memory.NewLocker(nil)})
 		must(t, err)
 		res, err = f.store.Tx(ctxb, again, idemkit.Call{Scope: "debit", Key: "d1"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
-			return []byte("second answer"), tx.Exec("UPDATE "+f.biz+"_acct SET balance = balance + 1 WHERE id = 1").Error
+			return []byte("second answer"), tx.Exec("UPDATE " + f.biz + "_acct SET balance = balance + 1 WHERE id = 1").Error
 		})
 		if err != nil || !res.Replayed || string(res.Value) != "debited 100" {
 			t.Fatalf("a run that meets the record: %+v, %v; want the stored answer", res, err)
@@ -286,7 +286,7 @@ func TestGuardTxUnstorableOutcome(t *testing.T) {
 	var runs atomic.Int32
 	huge := func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
 		runs.Add(1)
-		return make([]byte, maxMySQLResult+1), tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES ('huge', 1)").Error
+		return make([]byte, maxMySQLResult+1), tx.Exec("INSERT INTO " + f.biz + " (k, fence) VALUES ('huge', 1)").Error
 	}
 	call := idemkit.Call{Scope: "gtx", Key: "huge"}
 	if _, err := f.store.Tx(ctxb, f.guard, call, huge); !errors.Is(err, idemkit.ErrUnstorable) {

@@ -46,7 +46,7 @@ func v1Table(t *testing.T, db *gorm.DB) *Store {
 // migrationCase is a record written before the migration and what a Guard must do with it after.
 type migrationCase struct {
 	key   string
-	swept bool // checked after the sweeper's pass, the others before
+	swept bool                                // checked after the sweeper's pass, the others before
 	rec   func(now time.Time) *idemkit.Record // nil: written by the Guard (see populate)
 	check func(t *testing.T, m *migrationFixture, key string)
 }
@@ -60,7 +60,9 @@ type migrationFixture struct {
 
 const migrationScope = "POST /orders"
 
-func (m *migrationFixture) call(key string) idemkit.Call { return idemkit.Call{Scope: migrationScope, Key: key} }
+func (m *migrationFixture) call(key string) idemkit.Call {
+	return idemkit.Call{Scope: migrationScope, Key: key}
+}
 
 // mustNotRun is a guarded function for calls that must not run.
 func mustNotRun(context.Context) ([]byte, error) { return nil, errors.New("ran, but must not") }

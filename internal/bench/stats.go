@@ -16,8 +16,8 @@ type Summary struct {
 	P50, P99         time.Duration // over every request of every round
 	// Per request, over all rounds.
 	RedisCmds, RedisTrips, RedisEvals, RedisScripts float64
-	SQLStmts, SQLPrepares, SQLBegins  float64
-	Allocs, AllocBytes                float64
+	SQLStmts, SQLPrepares, SQLBegins                float64
+	Allocs, AllocBytes                              float64
 	// CPU microseconds per request of this process, redis-server and mariadbd, and InnoDB fsyncs
 	// per request (machine-wide figures, see ServerStats).
 	GoCPU, RedisCPU, MariaDBCPU, Fsyncs float64

@@ -84,7 +84,7 @@ type worker struct {
 	// only (the read before the function, the primary key).
 	dbOnly *idemkit.Guard
 	out    *lineWriter
-	log   *slog.Logger
+	log    *slog.Logger
 
 	trap atomic.Pointer[trapSpec] // the armed trap, nil when none
 	// release is closed by /ctl/release to let a stalled function go on.
