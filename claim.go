@@ -224,8 +224,19 @@ func (cl *Claim) Extend(ctx context.Context) error {
 	return nil
 }
 
-// replay answers with a finished record (from the Store or the cache).
+// replay answers with a finished record read from the Store, cached when the lock is released.
 func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
+	return cl.replayed(r, fingerprint, r)
+}
+
+// replayCached answers with a finished record from the cache. It takes the record by value and keeps
+// nothing of it, so the caller's copy stays on its stack.
+func (cl *Claim) replayCached(r Record, fingerprint string) (*Claim, Result, error) {
+	return cl.replayed(&r, fingerprint, nil)
+}
+
+// replayed answers with r; cacheable is r when it may be cached (read from the Store), else nil.
+func (cl *Claim) replayed(r *Record, fingerprint string, cacheable *Record) (*Claim, Result, error) {
 	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {
 		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 	}
@@ -236,7 +247,7 @@ func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	if !cl.callerTx {
 		// Read through the caller's transaction, the record may not be committed (a second call in
 		// the same transaction, which may still roll back): only a committed record may be cached.
-		cl.cacheable = r
+		cl.cacheable = cacheable
 	}
 	var err error
 	if r.Status == StatusRejected {

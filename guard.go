@@ -198,7 +198,7 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 			rec, derr := decodeCached(cached)
 			if derr == nil {
 				cl.ev.Cached = true
-				return cl.replay(&rec, c.Fingerprint)
+				return cl.replayCached(rec, c.Fingerprint)
 			}
 			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
 		case errors.Is(err, ErrLocked):
