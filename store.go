@@ -17,7 +17,10 @@ type Store interface {
 	// Get returns the record for scope and key, or ErrNotFound.
 	Get(ctx context.Context, scope, key string) (*Record, error)
 	// Update replaces the record with rec's Scope and Key if its stored fence, owner and status equal
-	// prev, and returns ErrFenced otherwise (including when no record exists).
+	// prev, and returns ErrFenced otherwise (including when no record exists). When rec keeps prev's
+	// fence and owner (a claim's own finish, renewal or settlement), only its Status, Response, Error,
+	// LeaseUntil, ExpiresAt and UpdatedAt differ from the stored record, and a Store may write only
+	// those.
 	Update(ctx context.Context, rec *Record, prev Version) error
 	// Delete removes the record for scope and key if its stored fence, owner and status equal prev,
 	// and returns ErrFenced otherwise.

@@ -72,11 +72,12 @@ type Locker struct {
 	client  Client
 	prefix  string
 	scripts atomic.Bool // native SET ... GET refused, or Options.Scripts: scripts only
-	ttlArg  atomic.Pointer[ttlArg]
+	lockTTL atomic.Pointer[ttlArg]
+	fillTTL atomic.Pointer[ttlArg]
 }
 
 // ttlArg is a time to live in milliseconds, boxed for go-redis once: a Guard always passes the same
-// lock TTL, so the common case allocates nothing for it.
+// lock TTL (and mostly the same cache TTL), so the common case allocates nothing for it.
 type ttlArg struct {
 	ms  int64
 	arg any
@@ -146,7 +147,7 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 // acquire sets k to lockVal unless it exists, and returns what it held (redis.Nil when nothing).
 func (l *Locker) acquire(ctx context.Context, k, lockVal string, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
-		cmd := redis.NewStringCmd(ctx, "set", k, lockVal, "nx", "px", l.ttl(ms), "get")
+		cmd := redis.NewStringCmd(ctx, "set", k, lockVal, "nx", "px", boxed(&l.lockTTL, ms), "get")
 		if err := l.client.Process(ctx, cmd); !l.refused(err) {
 			if err != nil {
 				return nil, err
@@ -286,7 +287,7 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 // fill sets k to val for ms and returns what it held (redis.Nil when nothing).
 func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
-		cmd := redis.NewStringCmd(ctx, "set", k, val, "px", l.ttl(ms), "get")
+		cmd := redis.NewStringCmd(ctx, "set", k, val, "px", boxed(&l.fillTTL, ms), "get")
 		if err := l.client.Process(ctx, cmd); !l.refused(err) {
 			if err != nil {
 				return nil, err
@@ -310,13 +311,13 @@ func encodeResult(result []byte) []byte {
 	return append(append(b, markEscaped), result...)
 }
 
-// ttl returns ms boxed for a command's arguments, reusing the last one.
-func (l *Locker) ttl(ms int64) any {
-	if t := l.ttlArg.Load(); t != nil && t.ms == ms {
+// boxed returns ms boxed for a command's arguments, reusing the last one kept in slot.
+func boxed(slot *atomic.Pointer[ttlArg], ms int64) any {
+	if t := slot.Load(); t != nil && t.ms == ms {
 		return t.arg
 	}
 	t := &ttlArg{ms: ms, arg: ms}
-	l.ttlArg.Store(t)
+	slot.Store(t)
 	return t.arg
 }
 

@@ -39,6 +39,9 @@ func clone(r *idemkit.Record) *idemkit.Record {
 
 // lockWrites takes the write lock, waiting for a transaction that holds it, or returns ctx's error.
 func (s *Store) lockWrites(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case s.writer <- struct{}{}:
 		return nil

@@ -87,6 +87,7 @@ type queries struct {
 	get         string
 	getLocked   string // get with a locking read, for transaction-bound stores
 	update      string
+	finish      string // update of a claim's own columns (status, result, times), same fence and owner
 	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
 	confirmLock string // confirm with a locking read, for transaction-bound stores
 	delete      string
@@ -123,6 +124,8 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.update = "UPDATE " + t + " SET status = ?, fence = ?, owner = ?, fingerprint = ?, gid = ?, branch_id = ?, " +
 		"response = ?, error = ?, lease_until = ?, expires_at = ?, created_at = ?, updated_at = ? " +
 		"WHERE " + condVersion
+	q.finish = "UPDATE " + t + " SET status = ?, response = ?, error = ?, lease_until = ?, expires_at = ?, updated_at = ? " +
+		"WHERE " + condVersion
 	q.confirm = "SELECT 1 FROM " + t + " WHERE " + condVersion
 	q.confirmLock = q.confirm
 	if dialect == dialectMySQL {
@@ -147,7 +150,7 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.pendingPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " AND scope IN ("
 
 	if dialect == dialectPostgres {
-		for _, s := range []*string{&q.insert, &q.plainInsert, &q.get, &q.getLocked, &q.update, &q.confirm, &q.confirmLock, &q.delete,
+		for _, s := range []*string{&q.insert, &q.plainInsert, &q.get, &q.getLocked, &q.update, &q.finish, &q.confirm, &q.confirmLock, &q.delete,
 			&q.delExpired, &q.recover} {
 			*s = rebind(*s)
 		}

@@ -108,7 +108,7 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if sdb, err := db.DB(); err == nil {
 		s.sdb = sdb
 		if prepare {
-			s.ps = newStmtCache(sdb, q.insert, q.get, q.getLocked, q.update, q.confirm, q.confirmLock, q.delete)
+			s.ps = newStmtCache(sdb, q.insert, q.get, q.getLocked, q.update, q.finish, q.confirm, q.confirmLock, q.delete)
 		}
 		s.c = dbConn{db: sdb, ps: s.ps}
 	} else {
@@ -261,18 +261,29 @@ func (s *Store) Peek(ctx context.Context, scope, key string) (*idemkit.Record, e
 	return rec, nil
 }
 
-// Update implements [idemkit.Store]: it writes every column of rec to the record with rec's Scope and
-// Key if its fence, owner and status equal prev, and returns idemkit.ErrFenced otherwise. MySQL counts
-// changed rather than matched rows; when it reports none, one SELECT tells a write that changed
-// nothing (success) from a fenced one. Other errors are those of Insert.
+// Update implements [idemkit.Store]: it writes rec to the record with rec's Scope and Key if its
+// fence, owner and status equal prev, and returns idemkit.ErrFenced otherwise: every column for a
+// takeover, and for a claim's own write (rec keeps prev's fence and owner: a finish, a renewal, a
+// settlement) only status, response, error, lease_until, expires_at and updated_at, by primary key.
+// MySQL counts changed rather than matched rows; when it reports none, one SELECT tells a write that
+// changed nothing (success) from a fenced one. Other errors are those of Insert.
 func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
-	n, err := s.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
-		rec.BranchID, response(rec.Response), rec.Error,
-		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
-		rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	var n int64
+	var err error
+	if rec.Fence == prev.Fence && rec.Owner == prev.Owner {
+		// A claim's own write (finish, renewal, settlement): only these columns can have changed.
+		n, err = s.exec(ctx, s.q.finish, string(rec.Status), response(rec.Response), rec.Error,
+			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.UpdatedAt),
+			rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	} else {
+		n, err = s.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
+			rec.BranchID, response(rec.Response), rec.Error,
+			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
+			rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	}
 	if err != nil {
 		return s.q.interpretError("updating", err)
 	}
