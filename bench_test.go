@@ -82,6 +82,13 @@ func (nopStore) Get(context.Context, string, string) (*idemkit.Record, error) {
 func (nopStore) Update(context.Context, *idemkit.Record, idemkit.Version) error { return nil }
 func (nopStore) Delete(context.Context, string, string, idemkit.Version) error  { return nil }
 
+// nopTx is a TxBeginner over nopStore whose transactions do nothing.
+type nopTx struct{ nopStore }
+
+func (nopTx) BeginTx(context.Context) (idemkit.TxStore, error) { return nopTx{}, nil }
+func (nopTx) Commit() error                                    { return nil }
+func (nopTx) Rollback() error                                  { return nil }
+
 type nopLocker struct{ cached []byte }
 
 func (l nopLocker) Acquire(context.Context, string, string, time.Duration) ([]byte, error) {
@@ -101,6 +108,37 @@ func BenchmarkGuardOverhead(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
 			if _, err := g.Do(context.Background(), call, work); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A cancellable context, as a server's request has: the writes after the function then need a
+	// context of their own only when they happen.
+	b.Run("NewKeyCancellable", func(b *testing.B) {
+		g, err := idemkit.New(nopStore{}, &idemkit.Options{Locker: nopLocker{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := g.Do(ctx, call, work); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("TxNewKey", func(b *testing.B) {
+		g, err := idemkit.New(nopStore{}, &idemkit.Options{Locker: nopLocker{}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		fn := func(context.Context, idemkit.TxStore) ([]byte, error) { return result, nil }
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := g.Tx(ctx, nopTx{}, call, fn); err != nil {
 				b.Fatal(err)
 			}
 		}

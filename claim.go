@@ -13,19 +13,22 @@ import (
 // Claim is an attempt's hold on a record, returned by [Guard.Begin]. Finish it exactly once with
 // [Claim.Finish] or [Claim.Detach]. A Claim is not safe for concurrent use.
 type Claim struct {
-	g      *Guard
-	st     Store
-	mode   Mode
-	ctx    context.Context // Begin's context, with the observer's additions
-	id     identity
-	rawKey string
-	token  string
-	locked bool
-	rec    Record // the record as this claim last wrote it
-	start  time.Time
-	ev     Event
-	end    func(*Event)
-	done   bool
+	g    *Guard
+	st   Store
+	mode Mode
+	// callerTx: the claim writes through a Store bound to the caller's transaction (DoTx, MarkTx),
+	// which may still roll back, so nothing it reads or writes is cached.
+	callerTx bool
+	ctx      context.Context // Begin's context, with the observer's additions
+	id       identity
+	rawKey   string
+	token    string
+	locked   bool
+	rec      Record // the record as this claim last wrote it
+	start    time.Time
+	ev       Event
+	end      func(*Event)
+	done     bool
 	// cacheable is a finished, committed record read from the Store, cached when the lock is released.
 	cacheable *Record
 }
@@ -45,13 +48,21 @@ type fenceKey struct{}
 
 // FenceFromContext returns the fence of the claim a guarded function runs under. Use it to condition
 // the function's own writes (UPDATE ... WHERE fence < ?) so a stale attempt cannot overwrite a newer one.
+//
+// In Execute and Mark modes it is the fence of the claim already written. In Tx modes ([Guard.Tx],
+// [Guard.DoTx]) the record is written once, after the function, so it is the fence the record is
+// going to get: 1 for a new key, the stored fence + 1 when a failed or abandoned record was read
+// before the function ran. When another attempt's record appears while the function runs and this
+// call takes it over (it failed, expired, or its lease ran out), the record commits with a higher
+// fence, reported in [Result.Fence]; the business writes and the record still commit together.
 func FenceFromContext(ctx context.Context) (int64, bool) {
 	f, ok := ctx.Value(fenceKey{}).(int64)
 	return f, ok
 }
 
 // run executes fn under the claim and finishes it. A panic in fn finishes the claim as a retryable
-// failure (in Tx mode it only releases the lock: the caller's rollback removes the claim) and goes on.
+// failure (in a caller's transaction it only releases the lock: the rollback removes the claim) and
+// goes on.
 func (cl *Claim) run(fn Func) (res Result, err error) {
 	ctx := cl.Context(cl.ctx)
 	stop := func() {}
@@ -71,12 +82,13 @@ func (cl *Claim) run(fn Func) (res Result, err error) {
 	return cl.Finish(cl.ctx, val, ferr)
 }
 
-// abort finishes a claim whose function panicked.
+// abort finishes a claim whose function panicked. In Tx mode and in a caller's transaction nothing
+// of the call is left to undo but the lock (the transaction's rollback removes the rest).
 func (cl *Claim) abort() {
 	if cl.done {
 		return
 	}
-	if cl.mode.inTx() {
+	if cl.callerTx || cl.mode == ModeTx {
 		cl.done = true
 		cl.ev.Err = errors.New("idemkit: panic in guarded function")
 		ctx, cancel := cl.detached(cl.ctx)
@@ -104,13 +116,20 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	}
 	cl.done = true
 	g := cl.g
-	// One context for the writes that must survive the caller's cancellation: the record (outside Tx
-	// mode, where the caller's transaction decides) and the lock release.
-	dctx, cancel := cl.detached(ctx)
-	defer cancel()
-	wctx := dctx
-	if cl.mode.inTx() {
-		wctx = ctx
+	// One context for the writes that must survive the caller's cancellation: the record (outside a
+	// caller's transaction, which decides for it) and the lock release. Made only when needed.
+	var dctx context.Context
+	cancel := func() {}
+	defer func() { cancel() }()
+	survive := func() context.Context {
+		if dctx == nil {
+			dctx, cancel = cl.detached(ctx)
+		}
+		return dctx
+	}
+	wctx := ctx
+	if !cl.callerTx && !(cl.mode.marks() && err == nil) {
+		wctx = survive()
 	}
 
 	now := g.opts.Now()
@@ -135,7 +154,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	switch {
 	case werr == nil:
 		cl.rec = next
-		if !cl.mode.inTx() && next.Status.Terminal() {
+		if !cl.callerTx && next.Status.Terminal() {
 			if cl.mode.marks() {
 				next.Response = nil
 			}
@@ -147,7 +166,9 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	default:
 		werr = storeErr("finishing record", werr)
 	}
-	cl.releaseLock(dctx, cached, ttl)
+	if cl.locked {
+		cl.releaseLock(survive(), cached, ttl)
+	}
 
 	res := Result{Value: value, Fence: cl.rec.Fence}
 	if err == nil {
@@ -210,8 +231,19 @@ func (cl *Claim) claimed() {
 	}
 }
 
-// replay answers with a finished record (from the Store or the cache).
+// replay answers with a finished record read from the Store, cached when the lock is released.
 func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
+	return cl.replayed(r, fingerprint, r)
+}
+
+// replayCached answers with a finished record from the cache. It takes the record by value and keeps
+// nothing of it, so the caller's copy stays on its stack.
+func (cl *Claim) replayCached(r Record, fingerprint string) (*Claim, Result, error) {
+	return cl.replayed(&r, fingerprint, nil)
+}
+
+// replayed answers with r; cacheable is r when it may be cached (read from the Store), else nil.
+func (cl *Claim) replayed(r *Record, fingerprint string, cacheable *Record) (*Claim, Result, error) {
 	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {
 		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 	}
@@ -219,10 +251,10 @@ func (cl *Claim) replay(r *Record, fingerprint string) (*Claim, Result, error) {
 	if cl.mode.marks() {
 		return cl.fail(OutcomeDuplicate, ErrDuplicate) // never cached: see begin
 	}
-	if !cl.mode.inTx() {
-		// Read through a transaction, the record may not be committed (a second call in the same
-		// transaction, which may still roll back): only a committed record may be cached.
-		cl.cacheable = r
+	if !cl.callerTx {
+		// Read through the caller's transaction, the record may not be committed (a second call in
+		// the same transaction, which may still roll back): only a committed record may be cached.
+		cl.cacheable = cacheable
 	}
 	var err error
 	if r.Status == StatusRejected {

@@ -6,7 +6,7 @@
 //
 //   - a short per-key lock ([Locker], e.g. Redis) that turns concurrent duplicates away in one round trip
 //     and answers finished keys from a result cache in the same round trip;
-//   - a dedupe record in a database ([Store]) with a unique (scope, key) index and explicit states
+//   - a dedupe record in a database ([Store]) keyed by (scope, key), with explicit states
 //     PROCESSING → SUCCEEDED / FAILED / REJECTED; every write is conditioned on the record's fence and
 //     owner, so a stalled holder can never overwrite the attempt that took over from it;
 //   - an error classification: permanent errors (see [Permanent]) are stored and replayed like results,
@@ -15,11 +15,15 @@
 // Correctness comes from the database record alone. The lock and the cache only save work; when they fail
 // and [Options.FailOpen] is set the Guard carries on with the database.
 //
-// Three ways to run a function:
+// Ways to run a function:
 //
-//   - [Guard.Do] (Execute mode): claim the record in its own commit, run, finish with a fenced update.
-//   - [Guard.DoTx] (Tx mode): claim and finish inside the caller's own transaction, through a Store bound
-//     to it, so the business writes and the record commit or roll back together.
+//   - [Guard.Tx] (Tx mode, recommended when the business writes to the record's database): the Guard
+//     begins a transaction, runs the function in it, writes the record once beside its writes and
+//     commits; record.Store.Tx is the gorm-typed form.
+//   - [Guard.DoTx] (Tx mode in the caller's own transaction): the record is written once through a Store
+//     bound to it; the caller must roll back on every error DoTx returns ([ErrRollbackReplayed]).
+//   - [Guard.Do] (Execute mode): claim the record in its own commit, run, finish with a fenced update —
+//     for work with effects outside the record's database.
 //   - [Guard.Mark] (Mark mode): only mark the key done; duplicates are rejected with [ErrDuplicate],
 //     nothing is replayed.
 //   - [Guard.MarkTx]: Mark inside the caller's transaction — one INSERT beside the business writes.

@@ -29,6 +29,11 @@ var (
 	ErrNilFunc = errors.New("idemkit: nil function")
 	// ErrLockLost: the watchdog could not keep the claim alive; the work context is cancelled with it.
 	ErrLockLost = errors.New("idemkit: lock lost")
+	// ErrRollbackReplayed: [Guard.DoTx] ran the function in the caller's transaction, then found the
+	// key finished by another attempt. The Result it returns with this error is the stored answer
+	// (Replayed); the function's writes must not commit, so the caller must roll its transaction
+	// back — returning the error from db.Transaction's function does exactly that.
+	ErrRollbackReplayed = errors.New("idemkit: key finished by another attempt: roll back and use the replayed result")
 )
 
 // Errors returned by Store and Locker implementations to the Guard.

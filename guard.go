@@ -83,28 +83,6 @@ func (g *Guard) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	return cl.run(fn)
 }
 
-// DoTx runs fn once for c inside the caller's transaction (Tx mode). tx is a Store bound to that
-// transaction (for example record.Store.WithTx); the claim and the finish are written through it, so
-// they commit or roll back with the business writes fn makes in the same transaction. DoTx never
-// commits or rolls back. Return fn's error from the transaction to roll everything back: the key is
-// then free again.
-//
-// The result cache is not filled by DoTx, because the transaction may still roll back; the first
-// replay reads the committed record and fills it. Results and errors are those of [Guard.Do].
-func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
-	if fn == nil {
-		return Result{}, ErrNilFunc
-	}
-	if tx == nil {
-		return Result{}, errors.New("idemkit: nil transaction Store")
-	}
-	cl, res, err := g.begin(ctx, tx, ModeTx, &c)
-	if cl == nil {
-		return res, err
-	}
-	return cl.run(fn)
-}
-
 // Mark runs fn once for c (Mark mode): the key is marked done before fn runs, duplicates get
 // ErrDuplicate and nothing is stored or replayed. A retryable error from fn removes the mark so a retry
 // may run; a permanent one keeps it (REJECTED). Mark costs one write on success, but a crash while fn
@@ -114,27 +92,6 @@ func (g *Guard) Mark(ctx context.Context, c Call, fn func(ctx context.Context) e
 		return ErrNilFunc
 	}
 	cl, _, err := g.begin(ctx, g.store, ModeMark, &c)
-	if cl == nil {
-		return err
-	}
-	_, err = cl.run(func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) })
-	return err
-}
-
-// MarkTx runs fn once for c inside the caller's transaction, marking the key done through tx (a Store
-// bound to that transaction, as for DoTx): one INSERT beside the business writes, the cheapest guard
-// there is. Duplicates get ErrDuplicate and nothing is replayed. Unlike Mark it is crash-safe: the mark
-// commits or rolls back with the business. Return fn's error from the transaction so it rolls back and
-// the key is free again; a permanent error (when the caller commits anyway) leaves the key REJECTED.
-// The cache is not filled (the transaction may still roll back).
-func (g *Guard) MarkTx(ctx context.Context, tx Store, c Call, fn func(ctx context.Context) error) error {
-	if fn == nil {
-		return ErrNilFunc
-	}
-	if tx == nil {
-		return errors.New("idemkit: nil transaction Store")
-	}
-	cl, _, err := g.begin(ctx, tx, ModeMarkTx, &c)
 	if cl == nil {
 		return err
 	}
@@ -203,7 +160,19 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	}
 }
 
+// begin opens a call and claims its record in st: insert-first, reading only on a conflict.
 func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim, Result, error) {
+	cl, res, err := g.open(ctx, st, mode, c)
+	if cl == nil {
+		return nil, res, err
+	}
+	return cl.claim(c)
+}
+
+// open starts a call: it validates c, starts the observer and takes the lock. It returns a Claim
+// holding the lock (or none, under fail-open) that has not touched the Store yet; or, with a nil
+// Claim, how the call ended: a replay from the cache, in flight, invalid, or the Locker unavailable.
+func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim, Result, error) {
 	cl := &Claim{g: g, st: st, mode: mode, rawKey: c.Key}
 	cl.ev = Event{Mode: mode, Scope: c.Scope}
 	if g.opts.Observer != nil || g.opts.Logger.Enabled(ctx, slog.LevelWarn) {
@@ -229,7 +198,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 			rec, derr := decodeCached(cached)
 			if derr == nil {
 				cl.ev.Cached = true
-				return cl.replay(&rec, c.Fingerprint)
+				return cl.replayCached(rec, c.Fingerprint)
 			}
 			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
 		case errors.Is(err, ErrLocked):
@@ -242,17 +211,46 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 			return cl.fail(OutcomeUnavailable, fmt.Errorf("%w: %w", ErrLockUnavailable, err))
 		}
 	}
+	return cl, Result{}, nil
+}
 
-	now := g.opts.Now()
-	rec := &cl.rec
-	*rec = Record{
-		Scope: id.scope, Key: id.key, Status: StatusProcessing, Fence: 1, Owner: cl.token,
+// newRecord returns the record a claim of c writes at now: PROCESSING with a lease, or, in the Mark
+// modes, SUCCEEDED at once.
+func (cl *Claim) newRecord(c *Call, now time.Time) {
+	g := cl.g
+	cl.rec = Record{
+		Scope: cl.id.scope, Key: cl.id.key, Status: StatusProcessing, Fence: 1, Owner: cl.token,
 		Fingerprint: c.Fingerprint, GID: c.GID, BranchID: c.BranchID, Response: c.Result,
 		LeaseUntil: now.Add(g.opts.Lease), ExpiresAt: now.Add(g.opts.TTL), CreatedAt: now, UpdatedAt: now,
 	}
-	if mode.marks() {
-		rec.Status, rec.LeaseUntil, rec.Response = StatusSucceeded, now, nil
+	if cl.mode.marks() {
+		cl.rec.Status, cl.rec.LeaseUntil, cl.rec.Response = StatusSucceeded, now, nil
 	}
+}
+
+// takeOver turns cl.rec into a claim replacing cur at now: a fresh claim that keeps counting fences.
+// Within the record's lifetime the payload it was first used with still binds the key, even when
+// this call gives none.
+func (cl *Claim) takeOver(cur *Record, now time.Time) {
+	g := cl.g
+	rec := &cl.rec
+	rec.Fence = cur.Fence + 1
+	if rec.Fingerprint == "" && !cur.Expired(now) {
+		rec.Fingerprint = cur.Fingerprint
+	}
+	rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt = now.Add(g.opts.Lease), now.Add(g.opts.TTL), now, now
+	if cl.mode.marks() {
+		rec.LeaseUntil = now
+	}
+}
+
+// claim writes the claim of an opened call: insert-first, and on a conflict it reads the record and
+// applies the state table.
+func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
+	g, st, ctx, id, mode := cl.g, cl.st, cl.ctx, cl.id, cl.mode
+	now := g.opts.Now()
+	cl.newRecord(c, now)
+	rec := &cl.rec
 	for attempt := 0; ; attempt++ {
 		err := st.Insert(ctx, rec)
 		if err == nil {
@@ -287,16 +285,7 @@ func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim
 		case verdictInFlight:
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)})
 		}
-		// Take over: a fresh claim that keeps counting fences. Within the record's lifetime the
-		// payload it was first used with still binds the key, even when this call gives none.
-		rec.Fence = cur.Fence + 1
-		if rec.Fingerprint == "" && !cur.Expired(now) {
-			rec.Fingerprint = cur.Fingerprint
-		}
-		rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt = now.Add(g.opts.Lease), now.Add(g.opts.TTL), now, now
-		if mode.marks() {
-			rec.LeaseUntil = now
-		}
+		cl.takeOver(cur, now)
 		err = st.Update(ctx, rec, cur.Version())
 		switch {
 		case err == nil:

@@ -73,7 +73,7 @@ func TestOptionsValidation(t *testing.T) {
 	if caller.LockTTL != 0 || caller.TTL != 0 {
 		t.Fatal("New changed the caller's Options")
 	}
-	if g.opts.LockTTL != time.Second || g.opts.TTL != DefaultTTL || g.opts.CacheTTL != DefaultCacheTTL || g.opts.MaxKeyLen != DefaultMaxKeyLen {
+	if g.opts.LockTTL != time.Second || g.opts.TTL != DefaultTTL || g.opts.CacheTTL != DefaultTTL || g.opts.MaxKeyLen != DefaultMaxKeyLen {
 		t.Fatalf("defaults not applied: %+v", g.opts)
 	}
 	for name, o := range map[string]*Options{

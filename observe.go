@@ -9,7 +9,7 @@ import (
 // Mode is how a call is guarded.
 type Mode uint8
 
-// Modes. See [Guard.Do], [Guard.DoTx], [Guard.Mark] and [Guard.MarkTx].
+// Modes. See [Guard.Do], [Guard.Tx] and [Guard.DoTx] (both ModeTx), [Guard.Mark] and [Guard.MarkTx].
 const (
 	ModeExecute Mode = iota
 	ModeTx
@@ -19,9 +19,6 @@ const (
 
 // marks reports whether m only marks keys (no stored result).
 func (m Mode) marks() bool { return m == ModeMark || m == ModeMarkTx }
-
-// inTx reports whether m writes through the caller's transaction.
-func (m Mode) inTx() bool { return m == ModeTx || m == ModeMarkTx }
 
 func (m Mode) String() string {
 	switch m {

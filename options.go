@@ -13,7 +13,6 @@ import (
 const (
 	DefaultLease         = 30 * time.Second
 	DefaultTTL           = 24 * time.Hour
-	DefaultCacheTTL      = time.Hour
 	DefaultMaxHold       = 10 * time.Minute
 	DefaultFinishTimeout = 5 * time.Second
 	DefaultMaxKeyLen     = 255
@@ -42,7 +41,11 @@ type Options struct {
 	// may delete it. Defaults to DefaultTTL (24h).
 	TTL time.Duration
 	// CacheTTL is how long a finished result stays in the Locker's cache, capped by the record's
-	// remaining TTL. Defaults to DefaultCacheTTL (1h); negative disables the cache.
+	// remaining TTL. Defaults to TTL: every result stays cached as long as its record counts, so the
+	// cache can vouch that a key it does not hold is new, and Tx mode ([Guard.Tx]) skips the read
+	// before its function. A shorter CacheTTL bounds Redis memory (about one result per key finished
+	// within it) at the price of that read: one more statement per new key in Tx mode. Negative
+	// disables the cache.
 	CacheTTL time.Duration
 	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease while the
 	// function runs, up to MaxHold, and cancels the function's context with ErrLockLost when renewal
@@ -87,7 +90,7 @@ func (o *Options) withDefaults() (Options, error) {
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.LockTTL = cmp.Or(c.LockTTL, c.Lease)
 	c.TTL = cmp.Or(c.TTL, DefaultTTL)
-	c.CacheTTL = cmp.Or(c.CacheTTL, DefaultCacheTTL)
+	c.CacheTTL = cmp.Or(c.CacheTTL, c.TTL)
 	c.MaxHold = cmp.Or(c.MaxHold, DefaultMaxHold)
 	c.FinishTimeout = cmp.Or(c.FinishTimeout, DefaultFinishTimeout)
 	c.MaxKeyLen = cmp.Or(c.MaxKeyLen, DefaultMaxKeyLen)

@@ -17,7 +17,10 @@ type Store interface {
 	// Get returns the record for scope and key, or ErrNotFound.
 	Get(ctx context.Context, scope, key string) (*Record, error)
 	// Update replaces the record with rec's Scope and Key if its stored fence, owner and status equal
-	// prev, and returns ErrFenced otherwise (including when no record exists).
+	// prev, and returns ErrFenced otherwise (including when no record exists). When rec keeps prev's
+	// fence and owner (a claim's own finish, renewal or settlement), only its Status, Response, Error,
+	// LeaseUntil, ExpiresAt and UpdatedAt differ from the stored record, and a Store may write only
+	// those.
 	Update(ctx context.Context, rec *Record, prev Version) error
 	// Delete removes the record for scope and key if its stored fence, owner and status equal prev,
 	// and returns ErrFenced otherwise.
@@ -44,6 +47,18 @@ type Locker interface {
 	// whoever holds the lock. It returns ErrLockNotHeld when the lock was gone or held by another
 	// token (the result is still cached).
 	Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error
+}
+
+// Peeker is implemented by Stores bound to a caller's transaction that can read a record without
+// locking it: a plain read in the transaction's snapshot. [Guard.DoTx] reads through it before its
+// function when the cache cannot vouch for the key, so that a duplicate of a finished key is answered
+// before the function runs; a locking read there would lock the gap where a new key goes and make
+// concurrent transactions deadlock (MySQL). A record committed after the snapshot is not seen by Peek;
+// DoTx then meets it when it writes the record. record.Store and memory.Store implement it.
+type Peeker interface {
+	// Peek returns the record for scope and key as the transaction sees it, without locking, or
+	// ErrNotFound.
+	Peek(ctx context.Context, scope, key string) (*Record, error)
 }
 
 // PendingQuery selects the records a transaction reconciler settles (see [PendingLister]).

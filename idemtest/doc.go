@@ -10,5 +10,6 @@
 // deletes, round-tripping every field, concurrency) and then drives a Guard over the Store through every
 // row of the state table: new key, replay, permanent and retryable failures, in-flight, lease takeover,
 // fencing of a stale holder, expiry, payload mismatch, Mark mode, panics, and concurrent duplicates.
-// When the Store also has the sweeper hooks (DeleteExpired, RecoverStale) the suite checks them.
+// When the Store also has the sweeper hooks (DeleteExpired, RecoverStale) the suite checks them; when it
+// begins transactions ([idemkit.TxBeginner]) it drives [idemkit.Guard.Tx] through the state table too.
 package idemtest

@@ -34,7 +34,7 @@ func wantLocked(t *testing.T, l idemkit.Locker, key string, ttl time.Duration) {
 	if cached != nil || !errors.As(err, &inf) || !errors.Is(err, idemkit.ErrLocked) || !errors.Is(err, idemkit.ErrInFlight) {
 		t.Fatalf("Acquire of a held lock: cached %q, error %v; want an InFlightError", cached, err)
 	}
-	if inf.RetryAfter < 0 || inf.RetryAfter > ttl {
+	if inf.RetryAfter < 0 || inf.RetryAfter > ttl+time.Millisecond {
 		t.Fatalf("RetryAfter %s outside [0, %s]", inf.RetryAfter, ttl)
 	}
 }
@@ -154,6 +154,49 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 		must(t, err)
 		if cached != nil {
 			t.Fatalf("cached %q after a release without result", cached)
+		}
+	})
+
+	t.Run("OneEntryPerKey", func(t *testing.T) {
+		// A key holds a lock or a cached result, never both: the result of a finished attempt
+		// replaces its lock, and a cached result answers every Acquire, whatever its token.
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "k", "tok-1", []byte("r"), time.Hour))
+		for _, tok := range []string{"tok-1", "tok-2"} {
+			cached, err := l.Acquire(ctxb, "k", tok, ttl)
+			if err != nil || string(cached) != "r" {
+				t.Fatalf("Acquire(%s) of a cached key: %q, %v; want the result", tok, cached, err)
+			}
+		}
+		wantErr(t, l.Refresh(ctxb, "k", "tok-1", ttl), idemkit.ErrLockNotHeld)
+		// A release without a result leaves a cached result alone.
+		wantErr(t, l.Release(ctxb, "k", "tok-1", nil, 0), idemkit.ErrLockNotHeld)
+		cached, err := l.Acquire(ctxb, "k", "tok-3", ttl)
+		if err != nil || string(cached) != "r" {
+			t.Fatalf("after a release without result: %q, %v; want the cached result", cached, err)
+		}
+		// A result caches even when the lock expired before the release.
+		_, err = l.Acquire(ctxb, "late", "tok-1", 50*time.Millisecond)
+		must(t, err)
+		time.Sleep(100 * time.Millisecond)
+		wantErr(t, l.Release(ctxb, "late", "tok-1", []byte("late"), time.Hour), idemkit.ErrLockNotHeld)
+		cached, err = l.Acquire(ctxb, "late", "tok-2", ttl)
+		if err != nil || string(cached) != "late" {
+			t.Fatalf("after a late release: %q, %v; want the cached result", cached, err)
+		}
+	})
+
+	t.Run("RetryAfterFollowsRefresh", func(t *testing.T) {
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", time.Second)
+		must(t, err)
+		must(t, l.Refresh(ctxb, "k", "tok-1", time.Hour))
+		_, err = l.Acquire(ctxb, "k", "tok-2", ttl)
+		var inf *idemkit.InFlightError
+		if !errors.As(err, &inf) || inf.RetryAfter <= time.Minute || inf.RetryAfter > time.Hour {
+			t.Fatalf("after Refresh(1h): %v; want an InFlightError with RetryAfter in (1m, 1h]", err)
 		}
 	})
 

@@ -397,6 +397,11 @@ type StormConfig struct {
 	Goroutines int
 	// Keys in the second round. Defaults to 200.
 	Keys int
+	// Tx sends the calls through [idemkit.Guard.Tx] (the Stores must implement [idemkit.TxBeginner])
+	// instead of Guard.Do. A function may then run more than once for a key (a duplicate that raced
+	// past the read before the function rolls back); the Storm checks that one transaction commits per
+	// key instead.
+	Tx bool
 }
 
 // Storm checks the central promise under concurrency: goroutines spread over several Guards submit the
@@ -408,7 +413,15 @@ func Storm(t *testing.T, cfg StormConfig) {
 		t.Fatal("Storm needs at least one Store")
 	}
 	guards := make([]*idemkit.Guard, len(cfg.Stores))
+	dbs := make([]*stormTx, len(cfg.Stores))
 	for i, s := range cfg.Stores {
+		if cfg.Tx {
+			b, ok := s.(idemkit.TxBeginner)
+			if !ok {
+				t.Fatalf("Storm with Tx: Store %T does not begin transactions", s)
+			}
+			dbs[i] = &stormTx{TxBeginner: b}
+		}
 		// Generous lease and finish timeout: a slow machine (SQLite under the race detector) must not
 		// turn a timing into a failure.
 		o := &idemkit.Options{Lease: 5 * time.Minute, TTL: time.Hour, FinishTimeout: 2 * time.Minute}
@@ -423,17 +436,32 @@ func Storm(t *testing.T, cfg StormConfig) {
 	round := func(keys, perKey int) {
 		var mu sync.Mutex
 		runs := make(map[string]int)
+		commits := make(map[string]int)
 		var replayed, inflight, fresh atomic.Int32
 		parallel(keys*perKey, func(i int) {
 			key := fmt.Sprintf("k%d", i%keys)
 			g := guards[i%len(guards)]
-			res, err := g.Do(ctxb, idemkit.Call{Scope: scope, Key: key}, func(context.Context) ([]byte, error) {
+			fn := func(context.Context) ([]byte, error) {
 				mu.Lock()
 				runs[key]++
 				mu.Unlock()
 				time.Sleep(time.Millisecond) // widen the window for duplicates
 				return []byte("result-" + key), nil
-			})
+			}
+			var res idemkit.Result
+			var err error
+			if cfg.Tx {
+				res, err = g.Tx(ctxb, dbs[i%len(dbs)], idemkit.Call{Scope: scope, Key: key}, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+					tx.(*stormTxStore).committed = func() {
+						mu.Lock()
+						commits[key]++
+						mu.Unlock()
+					}
+					return fn(ctx)
+				})
+			} else {
+				res, err = g.Do(ctxb, idemkit.Call{Scope: scope, Key: key}, fn)
+			}
 			switch {
 			case err == nil && string(res.Value) == "result-"+key:
 				if res.Replayed {
@@ -449,7 +477,10 @@ func Storm(t *testing.T, cfg StormConfig) {
 		})
 		for k := range keys {
 			key := fmt.Sprintf("k%d", k)
-			if runs[key] != 1 {
+			switch {
+			case cfg.Tx && commits[key] != 1:
+				t.Errorf("key %s: %d transactions committed (%d runs), want exactly 1", key, commits[key], runs[key])
+			case !cfg.Tx && runs[key] != 1:
 				t.Errorf("key %s ran %d times, want exactly 1", key, runs[key])
 			}
 		}
@@ -469,4 +500,28 @@ func cmpOr(v, def int) int {
 		return v
 	}
 	return def
+}
+
+// stormTx counts, per key, the transactions of a Storm that committed a function's run.
+type stormTx struct{ idemkit.TxBeginner }
+
+func (b *stormTx) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	tx, err := b.TxBeginner.BeginTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &stormTxStore{TxStore: tx}, nil
+}
+
+type stormTxStore struct {
+	idemkit.TxStore
+	committed func() // set by the function; called once the transaction committed
+}
+
+func (t *stormTxStore) Commit() error {
+	err := t.TxStore.Commit()
+	if err == nil && t.committed != nil {
+		t.committed()
+	}
+	return err
 }

@@ -1,6 +1,10 @@
 package lock_test
 
 import (
+	"context"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/memory"
 	"testing"
 	"time"
 )
@@ -40,4 +44,25 @@ func BenchmarkLocker(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkGuardReplay is a Guard's cached replay through the Redis Locker: one native command.
+func BenchmarkGuardReplay(b *testing.B) {
+	l, _ := setup(b)
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Locker: l})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	call := idemkit.Call{Scope: "POST /orders", Key: "bench-replay"}
+	if _, err := g.Do(ctx, call, func(context.Context) ([]byte, error) { return []byte(`{"order":"created"}`), nil }); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := g.Do(ctx, call, nil2); err != nil || !res.Replayed {
+			b.Fatal(res, err)
+		}
+	}
 }

@@ -6,21 +6,27 @@
 //
 // # Round trips
 //
-// Every operation is one Lua script and one round trip: [Locker.Acquire] returns a cached result or
-// takes the lock (SET NX PX) or reports the holder's remaining time; [Locker.Refresh] extends the lock
-// if the token still holds it; [Locker.Release] fills the cache and deletes the lock if the token
-// holds it. Scripts run with EVALSHA; when Redis lost its script cache (restart, failover,
-// SCRIPT FLUSH) the first call of each script falls back to EVAL, which costs one extra command and
+// One Redis key per idempotency key holds either the lock of the attempt running it or the cached
+// result of a finished one, so on Redis 7.0 and later the hot paths are single native commands:
+// [Locker.Acquire] is SET key lock NX PX ttl GET (a free key is locked; a held one answers with the
+// holder's deadline; a finished one answers with its cached result — a replay is this one command);
+// [Locker.Release] with a result is SET key result PX ttl GET. Only the operations that must compare
+// before they write are Lua scripts: [Locker.Refresh] (compare-and-set) and [Locker.Release] without a
+// result (compare-and-delete). Scripts run with EVALSHA; when Redis lost its script cache (restart,
+// failover, SCRIPT FLUSH) the first call of each falls back to EVAL, which costs one extra command and
 // caches the script again.
+//
+// A Redis older than 7.0 refuses SET with both NX and GET: the Locker notices it on its first Acquire
+// (a syntax error) and runs Lua scripts doing the same from then on ([Locker.Scripts];
+// [Options.Scripts] forces this mode).
 //
 // # Keys and safety
 //
-// A key K lives in two Redis keys, <prefix>{K}:lock and <prefix>{K}:result (see [Locker] for the
-// escaping of an empty K or one starting with '}' or '%'). The hash tag {K} puts both in one Redis
-// Cluster slot, so the scripts work on a cluster as well as on a single node; [Scripter] is satisfied
-// by *redis.Client, *redis.ClusterClient and redis.UniversalClient. Keys are only ever passed to
-// the scripts as KEYS and tokens, results and times as ARGV: nothing a caller gives is spliced into
-// Lua source, so no key or result can inject code.
+// A key K lives in the Redis key <prefix>{K} (see [Locker] for the escaping of an empty K or one
+// starting with '}' or '%', and for the value format). The hash tag {K} fixes the slot on Redis
+// Cluster; [Client] is satisfied by *redis.Client, *redis.ClusterClient and redis.UniversalClient.
+// Keys are only ever passed to the scripts as KEYS and tokens, results and times as ARGV: nothing a
+// caller gives is spliced into Lua source, so no key or result can inject code.
 //
 // The lock is an efficiency device, not a guarantee: Redis may lose it (failover, restart, eviction)
 // and the Guard's Store decides who runs. Results are cached under the same prefix; set a maxmemory

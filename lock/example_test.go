@@ -34,13 +34,13 @@ func Example() {
 	fmt.Println(string(res.Value), res.Replayed, err)
 }
 
-// Keys are hash-tagged so that each call's lock and result share a Redis Cluster slot: the Locker
-// works on a ClusterClient (or any redis.UniversalClient) unchanged.
+// Each key is one hash-tagged Redis key: the Locker works on a ClusterClient (or any
+// redis.UniversalClient) unchanged.
 func ExampleNew_cluster() {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:                 []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
 		ContextTimeoutEnabled: true,
 	})
 	defer rdb.Close()
-	var _ idemkit.Locker = lock.New(rdb, nil) // keys idemkit:{<key>}:lock and idemkit:{<key>}:result
+	var _ idemkit.Locker = lock.New(rdb, nil) // one Redis key per call: idemkit:{<key>}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +15,10 @@ import (
 	"github.com/idemkit/idemkit/memory"
 )
 
-// TestRoundTripBudget counts the commands a Guard sends through the Redis Locker (issue 2, point 5):
-// a replay served from the cache is exactly 1 command, a new key in Execute mode at most 2. The
-// scripts are warmed first: on a server that does not have them cached (fresh, restarted or
-// flushed) the first call of each script costs one more command (EVALSHA answered NOSCRIPT, then
-// EVAL), which the test measures separately on a fresh private server.
+// TestRoundTripBudget counts the commands a Guard sends through the Redis Locker: a replay served
+// from the cache is exactly one native SET ... NX ... GET, a new key in Execute mode two native SETs
+// (the lock, then the result in its place), no Lua script either way — even on a fresh private server
+// that has never seen the scripts.
 func TestRoundTripBudget(t *testing.T) {
 	_, rdb := privateRedis(t)
 	counter := &cmdCounter{}
@@ -39,24 +41,23 @@ func TestRoundTripBudget(t *testing.T) {
 		return res, counter.take()
 	}
 
-	// Cold: a new key on a server that has never seen the scripts (EVALSHA+EVAL for acquire and for
-	// release).
+	// Cold: a new key on a server that has never seen the scripts: the native commands need none.
 	_, cold := do("cold")
 	t.Logf("new key with the script cache empty: %d commands %v", len(cold), cold)
-	if len(cold) > 4 {
-		t.Errorf("new key with the script cache empty sent %d commands %v; want at most 4", len(cold), cold)
+	if len(cold) > 2 {
+		t.Errorf("new key with the script cache empty sent %d commands %v; want at most 2", len(cold), cold)
 	}
 
 	// Warm: the scripts are cached now.
 	res, cmds := do("new")
 	t.Logf("new key: %d commands %v", len(cmds), cmds)
-	if res.Replayed || len(cmds) > 2 {
-		t.Errorf("new key: Replayed=%v, %d commands %v; want a run and at most 2 commands", res.Replayed, len(cmds), cmds)
+	if res.Replayed || !slices.Equal(cmds, []string{"set", "set"}) {
+		t.Errorf("new key: Replayed=%v, commands %v; want a run and two native SETs (lock, then result), no script", res.Replayed, cmds)
 	}
 	res, cmds = do("new")
 	t.Logf("cached replay: %d commands %v", len(cmds), cmds)
-	if !res.Replayed || len(cmds) != 1 {
-		t.Errorf("cached replay: Replayed=%v, %d commands %v; want a replay and exactly 1 command", res.Replayed, len(cmds), cmds)
+	if !res.Replayed || !slices.Equal(cmds, []string{"set"}) {
+		t.Errorf("cached replay: Replayed=%v, commands %v; want a replay and exactly one native SET ... GET", res.Replayed, cmds)
 	}
 	if evs := obs.take(); len(evs) != 3 || !evs[2].Cached {
 		t.Errorf("the replay was not served from the cache: %+v", evs)
@@ -112,8 +113,8 @@ func TestWatchdog(t *testing.T) {
 			}
 			// The in-flight answer came from Redis: the holder's lock is still there (a probe that
 			// had taken an expired lock would have released it).
-			if locks, err := b.rdb.Keys(ctx, b.prefix+"*:lock").Result(); err != nil || len(locks) != 1 {
-				t.Errorf("probe %d: lock keys %q, %v; want the holder's", i, locks, err)
+			if v, err := b.rdb.Get(ctx, b.prefix+"{"+lockKeyOf(call)+"}").Result(); err != nil || !strings.HasPrefix(v, "L") {
+				t.Errorf("probe %d: key holds %q, %v; want the holder's lock", i, v, err)
 			}
 			probed <- struct{}{}
 		}
@@ -164,4 +165,9 @@ func TestWatchdog(t *testing.T) {
 			t.Fatalf("after both: %+v, %v; want the taker's result replayed", res, err)
 		}
 	})
+}
+
+// lockKeyOf is the Locker key a Guard without namespace uses for c (scope and key stored as they are).
+func lockKeyOf(c idemkit.Call) string {
+	return strconv.Itoa(len(c.Scope)) + ":" + c.Scope + ":" + c.Key
 }

@@ -16,13 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Compile-time checks: the Locker is an idemkit.Locker, and every kind of go-redis client is a Scripter.
+// Compile-time checks: the Locker is an idemkit.Locker, and every kind of go-redis client is a Client.
 var (
 	_ idemkit.Locker = (*lock.Locker)(nil)
-	_ lock.Scripter  = (*redis.Client)(nil)
-	_ lock.Scripter  = (*redis.ClusterClient)(nil)
-	_ lock.Scripter  = (*redis.Ring)(nil)
-	_ lock.Scripter  = redis.UniversalClient(nil)
+	_ lock.Client    = (*redis.Client)(nil)
+	_ lock.Client    = (*redis.ClusterClient)(nil)
+	_ lock.Client    = (*redis.Ring)(nil)
+	_ lock.Client    = redis.UniversalClient(nil)
 )
 
 // bundle is what setup returns besides the Locker.
@@ -35,10 +35,23 @@ type bundle struct {
 // when t ends.
 func setup(t testing.TB) (*lock.Locker, *bundle) {
 	t.Helper()
+	return setupMode(t, false)
+}
+
+// setupMode is setup with a Locker on native commands or, with scripts, on Lua scripts only.
+func setupMode(t testing.TB, scripts bool) (*lock.Locker, *bundle) {
+	t.Helper()
 	rdb := testsvc.Redis(t)
 	b := &bundle{rdb: rdb, prefix: testsvc.Name("idemkit_test_") + ":"}
 	testsvc.CleanRedis(t, rdb, b.prefix)
-	return lock.New(rdb, &lock.Options{Prefix: b.prefix}), b
+	return lock.New(rdb, &lock.Options{Prefix: b.prefix, Scripts: scripts}), b
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func token() string {
@@ -50,7 +63,8 @@ func token() string {
 // errInjected is the failure a flakyScripter returns.
 var errInjected = errors.New("flaky scripter: injected failure")
 
-// flakyScripter wraps a client and fails every n-th script call (EVALSHA or EVAL) before sending it.
+// flakyScripter wraps a client and fails every n-th command (a native one, EVALSHA or EVAL) before
+// sending it.
 type flakyScripter struct {
 	*redis.Client
 	every  int64
@@ -66,6 +80,14 @@ func (f *flakyScripter) inject(ctx context.Context) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(errInjected)
 	return cmd
+}
+
+func (f *flakyScripter) Process(ctx context.Context, cmd redis.Cmder) error {
+	if c := f.inject(ctx); c != nil {
+		cmd.SetErr(errInjected)
+		return errInjected
+	}
+	return f.Client.Process(ctx, cmd)
 }
 
 func (f *flakyScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {

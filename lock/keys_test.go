@@ -58,35 +58,29 @@ var trickyKeys = []string{
 	"%7D", "}%", "12:POST /orders:key-1", "ключ{}", strings.Repeat("}{", 64),
 }
 
-func TestKeysSameSlot(t *testing.T) {
+func TestKeysTagged(t *testing.T) {
 	l := &Locker{prefix: DefaultPrefix}
 	seen := make(map[string]string)
 	for _, key := range trickyKeys {
-		keys := l.keys(key, true)
-		lockKey, resultKey := keys[0], keys[1]
-		if !strings.HasPrefix(lockKey, DefaultPrefix+"{") || !strings.HasSuffix(lockKey, "}:lock") {
-			t.Errorf("lock key of %q = %q, want %s{...}:lock", key, lockKey, DefaultPrefix)
+		k := l.key(key)
+		if !strings.HasPrefix(k, DefaultPrefix+"{") || !strings.HasSuffix(k, "}") {
+			t.Errorf("Redis key of %q = %q, want %s{...}", key, k, DefaultPrefix)
 		}
-		if !strings.HasSuffix(resultKey, "}:result") || strings.TrimSuffix(lockKey, "lock") != strings.TrimSuffix(resultKey, "result") {
-			t.Errorf("result key of %q = %q, does not match lock key %q", key, resultKey, lockKey)
+		if tagOf(k) == "" {
+			t.Errorf("key %q: Redis key %q has no hash tag", key, k)
 		}
-		if a, b := keySlot(lockKey), keySlot(resultKey); a != b {
-			t.Errorf("key %q: lock key %q in slot %d, result key %q in slot %d", key, lockKey, a, resultKey, b)
+		if other, dup := seen[k]; dup {
+			t.Errorf("keys %q and %q both map to %q", other, key, k)
 		}
-		if tagOf(lockKey) == "" {
-			t.Errorf("key %q: lock key %q has no hash tag", key, lockKey)
-		}
-		if other, dup := seen[lockKey]; dup {
-			t.Errorf("keys %q and %q both map to %q", other, key, lockKey)
-		}
-		seen[lockKey] = key
-		if only := l.keys(key, false); len(only) != 1 || only[0] != lockKey {
-			t.Errorf("keys(%q, false) = %q, want [%q]", key, only, lockKey)
+		seen[k] = key
+		// The key and lock value built together name the same Redis key.
+		if k2, v := l.keyAndLock(key, 1234, "tok"); k2 != k || v != "L1234:tok" {
+			t.Errorf("keyAndLock(%q) = %q, %q; want %q, L1234:tok", key, k2, v, k)
 		}
 	}
 	// Keys the Locker leaves alone are used verbatim.
-	if got := l.keys("order-1", true); got[0] != "idemkit:{order-1}:lock" || got[1] != "idemkit:{order-1}:result" {
-		t.Errorf("keys(order-1) = %q", got)
+	if got := l.key("order-1"); got != "idemkit:{order-1}" {
+		t.Errorf("key(order-1) = %q", got)
 	}
 }
 
@@ -106,14 +100,14 @@ func FuzzKeysSameSlot(f *testing.F) {
 	}
 	l := &Locker{prefix: "app:"}
 	f.Fuzz(func(t *testing.T, key string) {
-		keys := l.keys(key, true)
-		if tagOf(keys[0]) == "" || keySlot(keys[0]) != keySlot(keys[1]) {
-			t.Fatalf("key %q: %q and %q are in slots %d and %d", key, keys[0], keys[1], keySlot(keys[0]), keySlot(keys[1]))
+		k := l.key(key)
+		if tagOf(k) == "" {
+			t.Fatalf("key %q: Redis key %q has no hash tag", key, k)
 		}
-		// Injective: the key is recoverable from its lock key.
-		got := strings.TrimSuffix(strings.TrimPrefix(keys[0], "app:{"), "}:lock")
+		// Injective: the key is recoverable from its Redis key.
+		got := strings.TrimSuffix(strings.TrimPrefix(k, "app:{"), "}")
 		if got != key && got != "%"+key {
-			t.Fatalf("key %q: lock key %q does not hold it", key, keys[0])
+			t.Fatalf("key %q: Redis key %q does not hold it", key, k)
 		}
 		if got == "%"+key && key != "" && key[0] != '}' && key[0] != '%' {
 			t.Fatalf("key %q escaped needlessly", key)
@@ -125,8 +119,8 @@ func BenchmarkKeys(b *testing.B) {
 	l := &Locker{prefix: DefaultPrefix}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = l.keys("12:POST /orders:3f2a9c1e-5b7d-4e1a-9c2b-8d7e6f5a4b3c", true)
+		_, _ = l.keyAndLock("12:POST /orders:3f2a9c1e-5b7d-4e1a-9c2b-8d7e6f5a4b3c", 1700000000000, "3f2a9c1e5b7d4e1a9c2b8d7e6f5a4b3c")
 	}
 }
 
-var _ Scripter = (*redis.Client)(nil)
+var _ Client = (*redis.Client)(nil)

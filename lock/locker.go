@@ -3,8 +3,11 @@ package lock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -14,17 +17,17 @@ import (
 // DefaultPrefix is the default [Options.Prefix].
 const DefaultPrefix = "idemkit:"
 
-// Scripter is the part of a go-redis v9 client a [Locker] uses: running Lua scripts, through
-// [redis.Script.Run] (EVALSHA, then EVAL when the server lacks the script), which takes a
-// redis.Scripter. It is satisfied by *redis.Client, *redis.ClusterClient, *redis.Ring and
-// redis.UniversalClient, and by any wrapper that embeds one of them (tests wrap Eval and EvalSha to
-// inject faults).
+// Client is the part of a go-redis v9 client a [Locker] uses: sending a command (Process) and running
+// Lua scripts through [redis.Script.Run] (EVALSHA, then EVAL when the server lacks the script). It is
+// satisfied by *redis.Client, *redis.ClusterClient, *redis.Ring and redis.UniversalClient, and by any
+// wrapper that embeds one of them (tests wrap it to inject faults).
 //
 // Create the client with ContextTimeoutEnabled set: without it go-redis does not let a context's
 // deadline bound socket reads and writes, and a Locker call on an unresponsive Redis waits for the
 // client's ReadTimeout and WriteTimeout instead.
-type Scripter interface {
+type Client interface {
 	redis.Scripter
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // Options configure a [Locker]. The zero value works.
@@ -33,27 +36,57 @@ type Options struct {
 	// not contain '{' or '}' (the Locker places the key's hash tag itself). Defaults to DefaultPrefix
 	// ("idemkit:").
 	Prefix string
+	// Scripts makes every operation a Lua script, the way the Locker works on a Redis older than
+	// 7.0, which refuses SET with both NX and GET. Defaults to false: native commands, switching to
+	// scripts the first time the server refuses one (see [Locker]). Set it for a proxy that refuses
+	// SET ... GET, or to exercise the fallback.
+	Scripts bool
 }
 
-// Locker is an [idemkit.Locker] on Redis: a per-key lock (SET NX PX with the caller's per-attempt token,
-// compare-and-pexpire refresh, compare-and-delete release) and a cache of finished results, each
-// operation one Lua script and one round trip.
+// Locker is an [idemkit.Locker] on Redis: one Redis key per idempotency key, holding either the lock
+// of the attempt running it or the cached result of a finished one.
 //
-// For a key K it uses two Redis keys, <prefix>{K}:lock and <prefix>{K}:result. The braces are a
-// Redis Cluster hash tag: both keys live in the same slot, so one script may touch both on a
-// cluster. K is used as is, except that a K that is empty or starts with '}' or '%' gets a '%' in
-// front, so the tag is never empty and distinct keys stay distinct.
+// The key for K is <prefix>{K}. The braces are a Redis Cluster hash tag, so the slot depends on K
+// only. K is used as is, except that a K that is empty or starts with '}' or '%' gets a '%' in front,
+// so the tag is never empty and distinct keys stay distinct. The value is either a lock, "L" followed
+// by the holder's deadline (Unix ms), ':' and its token, or a cached result: the result as given,
+// prefixed with "E" when it is empty or starts with 'L' or 'E' (the Guard's cached results start with
+// a format byte below 0x20 and are stored as they are).
+//
+// Commands, on Redis 7.0 or later:
+//
+//   - Acquire is one native SET key lock NX PX ttl GET, which answers in one command whether the key
+//     was free (now locked), locked (the holder's deadline gives [idemkit.InFlightError.RetryAfter])
+//     or holds a cached result.
+//   - Release with a result is one native SET key result PX ttl GET: the result replaces the lock (or
+//     whatever the key held: a finished, committed result is the answer for every attempt), and the
+//     old value tells whether the lock was still ours.
+//   - Release without a result (compare-and-delete) and Refresh (compare-and-set) are Lua scripts,
+//     run with EVALSHA and, when the server lost its script cache, EVAL.
+//
+// On a Redis older than 7.0 the first SET NX GET fails with a syntax error; the Locker then runs Lua
+// scripts doing the same for the rest of its life (see [Locker.Scripts]).
 //
 // A Locker is safe for concurrent use.
 type Locker struct {
-	client Scripter
-	prefix string
+	client  Client
+	prefix  string
+	scripts atomic.Bool // native SET ... GET refused, or Options.Scripts: scripts only
+	lockTTL atomic.Pointer[ttlArg]
+	fillTTL atomic.Pointer[ttlArg]
+}
+
+// ttlArg is a time to live in milliseconds, boxed for go-redis once: a Guard always passes the same
+// lock TTL (and mostly the same cache TTL), so the common case allocates nothing for it.
+type ttlArg struct {
+	ms  int64
+	arg any
 }
 
 // New returns a Locker on client, configured by opts (nil for defaults). It copies opts.
 //
 // New panics when client is nil or opts.Prefix contains '{' or '}': both are programmer errors.
-func New(client Scripter, opts *Options) *Locker {
+func New(client Client, opts *Options) *Locker {
 	if client == nil {
 		panic("lock: New: nil client")
 	}
@@ -65,15 +98,28 @@ func New(client Scripter, opts *Options) *Locker {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		panic(fmt.Sprintf("lock: New: Prefix %q must not contain '{' or '}'", o.Prefix))
 	}
-	return &Locker{client: client, prefix: o.Prefix}
+	l := &Locker{client: client, prefix: o.Prefix}
+	l.scripts.Store(o.Scripts)
+	return l
 }
 
-// Acquire implements [idemkit.Locker]. In one round trip it returns the cached result for key when
-// there is one (taking no lock); else it locks key with token for ttl (rounded up to a millisecond)
-// and returns (nil, nil); else it returns an [*idemkit.InFlightError] whose RetryAfter is the
-// lock's remaining time to live. Acquiring with the token that holds the lock succeeds and resets
-// its ttl, so a command go-redis retries after a lost reply (Options.MaxRetries) does not lock its
-// own attempt out; tokens are per attempt, so this is not re-entrancy.
+// Scripts reports whether the Locker runs Lua scripts instead of native commands: because
+// Options.Scripts was set, or since the server refused SET with NX and GET (Redis before 7.0).
+func (l *Locker) Scripts() bool { return l.scripts.Load() }
+
+// Value markers.
+const (
+	markLock    = 'L' // a lock: "L" + deadline in Unix ms + ":" + token
+	markEscaped = 'E' // a cached result that is empty or would start with a marker
+)
+
+// Acquire implements [idemkit.Locker]. In one command it returns the cached result for key when there
+// is one (taking no lock); else it locks key with token for ttl (rounded up to a millisecond) and
+// returns (nil, nil); else it returns an [*idemkit.InFlightError] whose RetryAfter is the time left
+// until the holder's deadline by this process's clock (never negative). Acquiring with the token that
+// holds the lock succeeds and leaves the lock as it is, so a command go-redis retries after a lost
+// reply (Options.MaxRetries) does not lock its own attempt out; tokens are per attempt, so this is
+// not re-entrancy.
 //
 // Other errors: ctx's error when ctx is done, an error when ttl is not positive, and Redis errors
 // wrapped with what was being done; none of them matches [idemkit.ErrLocked].
@@ -86,29 +132,106 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lock: %s: %w", doing, err)
 	}
-	keys := l.keys(key, true)
-	v, err := acquireScript.Run(ctx, l.client, keys, token, ms).Result()
-	if err != nil {
+	now := time.Now()
+	k, lockVal := l.keyAndLock(key, now.UnixMilli()+ms, token)
+	v, err := l.acquire(ctx, k, lockVal, ms)
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, nil // the key was free and is ours now
+	case err != nil:
 		return nil, interpretError(ctx, doing, err)
 	}
-	switch v := v.(type) {
-	case string: // cached result
-		if v == "" {
-			return []byte{}, nil
+	return interpretValue(doing, v, token, now)
+}
+
+// acquire sets k to lockVal unless it exists, and returns what it held (redis.Nil when nothing).
+func (l *Locker) acquire(ctx context.Context, k, lockVal string, ms int64) ([]byte, error) {
+	if !l.scripts.Load() {
+		cmd := redis.NewStringCmd(ctx, "set", k, lockVal, "nx", "px", boxed(&l.lockTTL, ms), "get")
+		if err := l.client.Process(ctx, cmd); !l.refused(err) {
+			if err != nil {
+				return nil, err
+			}
+			return cmd.Bytes() // aliases the reply: no copy
 		}
-		return []byte(v), nil
-	case int64:
-		if v < 0 {
-			return nil, nil // locked
-		}
-		return nil, &idemkit.InFlightError{RetryAfter: time.Duration(v) * time.Millisecond}
 	}
-	return nil, unexpectedReply(doing, v)
+	s, err := acquireScript.Run(ctx, l.client, []string{k}, lockVal, ms).Text()
+	if err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}
+
+// interpretValue says what a key's value means for token at now: a lock (ours: acquired; another's:
+// in flight) or a cached result.
+func interpretValue(doing string, v []byte, token string, now time.Time) ([]byte, error) {
+	if len(v) == 0 {
+		return []byte{}, nil // never written by this package; the closest reading is an empty result
+	}
+	switch v[0] {
+	case markEscaped:
+		return v[1:], nil
+	case markLock:
+		deadline, holder, ok := parseLock(v)
+		if !ok {
+			return nil, fmt.Errorf("lock: %s: malformed lock value %q in Redis", doing, v)
+		}
+		if holder == token {
+			return nil, nil
+		}
+		return nil, &idemkit.InFlightError{RetryAfter: max(time.UnixMilli(deadline).Sub(now), 0)}
+	}
+	return v, nil
+}
+
+// parseLock splits a lock value into its deadline and token.
+func parseLock(v []byte) (deadline int64, token string, ok bool) {
+	for i := 1; i < len(v); i++ {
+		c := v[i]
+		if c == ':' {
+			return deadline, string(v[i+1:]), i > 1
+		}
+		if c < '0' || c > '9' || deadline > (1<<62)/10 {
+			return 0, "", false
+		}
+		deadline = deadline*10 + int64(c-'0')
+	}
+	return 0, "", false
+}
+
+// isLockOf reports whether v is a lock held by token.
+func isLockOf(v []byte, token string) bool {
+	if len(v) == 0 || v[0] != markLock {
+		return false
+	}
+	_, holder, ok := parseLock(v)
+	return ok && holder == token
+}
+
+// refused reports whether err is the server refusing a native command's syntax (Redis before 7.0
+// refuses SET with NX and GET, before 6.2 SET with GET), and then switches the Locker to scripts.
+func (l *Locker) refused(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) || !isServerError(err) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	if !strings.Contains(msg, "syntax error") && !strings.Contains(msg, "not compatible") {
+		return false
+	}
+	l.scripts.Store(true)
+	return true
+}
+
+// isServerError reports whether err is an error reply of the server (apart so that refused, on the
+// hot path, allocates nothing for the common nil error).
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // Refresh implements [idemkit.Locker]: it sets the lock's time to live to ttl (rounded up to a
-// millisecond) if token holds it, and returns [idemkit.ErrLockNotHeld] otherwise. Other errors are
-// as for [Locker.Acquire].
+// millisecond), and its deadline accordingly, if token holds it, and returns [idemkit.ErrLockNotHeld]
+// otherwise. It is one Lua script (compare-and-set). Other errors are as for [Locker.Acquire].
 func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	const doing = "refreshing"
 	ms, err := millis(doing, ttl)
@@ -118,66 +241,119 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lock: %s: %w", doing, err)
 	}
-	v, err := refreshScript.Run(ctx, l.client, l.keys(key, false), token, ms).Result()
+	k, lockVal := l.keyAndLock(key, time.Now().UnixMilli()+ms, token)
+	v, err := refreshScript.Run(ctx, l.client, []string{k}, token, lockVal, ms).Result()
 	if err != nil {
 		return interpretError(ctx, doing, err)
 	}
 	return held(doing, v)
 }
 
-// Release implements [idemkit.Locker]. In one round trip it caches result for cacheTTL (rounded
-// up to a millisecond) when result is not nil and cacheTTL is positive, whoever holds the lock, and
-// deletes the lock if token holds it. It returns [idemkit.ErrLockNotHeld] when the lock was gone or
-// held by another token (the result is cached all the same). Other errors are as for
+// Release implements [idemkit.Locker]. When result is not nil and cacheTTL positive it caches result
+// for cacheTTL (rounded up to a millisecond) in place of whatever the key holds — the lock of token or
+// of another attempt — in one native command (SET ... PX ... GET); otherwise it deletes the lock if
+// token holds it (one Lua script, compare-and-delete). It returns [idemkit.ErrLockNotHeld] when the
+// lock was gone or held by another token (a result is cached all the same). Other errors are as for
 // [Locker.Acquire]; after one of them nothing may have changed, or everything.
 //
-// Callers usually release on a context detached from the request's cancellation (the Guard does),
-// so that an abandoned request still unlocks promptly.
+// Callers usually release on a context detached from the request's cancellation (the Guard does), so
+// that an abandoned request still unlocks promptly.
 func (l *Locker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
 	const doing = "releasing"
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lock: %s: %w", doing, err)
 	}
-	keys := l.keys(key, true)
-	var cmd *redis.Cmd
-	if result != nil && cacheTTL > 0 {
-		ms, _ := millis(doing, cacheTTL)
-		cmd = releaseScript.Run(ctx, l.client, keys, token, result, ms)
-	} else {
-		cmd = releaseScript.Run(ctx, l.client, keys, token)
+	k := l.key(key)
+	if result == nil || cacheTTL <= 0 {
+		v, err := releaseScript.Run(ctx, l.client, []string{k}, token).Result()
+		if err != nil {
+			return interpretError(ctx, doing, err)
+		}
+		return held(doing, v)
 	}
-	v, err := cmd.Result()
-	if err != nil {
+	ms, _ := millis(doing, cacheTTL)
+	old, err := l.fill(ctx, k, encodeResult(result), ms)
+	switch {
+	case errors.Is(err, redis.Nil):
+		return idemkit.ErrLockNotHeld // the key was empty: the lock had expired
+	case err != nil:
 		return interpretError(ctx, doing, err)
+	case !isLockOf(old, token):
+		return idemkit.ErrLockNotHeld
 	}
-	return held(doing, v)
+	return nil
 }
 
-// keys returns the Redis keys of key: the lock key, and the result key when withResult is set.
-// Both are slices of one string, built with a single allocation.
-func (l *Locker) keys(key string, withResult bool) []string {
-	const lockSuffix, resultSuffix = "}:lock", "}:result"
-	escape := key == "" || key[0] == '}' || key[0] == '%'
-	var b strings.Builder
-	b.Grow(2*(len(l.prefix)+len(key)+2) + len(lockSuffix) + len(resultSuffix))
-	writeTagged := func() {
-		b.WriteString(l.prefix)
-		b.WriteByte('{')
-		if escape {
-			b.WriteByte('%')
+// fill sets k to val for ms and returns what it held (redis.Nil when nothing).
+func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]byte, error) {
+	if !l.scripts.Load() {
+		cmd := redis.NewStringCmd(ctx, "set", k, val, "px", boxed(&l.fillTTL, ms), "get")
+		if err := l.client.Process(ctx, cmd); !l.refused(err) {
+			if err != nil {
+				return nil, err
+			}
+			return cmd.Bytes()
 		}
-		b.WriteString(key)
 	}
-	writeTagged()
-	b.WriteString(lockSuffix)
-	if !withResult {
-		return []string{b.String()}
+	s, err := fillScript.Run(ctx, l.client, []string{k}, val, ms).Text()
+	if err != nil {
+		return nil, err
 	}
+	return []byte(s), nil
+}
+
+// encodeResult is the stored form of a cached result (see [Locker]).
+func encodeResult(result []byte) []byte {
+	if len(result) > 0 && result[0] != markLock && result[0] != markEscaped {
+		return result
+	}
+	b := make([]byte, 0, len(result)+1)
+	return append(append(b, markEscaped), result...)
+}
+
+// boxed returns ms boxed for a command's arguments, reusing the last one kept in slot.
+func boxed(slot *atomic.Pointer[ttlArg], ms int64) any {
+	if t := slot.Load(); t != nil && t.ms == ms {
+		return t.arg
+	}
+	t := &ttlArg{ms: ms, arg: ms}
+	slot.Store(t)
+	return t.arg
+}
+
+// writeKey appends the Redis key of key to b.
+func (l *Locker) writeKey(b *strings.Builder, key string) {
+	b.WriteString(l.prefix)
+	b.WriteByte('{')
+	if key == "" || key[0] == '}' || key[0] == '%' {
+		b.WriteByte('%')
+	}
+	b.WriteString(key)
+	b.WriteByte('}')
+}
+
+// key returns the Redis key of key.
+func (l *Locker) key(key string) string {
+	var b strings.Builder
+	b.Grow(len(l.prefix) + len(key) + 3)
+	l.writeKey(&b, key)
+	return b.String()
+}
+
+// keyAndLock returns the Redis key of key and the lock value of token with deadline, both slices of
+// one string (one allocation).
+func (l *Locker) keyAndLock(key string, deadline int64, token string) (string, string) {
+	var b strings.Builder
+	b.Grow(len(l.prefix) + len(key) + 3 + 22 + len(token))
+	l.writeKey(&b, key)
 	n := b.Len()
-	writeTagged()
-	b.WriteString(resultSuffix)
+	b.WriteByte(markLock)
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], deadline, 10))
+	b.WriteByte(':')
+	b.WriteString(token)
 	s := b.String()
-	return []string{s[:n], s[n:]}
+	return s[:n], s[n:]
 }
 
 // millis converts a time to live to whole milliseconds, rounding up.

@@ -1,12 +1,18 @@
--- refresh: extend a lock if the token still holds it (compare-and-pexpire).
+-- refresh: extend a lock if the token still holds it (compare-and-set).
 --
--- KEYS[1]  lock key    <prefix>{<key>}:lock
+-- KEYS[1]  the key  <prefix>{<key>}
 -- ARGV[1]  token of the attempt
--- ARGV[2]  new time to live, in milliseconds
+-- ARGV[2]  the lock value with its new deadline
+-- ARGV[3]  new time to live, in milliseconds
 --
--- Returns 1 when the lock was extended, 0 when it is gone or held by another token.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+-- Returns 1 when the lock was extended, 0 when it is gone, held by another token or replaced by a
+-- cached result.
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 1) == 'L' then
+  local i = string.find(v, ':', 2, true)
+  if i and string.sub(v, i + 1) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    return 1
+  end
 end
 return 0

@@ -8,12 +8,19 @@ import (
 
 // The Lua scripts, run with EVALSHA and, when the server does not have them cached (after a restart
 // or SCRIPT FLUSH), with EVAL ([redis.Script.Run]). They are built once; nothing loads them per request.
-// Each script touches only the keys passed to it as KEYS, all in one hash slot, and takes every value
-// (tokens, results, times) as ARGV: no caller data is ever spliced into Lua source.
+// Each script touches only the key passed to it as KEYS[1] and takes every value (tokens, results,
+// times) as ARGV: no caller data is ever spliced into Lua source.
+//
+// release and refresh are compare-and-set operations that no native command does before Redis 8;
+// acquire and fill stand in for SET ... NX ... GET and SET ... GET on servers that refuse them.
 var (
 	//go:embed acquire.lua
 	acquireLua    string
 	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed fill.lua
+	fillLua    string
+	fillScript = redis.NewScript(fillLua)
 
 	//go:embed refresh.lua
 	refreshLua    string

@@ -14,62 +14,64 @@ type LockerOptions struct {
 	Now func() time.Time
 }
 
-// Locker is an in-memory [idemkit.Locker] with real expiry: locks and cached results vanish after
-// their TTL by the clock given in its options. Expired entries are dropped as they are met, and every
-// operation also samples a few entries and drops the expired ones (as Redis does), so memory follows the
-// live entries without a goroutine. It is safe for concurrent use.
+// Locker is an in-memory [idemkit.Locker] with real expiry, behaving like the Redis one (package
+// lock): one entry per key holding either a lock or a cached result, which replaces the lock when
+// released with a result. Entries vanish after their TTL by the clock given in its options. Expired
+// entries are dropped as they are met, and every operation also samples a few entries and drops the
+// expired ones (as Redis does), so memory follows the live entries without a goroutine. It is safe
+// for concurrent use.
 type Locker struct {
-	now   func() time.Time
-	mu    sync.Mutex
-	locks map[string]entry
-	cache map[string]entry
+	now     func() time.Time
+	mu      sync.Mutex
+	entries map[string]entry
 }
 
+// entry is a lock (locked, token) or a cached result (value).
 type entry struct {
+	locked  bool
 	token   string
 	value   []byte
 	expires time.Time
 }
 
-// sampled is how many entries of each map an operation checks for expiry.
+// sampled is how many entries an operation checks for expiry.
 const sampled = 3
 
 // NewLocker returns an empty Locker configured by opts (nil for defaults).
 func NewLocker(opts *LockerOptions) *Locker {
-	l := &Locker{now: time.Now, locks: make(map[string]entry), cache: make(map[string]entry)}
+	l := &Locker{now: time.Now, entries: make(map[string]entry)}
 	if opts != nil && opts.Now != nil {
 		l.now = opts.Now
 	}
 	return l
 }
 
-// live returns m[key] if it has not expired at now, dropping it if it has.
-func live(m map[string]entry, key string, now time.Time) (entry, bool) {
-	e, ok := m[key]
+// live returns the entry of key if it has not expired at now, dropping it if it has.
+func (l *Locker) live(key string, now time.Time) (entry, bool) {
+	e, ok := l.entries[key]
 	if ok && !now.Before(e.expires) {
-		delete(m, key)
+		delete(l.entries, key)
 		return entry{}, false
 	}
 	return e, ok
 }
 
-// tick drops expired entries among a few sampled from each map (map iteration starts at a random
-// entry), so expiry keeps pace with insertion.
+// tick drops expired entries among a few sampled (map iteration starts at a random entry), so expiry
+// keeps pace with insertion.
 func (l *Locker) tick(now time.Time) {
-	for _, m := range [2]map[string]entry{l.locks, l.cache} {
-		n := 0
-		for k, e := range m {
-			if !now.Before(e.expires) {
-				delete(m, k)
-			}
-			if n++; n == sampled {
-				break
-			}
+	n := 0
+	for k, e := range l.entries {
+		if !now.Before(e.expires) {
+			delete(l.entries, k)
+		}
+		if n++; n == sampled {
+			break
 		}
 	}
 }
 
-// Acquire implements [idemkit.Locker].
+// Acquire implements [idemkit.Locker]: the cached result, or the lock (already held by token: left
+// as it is), or an [*idemkit.InFlightError] with the holder's remaining time.
 func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -78,13 +80,16 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.tick(now)
-	if c, ok := live(l.cache, key, now); ok {
-		return c.value, nil
-	}
-	if e, ok := live(l.locks, key, now); ok && e.token != token {
+	if e, ok := l.live(key, now); ok {
+		switch {
+		case !e.locked:
+			return e.value, nil
+		case e.token == token:
+			return nil, nil
+		}
 		return nil, &idemkit.InFlightError{RetryAfter: e.expires.Sub(now)}
 	}
-	l.locks[key] = entry{token: token, expires: now.Add(ttl)}
+	l.entries[key] = entry{locked: true, token: token, expires: now.Add(ttl)}
 	return nil, nil
 }
 
@@ -96,16 +101,17 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := live(l.locks, key, now)
-	if !ok || e.token != token {
+	e, ok := l.live(key, now)
+	if !ok || !e.locked || e.token != token {
 		return idemkit.ErrLockNotHeld
 	}
 	e.expires = now.Add(ttl)
-	l.locks[key] = e
+	l.entries[key] = e
 	return nil
 }
 
-// Release implements [idemkit.Locker].
+// Release implements [idemkit.Locker]: a result replaces whatever the key holds; without one, the
+// lock is deleted if token holds it.
 func (l *Locker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -113,13 +119,16 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if result != nil && cacheTTL > 0 {
-		l.cache[key] = entry{value: append([]byte(nil), result...), expires: now.Add(cacheTTL)}
+	e, ok := l.live(key, now)
+	mine := ok && e.locked && e.token == token
+	switch {
+	case result != nil && cacheTTL > 0:
+		l.entries[key] = entry{value: append([]byte{}, result...), expires: now.Add(cacheTTL)}
+	case mine:
+		delete(l.entries, key)
 	}
-	e, ok := live(l.locks, key, now)
-	if !ok || e.token != token {
+	if !mine {
 		return idemkit.ErrLockNotHeld
 	}
-	delete(l.locks, key)
 	return nil
 }

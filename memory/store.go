@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -11,16 +12,21 @@ import (
 
 // Store is an in-memory [idemkit.Store]. The zero value is not usable; call [NewStore].
 // It is safe for concurrent use.
+//
+// It also begins transactions ([Store.BeginTx], for [idemkit.Guard.Tx]), serialised the way SQLite
+// serialises writers: a transaction holds the Store's write lock from BeginTx to its Commit or
+// Rollback, other writes wait for it, and reads outside it see only committed records.
 type Store struct {
 	mu      sync.Mutex
 	records map[recKey]*idemkit.Record
+	writer  chan struct{} // the write lock: one token, held by a transaction or a single write
 }
 
 type recKey struct{ scope, key string }
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{records: make(map[recKey]*idemkit.Record)}
+	return &Store{records: make(map[recKey]*idemkit.Record), writer: make(chan struct{}, 1)}
 }
 
 func clone(r *idemkit.Record) *idemkit.Record {
@@ -31,11 +37,27 @@ func clone(r *idemkit.Record) *idemkit.Record {
 	return &c
 }
 
-// Insert implements [idemkit.Store].
-func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
+// lockWrites takes the write lock, waiting for a transaction that holds it, or returns ctx's error.
+func (s *Store) lockWrites(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	select {
+	case s.writer <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) unlockWrites() { <-s.writer }
+
+// Insert implements [idemkit.Store].
+func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
+	if err := s.lockWrites(ctx); err != nil {
+		return err
+	}
+	defer s.unlockWrites()
 	k := recKey{rec.Scope, rec.Key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,11 +82,17 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 	return clone(r), nil
 }
 
+// Peek implements [idemkit.Peeker]: the same as Get (the memory Store has no transactions).
+func (s *Store) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	return s.Get(ctx, scope, key)
+}
+
 // Update implements [idemkit.Store].
 func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.lockWrites(ctx); err != nil {
 		return err
 	}
+	defer s.unlockWrites()
 	k := recKey{rec.Scope, rec.Key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -78,9 +106,10 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 
 // Delete implements [idemkit.Store].
 func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.lockWrites(ctx); err != nil {
 		return err
 	}
+	defer s.unlockWrites()
 	k := recKey{scope, key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,9 +125,10 @@ func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Vers
 // deleted; a record tied to a global transaction nobody settled yet (PROCESSING with a GID) never
 // expires. It is the sweeper's hook.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.lockWrites(ctx); err != nil {
 		return 0, err
 	}
+	defer s.unlockWrites()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -118,9 +148,10 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 // their fence and clearing their owner, so their stalled holders cannot finish them. Records with a GID
 // are left for a transaction reconciler. It returns how many it recovered.
 func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.lockWrites(ctx); err != nil {
 		return 0, err
 	}
+	defer s.unlockWrites()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -168,3 +199,132 @@ func (s *Store) Pending(ctx context.Context, q idemkit.PendingQuery) ([]*idemkit
 
 // unsettled reports whether r is tied to a global transaction whose outcome is not recorded yet.
 func unsettled(r *idemkit.Record) bool { return r.Status == idemkit.StatusProcessing && r.GID != "" }
+
+// BeginTx implements [idemkit.TxBeginner]: it takes the Store's write lock (waiting for the
+// transaction or write holding it, or until ctx is done) and returns a Store bound to the transaction.
+// Its writes are buffered and applied at Commit; its reads see them over the committed records. A
+// transaction must end with Commit or Rollback, or the Store stays locked.
+func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	if err := s.lockWrites(ctx); err != nil {
+		return nil, err
+	}
+	return &Tx{s: s, writes: make(map[recKey]*idemkit.Record)}, nil
+}
+
+// Tx is a transaction of a memory [Store], from [Store.BeginTx]. It is not safe for concurrent use.
+type Tx struct {
+	s      *Store
+	writes map[recKey]*idemkit.Record // nil value: deleted
+	done   bool
+}
+
+var errTxDone = errors.New("memory: transaction already committed or rolled back")
+
+// current returns the record as the transaction sees it.
+func (t *Tx) current(k recKey) (*idemkit.Record, bool) {
+	if r, ok := t.writes[k]; ok {
+		return r, r != nil
+	}
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	r, ok := t.s.records[k]
+	return r, ok
+}
+
+// Insert implements [idemkit.Store] in the transaction.
+func (t *Tx) Insert(ctx context.Context, rec *idemkit.Record) error {
+	if t.done {
+		return errTxDone
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := recKey{rec.Scope, rec.Key}
+	if _, ok := t.current(k); ok {
+		return idemkit.ErrExists
+	}
+	t.writes[k] = clone(rec)
+	return nil
+}
+
+// Get implements [idemkit.Store] in the transaction.
+func (t *Tx) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	if t.done {
+		return nil, errTxDone
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r, ok := t.current(recKey{scope, key})
+	if !ok {
+		return nil, idemkit.ErrNotFound
+	}
+	return clone(r), nil
+}
+
+// Peek implements [idemkit.Peeker]: the same as Get.
+func (t *Tx) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	return t.Get(ctx, scope, key)
+}
+
+// Update implements [idemkit.Store] in the transaction.
+func (t *Tx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if t.done {
+		return errTxDone
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := recKey{rec.Scope, rec.Key}
+	if cur, ok := t.current(k); !ok || cur.Version() != prev {
+		return idemkit.ErrFenced
+	}
+	t.writes[k] = clone(rec)
+	return nil
+}
+
+// Delete implements [idemkit.Store] in the transaction.
+func (t *Tx) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
+	if t.done {
+		return errTxDone
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := recKey{scope, key}
+	if cur, ok := t.current(k); !ok || cur.Version() != prev {
+		return idemkit.ErrFenced
+	}
+	t.writes[k] = nil
+	return nil
+}
+
+// Commit applies the transaction's writes and releases the Store's write lock.
+func (t *Tx) Commit() error {
+	if t.done {
+		return errTxDone
+	}
+	t.done = true
+	t.s.mu.Lock()
+	for k, r := range t.writes {
+		if r == nil {
+			delete(t.s.records, k)
+		} else {
+			t.s.records[k] = r
+		}
+	}
+	t.s.mu.Unlock()
+	t.s.unlockWrites()
+	return nil
+}
+
+// Rollback drops the transaction's writes and releases the Store's write lock. After Commit it
+// does nothing.
+func (t *Tx) Rollback() error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	t.s.unlockWrites()
+	return nil
+}

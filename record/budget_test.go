@@ -2,37 +2,82 @@ package record
 
 import (
 	"context"
-	"sync/atomic"
+	"database/sql"
+	"database/sql/driver"
 	"testing"
 
+	"github.com/glebarez/sqlite"
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/sqlcount"
+	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/memory"
 )
 
-// countStatements counts every statement db runs through gorm, by a callback after each processor.
-func countStatements(t testing.TB, db *gorm.DB) *atomic.Int64 {
+// countedDB opens b on a pool whose driver counts every statement (package sqlcount): what the
+// server receives, whoever sends it. On MySQL the DSN does not set interpolateParams, so the Store
+// runs on prepared statements.
+func countedDB(t *testing.T, b backend, cfg *gorm.Config) (*gorm.DB, *sqlcount.Counter) {
 	t.Helper()
-	n := new(atomic.Int64)
-	inc := func(*gorm.DB) { n.Add(1) }
-	const name = "idemkit_test:count"
-	cb := db.Callback()
-	must(t, cb.Create().After("gorm:create").Register(name, inc))
-	must(t, cb.Query().After("gorm:query").Register(name, inc))
-	must(t, cb.Update().After("gorm:update").Register(name, inc))
-	must(t, cb.Delete().After("gorm:delete").Register(name, inc))
-	must(t, cb.Raw().After("gorm:raw").Register(name, inc)) // db.Exec
-	must(t, cb.Row().After("gorm:row").Register(name, inc)) // db.Raw(...).Row() and .Rows()
-	return n
+	b.db(t, nil) // creates the test database, or skips/fails when the service is missing
+	var (
+		inner driver.Connector
+		dial  func(*sql.DB) gorm.Dialector
+	)
+	switch b.name {
+	case "MariaDB":
+		mc, err := gomysql.ParseDSN(testsvc.MySQLDSN() + testsvc.Database + "?timeout=3s")
+		must(t, err)
+		c, err := gomysql.NewConnector(mc)
+		must(t, err)
+		inner = c
+		dial = func(db *sql.DB) gorm.Dialector { return gormmysql.New(gormmysql.Config{Conn: db, DSNConfig: mc}) }
+	case "PostgreSQL":
+		pc, err := pgx.ParseConfig(testsvc.PostgresDSN() + " dbname=" + testsvc.Database)
+		must(t, err)
+		inner = stdlib.GetConnector(*pc)
+		dial = func(db *sql.DB) gorm.Dialector { return postgres.New(postgres.Config{Conn: db}) }
+	default:
+		path := t.TempDir() + "/budget.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"
+		raw, err := sql.Open("sqlite", path)
+		must(t, err)
+		inner = dsnConnector{d: raw.Driver(), dsn: path}
+		_ = raw.Close()
+		dial = func(db *sql.DB) gorm.Dialector { return &sqlite.Dialector{Conn: db} }
+	}
+	n := sqlcount.New(inner)
+	sqlDB := sql.OpenDB(n)
+	sqlDB.SetMaxOpenConns(maxConns)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	if cfg == nil {
+		cfg = &gorm.Config{Logger: logger.Discard}
+	}
+	db, err := gorm.Open(dial(sqlDB), cfg)
+	must(t, err)
+	return db, n
 }
 
-// delta returns how many statements f ran.
-func delta(n *atomic.Int64, f func()) int64 {
-	before := n.Load()
+// dsnConnector opens connections of a driver without a DriverContext.
+type dsnConnector struct {
+	d   driver.Driver
+	dsn string
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.d.Open(c.dsn) }
+func (c dsnConnector) Driver() driver.Driver                        { return c.d }
+
+// delta returns what f sent.
+func delta(n *sqlcount.Counter, f func()) sqlcount.Counts {
+	before := n.Counts()
 	f()
-	return n.Load() - before
+	return n.Counts().Sub(before)
 }
 
 func TestStatementBudget(t *testing.T) {
@@ -44,84 +89,111 @@ func TestStatementBudget(t *testing.T) {
 	})
 }
 
+// statementBudget asserts the statements of every mode at the driver, on b: the Store's own, the
+// business's, BEGIN and COMMIT counted apart. Each guarded business is one INSERT.
 func statementBudget(t *testing.T, b backend, cfg *gorm.Config) {
-	f := newTxFixture(t, b, cfg)
-	n := countStatements(t, f.db)
-
-	// The counter sees what the Store uses: Exec (raw processor) and Raw(...).Rows (row processor).
-	if d := delta(n, func() {
-		must(t, f.db.Exec("SELECT 1").Error)
-		rows, err := f.db.Raw("SELECT 1").Rows()
-		must(t, err)
-		must(t, rows.Close())
-		var one int
-		must(t, f.db.Raw("SELECT 1").Row().Scan(&one))
-	}); d != 3 {
-		t.Fatalf("counter saw %d of 3 statements", d)
+	db, n := countedDB(t, b, cfg)
+	s := newTable(t, db)
+	biz := bizTable(t, db)
+	insertBiz := "INSERT INTO " + biz + " (k, fence) VALUES (?, ?)"
+	noLock, err := idemkit.New(s, nil)
+	must(t, err)
+	locked, err := idemkit.New(s, &idemkit.Options{Locker: memory.NewLocker(nil)})
+	must(t, err)
+	want := func(name string, d sqlcount.Counts, stmts, begins int64) {
+		t.Helper()
+		if d.Statements != stmts || d.Begins != begins || d.Commits+d.Rollbacks != begins {
+			t.Errorf("%s: %d statements, %d BEGIN, %d COMMIT, %d ROLLBACK; want %d statements in %d transactions",
+				name, d.Statements, d.Begins, d.Commits, d.Rollbacks, stmts, begins)
+		} else {
+			t.Logf("%-44s %d statements, %d transactions (%d prepares)", name, d.Statements, d.Begins, d.Prepares)
+		}
 	}
-
 	fn := func(context.Context) ([]byte, error) { return []byte("r"), nil }
-	call := idemkit.Call{Scope: "budget", Key: "execute"}
-	if d := delta(n, func() { _, err := f.guard.Do(ctxb, call, fn); must(t, err) }); d != 2 {
-		t.Errorf("Execute mode, new key: %d statements, want 2 (insert-claim, fenced finish)", d)
+	warm := func(g *idemkit.Guard, scope string) { // prepares statements on a connection, outside the counts
+		_, err := g.Do(ctxb, idemkit.Call{Scope: scope, Key: "warm"}, fn)
+		must(t, err)
+		_, err = g.Do(ctxb, idemkit.Call{Scope: scope, Key: "warm"}, fn)
+		must(t, err)
 	}
-	if d := delta(n, func() {
-		res, err := f.guard.Do(ctxb, call, fn)
+	warm(noLock, "warm-a")
+	warm(locked, "warm-b")
+
+	call := idemkit.Call{Scope: "budget", Key: "execute"}
+	want("Execute, new key", delta(n, func() { _, err := noLock.Do(ctxb, call, fn); must(t, err) }), 2, 0)
+	want("Execute, uncached replay (conflict, read)", delta(n, func() {
+		res, err := noLock.Do(ctxb, call, fn)
 		must(t, err)
 		if !res.Replayed {
 			t.Error("second call was not a replay")
 		}
-	}); d != 2 {
-		t.Errorf("uncached replay: %d statements, want 2 (conflicting insert, read)", d)
-	} else {
-		t.Logf("uncached replay without a Locker: 2 statements (conflicting insert, read)")
-	}
+	}), 2, 0)
 
-	// Tx mode: the business's own insert plus exactly two.
-	var inTx int64
-	must(t, f.db.Transaction(func(tx *gorm.DB) error {
+	// Tx mode, guard-owned: the final record is the one statement in the transaction beside the
+	// business's; without a Locker, one read before it.
+	txFn := func(key string) TxFunc {
+		return func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+			return []byte("r"), tx.Exec(insertBiz, key, 1).Error
+		}
+	}
+	want("Tx with a Locker, new key", delta(n, func() {
+		_, err := s.Tx(ctxb, locked, idemkit.Call{Scope: "budget", Key: "tx"}, txFn("tx"))
+		must(t, err)
+	}), 1+1, 1)
+	want("Tx with a Locker, cached replay", delta(n, func() {
+		res, err := s.Tx(ctxb, locked, idemkit.Call{Scope: "budget", Key: "tx"}, txFn("tx"))
+		must(t, err)
+		if !res.Replayed {
+			t.Error("Tx duplicate was not a replay")
+		}
+	}), 0, 0)
+	want("Tx without a Locker, new key", delta(n, func() {
+		_, err := s.Tx(ctxb, noLock, idemkit.Call{Scope: "budget", Key: "tx-nolock"}, txFn("tx-nolock"))
+		must(t, err)
+	}), 1+1+1, 1)
+	want("Tx without a Locker, replay (one read)", delta(n, func() {
+		res, err := s.Tx(ctxb, noLock, idemkit.Call{Scope: "budget", Key: "tx-nolock"}, txFn("tx-nolock"))
+		must(t, err)
+		if !res.Replayed {
+			t.Error("Tx duplicate was not a replay")
+		}
+	}), 1, 0)
+
+	// DoTx, caller-owned: a read without a lock, then the final record, in the caller's transaction.
+	var inTx sqlcount.Counts
+	must(t, db.Transaction(func(tx *gorm.DB) error {
 		inTx = delta(n, func() {
-			_, err := f.guard.DoTx(ctxb, f.store.WithTx(tx), idemkit.Call{Scope: "budget", Key: "tx"}, func(ctx context.Context) ([]byte, error) {
-				return []byte("r"), tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, ?)", "tx", 1).Error
+			_, err := locked.DoTx(ctxb, s.WithTx(tx), idemkit.Call{Scope: "budget", Key: "dotx"}, func(ctx context.Context) ([]byte, error) {
+				return []byte("r"), tx.Exec(insertBiz, "dotx", 1).Error
 			})
 			must(t, err)
 		})
 		return nil
 	}))
-	if inTx != 1+2 {
-		t.Errorf("Tx mode: %d statements in the transaction, want 1 (business) + 2 (claim, finish)", inTx)
-	}
+	want("DoTx, new key (inside the transaction)", inTx, 1+2, 0)
 
 	// MarkTx: the business's own insert plus exactly one.
-	must(t, f.db.Transaction(func(tx *gorm.DB) error {
+	must(t, db.Transaction(func(tx *gorm.DB) error {
 		inTx = delta(n, func() {
-			err := f.guard.MarkTx(ctxb, f.store.WithTx(tx), idemkit.Call{Scope: "budget", Key: "marktx"}, func(ctx context.Context) error {
-				return tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, ?)", "marktx", 1).Error
+			err := noLock.MarkTx(ctxb, s.WithTx(tx), idemkit.Call{Scope: "budget", Key: "marktx"}, func(ctx context.Context) error {
+				return tx.Exec(insertBiz, "marktx", 1).Error
 			})
 			must(t, err)
 		})
 		return nil
 	}))
-	if inTx != 1+1 {
-		t.Errorf("MarkTx: %d statements in the transaction, want 1 (business) + 1 (mark)", inTx)
-	}
+	want("MarkTx, new key (inside the transaction)", inTx, 1+1, 0)
 
 	// A replay served by the Locker's cache touches no database.
-	cached, err := idemkit.New(f.store, &idemkit.Options{Locker: memory.NewLocker(nil)})
-	must(t, err)
 	call = idemkit.Call{Scope: "budget", Key: "cached"}
-	if d := delta(n, func() { _, err := cached.Do(ctxb, call, fn); must(t, err) }); d != 2 {
-		t.Errorf("Execute mode with a Locker, new key: %d statements, want 2", d)
-	}
-	if d := delta(n, func() {
-		res, err := cached.Do(ctxb, call, fn)
+	want("Execute with a Locker, new key", delta(n, func() { _, err := locked.Do(ctxb, call, fn); must(t, err) }), 2, 0)
+	want("Execute with a Locker, cached replay", delta(n, func() {
+		res, err := locked.Do(ctxb, call, fn)
 		must(t, err)
 		if !res.Replayed || string(res.Value) != "r" {
 			t.Errorf("cached replay: %+v", res)
 		}
-	}); d != 0 {
-		t.Errorf("cached replay: %d statements, want 0", d)
-	}
+	}), 0, 0)
 }
 
 // TestUpdateNoOpIsNotFenced: an Update that writes exactly what is stored succeeds on every database
@@ -129,16 +201,16 @@ func statementBudget(t *testing.T, b backend, cfg *gorm.Config) {
 // extra statement is only spent on that rare path.
 func TestUpdateNoOpIsNotFenced(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
-		s, db := setup(t, b)
-		n := countStatements(t, db)
+		db, n := countedDB(t, b, nil)
+		s := newTable(t, db)
 		rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusSucceeded, Fence: 3, Owner: "o", Response: []byte("x")}
 		must(t, s.Insert(ctxb, rec))
 		want := int64(1)
 		if s.Dialect() == dialectMySQL {
 			want = 2
 		}
-		if d := delta(n, func() { must(t, s.Update(ctxb, rec, rec.Version())) }); d != want {
-			t.Errorf("no-op update: %d statements, want %d", d, want)
+		if d := delta(n, func() { must(t, s.Update(ctxb, rec, rec.Version())) }); d.Statements != want {
+			t.Errorf("no-op update: %d statements, want %d", d.Statements, want)
 		}
 		must(t, db.Transaction(func(tx *gorm.DB) error { return s.WithTx(tx).Update(ctxb, rec, rec.Version()) }))
 		stale := *rec

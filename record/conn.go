@@ -3,16 +3,14 @@ package record
 import (
 	"context"
 	"database/sql"
-	"errors"
+	"sync"
+	"sync/atomic"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
-// conn runs a Store's statements: through gorm (so its callbacks, logger and prepared-statement mode
-// see them) or on a caller's *sql.Tx. Single-row reads go through query too (see queryOne): gorm's
-// PrepareStmt mode loses a failed prepare's error in QueryRowContext and returns a *sql.Row that panics
-// on Scan (gorm v1.31.2, prepare_stmt.go).
+// conn runs a Store's statements on database/sql: on the pool, on a transaction, or on whatever
+// gorm.ConnPool a gorm session holds. No gorm callback, logger or reflection is involved.
 type conn interface {
 	exec(ctx context.Context, query string, args ...any) (rowsAffected int64, err error)
 	query(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -37,79 +35,140 @@ func queryOne(ctx context.Context, c conn, query string, args []any, dest ...any
 	return rows.Close()
 }
 
-// gormConn runs statements through gorm's Raw and Row callback chains, as db.Exec and
-// db.Raw(...).Rows() do, so callbacks, the logger and PrepareStmt mode see every statement. When
-// direct is set (MySQL and SQLite, whose placeholder is gorm's '?'), it builds the statement itself
-// instead of calling Exec/Raw: those clone the session's Statement, then make another one, and copy
-// the SQL text into it byte by byte through clause.Expr.Build, re-appending every argument — about
-// twenty allocations per statement for texts that need no rewriting and arguments (strings, int64,
-// []byte, nil) that need no conversion. The Statement built here is the one gorm's getInstance makes
-// for a fresh session. PostgreSQL texts need gorm's $n rewriting and go through Exec/Raw.
-type gormConn struct {
-	db     *gorm.DB
-	direct bool
-}
-
-func newGormConn(db *gorm.DB) gormConn {
-	return gormConn{db: db, direct: db.Dialector.Name() != dialectPostgres}
-}
-
-// statement returns a fresh session of c.db carrying query and args, like db.Raw(query, args...).
-func (c gormConn) statement(ctx context.Context, query string, args []any) *gorm.DB {
-	db := c.db
-	tx := &gorm.DB{Config: db.Config, Error: db.Error}
-	tx.Statement = &gorm.Statement{
-		DB:        tx,
-		ConnPool:  db.Statement.ConnPool,
-		Context:   ctx,
-		Clauses:   map[string]clause.Clause{},
-		Vars:      args,
-		SkipHooks: db.Statement.SkipHooks,
-	}
-	if db.Config.PropagateUnscoped {
-		tx.Statement.Unscoped = db.Statement.Unscoped
-	}
-	tx.Statement.SQL.Grow(len(query))
-	tx.Statement.SQL.WriteString(query)
-	return tx
-}
-
-func (c gormConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	if !c.direct {
-		r := c.db.WithContext(ctx).Exec(query, args...)
-		return r.RowsAffected, r.Error
-	}
-	tx := c.statement(ctx, query, args)
-	tx = tx.Callback().Raw().Execute(tx)
-	return tx.RowsAffected, tx.Error
-}
-
-func (c gormConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if !c.direct {
-		return c.db.WithContext(ctx).Raw(query, args...).Rows()
-	}
-	tx := c.statement(ctx, query, args)
-	tx.Statement.Settings.Store("rows", true) // what db.Rows() sets: the row callback then returns *sql.Rows
-	tx = tx.Callback().Row().Execute(tx)
-	rows, ok := tx.Statement.Dest.(*sql.Rows)
-	if !ok && tx.Error == nil {
-		return nil, errors.New("record: gorm's row callback returned no rows")
-	}
-	return rows, tx.Error
-}
-
-type sqlTxConn struct{ tx *sql.Tx }
-
-func (c sqlTxConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := c.tx.ExecContext(ctx, query, args...)
+func affected(r sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return res.RowsAffected()
+	return r.RowsAffected()
 }
 
-func (c sqlTxConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+// stmtCache holds the server-side prepared statements of a Store's per-call texts, prepared on first
+// use (database/sql then prepares each once per connection it runs on). A Store uses one on MySQL when
+// the DSN does not set interpolateParams: the driver would otherwise prepare, execute and close every
+// statement with arguments, two round trips instead of one. It is safe for concurrent use.
+type stmtCache struct {
+	db    *sql.DB
+	stmts map[string]*lazyStmt // fixed at creation: read concurrently without a lock
+}
+
+type lazyStmt struct {
+	st atomic.Pointer[sql.Stmt]
+	mu sync.Mutex // serialises the first prepare
+}
+
+func newStmtCache(db *sql.DB, texts ...string) *stmtCache {
+	c := &stmtCache{db: db, stmts: make(map[string]*lazyStmt, len(texts))}
+	for _, t := range texts {
+		c.stmts[t] = new(lazyStmt)
+	}
+	return c
+}
+
+// stmt returns the prepared statement of query, or nil when query is not one of the cached texts.
+func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if c == nil {
+		return nil, nil
+	}
+	l, ok := c.stmts[query]
+	if !ok {
+		return nil, nil
+	}
+	if st := l.st.Load(); st != nil {
+		return st, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.st.Load(); st != nil {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err // not kept: the next call prepares again (the table may not exist yet)
+	}
+	l.st.Store(st)
+	return st, nil
+}
+
+// dbConn runs statements on a pool.
+type dbConn struct {
+	db *sql.DB
+	ps *stmtCache // nil: plain statements
+}
+
+func (c dbConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	st, err := c.ps.stmt(ctx, query)
+	switch {
+	case err != nil:
+		return 0, err
+	case st != nil:
+		return affected(st.ExecContext(ctx, args...))
+	}
+	return affected(c.db.ExecContext(ctx, query, args...))
+}
+
+func (c dbConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.ps.stmt(ctx, query)
+	switch {
+	case err != nil:
+		return nil, err
+	case st != nil:
+		return st.QueryContext(ctx, args...)
+	}
+	return c.db.QueryContext(ctx, query, args...)
+}
+
+// txConn runs statements in a database/sql transaction. ps is set only when the transaction belongs to
+// the pool the statements were prepared on.
+type txConn struct {
+	tx *sql.Tx
+	ps *stmtCache
+}
+
+func (c txConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	st, err := c.ps.stmt(ctx, query)
+	switch {
+	case err != nil:
+		return 0, err
+	case st != nil:
+		return affected(c.tx.StmtContext(ctx, st).ExecContext(ctx, args...))
+	}
+	return affected(c.tx.ExecContext(ctx, query, args...))
+}
+
+func (c txConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.ps.stmt(ctx, query)
+	switch {
+	case err != nil:
+		return nil, err
+	case st != nil:
+		return c.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
 	return c.tx.QueryContext(ctx, query, args...)
+}
+
+// poolConn runs statements on a gorm.ConnPool that is neither a *sql.DB nor a *sql.Tx (gorm's prepared
+// statement pools, or a plugin's), through its database/sql-style methods: still no gorm callbacks.
+type poolConn struct{ p gorm.ConnPool }
+
+func (c poolConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return affected(c.p.ExecContext(ctx, query, args...))
+}
+
+func (c poolConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return c.p.QueryContext(ctx, query, args...)
+}
+
+// sqlTxOf returns the *sql.Tx under a gorm session's connection pool, or nil.
+func sqlTxOf(p gorm.ConnPool) *sql.Tx {
+	switch v := p.(type) {
+	case *sql.Tx:
+		return v
+	case *gorm.PreparedStmtTX:
+		if tx, ok := v.Tx.(*sql.Tx); ok {
+			return tx
+		}
+	}
+	return nil
 }
 
 // errConn fails every statement with err (a Store bound to a nil or mismatched transaction).

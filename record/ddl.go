@@ -2,6 +2,8 @@ package record
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	idemsql "github.com/idemkit/idemkit/sql"
 )
@@ -31,4 +33,79 @@ func (s *Store) DDL() (string, error) {
 		return "", err
 	}
 	return s.q.renderDDL(ddl), nil
+}
+
+// Migrate upgrades the Store's table from the v1 layout (an AUTO_INCREMENT id primary key, UNIQUE
+// (scope, idem_key) and two secondary indexes) to v2 (primary key (scope, idem_key), one secondary
+// index (status, expires_at)), running the migrate_v1_to_v2 file of package
+// github.com/idemkit/idemkit/sql for the Store's dialect and table, statement by statement on one
+// connection. It does nothing on a v2 table. Records keep every value: nothing but the keys change.
+//
+// Run it once, after every process sharing the table runs this version (which works on either
+// layout; the previous one does not work on v2). On MySQL/MariaDB it is one online ALTER TABLE
+// (ALGORITHM=INPLACE, LOCK=NONE: reads and writes go on while the table is rebuilt); on PostgreSQL
+// the indexes are built and dropped CONCURRENTLY and the primary key swapped in one short
+// transaction; on SQLite the table is copied in one transaction. See the README's "Upgrading from
+// v1". It returns the first failing statement's error; every step can be run again.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.inTx || s.sdb == nil {
+		return errors.New("record: Migrate needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
+	}
+	v1, err := s.isV1(ctx)
+	if err != nil || !v1 {
+		return err
+	}
+	text, err := idemsql.Migration(s.q.dialect)
+	if err != nil {
+		return err
+	}
+	conn, err := s.sdb.Conn(ctx)
+	if err != nil {
+		return s.q.interpretError("migrating", err)
+	}
+	defer conn.Close()
+	for _, stmt := range idemsql.Statements(s.q.renderDDL(text)) {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if s.q.dialect == dialectSQLite {
+				_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+			}
+			return s.q.interpretError("migrating", fmt.Errorf("%w (statement: %.80s...)", err, stmt))
+		}
+	}
+	return nil
+}
+
+// isV1 reports whether the Store's table has the v1 id column.
+func (s *Store) isV1(ctx context.Context) (bool, error) {
+	var query string
+	args := []any{s.q.table}
+	switch s.q.dialect {
+	case dialectMySQL:
+		query = "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = 'id' AND table_schema = "
+		if s.q.schema != "" {
+			query += "?"
+			args = append(args, s.q.schema)
+		} else {
+			query += "DATABASE()"
+		}
+	case dialectPostgres:
+		query = "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'id' AND table_schema = "
+		if s.q.schema != "" {
+			query += "$2"
+			args = append(args, s.q.schema)
+		} else {
+			query += "current_schema()"
+		}
+	default:
+		query = "SELECT count(*) FROM pragma_table_info(?) WHERE name = 'id'"
+		if s.q.schema != "" {
+			query = "SELECT count(*) FROM pragma_table_info(?, ?) WHERE name = 'id'"
+			args = append(args, s.q.schema)
+		}
+	}
+	var n int
+	if err := queryOne(ctx, s.c, query, args, &n); err != nil {
+		return false, s.q.interpretError("inspecting", err)
+	}
+	return n > 0, nil
 }

@@ -11,52 +11,65 @@
 //
 // The DDL lives in package github.com/idemkit/idemkit/sql (records_mysql.sql, records_postgres.sql,
 // records_sqlite.sql); [Store.CreateTable] runs it for [Options.Table]. One row per (scope, idem_key),
-// unique. Times are BIGINT Unix milliseconds, 0 for the zero time: no DSN flag (parseTime, loc) is needed
-// and every dialect compares them the same way; they read back with millisecond precision in the local
+// its primary key (clustered on InnoDB; a WITHOUT ROWID table on SQLite), and one secondary index,
+// (status, expires_at), which serves the sweeper and the reconciler. A table created by idemkit v1
+// (an AUTO_INCREMENT id) is upgraded by [Store.Migrate]; until then the Store works on it unchanged.
+// Times are BIGINT Unix milliseconds, 0 for the zero time: no DSN flag (parseTime, loc) is needed and
+// every dialect compares them the same way; they read back with millisecond precision in the local
 // time zone. An empty or nil Response is stored as NULL and reads back as nil. On MySQL, scope and
 // idem_key are VARBINARY(128), so keys differing only in case or trailing spaces stay distinct.
 //
 // # Statements
 //
-// SQL texts are built once by [New]; every statement goes through gorm (db.Exec, db.Raw(...).Rows()), so
-// gorm's callbacks, logger and PrepareStmt mode see them, and columns are scanned explicitly, without
-// reflection. Per guarded call:
+// SQL texts are built once by [New] and run on database/sql: on the *sql.DB under the gorm.DB, or on
+// the *sql.Tx under a gorm transaction (also in gorm's PrepareStmt mode). gorm's callbacks, logger and
+// plugins do not see them, nothing is reflected per call, and columns are scanned explicitly. Context
+// deadlines and the caller's transaction apply as usual. On MySQL without interpolateParams the Store
+// prepares its per-call statements once (per connection) and executes them with one round trip each.
+// Per guarded call:
 //
 //   - Insert is one INSERT ... ON CONFLICT (scope, idem_key) DO NOTHING (PostgreSQL, SQLite) or
-//     INSERT ... ON DUPLICATE KEY UPDATE id = id (MySQL), with no read before it: zero rows affected
-//     means idemkit.ErrExists. It never aborts a PostgreSQL transaction. A unique violation that still
-//     comes back as an error (MySQL 1062, PostgreSQL 23505, SQLite UNIQUE/PRIMARY KEY constraint, or
-//     gorm's ErrDuplicatedKey under TranslateError) is translated to ErrExists as well.
+//     INSERT ... ON DUPLICATE KEY UPDATE scope = scope (MySQL), with no read before it: zero rows
+//     affected means idemkit.ErrExists. It never aborts a PostgreSQL transaction. A unique violation that
+//     still comes back as an error (MySQL 1062, PostgreSQL 23505, SQLite UNIQUE/PRIMARY KEY constraint)
+//     is translated to ErrExists as well.
 //   - Update and Delete are compare-and-swap on the record's version (WHERE scope, idem_key, fence, owner,
-//     status): no row means idemkit.ErrFenced. MySQL counts changed rather than matched rows, so when it
-//     reports none one SELECT tells an update that changed nothing (success) from a fenced one.
-//   - Get is one SELECT, idemkit.ErrNotFound when there is no row.
+//     status): a primary-key lookup; no row means idemkit.ErrFenced. MySQL counts changed rather than
+//     matched rows, so when it reports none one SELECT tells an update that changed nothing (success)
+//     from a fenced one.
+//   - Get is one SELECT by primary key, idemkit.ErrNotFound when there is no row; Peek the same without
+//     a lock on a Store bound to a transaction.
 //
-// A new key in Execute mode therefore costs two statements (claim, finish), a replay the Locker cannot
-// serve two (the conflicting insert and a read), a cached replay none.
+// A new key in Tx mode ([Store.Tx]) therefore costs one INSERT in the business's transaction (and, when
+// the Guard's cache cannot vouch for new keys, one read before it); in Execute mode two statements
+// (claim, finish); a replay the Locker cannot serve two (the conflicting insert and a read); a cached
+// replay none.
 //
 // A MySQL DSN with clientFoundRows=true is refused by New: under it a duplicate insert reports one row,
 // like a new one.
 //
 // # Transactions
 //
-// [Store.WithTx] (a gorm transaction) and [Store.WithSQLTx] (a database/sql transaction) bind a Store to
-// the caller's transaction for [idemkit.Guard.DoTx]: the record commits or rolls back with the business
-// writes, and the Store never commits or rolls back itself. Bound Stores read with a row lock (SELECT ...
-// FOR UPDATE on MySQL and PostgreSQL), so a record committed by another transaction after the caller's
-// REPEATABLE READ snapshot was taken is seen rather than missed. Two transactions claiming the same key
-// serialise on the unique index: the second waits for the first to commit or roll back, then replays or
-// runs. On SQLite writers are serialised by the database: give it a busy timeout
-// (_pragma=busy_timeout(5000)). A deferred SQLite transaction that has read before another connection
-// committed cannot write any more (SQLITE_BUSY_SNAPSHOT, "database is locked (517)"), so a claim in it
-// fails with idemkit.ErrStoreUnavailable; start such transactions with BEGIN IMMEDIATE (the driver's
-// _txlock=immediate) or claim before reading.
+// [Store.Tx] (gorm) and [Store.SQLTx] (database/sql) run a function in a transaction the Guard begins,
+// writes the record in once and commits ([idemkit.Guard.Tx]); the Store implements
+// [idemkit.TxBeginner] for it. [Store.WithTx] (a gorm transaction) and [Store.WithSQLTx] (a database/sql
+// transaction) bind a Store to the caller's own transaction for [idemkit.Guard.DoTx] and MarkTx: the
+// record commits or rolls back with the business writes, and the Store never commits or rolls back
+// itself. Bound Stores read with a row lock (SELECT ... FOR UPDATE on MySQL and PostgreSQL), so a record
+// committed by another transaction after the caller's REPEATABLE READ snapshot was taken is seen rather
+// than missed; Peek reads without one. Two transactions writing the same key serialise on the primary
+// key: the second waits for the first to commit or roll back, then replays or runs. On SQLite writers are
+// serialised by the database: give it a busy timeout (_pragma=busy_timeout(5000)). A deferred SQLite
+// transaction that has read before another connection committed cannot write any more
+// (SQLITE_BUSY_SNAPSHOT), so a DoTx (which reads first) in it fails with idemkit.ErrStoreUnavailable
+// under concurrency: start such transactions with BEGIN IMMEDIATE (the driver's _txlock=immediate).
 //
 // # Sweeper hooks
 //
 // [Store.DeleteExpired], [Store.RecoverStale] and [Store.Pending] serve a sweeper and a transaction
-// reconciler. They work in bounded batches (select ids with LIMIT, then act on WHERE id IN (...)
-// re-checking the conditions), so they need no dialect-specific syntax and never hold many locks.
+// reconciler, through the (status, expires_at) index. They work in bounded batches, one statement per
+// batch (DELETE/UPDATE ... LIMIT on MySQL; a LIMIT subquery on the primary key elsewhere, re-checking
+// the conditions), so they never hold many locks.
 //
 // A Store is safe for concurrent use.
 package record

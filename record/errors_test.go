@@ -39,7 +39,7 @@ func TestUniqueViolationRecognised(t *testing.T) {
 				t.Fatal("duplicate plain INSERT succeeded")
 			}
 			if !translate { // the driver's own error reaches interpretError
-				want, code := map[string]string{dialectMySQL: "1062", dialectPostgres: "23505", dialectSQLite: "2067"}[s.Dialect()], ""
+				want, code := map[string]string{dialectMySQL: "1062", dialectPostgres: "23505", dialectSQLite: "1555"}[s.Dialect()], "" // SQLite: SQLITE_CONSTRAINT_PRIMARYKEY
 				var (
 					my   *mysql.MySQLError
 					pg   interface{ SQLState() string }

@@ -2,6 +2,7 @@ package record_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -56,7 +57,10 @@ func Example() {
 	// payment 42 replayed=true err=<nil>
 }
 
-// Tx mode: the record commits or rolls back with the business's own writes.
+// Tx mode in the caller's own transaction (DoTx): the record commits or rolls back with the
+// business's writes. The contract: return DoTx's error from the transaction function, so that every
+// error rolls back — including ErrRollbackReplayed, which DoTx returns with the stored answer when the
+// function ran for a key another attempt had finished.
 func ExampleStore_WithTx() {
 	dir, err := os.MkdirTemp("", "idemkit-example")
 	if err != nil {
@@ -94,8 +98,11 @@ func ExampleStore_WithTx() {
 				func(ctx context.Context) ([]byte, error) {
 					return []byte("order-7"), tx.Exec("INSERT INTO orders (id, amount) VALUES (?, ?)", "order-7", 100).Error
 				})
-			return err // an error rolls back the order and the record together
+			return err // every error rolls back the order and the record together
 		})
+		if errors.Is(err, idemkit.ErrRollbackReplayed) {
+			err = nil // rolled back; res holds the answer another attempt stored
+		}
 		return res, err
 	}
 	for range 2 {
@@ -109,4 +116,66 @@ func ExampleStore_WithTx() {
 	// order-7 replayed=false err=<nil>
 	// order-7 replayed=true err=<nil>
 	// orders: 1
+}
+
+// Tx mode with the transaction owned by the Guard: it begins, runs the business, writes the record once
+// beside the business's writes and commits — or rolls back and replays a stored answer. Nothing for the
+// caller to get wrong.
+func ExampleStore_Tx() {
+	dir, err := os.MkdirTemp("", "idemkit-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := gorm.Open(sqlite.Open(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if sqlDB, err := db.DB(); err == nil {
+		defer sqlDB.Close()
+	}
+	ctx := context.Background()
+	store, err := record.New(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.Exec("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER)").Error; err != nil {
+		log.Fatal(err)
+	}
+	if err := db.Exec("INSERT INTO accounts (id, balance) VALUES (1, 100)").Error; err != nil {
+		log.Fatal(err)
+	}
+	guard, err := idemkit.New(store, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	debit := func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+		var balance int
+		if err := tx.Raw("SELECT balance FROM accounts WHERE id = 1").Scan(&balance).Error; err != nil {
+			return nil, err
+		}
+		if balance < 100 {
+			return nil, idemkit.Permanent(errors.New("insufficient funds"))
+		}
+		if err := tx.Exec("UPDATE accounts SET balance = balance - 100 WHERE id = 1").Error; err != nil {
+			return nil, err
+		}
+		return []byte("debited 100"), nil
+	}
+	call := idemkit.Call{Scope: "POST /debits", Key: "debit-9"}
+	for range 2 {
+		res, err := store.Tx(ctx, guard, call, debit)
+		fmt.Printf("%s replayed=%v err=%v\n", res.Value, res.Replayed, err)
+	}
+	var balance int
+	db.Raw("SELECT balance FROM accounts WHERE id = 1").Scan(&balance)
+	fmt.Println("balance:", balance)
+	// Output:
+	// debited 100 replayed=false err=<nil>
+	// debited 100 replayed=true err=<nil>
+	// balance: 0
 }

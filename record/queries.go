@@ -59,18 +59,22 @@ const columns = "status, fence, owner, fingerprint, gid, branch_id, response, er
 // condVersion selects one record at one version (scope, key, fence, owner, status).
 const condVersion = "scope = ? AND idem_key = ? AND fence = ? AND owner = ? AND status = ?"
 
-// Conditions of the sweeper's statements; each takes now (Unix ms) as its arguments.
-// A record tied to a global transaction nobody settled yet (PROCESSING with a gid) never expires: the
-// reconciler lists it whatever its expiry, and the sweeper leaves it alone until it is settled.
+// Conditions of the sweeper's and the reconciler's statements. They lead with status, so the table's
+// one secondary index, (status, expires_at), serves each of them: DeleteExpired ranges over
+// (status, expires_at <= now) for every status, RecoverStale and Pending over the PROCESSING
+// entries only (the claims in flight, a small part of the table). A record tied to a global
+// transaction nobody settled yet (PROCESSING with a gid) never expires: the reconciler lists it
+// whatever its expiry, and the sweeper leaves it alone until it is settled.
 const (
-	condExpired = "expires_at <> 0 AND expires_at <= ? AND (status <> 'PROCESSING' OR gid = '')"
-	condLive    = "(expires_at = 0 OR expires_at > ?)"
-	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND " + condLive
+	condExpired = "status IN ('SUCCEEDED', 'REJECTED', 'FAILED', 'PROCESSING') AND expires_at <> 0 AND expires_at <= ? " +
+		"AND (status <> 'PROCESSING' OR gid = '')"
+	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
 	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
 )
 
-// queries are a Store's SQL texts, built once by New. Placeholders are '?' (gorm rewrites them per
-// dialect); native holds the same texts in the driver's own placeholder syntax for database/sql.
+// queries are a Store's SQL texts, built once by New, in the driver's own placeholder syntax ('?', or
+// $1, $2, ... on PostgreSQL). They name no id column, so they run on the v1 table (AUTO_INCREMENT id,
+// UNIQUE (scope, idem_key)) as well as on the v2 one (PRIMARY KEY (scope, idem_key)).
 type queries struct {
 	dialect string
 	name    string // the configured table name, unquoted
@@ -78,24 +82,21 @@ type queries struct {
 	table   string // bare table name, unquoted
 	quoted  string // quoted [schema.]table
 
-	insert      string // insert-first claim, no error on conflict
+	insert      string // insert-first, no error on conflict
 	plainInsert string // INSERT without conflict handling (tests of interpretError)
 	get         string
 	getLocked   string // get with a locking read, for transaction-bound stores
 	update      string
+	finish      string // update of a claim's own columns (status, result, times), same fence and owner
 	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
 	confirmLock string // confirm with a locking read, for transaction-bound stores
 	delete      string
 
-	selExpired string
-	delExpired string // followed by an id list
-	selStale   string
-	recoverPfx string // followed by an id list
+	delExpired string // now, limit
+	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)
 	pendingPfx string // followed by a scope list, then pendingSfx
-	batch      int    // ids per sweeper statement: maxBatch (tests lower it)
-
-	native *queries // the texts for database/sql: q itself, or a copy with $n placeholders
-	rebind bool     // the texts are in $n form: rebind what is built per call too
+	batch      int    // rows per sweeper statement: maxBatch (tests lower it)
+	rebind     bool   // texts built per call need $n placeholders (PostgreSQL)
 }
 
 func buildQueries(dialect, schema, table string) *queries {
@@ -109,7 +110,9 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.plainInsert = "INSERT INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	switch dialect {
 	case dialectMySQL:
-		q.insert = q.plainInsert + " ON DUPLICATE KEY UPDATE id = id"
+		// A duplicate sets a column to itself: no change, so zero rows affected (without
+		// clientFoundRows, which New refuses).
+		q.insert = q.plainInsert + " ON DUPLICATE KEY UPDATE scope = scope"
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
 	}
@@ -121,6 +124,8 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.update = "UPDATE " + t + " SET status = ?, fence = ?, owner = ?, fingerprint = ?, gid = ?, branch_id = ?, " +
 		"response = ?, error = ?, lease_until = ?, expires_at = ?, created_at = ?, updated_at = ? " +
 		"WHERE " + condVersion
+	q.finish = "UPDATE " + t + " SET status = ?, response = ?, error = ?, lease_until = ?, expires_at = ?, updated_at = ? " +
+		"WHERE " + condVersion
 	q.confirm = "SELECT 1 FROM " + t + " WHERE " + condVersion
 	q.confirmLock = q.confirm
 	if dialect == dialectMySQL {
@@ -128,23 +133,28 @@ func buildQueries(dialect, schema, table string) *queries {
 	}
 	q.delete = "DELETE FROM " + t + " WHERE " + condVersion
 
-	q.selExpired = "SELECT id FROM " + t + " WHERE " + condExpired + " ORDER BY expires_at LIMIT ?"
-	q.delExpired = "DELETE FROM " + t + " WHERE " + condExpired + " AND id IN ("
-	q.selStale = "SELECT id FROM " + t + " WHERE " + condStale + " ORDER BY lease_until LIMIT ?"
-	q.recoverPfx = "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? " +
-		"WHERE " + condStale + " AND id IN ("
+	recoverSet := "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? WHERE " + condStale
+	switch dialect {
+	case dialectMySQL:
+		// Single-table DELETE and UPDATE take a LIMIT: one statement per batch.
+		q.delExpired = "DELETE FROM " + t + " WHERE " + condExpired + " LIMIT ?"
+		q.recover = recoverSet + " LIMIT ?"
+	default:
+		// Select a batch by primary key and act on it, re-checking the condition on each row (a row
+		// taken over between the two is left alone: PostgreSQL re-evaluates the outer condition on
+		// the row's latest version).
+		q.delExpired = "DELETE FROM " + t + " WHERE " + condExpired + " AND (scope, idem_key) IN " +
+			"(SELECT scope, idem_key FROM " + t + " WHERE " + condExpired + " LIMIT ?)"
+		q.recover = recoverSet + " AND (scope, idem_key) IN (SELECT scope, idem_key FROM " + t + " WHERE " + condStale + " LIMIT ?)"
+	}
 	q.pendingPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " AND scope IN ("
 
-	q.native = q
 	if dialect == dialectPostgres {
-		n := *q
-		for _, s := range []*string{&n.insert, &n.plainInsert, &n.get, &n.getLocked, &n.update, &n.confirm, &n.confirmLock, &n.delete,
-			&n.selExpired, &n.selStale} {
+		for _, s := range []*string{&q.insert, &q.plainInsert, &q.get, &q.getLocked, &q.update, &q.finish, &q.confirm, &q.confirmLock, &q.delete,
+			&q.delExpired, &q.recover} {
 			*s = rebind(*s)
 		}
-		// delExpired, recoverPfx and pendingPfx are completed per call, then rebound as a whole.
-		n.native, n.rebind = &n, true
-		q.native = &n
+		q.rebind = true // pendingPfx is completed per call, then rebound as a whole
 	}
 	return q
 }
@@ -197,9 +207,10 @@ func (q *queries) renderDDL(ddl string) string {
 		b.WriteString(ddl[last:m[0]])
 		last = m[1]
 		if m[2] < 0 { // the table
-			// SQLite wants "CREATE INDEX schema.index ON table": the table is not qualified there.
-			before := strings.TrimRight(ddl[:m[0]], " \t\n")
-			if q.dialect == dialectSQLite && q.schema != "" && len(before) >= 3 && strings.EqualFold(before[len(before)-3:], " ON") {
+			// SQLite wants "CREATE INDEX schema.index ON table" and "ALTER TABLE ... RENAME TO table":
+			// the table is not qualified there.
+			before := strings.ToUpper(strings.TrimRight(ddl[:m[0]], " \t\n"))
+			if q.dialect == dialectSQLite && q.schema != "" && (strings.HasSuffix(before, " ON") || strings.HasSuffix(before, " RENAME TO")) {
 				b.WriteString(quoteIdent(q.dialect, q.table))
 			} else {
 				b.WriteString(q.quoted)

@@ -38,23 +38,33 @@ type Options struct {
 }
 
 // Store is an [idemkit.Store] on a gorm database: MySQL/MariaDB (gorm.io/driver/mysql), PostgreSQL
-// (gorm.io/driver/postgres) or SQLite (github.com/glebarez/sqlite or gorm.io/driver/sqlite). Every
-// statement goes through gorm, so its callbacks, logger and PrepareStmt mode see them, except on a
-// Store bound to a *sql.Tx with [Store.WithSQLTx].
+// (gorm.io/driver/postgres) or SQLite (github.com/glebarez/sqlite or gorm.io/driver/sqlite). Users
+// hand it a *gorm.DB (and gorm transactions, see [Store.WithTx] and [Store.Tx]); its own few statements
+// run on the database/sql pool or transaction underneath, without gorm's callbacks, logger or
+// reflection (see the package documentation).
 //
 // Writes are insert-first and compare-and-swap: Insert never reads, Update and Delete are conditioned
 // on the record's version (fence, owner and status). A Store is safe for concurrent use; one bound to
 // a transaction is as safe as the transaction.
 type Store struct {
-	base *queries // texts for gorm
-	q    *queries // texts for c: base, or base.native on a *sql.Tx
+	q    *queries
 	c    conn
 	inTx bool
+	gdb  *gorm.DB     // the database (base Store) or the transaction (bound Store); nil on WithSQLTx
+	sdb  *sql.DB      // the pool under gdb; nil when gorm's pool is not a *sql.DB
+	ps   *stmtCache   // prepared statements (MySQL without interpolateParams), shared by bound Stores
+	cfg  *gorm.Config // gdb's configuration: a gorm transaction with the same one shares sdb
 }
 
 // New returns a Store on db, whose dialect (db.Dialector.Name()) must be mysql, postgres or sqlite,
 // with the table of opts (nil for defaults). It builds every SQL text once and touches no database;
-// create the table with [Store.CreateTable] or the DDL of package github.com/idemkit/idemkit/sql.
+// create the table with [Store.CreateTable] or the DDL of package github.com/idemkit/idemkit/sql, or
+// upgrade a v1 table with [Store.Migrate]. Pass the database, not a transaction: bind transactions with
+// [Store.WithTx].
+//
+// On MySQL, when the DSN does not set interpolateParams=true, the Store prepares its per-call
+// statements once (per connection of the pool) and executes them with one round trip each; with
+// interpolateParams it sends them as text, also one round trip.
 //
 // It returns an error when db is nil, not initialized (what a failed gorm.Open returns with its error)
 // or in DryRun mode, its dialect is not supported, Options.Table is invalid, or a MySQL DSN sets
@@ -79,27 +89,40 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	prepare := false
 	switch name := db.Dialector.Name(); name {
 	case dialectMySQL:
-		if clientFoundRows(db.Dialector) {
+		cfg := mysqlConfig(db.Dialector)
+		if cfg != nil && cfg.ClientFoundRows {
 			// A duplicate under ON DUPLICATE KEY UPDATE would then report one row, like an insert, and
 			// the plain INSERT alternative deadlocks under concurrent duplicates.
 			return nil, errors.New("record: " + errClientFoundRows)
 		}
+		prepare = cfg == nil || !cfg.InterpolateParams
 	case dialectPostgres, dialectSQLite:
 	default:
 		return nil, fmt.Errorf("record: unsupported gorm dialect %q (want mysql, postgres or sqlite)", name)
 	}
 	q := buildQueries(db.Dialector.Name(), schema, table)
-	return &Store{base: q, q: q, c: newGormConn(db)}, nil
+	s := &Store{q: q, gdb: db, cfg: db.Config}
+	if sdb, err := db.DB(); err == nil {
+		s.sdb = sdb
+		if prepare {
+			s.ps = newStmtCache(sdb, q.insert, q.get, q.getLocked, q.update, q.finish, q.confirm, q.confirmLock, q.delete)
+		}
+		s.c = dbConn{db: sdb, ps: s.ps}
+	} else {
+		s.c = poolConn{p: db.Statement.ConnPool}
+	}
+	return s, nil
 }
 
 // errClientFoundRows says why a MySQL connection with clientFoundRows is refused.
 const errClientFoundRows = "the MySQL DSN sets clientFoundRows=true, which makes a duplicate insert look like a new one; open the gorm.DB without it"
 
-// clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
-// duplicate left unchanged by ON DUPLICATE KEY UPDATE as one row, like an insert.
-func clientFoundRows(d gorm.Dialector) bool {
+// mysqlConfig returns the driver configuration of a MySQL dialector, from its DSNConfig or its DSN,
+// or nil when it has neither (a dialector on an existing connection).
+func mysqlConfig(d gorm.Dialector) *mysql.Config {
 	var cfg *gormmysql.Config
 	switch v := d.(type) {
 	case *gormmysql.Dialector:
@@ -108,15 +131,22 @@ func clientFoundRows(d gorm.Dialector) bool {
 		cfg = v.Config
 	}
 	if cfg == nil {
-		return false
+		return nil
 	}
 	if cfg.DSNConfig != nil {
-		return cfg.DSNConfig.ClientFoundRows
+		return cfg.DSNConfig
 	}
-	if c, err := mysql.ParseDSN(cfg.DSN); err == nil {
-		return c.ClientFoundRows
+	if c, err := mysql.ParseDSN(cfg.DSN); err == nil && cfg.DSN != "" {
+		return c
 	}
-	return false
+	return nil
+}
+
+// clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
+// duplicate left unchanged by ON DUPLICATE KEY UPDATE as one row, like an insert.
+func clientFoundRows(d gorm.Dialector) bool {
+	cfg := mysqlConfig(d)
+	return cfg != nil && cfg.ClientFoundRows
 }
 
 // Table returns the configured table name.
@@ -126,33 +156,53 @@ func (s *Store) Table() string { return s.q.name }
 func (s *Store) Dialect() string { return s.q.dialect }
 
 // WithTx returns a Store that runs every statement in tx, a transaction of a gorm.DB of the same
-// dialect (the tx argument of db.Transaction, or db.Begin()). Pass it to [idemkit.Guard.DoTx]: the
-// record then commits or rolls back with the business writes. Get locks the row it reads (SELECT ...
-// FOR UPDATE on MySQL and PostgreSQL) so that a record committed by another transaction after tx
-// began is seen. The returned Store never commits or rolls back tx; its statements fail when tx is nil,
-// of another dialect, or on a MySQL DSN that sets clientFoundRows (see [New]).
+// dialect (the tx argument of db.Transaction, or db.Begin()), on the database/sql transaction under it.
+// Pass it to [idemkit.Guard.DoTx] or MarkTx: the record then commits or rolls back with the business
+// writes. Get locks the row it reads (SELECT ... FOR UPDATE on MySQL and PostgreSQL) so that a record
+// committed by another transaction after tx began is seen. The returned Store never commits or rolls
+// back tx; its statements fail when tx is nil, of another dialect, or on a MySQL DSN that sets
+// clientFoundRows (see [New]).
 func (s *Store) WithTx(tx *gorm.DB) *Store {
-	b := &Store{base: s.base, q: s.base, inTx: true}
+	b := &Store{q: s.q, inTx: true, gdb: tx, sdb: s.sdb, ps: s.ps, cfg: s.cfg}
 	switch {
-	case tx == nil || tx.Config == nil || tx.Dialector == nil:
+	case tx == nil || tx.Config == nil || tx.Dialector == nil || tx.Statement == nil:
 		b.c = errConn{errors.New("record: WithTx: nil transaction")}
 	case tx.Dialector.Name() != s.q.dialect:
 		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
 	case tx.Dialector.Name() == dialectMySQL && clientFoundRows(tx.Dialector):
 		b.c = errConn{errors.New("record: WithTx: " + errClientFoundRows)}
 	default:
-		b.c = newGormConn(tx)
+		b.c = s.connOf(tx)
 	}
 	return b
 }
 
+// connOf returns the conn running statements in the session tx: its *sql.Tx (with the prepared
+// statements when tx comes from this Store's gorm.DB), or its connection pool as it is.
+func (s *Store) connOf(tx *gorm.DB) conn {
+	pool := tx.Statement.ConnPool
+	if stx := sqlTxOf(pool); stx != nil {
+		var ps *stmtCache
+		if tx.Config == s.cfg {
+			ps = s.ps // the same gorm.DB, so the same *sql.DB the statements were prepared on
+		}
+		return txConn{tx: stx, ps: ps}
+	}
+	if pool == nil {
+		return errConn{errors.New("record: WithTx: the gorm.DB has no connection pool")}
+	}
+	if sdb, ok := pool.(*sql.DB); ok {
+		return dbConn{db: sdb, ps: s.ps}
+	}
+	return poolConn{p: pool}
+}
+
 // WithSQLTx returns a Store that runs every statement in tx, a database/sql transaction on the same
-// kind of database as s (placeholders are rewritten for PostgreSQL). Statements on it bypass gorm. On
-// MySQL its connection must not set clientFoundRows (see [New]); nothing can check that here. Like
-// [Store.WithTx] it reads with row locks and never commits or rolls back tx; its statements fail when
-// tx is nil.
+// kind of database as s. On MySQL its connection must not set clientFoundRows (see [New]); nothing can
+// check that here. Like [Store.WithTx] it reads with row locks and never commits or rolls back tx; its
+// statements fail when tx is nil.
 func (s *Store) WithSQLTx(tx *sql.Tx) *Store {
-	b := &Store{base: s.base, q: s.base.native, c: sqlTxConn{tx}, inTx: true}
+	b := &Store{q: s.q, c: txConn{tx: tx}, inTx: true, sdb: s.sdb, ps: s.ps, cfg: s.cfg}
 	if tx == nil {
 		b.c = errConn{errors.New("record: WithSQLTx: nil transaction")}
 	}
@@ -198,18 +248,42 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 	return rec, nil
 }
 
-// Update implements [idemkit.Store]: it writes every column of rec to the record with rec's Scope and
-// Key if its fence, owner and status equal prev, and returns idemkit.ErrFenced otherwise. MySQL counts
-// changed rather than matched rows; when it reports none, one SELECT tells a write that changed
-// nothing (success) from a fenced one. Other errors are those of Insert.
+// Peek implements [idemkit.Peeker]: Get without a lock, a plain read in the transaction's snapshot
+// on a Store bound to one (the same as Get on one that is not).
+func (s *Store) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	rec := &idemkit.Record{Scope: scope, Key: key}
+	if err := s.scanRecord(ctx, s.q.get, []any{scope, key}, rec); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, idemkit.ErrNotFound
+		}
+		return nil, s.q.interpretError("reading", err)
+	}
+	return rec, nil
+}
+
+// Update implements [idemkit.Store]: it writes rec to the record with rec's Scope and Key if its
+// fence, owner and status equal prev, and returns idemkit.ErrFenced otherwise: every column for a
+// takeover, and for a claim's own write (rec keeps prev's fence and owner: a finish, a renewal, a
+// settlement) only status, response, error, lease_until, expires_at and updated_at, by primary key.
+// MySQL counts changed rather than matched rows; when it reports none, one SELECT tells a write that
+// changed nothing (success) from a fenced one. Other errors are those of Insert.
 func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
-	n, err := s.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
-		rec.BranchID, response(rec.Response), rec.Error,
-		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
-		rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	var n int64
+	var err error
+	if rec.Fence == prev.Fence && rec.Owner == prev.Owner {
+		// A claim's own write (finish, renewal, settlement): only these columns can have changed.
+		n, err = s.exec(ctx, s.q.finish, string(rec.Status), response(rec.Response), rec.Error,
+			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.UpdatedAt),
+			rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	} else {
+		n, err = s.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
+			rec.BranchID, response(rec.Response), rec.Error,
+			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
+			rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+	}
 	if err != nil {
 		return s.q.interpretError("updating", err)
 	}

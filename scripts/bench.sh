@@ -26,7 +26,7 @@ quick)
   "$bin" -rounds 1 -duration 500ms -c 1,16
   ;;
 profile)
-  for v in execute replay http-guarded; do
+  for v in tx tx-nolock execute replay http-guarded; do
     "$bin" -variants "$v" -c 16 -rounds 1 -duration 10s -warmup 1s \
       -cpuprofile "docs/profiles/$v.cpu.pprof" -memprofile "docs/profiles/$v.alloc.pprof" >/dev/null
     {

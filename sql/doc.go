@@ -9,11 +9,15 @@
 //
 //   - records_*.sql: the dedupe record table idemkit_records used by package record. Run it by hand or
 //     through record.Store.CreateTable, which also renames the table for record.Options.Table.
+//   - migrate_v1_to_v2_*.sql: the upgrade of a record table created by idemkit v1 (an AUTO_INCREMENT id
+//     primary key) to the v2 layout (primary key (scope, idem_key), one secondary index). Run it by
+//     hand or through record.Store.Migrate; see the README's "Upgrading from v1".
 //   - barrier_*.sql: DTM's branch barrier table dtm_barrier.barrier used by package barrier.
 //
-// [Records] and [File] return a file's text. Every statement is idempotent (CREATE ... IF NOT EXISTS)
-// and ends with a semicolon; [Statements] splits a file into statements for drivers that run one at a
-// time (MySQL without multiStatements, prepared-statement mode).
+// [Records], [Migration] and [File] return a file's text. Every statement of the table files is
+// idempotent (CREATE ... IF NOT EXISTS) and ends with a semicolon; [Statements] splits a file into
+// statements for drivers that run one at a time (MySQL without multiStatements, prepared-statement
+// mode).
 //
 // Times in the record table (lease_until, expires_at, created_at, updated_at) are BIGINT Unix milliseconds
 // (0 for "none"), not DATETIME/TIMESTAMP columns: no DSN flag such as parseTime or loc is needed, no time zone

@@ -1,14 +1,15 @@
--- idemkit dedupe records, SQLite 3.24+.
+-- idemkit dedupe records (table v2), SQLite 3.24+.
 --
--- One row per (scope, idem_key); see github.com/idemkit/idemkit/record.
+-- One row per (scope, idem_key), its primary key: a WITHOUT ROWID table, so the primary key is the
+-- table's one B-tree; see github.com/idemkit/idemkit/record. One secondary index, (status, expires_at),
+-- for the sweeper and the transaction reconciler.
 -- The four times are INTEGER (BIGINT) Unix milliseconds, 0 meaning none: no time zone is involved, and
 -- MySQL, PostgreSQL and SQLite compare them the same way.
 -- SQLite does not enforce the VARCHAR lengths; idemkit keeps scope and idem_key within 128 bytes.
--- id is an INTEGER PRIMARY KEY, the auto-assigned rowid.
 -- record.Store.CreateTable runs this file with the table name of record.Options.Table; the index names
--- are derived from it.
+-- are derived from it. A v1 table (id column) is upgraded by migrate_v1_to_v2_sqlite.sql
+-- (record.Store.Migrate).
 CREATE TABLE IF NOT EXISTS idemkit_records (
-  id          INTEGER      PRIMARY KEY,
   scope       VARCHAR(128) NOT NULL,                  -- business type, e.g. a route pattern
   idem_key    VARCHAR(128) NOT NULL,                  -- idempotency key
   status      VARCHAR(16)  NOT NULL,                  -- PROCESSING, SUCCEEDED, FAILED or REJECTED
@@ -23,7 +24,6 @@ CREATE TABLE IF NOT EXISTS idemkit_records (
   expires_at  BIGINT       NOT NULL DEFAULT 0,        -- Unix ms: the record stops counting; 0 = never
   created_at  BIGINT       NOT NULL DEFAULT 0,        -- Unix ms
   updated_at  BIGINT       NOT NULL DEFAULT 0,        -- Unix ms
-  UNIQUE (scope, idem_key)
-);
-CREATE INDEX IF NOT EXISTS idemkit_records_expires_at_idx ON idemkit_records (expires_at);
-CREATE INDEX IF NOT EXISTS idemkit_records_status_lease_idx ON idemkit_records (status, lease_until);
+  PRIMARY KEY (scope, idem_key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idemkit_records_status_expires_idx ON idemkit_records (status, expires_at);

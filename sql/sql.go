@@ -48,14 +48,14 @@ func File(table, dialect string) (string, error) {
 }
 
 // Statements splits ddl into its statements: it cuts at each ';' outside single-quoted literals and
-// drops "--" comments (to the end of their line) and empty statements; /* */ comments are kept as
-// they are. The results carry no trailing semicolon. Statements suits the files of this package; it is
-// not a general SQL parser.
+// $$-quoted bodies (PostgreSQL's DO blocks), and drops "--" comments outside them (to the end of their
+// line) and empty statements; /* */ comments are kept as they are. The results carry no trailing
+// semicolon. Statements suits the files of this package; it is not a general SQL parser.
 func Statements(ddl string) []string {
 	var (
-		out    []string
-		cur    strings.Builder
-		quoted bool
+		out            []string
+		cur            strings.Builder
+		quoted, dollar bool
 	)
 	flush := func() {
 		if s := strings.TrimSpace(cur.String()); s != "" {
@@ -66,6 +66,12 @@ func Statements(ddl string) []string {
 	for i := 0; i < len(ddl); i++ {
 		c := ddl[i]
 		switch {
+		case !quoted && c == '$' && i+1 < len(ddl) && ddl[i+1] == '$':
+			dollar = !dollar
+			cur.WriteString("$$")
+			i++
+			continue
+		case dollar:
 		case c == '\'':
 			quoted = !quoted
 		case !quoted && c == '-' && i+1 < len(ddl) && ddl[i+1] == '-':
@@ -82,3 +88,8 @@ func Statements(ddl string) []string {
 	flush()
 	return out
 }
+
+// Migration returns the statements that upgrade the record table idemkit_records from its v1 layout
+// (an AUTO_INCREMENT id primary key) to v2 (primary key (scope, idem_key), one secondary index) on
+// dialect (see [Dialect]): the file migrate_v1_to_v2_<dialect>.sql.
+func Migration(dialect string) (string, error) { return File("migrate_v1_to_v2", dialect) }

@@ -65,6 +65,9 @@ func TestStatements(t *testing.T) {
 		{"A -- note; not a split\n  x;\n\n;  B", []string{"A \n  x", "B"}},
 		{"INSERT INTO t VALUES ('a;b', '--c');", []string{"INSERT INTO t VALUES ('a;b', '--c')"}},
 		{"x DEFAULT '', -- it's fine\ny;", []string{"x DEFAULT '', \ny"}},
+		// $$ bodies are kept whole, comments and semicolons included.
+		{"DO $$ BEGIN -- c; d\n  x; y; END $$;\nZ;", []string{"DO $$ BEGIN -- c; d\n  x; y; END $$", "Z"}},
+		{"SELECT '$$'; W;", []string{"SELECT '$$'", "W"}},
 	} {
 		if got := Statements(tc.in); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("Statements(%q) = %q, want %q", tc.in, got, tc.want)
@@ -73,9 +76,9 @@ func TestStatements(t *testing.T) {
 	for _, d := range []string{"mysql", "postgres", "sqlite"} {
 		ddl, _ := Records(d)
 		stmts := Statements(ddl)
-		want := 3
+		want := 2 // the table and its one secondary index
 		if d == "mysql" {
-			want = 1 // indexes inline
+			want = 1 // the index inline
 		}
 		if len(stmts) != want {
 			t.Errorf("%s: %d statements, want %d: %q", d, len(stmts), want, stmts)
@@ -84,6 +87,22 @@ func TestStatements(t *testing.T) {
 			if strings.Contains(s, "--") || strings.HasSuffix(s, ";") {
 				t.Errorf("%s: statement keeps a comment or semicolon: %q", d, s)
 			}
+		}
+	}
+}
+
+func TestMigration(t *testing.T) {
+	for d, want := range map[string]int{"mysql": 1, "postgres": 6, "sqlite": 7} {
+		text, err := Migration(d)
+		if err != nil {
+			t.Fatalf("Migration(%q): %v", d, err)
+		}
+		stmts := Statements(text)
+		if len(stmts) != want {
+			t.Errorf("%s: %d statements, want %d: %q", d, len(stmts), want, stmts)
+		}
+		if !strings.Contains(text, RecordsTable) {
+			t.Errorf("%s: the migration does not name %s", d, RecordsTable)
 		}
 	}
 }

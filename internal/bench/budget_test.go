@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
 )
@@ -42,11 +40,13 @@ func measure(e *Env, f func() error) (Counts, error) {
 }
 
 type budget struct {
-	redis       int64 // Redis commands, exactly; -1 to skip
-	maxRedis    int64 // upper bound when redis is -1
-	stmts       int64 // SQL statements, business statement included
-	begins      int64 // transactions (BEGIN ... COMMIT): the business's own
-	outsideGorm bool  // statements gorm does not see (DTM's dtmcli uses database/sql)
+	redis    int64 // Redis commands, exactly; -1 to skip
+	maxRedis int64 // upper bound when redis is -1
+	scripts  int64 // Redis commands running a Lua script (EVALSHA, EVAL), exactly; -1 to skip
+	stmts    int64 // SQL statements, business statement included
+	inTx     int64 // of which inside a transaction; -1 to skip
+	begins   int64 // transactions (BEGIN ... COMMIT): the business's own
+	gorm     int64 // statements gorm's callbacks see: the business's (the record Store's bypass gorm); -1 to skip
 }
 
 func check(t *testing.T, name string, d Counts, err error, want budget) {
@@ -60,6 +60,9 @@ func check(t *testing.T, name string, d Counts, err error, want budget) {
 	case want.redis < 0 && d.Redis.Commands > want.maxRedis:
 		t.Errorf("%s: %d Redis commands, want at most %d", name, d.Redis.Commands, want.maxRedis)
 	}
+	if want.scripts >= 0 && d.Redis.Scripts != want.scripts {
+		t.Errorf("%s: %d Lua scripts (EVALSHA/EVAL), want %d", name, d.Redis.Scripts, want.scripts)
+	}
 	if d.Redis.RoundTrips != d.Redis.Commands {
 		t.Errorf("%s: %d Redis round trips for %d commands", name, d.Redis.RoundTrips, d.Redis.Commands)
 	}
@@ -69,22 +72,31 @@ func check(t *testing.T, name string, d Counts, err error, want budget) {
 	if d.SQL.Statements != want.stmts {
 		t.Errorf("%s: %d SQL statements, want %d", name, d.SQL.Statements, want.stmts)
 	}
+	if want.inTx >= 0 && d.SQL.InTx != want.inTx {
+		t.Errorf("%s: %d SQL statements inside the transaction, want %d", name, d.SQL.InTx, want.inTx)
+	}
 	if d.SQL.Begins != want.begins || d.SQL.Commits != want.begins || d.SQL.Rollbacks != 0 {
 		t.Errorf("%s: %d BEGIN, %d COMMIT, %d ROLLBACK, want %d transactions", name, d.SQL.Begins, d.SQL.Commits, d.SQL.Rollbacks, want.begins)
 	}
 	if d.SQL.Prepares != 0 {
-		t.Errorf("%s: %d prepares with interpolateParams=true", name, d.SQL.Prepares)
+		t.Errorf("%s: %d prepares: none is needed with interpolateParams=true, nor once the Store's statements are prepared", name, d.SQL.Prepares)
 	}
-	if !want.outsideGorm && d.Gorm != d.SQL.Statements {
-		t.Errorf("%s: gorm callbacks saw %d statements, the driver %d", name, d.Gorm, d.SQL.Statements)
+	if want.gorm >= 0 && d.Gorm != want.gorm {
+		t.Errorf("%s: gorm callbacks saw %d statements, want %d (the business's only)", name, d.Gorm, want.gorm)
 	}
-	t.Logf("%-34s Redis %d, SQL %d (BEGIN/COMMIT %d)", name, d.Redis.Commands, d.SQL.Statements, d.SQL.Begins)
+	t.Logf("%-36s Redis %d (%d scripts), SQL %d (%d in the transaction; BEGIN/COMMIT %d)", name, d.Redis.Commands,
+		d.Redis.Scripts, d.SQL.Statements, d.SQL.InTx, d.SQL.Begins)
 }
 
-// TestRoundTripBudget asserts the round trips of DESIGN.md ("The fast path and the round-trip budget")
-// for every mode, counted at the same time by a go-redis hook and at the MySQL driver (cross-checked
-// with gorm callbacks), on the very operations the benchmark runs. Every variant's business
-// transaction is one INSERT (BEGIN, INSERT, COMMIT), so "SQL" below is the guard's statements + 1.
+// TestRoundTripBudget asserts the round trips of the write path v2 for every mode, counted at the same
+// time by a go-redis hook and at the MySQL driver, on the very operations the benchmark runs. Every
+// variant's business transaction is one INSERT (BEGIN, INSERT, COMMIT), so "SQL" below is the guard's
+// statements + 1. The record Store's statements run on database/sql, so gorm's callbacks see the
+// business's statement only.
+//
+// The budget: Tx mode, new key: the record is one INSERT added to the business's transaction, and
+// nothing else touches the database (the Locker's cache vouches for new keys); a cached replay is one
+// native Redis command (SET ... NX ... GET), no script; Execute mode, new key: two statements.
 //
 // Lua scripts are warmed first: Redis caches scripts server-wide, and on a fresh server (or after
 // SCRIPT FLUSH) go-redis's EVALSHA fails with NOSCRIPT and is retried as EVAL — two commands, once
@@ -96,18 +108,22 @@ func TestRoundTripBudget(t *testing.T) {
 		return func() error { return vs[name].Op(ctxb, w) }
 	}
 
-	// Warm every script: idemkit's acquire and release (a new key), the classic lock and unlock.
-	for _, v := range []string{VExecute, VClassic} {
+	// Warm every script: idemkit's compare-and-delete release (MarkTx), the classic lock and unlock.
+	// Warm the execute-lean pool's prepared statements too.
+	for _, v := range []string{VMarkTx, VClassic, VExecute, VExecLean} {
 		if err := op(v, 1000)(); err != nil {
 			t.Fatalf("warming %s: %v", v, err)
 		}
 	}
+	const biz = 1 // the business's INSERT, in every write variant
 
 	t.Run("Execute", func(t *testing.T) {
 		d, err := measure(e, op(VExecute, 0))
-		check(t, "new key", d, err, budget{redis: 2, stmts: 2 + 1, begins: 1})
+		check(t, "new key", d, err, budget{redis: 2, scripts: 0, stmts: 2 + biz, inTx: biz, begins: 1, gorm: biz})
 		d, err = measure(e, op(VExecute, 0))
-		check(t, "cached replay", d, err, budget{redis: 1, stmts: 0})
+		check(t, "cached replay", d, err, budget{redis: 1, scripts: 0, stmts: 0, begins: 0, gorm: 0})
+		d, err = measure(e, op(VExecLean, 0))
+		check(t, "new key, prepared statements", d, err, budget{redis: 2, scripts: 0, stmts: 2 + biz, inTx: biz, begins: 1, gorm: biz})
 	})
 
 	t.Run("UncachedReplay", func(t *testing.T) {
@@ -122,58 +138,45 @@ func TestRoundTripBudget(t *testing.T) {
 		must(t, err)
 		var res idemkit.Result
 		d, err := measure(e, func() error { res, err = withLock.Do(ctxb, call, failIfRun); return err })
-		check(t, "uncached replay", d, err, budget{redis: 2, stmts: 2})
+		check(t, "uncached replay", d, err, budget{redis: 2, scripts: 0, stmts: 2, inTx: 0, gorm: 0})
 		if !res.Replayed {
 			t.Error("uncached replay did not replay")
 		}
-		t.Log("  (acquire misses the cache and locks; conflicting insert; read; release fills the cache)")
+		t.Log("  (acquire misses the cache and locks; conflicting insert; read; the release fills the cache)")
 		d, err = measure(e, func() error { res, err = withLock.Do(ctxb, call, failIfRun); return err })
-		check(t, "replay after the cache fill", d, err, budget{redis: 1, stmts: 0})
+		check(t, "replay after the cache fill", d, err, budget{redis: 1, scripts: 0, stmts: 0, gorm: 0})
 	})
 
 	t.Run("Tx", func(t *testing.T) {
-		g, err := e.Guard(nil, false, time.Hour)
-		must(t, err)
-		call := idemkit.Call{Scope: "budget/tx", Key: e.Run + "-tx"}
-		var inside Counts
-		d, err := measure(e, func() error {
-			return e.Gorm.Transaction(func(tx *gorm.DB) error {
-				var err error
-				inside, err = measure(e, func() error {
-					_, err := g.DoTx(ctxb, e.Store.WithTx(tx), call, func(context.Context) ([]byte, error) {
-						return result, tx.Exec(e.InsertBiz, call.Key, 1).Error
-					})
-					return err
-				})
-				return err
-			})
-		})
-		check(t, "Tx mode, whole transaction", d, err, budget{redis: -1, maxRedis: 2, stmts: 2 + 1, begins: 1})
-		if inside.SQL.Statements != 2+1 || inside.SQL.Begins != 0 || inside.SQL.Commits != 0 {
-			t.Errorf("Tx mode: %d statements inside the caller's transaction, want 1 (business) + 2 (claim, finish)", inside.SQL.Statements)
-		} else {
-			t.Logf("%-34s 2 statements + the business's 1, all between its BEGIN and COMMIT", "Tx mode, inside the transaction")
-		}
-		// The benchmark's own Tx variant costs the same.
+		d, err := measure(e, op(VTx, 0))
+		check(t, "Tx mode, new key", d, err, budget{redis: 2, scripts: 0, stmts: 1 + biz, inTx: 1 + biz, begins: 1, gorm: biz})
 		d, err = measure(e, op(VTx, 0))
-		check(t, "Tx mode (benchmark variant)", d, err, budget{redis: -1, maxRedis: 2, stmts: 2 + 1, begins: 1})
+		check(t, "Tx mode, cached replay", d, err, budget{redis: 1, scripts: 0, stmts: 0, begins: 0, gorm: 0})
+		d, err = measure(e, op(VTxNoLock, 0))
+		check(t, "Tx without Locker, new key", d, err, budget{redis: 0, scripts: 0, stmts: 1 + 1 + biz, inTx: 1 + biz, begins: 1, gorm: biz})
+		t.Log("  (one read before the transaction: without a cache, a finished key is answered before the business runs)")
+		d, err = measure(e, op(VTxNoLock, 0))
+		check(t, "Tx without Locker, replay", d, err, budget{redis: 0, scripts: 0, stmts: 1, begins: 0, gorm: 0})
+		d, err = measure(e, op(VTxLean, 0))
+		check(t, "DoTx (caller's transaction), new key", d, err, budget{redis: 2, scripts: 1, stmts: 2 + biz, inTx: 2 + biz, begins: 1, gorm: biz})
+		t.Log("  (a read without a lock, then the record, in the caller's transaction; the release deletes the lock: no cache fill before the caller commits)")
 	})
 
 	t.Run("Mark", func(t *testing.T) {
 		d, err := measure(e, op(VMark, 0))
-		check(t, "Mark, new key", d, err, budget{redis: -1, maxRedis: 2, stmts: 1 + 1, begins: 1})
+		check(t, "Mark, new key", d, err, budget{redis: 2, scripts: 0, stmts: 1 + biz, inTx: biz, begins: 1, gorm: biz})
 		d, err = measure(e, op(VMark, 0))
 		if !errors.Is(err, idemkit.ErrDuplicate) {
 			t.Fatalf("Mark duplicate: %v, want ErrDuplicate", err)
 		}
-		check(t, "Mark, duplicate (cached)", d, nil, budget{redis: 1, stmts: 0})
+		check(t, "Mark, duplicate (cached)", d, nil, budget{redis: 1, scripts: 0, stmts: 0, gorm: 0})
 	})
 
 	t.Run("MarkTx", func(t *testing.T) {
 		d, err := measure(e, op(VMarkTx, 0))
-		check(t, "MarkTx, new key", d, err, budget{redis: -1, maxRedis: 2, stmts: 1 + 1, begins: 1})
+		check(t, "MarkTx, new key", d, err, budget{redis: 2, scripts: 1, stmts: 1 + biz, inTx: 1 + biz, begins: 1, gorm: biz})
 		d, err = measure(e, op(VMarkTxNoLock, 0))
-		check(t, "MarkTx without Locker, new key", d, err, budget{redis: 0, stmts: 1 + 1, begins: 1})
+		check(t, "MarkTx without Locker, new key", d, err, budget{redis: 0, scripts: 0, stmts: 1 + biz, inTx: 1 + biz, begins: 1, gorm: biz})
 	})
 
 	t.Run("HTTP", func(t *testing.T) {
@@ -181,27 +184,27 @@ func TestRoundTripBudget(t *testing.T) {
 		srv := e.HTTP()
 		key := e.Run + "-http-budget"
 		d, err := measure(e, func() error { return srv.Post(ctxb, pathGuarded, key, false) })
-		check(t, "httpx, new key", d, err, budget{redis: 2, stmts: 2 + 1, begins: 1})
+		check(t, "httpx, new key", d, err, budget{redis: 2, scripts: 0, stmts: 2 + biz, inTx: -1, begins: 1, gorm: biz})
 		d, err = measure(e, func() error { return srv.Post(ctxb, pathGuarded, key, true) })
-		check(t, "httpx, cached replay", d, err, budget{redis: 1, stmts: 0})
+		check(t, "httpx, cached replay", d, err, budget{redis: 1, scripts: 0, stmts: 0, inTx: -1, gorm: 0})
 		d, err = measure(e, func() error { return srv.Post(ctxb, pathBare, key, false) })
-		check(t, "bare handler", d, err, budget{redis: 0, stmts: 1, begins: 1})
+		check(t, "bare handler", d, err, budget{redis: 0, scripts: 0, stmts: 1, inTx: -1, begins: 1, gorm: 1})
 	})
 
 	// What the other variants cost, for the report.
 	t.Run("Others", func(t *testing.T) {
 		d, err := measure(e, op(VBare, 0))
-		check(t, "bare transaction", d, err, budget{redis: 0, stmts: 1, begins: 1})
+		check(t, "bare transaction", d, err, budget{redis: 0, scripts: 0, stmts: 1, inTx: 1, begins: 1, gorm: 1})
 		d, err = measure(e, op(VClassic, 0))
-		check(t, "classic, new key", d, err, budget{redis: 4, stmts: 2 + 1, begins: 1})
+		check(t, "classic, new key", d, err, budget{redis: 4, scripts: 2, stmts: 2 + 1, inTx: 1, begins: 1, gorm: 3})
 		d, err = measure(e, op(VClassic, 0))
-		check(t, "classic, cached replay", d, err, budget{redis: 1, stmts: 0})
+		check(t, "classic, cached replay", d, err, budget{redis: 1, scripts: 0, stmts: 0, gorm: 0})
 		d, err = measure(e, op(VDTM, 0))
-		check(t, "DTM dtmcli barrier (saga action)", d, err, budget{redis: 0, stmts: 1 + 1, begins: 1, outsideGorm: true})
+		check(t, "DTM dtmcli barrier (saga action)", d, err, budget{redis: 0, scripts: 0, stmts: 1 + 1, inTx: 2, begins: 1, gorm: -1})
 		d, err = measure(e, op(VDTM, 0))
-		check(t, "DTM dtmcli barrier, duplicate", d, err, budget{redis: 0, stmts: 1, begins: 1, outsideGorm: true})
+		check(t, "DTM dtmcli barrier, duplicate", d, err, budget{redis: 0, scripts: 0, stmts: 1, inTx: 1, begins: 1, gorm: -1})
 		d, err = measure(e, op(VBarrier, 0))
-		check(t, "idemkit barrier (saga action)", d, err, budget{redis: 0, stmts: 1 + 1, begins: 1, outsideGorm: true})
+		check(t, "idemkit barrier (saga action)", d, err, budget{redis: 0, scripts: 0, stmts: 1 + 1, inTx: 2, begins: 1, gorm: -1})
 	})
 }
 

@@ -6,180 +6,23 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/idemkit/idemkit/internal/sqlcount"
+
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
 
-// SQLCounts are the statements a database/sql pool sent to the server, counted at the driver.
-type SQLCounts struct {
-	// Statements executed (Exec and Query, on the connection or on a prepared statement); a prepare
-	// is not a statement. BEGIN, COMMIT and ROLLBACK are counted apart.
-	Statements int64
-	// Prepares counts server-side prepares: the mysql driver prepares (and closes) every statement
-	// with arguments unless the DSN sets interpolateParams=true or gorm's PrepareStmt caches them.
-	Prepares  int64
-	Begins    int64
-	Commits   int64
-	Rollbacks int64
-}
-
-// Sub returns c-o.
-func (c SQLCounts) Sub(o SQLCounts) SQLCounts {
-	return SQLCounts{c.Statements - o.Statements, c.Prepares - o.Prepares, c.Begins - o.Begins, c.Commits - o.Commits, c.Rollbacks - o.Rollbacks}
-}
+// SQLCounts are the statements a database/sql pool sent to the server, counted at the driver (see
+// package sqlcount).
+type SQLCounts = sqlcount.Counts
 
 // SQLCounter wraps a driver.Connector and counts what every connection it opens sends. It sees all
-// traffic of the pool, gorm or not (DTM's dtmcli barrier uses database/sql directly), so every
-// variant is counted the same way. It is safe for concurrent use.
-type SQLCounter struct {
-	inner                                       driver.Connector
-	stmts, prepares, begins, commits, rollbacks atomic.Int64
-}
+// traffic of the pool, gorm or not (DTM's dtmcli barrier and idemkit's record Store use database/sql
+// directly), so every variant is counted the same way.
+type SQLCounter = sqlcount.Counter
 
 // NewSQLCounter returns a counting connector around inner; open the pool with sql.OpenDB.
-func NewSQLCounter(inner driver.Connector) *SQLCounter { return &SQLCounter{inner: inner} }
-
-// Counts returns the totals so far.
-func (c *SQLCounter) Counts() SQLCounts {
-	return SQLCounts{c.stmts.Load(), c.prepares.Load(), c.begins.Load(), c.commits.Load(), c.rollbacks.Load()}
-}
-
-// Connect implements driver.Connector.
-func (c *SQLCounter) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.inner.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &countConn{Conn: conn, c: c}, nil
-}
-
-// Driver implements driver.Connector.
-func (c *SQLCounter) Driver() driver.Driver { return c.inner.Driver() }
-
-// countConn forwards every optional interface the mysql driver's connection implements.
-type countConn struct {
-	driver.Conn
-	c *SQLCounter
-}
-
-func (cc *countConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	e, ok := cc.Conn.(driver.ExecerContext)
-	if !ok {
-		return nil, driver.ErrSkip
-	}
-	r, err := e.ExecContext(ctx, query, args)
-	if err != driver.ErrSkip {
-		cc.c.stmts.Add(1)
-	}
-	return r, err
-}
-
-func (cc *countConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	q, ok := cc.Conn.(driver.QueryerContext)
-	if !ok {
-		return nil, driver.ErrSkip
-	}
-	r, err := q.QueryContext(ctx, query, args)
-	if err != driver.ErrSkip {
-		cc.c.stmts.Add(1)
-	}
-	return r, err
-}
-
-func (cc *countConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	var (
-		s   driver.Stmt
-		err error
-	)
-	if p, ok := cc.Conn.(driver.ConnPrepareContext); ok {
-		s, err = p.PrepareContext(ctx, query)
-	} else {
-		s, err = cc.Conn.Prepare(query)
-	}
-	if err != nil {
-		return nil, err
-	}
-	cc.c.prepares.Add(1)
-	return &countStmt{Stmt: s, c: cc.c}, nil
-}
-
-func (cc *countConn) Prepare(query string) (driver.Stmt, error) {
-	return cc.PrepareContext(context.Background(), query)
-}
-
-func (cc *countConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	var (
-		tx  driver.Tx
-		err error
-	)
-	if b, ok := cc.Conn.(driver.ConnBeginTx); ok {
-		tx, err = b.BeginTx(ctx, opts)
-	} else {
-		tx, err = cc.Conn.Begin() //nolint:staticcheck // fallback for old drivers
-	}
-	if err != nil {
-		return nil, err
-	}
-	cc.c.begins.Add(1)
-	return &countTx{Tx: tx, c: cc.c}, nil
-}
-
-func (cc *countConn) CheckNamedValue(nv *driver.NamedValue) error {
-	if n, ok := cc.Conn.(driver.NamedValueChecker); ok {
-		return n.CheckNamedValue(nv)
-	}
-	return driver.ErrSkip
-}
-
-func (cc *countConn) Ping(ctx context.Context) error {
-	if p, ok := cc.Conn.(driver.Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
-}
-
-func (cc *countConn) ResetSession(ctx context.Context) error {
-	if r, ok := cc.Conn.(driver.SessionResetter); ok {
-		return r.ResetSession(ctx)
-	}
-	return nil
-}
-
-func (cc *countConn) IsValid() bool {
-	if v, ok := cc.Conn.(driver.Validator); ok {
-		return v.IsValid()
-	}
-	return true
-}
-
-type countStmt struct {
-	driver.Stmt
-	c *SQLCounter
-}
-
-func (s *countStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	s.c.stmts.Add(1)
-	if e, ok := s.Stmt.(driver.StmtExecContext); ok {
-		return e.ExecContext(ctx, args)
-	}
-	return nil, driver.ErrSkip
-}
-
-func (s *countStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	s.c.stmts.Add(1)
-	if q, ok := s.Stmt.(driver.StmtQueryContext); ok {
-		return q.QueryContext(ctx, args)
-	}
-	return nil, driver.ErrSkip
-}
-
-type countTx struct {
-	driver.Tx
-	c *SQLCounter
-}
-
-func (t *countTx) Commit() error   { t.c.commits.Add(1); return t.Tx.Commit() }
-func (t *countTx) Rollback() error { t.c.rollbacks.Add(1); return t.Tx.Rollback() }
+func NewSQLCounter(inner driver.Connector) *SQLCounter { return sqlcount.New(inner) }
 
 // RedisCounts are the commands a go-redis client sent.
 type RedisCounts struct {
@@ -190,20 +33,23 @@ type RedisCounts struct {
 	// Evals counts EVAL commands: a script sent in full, because the server did not have it cached
 	// (EVALSHA's NOSCRIPT fallback) or the caller did not use EVALSHA.
 	Evals int64
+	// Scripts counts the commands that run a Lua script: EVALSHA and EVAL.
+	Scripts int64
 }
 
 // Sub returns c-o.
 func (c RedisCounts) Sub(o RedisCounts) RedisCounts {
-	return RedisCounts{c.Commands - o.Commands, c.RoundTrips - o.RoundTrips, c.Evals - o.Evals}
+	return RedisCounts{Commands: c.Commands - o.Commands, RoundTrips: c.RoundTrips - o.RoundTrips, Evals: c.Evals - o.Evals,
+		Scripts: c.Scripts - o.Scripts}
 }
 
 // RedisCounter is a go-redis hook counting commands and round trips (client.AddHook). It is safe for
 // concurrent use.
-type RedisCounter struct{ cmds, trips, evals atomic.Int64 }
+type RedisCounter struct{ cmds, trips, evals, scripts atomic.Int64 }
 
 // Counts returns the totals so far.
 func (c *RedisCounter) Counts() RedisCounts {
-	return RedisCounts{c.cmds.Load(), c.trips.Load(), c.evals.Load()}
+	return RedisCounts{Commands: c.cmds.Load(), RoundTrips: c.trips.Load(), Evals: c.evals.Load(), Scripts: c.scripts.Load()}
 }
 
 // DialHook implements redis.Hook.
@@ -231,8 +77,12 @@ func (c *RedisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func (c *RedisCounter) count(cmd redis.Cmder) {
 	c.cmds.Add(1)
-	if n := cmd.Name(); len(n) == 4 && strings.EqualFold(n, "eval") {
+	switch n := cmd.Name(); {
+	case strings.EqualFold(n, "eval"):
 		c.evals.Add(1)
+		c.scripts.Add(1)
+	case strings.EqualFold(n, "evalsha"):
+		c.scripts.Add(1)
 	}
 }
 

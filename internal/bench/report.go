@@ -177,8 +177,11 @@ func WriteMarkdown(w io.Writer, res *Results, chart string) {
 					rt = fmt.Sprintf(" (%.2f)", s.RedisTrips)
 				}
 				ev := ""
+				if s.RedisScripts > 0.005 {
+					ev = fmt.Sprintf(", %.2f script", s.RedisScripts)
+				}
 				if s.RedisEvals > 0.005 {
-					ev = fmt.Sprintf(", %.2f EVAL", s.RedisEvals)
+					ev += fmt.Sprintf(", %.2f EVAL", s.RedisEvals)
 				}
 				errs := "0"
 				if s.Errors > 0 {

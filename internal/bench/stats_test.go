@@ -63,17 +63,18 @@ func sample(v string, conc, round int, ops int64) Sample {
 func TestRatiosAndReport(t *testing.T) {
 	var ss []Sample
 	for r := 1; r <= 3; r++ {
-		ss = append(ss, sample(VBare, 1, r, 100), sample(VTx, 1, r, int64(50+10*r)), sample(VReplay, 1, r, 2000))
+		ss = append(ss, sample(VBare, 1, r, 100), sample(VTx, 1, r, int64(50+10*r)), sample(VReplay, 1, r, 2000),
+			sample(VDTM, 1, r, 100))
 	}
 	rs := Ratios(ss, VTx, VBare, 1)
 	if len(rs) != 3 || rs[0] != 0.6 || rs[2] != 0.8 {
 		t.Fatalf("Ratios = %v", rs)
 	}
 	sums := Summarize(ss)
-	if len(sums) != 3 || sums[1].Variant != VTx || sums[1].Median != 70 || sums[1].RedisCmds != 2 || sums[1].SQLStmts != 3 {
+	if len(sums) != 4 || sums[1].Variant != VTx || sums[1].Median != 70 || sums[1].RedisCmds != 2 || sums[1].SQLStmts != 3 {
 		t.Fatalf("Summarize = %+v", sums)
 	}
-	res := &Results{Command: "idembench", Samples: ss, Config: ConfigInfo{Concurrency: []int{1}, Rounds: 3, Variants: []string{VBare, VTx, VReplay}}}
+	res := &Results{Command: "idembench", Samples: ss, Config: ConfigInfo{Concurrency: []int{1}, Rounds: 3, Variants: []string{VBare, VTx, VReplay, VDTM}}}
 	dir := t.TempDir()
 	md := filepath.Join(dir, "B.md")
 	if err := os.WriteFile(md, []byte("intro\n"+MarkStart+"\nold\n"+MarkEnd+"\noutro\n"), 0o644); err != nil {
@@ -84,7 +85,7 @@ func TestRatiosAndReport(t *testing.T) {
 	}
 	b, _ := os.ReadFile(md)
 	out := string(b)
-	for _, want := range []string{"intro\n", "outro\n", "| Tx mode ≥ 0.9× bare transaction | 0.70× (0.60×–0.80×) ❌ |", "| replay | 2000"} {
+	for _, want := range []string{"intro\n", "outro\n", "| Tx mode ≥ 0.8× DTM barrier | 0.70× (0.60×–0.80×) ❌ |", "| cached replay ≥ 10× bare transaction | 20.0× (20.0×–20.0×) ✅ |", "| replay | 2000"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
 		}

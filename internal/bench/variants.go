@@ -102,7 +102,7 @@ func Variants(e *Env) (map[string]*Variant, error) {
 	if err != nil {
 		return nil, err
 	}
-	gLean, err := e.Guard(e.StoreLean, false, newKeyCacheTTL)
+	gPrep, err := e.Guard(e.StorePrep, false, newKeyCacheTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,18 @@ func Variants(e *Env) (map[string]*Variant, error) {
 	}
 	biz, bizPS := bizTx(e.Gorm), bizTx(e.GormPS)
 
-	txMode := func(db *gorm.DB, g *idemkit.Guard, st *record.Store, scope string) Op {
+	// txMode is the recommended Tx mode: the Guard begins, writes the record once, commits.
+	txMode := func(g *idemkit.Guard, st *record.Store, scope string) Op {
+		return func(ctx context.Context, w *Worker) error {
+			key := w.Key()
+			_, err := st.Tx(ctx, g, idemkit.Call{Scope: scope, Key: key}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+				return result, tx.Exec(e.InsertBiz, key, amount).Error
+			})
+			return err
+		}
+	}
+	// txCallerOwned is Tx mode in the caller's own transaction (DoTx), the v1 way of writing it.
+	txCallerOwned := func(db *gorm.DB, g *idemkit.Guard, st *record.Store, scope string) Op {
 		return func(ctx context.Context, w *Worker) error {
 			key := w.Key()
 			return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -213,22 +224,22 @@ func Variants(e *Env) (map[string]*Variant, error) {
 				}
 				return tx.Commit()
 			}},
-		{Name: VTx, Group: "write", What: "idemkit Tx mode: guard.DoTx(store.WithTx(tx)) around the INSERT, one transaction; Redis Locker",
-			Op: txMode(e.Gorm, gExec, e.Store, "bench/tx")},
-		{Name: VTxNoLock, Group: "write", What: "idemkit Tx mode without a Locker (database only)",
-			Op: txMode(e.Gorm, gNoLock, e.Store, "bench/tx-nolock")},
+		{Name: VTx, Group: "write", What: "idemkit Tx mode: store.Tx (guard-owned transaction) around the INSERT, the record one INSERT in it; Redis Locker",
+			Op: txMode(gExec, e.Store, "bench/tx")},
+		{Name: VTxNoLock, Group: "write", What: "idemkit Tx mode without a Locker: one read before, the record one INSERT in the transaction",
+			Op: txMode(gNoLock, e.Store, "bench/tx-nolock")},
 		{Name: VTxPS, Group: "write", What: "Tx mode, gorm PrepareStmt on",
-			Op: txMode(e.GormPS, gExecPS, e.StorePS, "bench/tx-ps")},
+			Op: txMode(gExecPS, e.StorePS, "bench/tx-ps")},
 		{Name: VMarkTx, Group: "write", What: "idemkit MarkTx: the mark is one INSERT inside the business transaction (no stored result); Redis Locker",
 			Op: markTx(gExec, "bench/mark-tx")},
 		{Name: VMarkTxNoLock, Group: "write", What: "MarkTx without a Locker: the nearest idemkit has to DTM's barrier",
 			Op: markTx(gNoLock, "bench/mark-tx-nolock")},
 		{Name: VExecute, Group: "write", What: "idemkit Execute mode: guard.Do around the business transaction",
 			Op: execute(gExec, biz, "bench/execute")},
-		{Name: VExecLean, Group: "write", What: "Execute mode on a record table without the sweeper's indexes (experiment)",
-			Op: execute(gLean, biz, "bench/execute-lean")},
-		{Name: VTxLean, Group: "write", What: "Tx mode on a record table without the sweeper's indexes (experiment)",
-			Op: txMode(e.Gorm, gLean, e.StoreLean, "bench/tx-lean")},
+		{Name: VExecLean, Group: "write", What: "Execute mode, the Store on server-side prepared statements (a pool without interpolateParams)",
+			Op: execute(gPrep, biz, "bench/execute-lean")},
+		{Name: VTxLean, Group: "write", What: "Tx mode in the caller's transaction: guard.DoTx(store.WithTx(tx)) in db.Transaction (a read and the record's INSERT in it); Redis Locker",
+			Op: txCallerOwned(e.Gorm, gExec, e.Store, "bench/tx-lean")},
 		{Name: VExecNoLock, Group: "write", What: "Execute mode without a Locker (database only)",
 			Op: execute(gNoLock, biz, "bench/execute-nolock")},
 		{Name: VExecutePS, Group: "write", What: "Execute mode, gorm PrepareStmt on",

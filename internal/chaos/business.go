@@ -58,6 +58,9 @@ var (
 	errFlaky = errors.New("chaos: transient business failure (injected)")
 	// errStale: the fence register holds a newer fence; this attempt was taken over and must not write.
 	errStale = errors.New("chaos: business write refused by the fence: a newer attempt holds the key")
+	// errBizDB wraps a database error of the business's own statements in Tx mode (MariaDB restarting,
+	// a dropped connection): retryable, nothing committed, answered as unavailable.
+	errBizDB = errors.New("chaos: the business transaction failed")
 )
 
 // bizValue is the result of an applied transfer, built from its ledger row only, so that every

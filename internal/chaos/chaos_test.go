@@ -78,10 +78,10 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// TestChaosCatchesDroppedUniqueIndex runs the harness with the record table's unique index
-// replaced by a plain one: duplicates that reach the database both claim their key (every Tx-mode
-// duplicate does, since the cache is filled only by replays), and the checker must report the
-// duplicate effects.
+// TestChaosCatchesDroppedUniqueIndex runs the harness with the record table's primary key on
+// (scope, idem_key) replaced by a plain index: duplicates that reach the database both write their key
+// (Tx-mode calls without a Locker race past each other's read before the function), and the checker
+// must report the duplicate effects.
 func TestChaosCatchesDroppedUniqueIndex(t *testing.T) {
 	rep := runChaos(t, Config{Duration: 6 * time.Second, Workers: 2, Clients: 4, Faults: []FaultKind{}, Sabotage: SabotageDropUniqueIndex})
 	t.Log("\n" + rep.Summary(5))

@@ -10,8 +10,10 @@
 //   - Config.Workers worker processes — this executable re-run in worker mode (call
 //     [RunWorkerIfRequested] first thing in main or TestMain) — each with its own idemkit.Guard,
 //     gorm pool, go-redis client and sweeper (package sweep, short interval), serving three paths:
-//     Execute mode (guard.Do), Tx mode (guard.DoTx with record.Store.WithTx, the business write and
-//     the record in one MariaDB transaction) and HTTP (the httpx middleware in front of a handler);
+//     Execute mode (guard.Do), Tx mode (the business write and the record in one MariaDB transaction:
+//     record.Store.Tx, the Guard-owned transaction, with and without the Redis Locker, and guard.DoTx
+//     in the caller's db.Transaction, picked at random per request) and HTTP (the httpx middleware in
+//     front of a handler);
 //   - a load generator whose clients hammer a small window of shared keys with duplicates, some as
 //     concurrent bursts to different workers, and log every answer.
 //

@@ -99,12 +99,13 @@ func setupSchema(ctx context.Context, serverDSN, dbDSN string, t Tables, c Confi
 	return nil
 }
 
-// dropUniqueIndex replaces every unique index of the record table but the primary key with a plain
-// one on the same columns.
+// dropUniqueIndex takes the uniqueness of (scope, idem_key) away from the record table: its primary key
+// (the v2 table) becomes a surrogate AUTO_INCREMENT column with a plain index on (scope, idem_key);
+// any other unique index is replaced by a plain one on the same columns.
 func dropUniqueIndex(ctx context.Context, db *sql.DB, table string) error {
 	rows, err := db.QueryContext(ctx, `SELECT index_name, GROUP_CONCAT(column_name ORDER BY seq_in_index)
 		FROM information_schema.statistics
-		WHERE table_schema = DATABASE() AND table_name = ? AND non_unique = 0 AND index_name <> 'PRIMARY'
+		WHERE table_schema = DATABASE() AND table_name = ? AND non_unique = 0
 		GROUP BY index_name`, table)
 	if err != nil {
 		return err
@@ -120,11 +121,20 @@ func dropUniqueIndex(ctx context.Context, db *sql.DB, table string) error {
 		idxs = append(idxs, i)
 	}
 	rows.Close()
-	if len(idxs) == 0 {
-		return fmt.Errorf("sabotage: no unique index on %s", table)
-	}
+	var stmts []string
 	for _, i := range idxs {
-		stmt := fmt.Sprintf("ALTER TABLE %s DROP INDEX %s, ADD INDEX %s_plain (%s)", table, i.name, i.name, i.cols)
+		switch {
+		case i.name == "PRIMARY" && i.cols == "scope,idem_key":
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s DROP PRIMARY KEY, ADD COLUMN sabotage_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY FIRST, "+
+				"ADD INDEX scope_key_plain (scope, idem_key)", table))
+		case i.name != "PRIMARY":
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s DROP INDEX %s, ADD INDEX %s_plain (%s)", table, i.name, i.name, i.cols))
+		}
+	}
+	if len(stmts) == 0 {
+		return fmt.Errorf("sabotage: no unique index on (scope, idem_key) of %s", table)
+	}
+	for _, stmt := range stmts {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sabotage: %w", err)
 		}

@@ -80,8 +80,11 @@ type worker struct {
 	db    *gorm.DB
 	store *record.Store
 	guard *idemkit.Guard
-	out   *lineWriter
-	log   *slog.Logger
+	// dbOnly is guard without the Locker: Tx-mode calls through it meet duplicates in the database
+	// only (the read before the function, the primary key).
+	dbOnly *idemkit.Guard
+	out    *lineWriter
+	log    *slog.Logger
 
 	trap atomic.Pointer[trapSpec] // the armed trap, nil when none
 	// release is closed by /ctl/release to let a stalled function go on.
@@ -139,7 +142,7 @@ func (w *worker) run() error {
 	defer rdb.Close()
 	locker := lock.New(rdb, &lock.Options{Prefix: w.cfg.LockPrefix})
 
-	w.guard, err = idemkit.New(w.wrap(w.store), &idemkit.Options{
+	opts := idemkit.Options{
 		Locker:   locker,
 		FailOpen: true, // Redis down: carry on with the database alone
 		Lease:    w.cfg.Lease, LockTTL: w.cfg.LockTTL, Watchdog: w.cfg.Watchdog,
@@ -147,8 +150,12 @@ func (w *worker) run() error {
 		LogKeys:       true,
 		Logger:        w.log,
 		Observer:      w,
-	})
-	if err != nil {
+	}
+	if w.guard, err = idemkit.New(w.wrap(w.store), &opts); err != nil {
+		return err
+	}
+	opts.Locker = nil
+	if w.dbOnly, err = idemkit.New(w.wrap(w.store), &opts); err != nil {
 		return err
 	}
 	sweepLog := slog.New(sweepCounter{next: w.log.Handler(), recovered: &w.stats.recovered})
@@ -260,37 +267,64 @@ func (w *worker) doExec(ctx context.Context, req opRequest) opAnswer {
 	return answerOf(res, err, fence, biz)
 }
 
+// doTx is Tx mode, three ways picked at random per request, all in one MariaDB transaction with the
+// business writes: the Guard-owned transaction (record.Store.Tx) with the Redis Locker, the same
+// without a Locker (duplicates meet in the database only), and the caller's own transaction
+// (guard.DoTx in db.Transaction, rolled back whenever DoTx returns an error the caller must not commit).
+// Under the fence-ignoring sabotage, only the caller's transaction, whose Store is the sabotaged one.
 func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 	var biz bizOutcome
 	var fence int64
-	var res idemkit.Result
-	var derr error
 	call := idemkit.Call{Scope: scopeTx, Key: req.Key, Fingerprint: req.Op.fingerprint()}
 	if err := w.biz.enter(ctx); err != nil {
 		return opAnswer{Class: ClassUnavailable, Error: err.Error()}
 	}
 	defer w.biz.exit()
+	business := func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+		fence, _ = idemkit.FenceFromContext(ctx)
+		if w.flaky() {
+			biz = bizFlaky
+			return nil, errFlaky
+		}
+		_, v, err := w.cfg.Tables.applyTransfer(tx, PathTx, req.Key, w.cfg.ID, req.Op, fence)
+		switch {
+		case idemkit.IsPermanent(err):
+			biz = bizRejected
+		case err != nil:
+			biz = bizError
+			err = fmt.Errorf("%w: %w", errBizDB, err)
+		default:
+			biz = bizApplied
+			w.trapPoint(trapKill, PathTx, req.Key, fence) // writes done, commit pending
+		}
+		return v, err
+	}
+	way := rand.IntN(3)
+	if w.cfg.IgnoreFence {
+		way = 2
+	}
+	if way < 2 {
+		g := w.guard
+		if way == 1 {
+			g = w.dbOnly
+		}
+		res, err := w.store.Tx(ctx, g, call, business)
+		switch {
+		case res.Replayed && biz == bizApplied:
+			biz = bizNone // applied, then rolled back by the Guard: the answer is another attempt's
+		case errors.Is(err, idemkit.ErrStoreUnavailable) && biz == bizApplied:
+			biz = bizError // the commit failed: its outcome is unknown
+		}
+		return answerOf(res, err, fence, biz)
+	}
+	var res idemkit.Result
+	var derr error
 	terr := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res, derr = w.guard.DoTx(ctx, w.wrap(w.store.WithTx(tx)), call, func(ctx context.Context) ([]byte, error) {
-			fence, _ = idemkit.FenceFromContext(ctx)
-			if w.flaky() {
-				biz = bizFlaky
-				return nil, errFlaky
-			}
-			_, v, err := w.cfg.Tables.applyTransfer(tx, PathTx, req.Key, w.cfg.ID, req.Op, fence)
-			switch {
-			case idemkit.IsPermanent(err):
-				biz = bizRejected
-			case err != nil:
-				biz = bizError
-			default:
-				biz = bizApplied
-				w.trapPoint(trapKill, PathTx, req.Key, fence) // writes done, commit pending
-			}
-			return v, err
+			return business(ctx, tx)
 		})
 		if derr != nil && !keepTx(derr) {
-			return derr // roll back: the claim goes with the business writes
+			return derr // roll back: the record goes with the business writes
 		}
 		return nil // commit: a result, a replay, or a permanent rejection (REJECTED is kept)
 	})
@@ -301,13 +335,16 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 		}
 		return opAnswer{Class: ClassUnavailable, Fence: fence, Biz: string(biz), Error: terr.Error()}
 	}
+	if errors.Is(derr, idemkit.ErrRollbackReplayed) && biz == bizApplied {
+		biz = bizNone // applied, then rolled back: the stored answer is another attempt's
+	}
 	return answerOf(res, derr, fence, biz)
 }
 
 // keepTx reports whether a DoTx error leaves a transaction worth committing: a stored or fresh
 // permanent rejection whose record was written.
 func keepTx(err error) bool {
-	if errors.Is(err, idemkit.ErrStoreUnavailable) || errors.Is(err, idemkit.ErrFenced) {
+	if errors.Is(err, idemkit.ErrStoreUnavailable) || errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrRollbackReplayed) {
 		return false
 	}
 	var rej *idemkit.RejectedError
@@ -323,6 +360,10 @@ func answerOf(res idemkit.Result, err error, fence int64, biz bizOutcome) opAnsw
 	var rej *idemkit.RejectedError
 	var perm *idemkit.PermanentError
 	switch {
+	case errors.Is(err, idemkit.ErrRollbackReplayed) && errors.As(err, &rej):
+		a.Class, a.Value = ClassRejected, rej.Message // a stored rejection, after a rollback
+	case errors.Is(err, idemkit.ErrRollbackReplayed) && res.Replayed:
+		a.Class, a.Value = ClassReplay, string(res.Value) // the stored result, after a rollback
 	case err == nil && res.Replayed:
 		a.Class, a.Value = ClassReplay, string(res.Value)
 	case err == nil:
@@ -330,7 +371,7 @@ func answerOf(res idemkit.Result, err error, fence int64, biz bizOutcome) opAnsw
 	case errors.Is(err, idemkit.ErrFenced):
 		a.Class = ClassFenced
 	case errors.Is(err, idemkit.ErrStoreUnavailable), errors.Is(err, idemkit.ErrLockUnavailable),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errBizDB):
 		a.Class = ClassUnavailable
 	case errors.As(err, &rej):
 		a.Class, a.Value = ClassRejected, rej.Message

@@ -60,7 +60,8 @@ func lockers(t *testing.T, n int) []idemkit.Locker {
 
 // TestStormAcrossGuards: 64 goroutines spread over 3 independent Guards (separate connection pools
 // and Redis clients, one table) submit the same key, then 200 keys at once; the function runs exactly
-// once per key and every caller gets the original result or ErrInFlight. With and without Redis.
+// once per key (in Tx mode: one transaction commits per key) and every caller gets the original
+// result or ErrInFlight. With and without Redis, in Execute and in Tx mode.
 func TestStormAcrossGuards(t *testing.T) {
 	for _, db := range []struct {
 		name string
@@ -71,6 +72,13 @@ func TestStormAcrossGuards(t *testing.T) {
 		})
 		t.Run(db.name+"/DatabaseOnly", func(t *testing.T) {
 			idemtest.Storm(t, idemtest.StormConfig{Stores: pools(t, db.open, 3)})
+		})
+		// Tx mode (Guard.Tx): the record is written once, in each call's own transaction.
+		t.Run(db.name+"/Tx/Redis", func(t *testing.T) {
+			idemtest.Storm(t, idemtest.StormConfig{Stores: pools(t, db.open, 3), Lockers: lockers(t, 3), Tx: true})
+		})
+		t.Run(db.name+"/Tx/DatabaseOnly", func(t *testing.T) {
+			idemtest.Storm(t, idemtest.StormConfig{Stores: pools(t, db.open, 3), Tx: true})
 		})
 	}
 }
@@ -127,7 +135,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 			t.Fatalf("with the database cut: %v, want ErrStoreUnavailable", err)
 		}
 		// The lock was released: no key is left locked in Redis.
-		if n, _ := rdb.Exists(ctx, prefix+"{"+lockKey("s", key)+"}:lock").Result(); n != 0 {
+		if n, _ := rdb.Exists(ctx, prefix+"{"+lockKey("s", key)+"}").Result(); n != 0 {
 			t.Fatalf("lock of %s left behind", key)
 		}
 	}

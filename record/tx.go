@@ -1,0 +1,116 @@
+package record
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+)
+
+// TxFunc is a business function guarded by [Store.Tx]: it makes its writes through tx, the
+// transaction the Guard began, and returns the result to store and replay.
+type TxFunc func(ctx context.Context, tx *gorm.DB) ([]byte, error)
+
+// SQLTxFunc is a business function guarded by [Store.SQLTx], writing through a database/sql
+// transaction.
+type SQLTxFunc func(ctx context.Context, tx *sql.Tx) ([]byte, error)
+
+// Tx runs fn once for c with g in a gorm transaction g begins on the Store's database, commits and
+// owns ([idemkit.Guard.Tx]): fn's writes and the record of their outcome commit together, and the
+// record costs one INSERT in that transaction. g must be a Guard over this Store (or another Store
+// on the same table). Results and errors are those of [idemkit.Guard.Tx].
+//
+//	res, err := store.Tx(ctx, guard, call, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+//		if err := tx.Exec("UPDATE accounts SET balance = balance - ? WHERE id = ?", amount, id).Error; err != nil {
+//			return nil, err
+//		}
+//		return []byte(`{"status":"paid"}`), nil
+//	})
+func (s *Store) Tx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn TxFunc) (idemkit.Result, error) {
+	if fn == nil {
+		return idemkit.Result{}, idemkit.ErrNilFunc
+	}
+	return g.Tx(ctx, s, c, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+		return fn(ctx, tx.(*txStore).gtx)
+	})
+}
+
+// SQLTx is [Store.Tx] on a database/sql transaction begun on the pool under the Store's gorm.DB: for
+// business code written against database/sql. It returns an error when that pool is not a *sql.DB.
+func (s *Store) SQLTx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn SQLTxFunc) (idemkit.Result, error) {
+	if fn == nil {
+		return idemkit.Result{}, idemkit.ErrNilFunc
+	}
+	return g.Tx(ctx, sqlBeginner{s}, c, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+		return fn(ctx, tx.(*txStore).stx)
+	})
+}
+
+// BeginTx implements [idemkit.TxBeginner]: it begins a gorm transaction on the Store's database
+// (gorm's Begin, so a PrepareStmt session gets its prepared transaction) and returns a Store bound to
+// it, with Commit and Rollback. It fails on a Store that is itself bound to a transaction.
+func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	if s.inTx || s.gdb == nil {
+		return nil, errors.New("record: BeginTx on a Store bound to a transaction")
+	}
+	gtx := s.gdb.WithContext(ctx).Begin()
+	if gtx.Error != nil {
+		return nil, s.q.interpretError("beginning a transaction on", gtx.Error)
+	}
+	t := &txStore{Store: s.WithTx(gtx), gtx: gtx}
+	return t, nil
+}
+
+// sqlBeginner begins database/sql transactions for SQLTx.
+type sqlBeginner struct{ *Store }
+
+func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	s := b.Store
+	if s.inTx || s.sdb == nil {
+		return nil, errors.New("record: SQLTx needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
+	}
+	stx, err := s.sdb.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, s.q.interpretError("beginning a transaction on", err)
+	}
+	bound := s.WithSQLTx(stx)
+	bound.c = txConn{tx: stx, ps: s.ps} // begun on the pool the statements were prepared on
+	return &txStore{Store: bound, stx: stx}, nil
+}
+
+// txStore is a Store bound to a transaction it owns: what BeginTx returns.
+type txStore struct {
+	*Store
+	gtx *gorm.DB
+	stx *sql.Tx
+}
+
+func (t *txStore) Commit() error {
+	var err error
+	if t.gtx != nil {
+		err = t.gtx.Commit().Error
+	} else {
+		err = t.stx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("record: committing: %w", err)
+	}
+	return nil
+}
+
+func (t *txStore) Rollback() error {
+	var err error
+	if t.gtx != nil {
+		err = t.gtx.Rollback().Error
+	} else {
+		err = t.stx.Rollback()
+	}
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("record: rolling back: %w", err)
+	}
+	return nil
+}

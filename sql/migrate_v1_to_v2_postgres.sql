@@ -1,0 +1,36 @@
+-- idemkit record table v1 -> v2, PostgreSQL 11+.
+--
+-- v1: id BIGINT identity PRIMARY KEY, UNIQUE (scope, idem_key), indexes on (expires_at) and
+--     (status, lease_until).
+-- v2: PRIMARY KEY (scope, idem_key), index on (status, expires_at). Same columns otherwise, same values.
+--
+-- Run it once every process runs idemkit v2 (v2 works on a v1 table; v1 does not work on a v2 table,
+-- its statements name the id column). Run the statements one by one, outside a transaction block
+-- (CREATE/DROP INDEX CONCURRENTLY refuse one); the file is idempotent, so a failed run can be run
+-- again.
+-- Locks: the CONCURRENTLY statements build and drop indexes without blocking reads or writes; the
+-- DO block swaps the primary key in one short transaction that holds an ACCESS EXCLUSIVE lock for
+-- the time of a few catalog updates (no table scan or rewrite: the new primary key's index exists,
+-- its columns are NOT NULL, and DROP COLUMN only marks the column dropped). record.Store.Migrate runs
+-- this file for record.Options.Table and does nothing on a v2 table.
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS idemkit_records_pk_v2 ON idemkit_records (scope, idem_key);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idemkit_records_status_expires_idx ON idemkit_records (status, expires_at);
+DO $$
+DECLARE
+  tbl regclass := 'idemkit_records';
+  c   record;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = 'id' AND NOT attisdropped) THEN
+    RETURN; -- already v2
+  END IF;
+  SET LOCAL lock_timeout = '10s'; -- give up rather than queue every query behind a long transaction
+  FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = tbl
+      AND (contype = 'p' OR contype = 'u' AND pg_get_constraintdef(oid) = 'UNIQUE (scope, idem_key)') LOOP
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, c.conname);
+  END LOOP;
+  EXECUTE 'ALTER TABLE idemkit_records ADD CONSTRAINT idemkit_records_pkey PRIMARY KEY USING INDEX idemkit_records_pk_v2';
+  EXECUTE format('ALTER TABLE %s DROP COLUMN id', tbl);
+END $$;
+DROP INDEX CONCURRENTLY IF EXISTS idemkit_records_expires_at_idx;
+DROP INDEX CONCURRENTLY IF EXISTS idemkit_records_status_lease_idx;
+DROP INDEX CONCURRENTLY IF EXISTS idemkit_records_pk_v2; -- left by a run on a table already migrated

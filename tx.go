@@ -1,0 +1,497 @@
+package idemkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// TxBeginner is a Store that begins transactions for [Guard.Tx] (record.Store implements it). The
+// Guard reads and writes through the TxBeginner itself what must not wait for, or survive the
+// rollback of, the transaction: the read before the function and a permanent failure stored after a
+// rollback.
+type TxBeginner interface {
+	Store
+	// BeginTx begins a transaction and returns a Store bound to it.
+	BeginTx(ctx context.Context) (TxStore, error)
+}
+
+// TxStore is a Store bound to a transaction begun by [TxBeginner.BeginTx]. Its Get must read the
+// latest committed record and lock it until the transaction ends (SELECT ... FOR UPDATE), as
+// record.Store.WithTx does. The Guard ends the transaction with exactly one call of Commit or
+// Rollback.
+type TxStore interface {
+	Store
+	Commit() error
+	Rollback() error
+}
+
+// TxFunc is a function guarded by [Guard.Tx]: it makes its writes in the transaction tx (through the
+// driver's transaction its TxStore exposes; record.Store.Tx hands it a *gorm.DB) and returns the
+// result to store and replay. Its context carries the fence (see [FenceFromContext]).
+type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
+
+// Tx runs fn once for c in a transaction it begins on db, commits and owns (Tx mode): the business
+// writes fn makes and the record of their outcome commit together, written once. It is the
+// recommended way to guard work whose effects are all in db's database.
+//
+// The record costs one statement in the transaction: an INSERT of the final record (status and
+// result) after fn, beside the business writes. Before fn, a duplicate of a finished key is answered
+// from the Locker's cache, or — when there is no Locker, it failed open, or its cache does not keep
+// results as long as records count (Options.CacheTTL shorter than Options.TTL) — from the record,
+// read with one more statement before the transaction begins. A concurrent duplicate's INSERT waits
+// for this transaction and then finds the record; when the INSERT finds a record (another attempt
+// committed while fn ran, or Redis lost its data) the Guard reads it with a lock and rolls fn's
+// writes back to replay a finished answer, or answers ErrInFlight or ErrPayloadMismatch; a failed,
+// expired or abandoned record is taken over in the same transaction.
+//
+// When fn fails, its writes are rolled back. A record another attempt finished meanwhile is then
+// replayed instead of fn's error (a second debit failing for lack of funds still gets the first
+// one's answer). Otherwise a retryable error is returned and nothing is stored (the key is free); a
+// permanent one (Options.IsPermanent) is stored REJECTED in its own write and replayed.
+//
+// After the commit the lock is released and the result cached. Results and errors are those of
+// [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
+// replays it or runs). A panic in fn rolls the transaction back and continues. fn runs at most once
+// per call.
+func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Result, error) {
+	if fn == nil {
+		return Result{}, ErrNilFunc
+	}
+	if db == nil {
+		return Result{}, errors.New("idemkit: nil TxBeginner")
+	}
+	cl, res, err := g.open(ctx, db, ModeTx, &c)
+	if cl == nil {
+		return res, err
+	}
+	return cl.runTx(db, &c, fn)
+}
+
+// DoTx runs fn once for c inside the caller's transaction (Tx mode, caller-owned). tx is a Store
+// bound to that transaction (record.Store.WithTx or WithSQLTx); the record is written once through it,
+// after fn, so it commits or rolls back with the business writes fn makes in the same transaction.
+// DoTx never commits or rolls back.
+//
+// The contract is the caller's to keep, and it is loud: whenever DoTx returns an error, the caller
+// must roll the transaction back — return the error from db.Transaction's function. In particular,
+// when fn ran but the key turned out finished by another attempt (its record committed while fn ran;
+// without a Locker, or when Redis lost its data, this is how a duplicate is detected), DoTx returns
+// the stored answer in the Result (Replayed set) together with an error matching
+// [ErrRollbackReplayed] (and [ErrRejected] when the stored answer is a rejection): fn's writes must
+// not commit.
+//
+// Before fn, a duplicate of a finished key is answered from the cache or, when tx implements [Peeker],
+// from the record as the transaction sees it, read without a lock (one statement in the caller's
+// transaction; on MySQL's REPEATABLE READ it may fix the transaction's snapshot); fn then does not
+// run and the error is nil (or the stored rejection). The cache cannot vouch for keys here as it does
+// for [Guard.Tx]: keys finished by DoTx are not cached. On SQLite that read makes the caller's
+// transaction a reader before it writes: open the database with _txlock=immediate so that concurrent
+// transactions queue instead of failing with SQLITE_BUSY.
+//
+// When fn fails, DoTx reads the record (locking it) and replays one finished meanwhile, with
+// ErrRollbackReplayed; otherwise it returns fn's error, having written the record REJECTED in tx for a
+// permanent error (it commits if the caller commits anyway). The cache is never filled by DoTx: the
+// transaction may still roll back. Prefer [Guard.Tx], which owns the transaction and cannot get this
+// wrong.
+func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
+	if fn == nil {
+		return Result{}, ErrNilFunc
+	}
+	if tx == nil {
+		return Result{}, errors.New("idemkit: nil transaction Store")
+	}
+	cl, res, err := g.open(ctx, tx, ModeTx, &c)
+	if cl == nil {
+		return res, err
+	}
+	cl.callerTx = true
+	return cl.runDoTx(&c, fn)
+}
+
+// MarkTx runs fn once for c inside the caller's transaction, marking the key done through tx (a Store
+// bound to that transaction, as for DoTx) before fn runs: one INSERT beside the business writes, the
+// cheapest guard there is, and duplicates never run fn. Duplicates get ErrDuplicate and nothing is
+// replayed. Unlike Mark it is crash-safe: the mark commits or rolls back with the business. Return
+// fn's error from the transaction so it rolls back and the key is free again; a permanent error (when
+// the caller commits anyway) leaves the key REJECTED. The cache is not filled (the transaction may
+// still roll back).
+func (g *Guard) MarkTx(ctx context.Context, tx Store, c Call, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return ErrNilFunc
+	}
+	if tx == nil {
+		return errors.New("idemkit: nil transaction Store")
+	}
+	cl, _, err := g.open(ctx, tx, ModeMarkTx, &c)
+	if cl == nil {
+		return err
+	}
+	cl.callerTx = true
+	if cl, _, err = cl.claim(&c); cl == nil {
+		return err
+	}
+	_, err = cl.run(func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) })
+	return err
+}
+
+// vouched reports whether the cache answers for the key: the lock was taken because the key held
+// neither a lock nor a cached result, and finished results stay cached as long as their records
+// count. A Tx-mode call then needs no read before its function.
+func (cl *Claim) vouched() bool { return cl.locked && cl.g.opts.CacheTTL >= cl.g.opts.TTL }
+
+// ended turns the results of fail and replay into a call's.
+func ended(_ *Claim, res Result, err error) (Result, error) { return res, err }
+
+// runTx is Guard.Tx after the lock.
+func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
+	g := cl.g
+	now := g.opts.Now()
+	cl.newRecord(c, now)
+	var prev *Version // the record read before fn, to be taken over
+	if !cl.vouched() {
+		cur, err := db.Get(cl.ctx, cl.id.scope, cl.id.key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return ended(cl.fail(OutcomeUnavailable, storeErr("reading record", err)))
+		default:
+			switch judge(cur, c.Fingerprint, ModeTx, now) {
+			case verdictReplay:
+				return ended(cl.replay(cur, c.Fingerprint))
+			case verdictMismatch:
+				return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
+			case verdictInFlight:
+				return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
+			}
+			v := cur.Version()
+			prev = &v
+			cl.takeOver(cur, now)
+			cl.ev.Takeover = true
+		}
+	}
+
+	tx, err := db.BeginTx(cl.ctx)
+	if err != nil {
+		return ended(cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err)))
+	}
+	ctx := cl.Context(cl.ctx)
+	stop := func() {}
+	if g.opts.Watchdog {
+		ctx, stop = cl.watch(ctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			stop()
+			_ = tx.Rollback()
+			cl.abort()
+		}
+	}()
+	val, ferr := fn(ctx, tx)
+	panicked = false
+	stop()
+	if ferr != nil {
+		cl.rollback(tx)
+		return cl.txFailed(db, c, prev, val, ferr)
+	}
+	return cl.txCommit(db, tx, c, prev, val)
+}
+
+// rollback rolls tx back, logging a failure (the database rolls back an abandoned transaction anyway).
+func (cl *Claim) rollback(tx TxStore) {
+	if err := tx.Rollback(); err != nil {
+		cl.g.opts.Logger.WarnContext(cl.ctx, "idemkit: rolling back", "scope", cl.ev.Scope, "error", err)
+	}
+}
+
+// txCommit writes the success of fn in tx, commits, then caches and unlocks.
+func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val []byte) (Result, error) {
+	g := cl.g
+	next := cl.rec
+	next.UpdatedAt = g.opts.Now()
+	outcome(&next, val, nil, false)
+	stored, err := cl.put(tx, c, &next, prev)
+	switch {
+	case stored != nil:
+		cl.rollback(tx)
+		return ended(cl.replay(stored, c.Fingerprint))
+	case errors.Is(err, ErrUnstorable):
+		// The outcome does not fit the Store (a result too large for its column): nothing commits,
+		// and the key is rejected saying why, so it is not run again to the same end.
+		cl.rollback(tx)
+		return cl.txFailed(db, c, prev, nil, &unstorableError{err})
+	case err != nil:
+		cl.rollback(tx)
+		return ended(cl.failWrite(err))
+	}
+	if err := tx.Commit(); err != nil {
+		// The commit may have happened or not: nothing is cached, a retry finds out.
+		return ended(cl.fail(OutcomeUnavailable, storeErr("committing transaction", err)))
+	}
+	return cl.finished(&next, val, nil, true)
+}
+
+// txFailed ends a Tx-mode call whose function failed, after the rollback of its writes.
+func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, ferr error) (Result, error) {
+	g := cl.g
+	dctx, cancel := cl.detached(cl.ctx)
+	defer cancel()
+	var unstorable *unstorableError
+	isUnstorable := errors.As(ferr, &unstorable)
+	if !isUnstorable && !g.opts.IsPermanent(ferr) {
+		// A record finished by another attempt meanwhile is the answer, not fn's error.
+		cur, err := db.Get(dctx, cl.id.scope, cl.id.key)
+		switch {
+		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
+			return ended(cl.replay(cur, c.Fingerprint))
+		case err != nil && !errors.Is(err, ErrNotFound):
+			// Whether another attempt finished the key cannot be known: say so with fn's error.
+			ferr = errors.Join(storeErr("reading record", err), ferr)
+		}
+		next := cl.rec
+		next.Status, next.Error = StatusFailed, errorText(ferr)
+		return cl.finished(&next, val, ferr, false)
+	}
+	next := cl.rec
+	next.UpdatedAt = g.opts.Now()
+	if isUnstorable {
+		next.Status, next.Response, next.Error = StatusRejected, nil, errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", unstorable.err))
+		ferr = fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, StatusRejected, unstorable.err)
+	} else {
+		outcome(&next, val, ferr, true)
+	}
+	stored, err := cl.put(storeCtx{db, dctx}, c, &next, prev)
+	switch {
+	case stored != nil:
+		return ended(cl.replay(stored, c.Fingerprint))
+	case errors.Is(err, ErrUnstorable):
+		// Even the rejection does not fit (an error text the database refuses): store the reason.
+		next.Response, next.Error = nil, errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", err))
+		if stored, err = cl.put(storeCtx{db, dctx}, c, &next, prev); stored != nil {
+			return ended(cl.replay(stored, c.Fingerprint))
+		}
+	}
+	if err != nil {
+		cl.ev.Outcome, cl.ev.Status = OutcomeExecuted, next.Status
+		werr := cl.classify(err)
+		cl.releaseLock(dctx, nil, 0)
+		cl.done = true
+		cl.ev.Err = errors.Join(werr, ferr)
+		g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
+		return Result{}, cl.ev.Err
+	}
+	return cl.finished(&next, val, ferr, true)
+}
+
+// runDoTx is Guard.DoTx after the lock.
+func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
+	g := cl.g
+	now := g.opts.Now()
+	cl.newRecord(c, now)
+	var prev *Version // the record read before fn, to be taken over
+	// The cache cannot vouch here: DoTx itself never fills it. Read (without a lock) before fn.
+	if p, ok := cl.st.(Peeker); ok {
+		cur, err := p.Peek(cl.ctx, cl.id.scope, cl.id.key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return ended(cl.fail(OutcomeUnavailable, storeErr("reading record", err)))
+		default:
+			switch judge(cur, c.Fingerprint, ModeTx, now) {
+			case verdictReplay:
+				return ended(cl.replay(cur, c.Fingerprint)) // fn did not run: nothing to roll back
+			case verdictMismatch:
+				return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
+			case verdictInFlight:
+				return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
+			}
+			v := cur.Version()
+			prev = &v
+			cl.takeOver(cur, now)
+			cl.ev.Takeover = true
+		}
+	}
+	ctx := cl.Context(cl.ctx)
+	stop := func() {}
+	if g.opts.Watchdog {
+		ctx, stop = cl.watch(ctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			stop()
+			cl.abort()
+		}
+	}()
+	val, ferr := fn(ctx)
+	panicked = false
+	stop()
+
+	next := cl.rec
+	next.UpdatedAt = g.opts.Now()
+	permanent := ferr != nil && g.opts.IsPermanent(ferr)
+	if ferr != nil && !permanent {
+		// A record finished by another attempt meanwhile is the answer, not fn's error.
+		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
+		switch {
+		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
+			return cl.replayRollback(cur, c)
+		case err != nil && !errors.Is(err, ErrNotFound):
+			ferr = errors.Join(storeErr("reading record", err), ferr)
+		}
+		next.Status, next.Error = StatusFailed, errorText(ferr)
+		return cl.finished(&next, val, ferr, false)
+	}
+	outcome(&next, val, ferr, permanent)
+	stored, err := cl.put(cl.st, c, &next, prev)
+	var note error
+	if errors.Is(err, ErrUnstorable) {
+		refused := err
+		next.Status, next.Response = StatusRejected, nil
+		next.Error = errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", refused))
+		stored, err = cl.put(cl.st, c, &next, prev)
+		note = fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, next.Status, refused)
+	}
+	switch {
+	case stored != nil:
+		return cl.replayRollback(stored, c)
+	case err != nil:
+		return ended(cl.failWrite(err))
+	}
+	res, err := cl.finished(&next, val, errors.Join(note, ferr), false)
+	if note != nil {
+		res = Result{}
+	}
+	return res, err
+}
+
+// replayRollback answers a DoTx call whose function ran in the caller's transaction with the record
+// another attempt finished: the stored answer, and ErrRollbackReplayed so the caller rolls back.
+func (cl *Claim) replayRollback(r *Record, c *Call) (Result, error) {
+	if c.Fingerprint != "" && r.Fingerprint != "" && c.Fingerprint != r.Fingerprint {
+		return ended(cl.fail(OutcomeMismatch, errors.Join(ErrPayloadMismatch, ErrRollbackReplayed)))
+	}
+	var err error = ErrRollbackReplayed
+	if r.Status == StatusRejected {
+		err = errors.Join(ErrRollbackReplayed, &RejectedError{Message: r.Error})
+	}
+	cl.ev.Fence, cl.ev.Status, cl.ev.Conflict = r.Fence, r.Status, true
+	cl.finishEarly(OutcomeReplayed, err)
+	return Result{Value: r.Response, Replayed: true, Fence: r.Fence}, err
+}
+
+// put writes rec, this call's record, through st: an INSERT when prev is nil, else an UPDATE over
+// prev. When the record exists (or moved on from prev) it reads it through st and applies the state
+// table: a finished record is returned for a replay (nothing is written); an in-flight or
+// mismatching one ends the call with [*InFlightError] or ErrPayloadMismatch; any other (failed,
+// expired, abandoned) is taken over: rec gets its fence + 1 and replaces it. Other errors are the
+// Store's.
+func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version) (*Record, error) {
+	g := cl.g
+	for attempt := 0; ; attempt++ {
+		var err error
+		if prev == nil {
+			err = st.Insert(cl.ctx, rec)
+		} else {
+			err = st.Update(cl.ctx, rec, *prev)
+		}
+		if err == nil || (!errors.Is(err, ErrExists) && !errors.Is(err, ErrFenced)) {
+			return nil, err
+		}
+		cl.ev.Conflict = true
+		cur, err := st.Get(cl.ctx, rec.Scope, rec.Key)
+		if errors.Is(err, ErrNotFound) && attempt < 2 {
+			prev = nil // deleted meanwhile (sweeper, a released mark): insert again
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if attempt >= 2 {
+			return nil, &InFlightError{RetryAfter: g.opts.Lease}
+		}
+		now := g.opts.Now()
+		switch judge(cur, c.Fingerprint, ModeTx, now) {
+		case verdictReplay:
+			return cur, nil
+		case verdictMismatch:
+			return nil, ErrPayloadMismatch
+		case verdictInFlight:
+			return nil, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}
+		}
+		v := cur.Version()
+		prev = &v
+		status, resp, text := rec.Status, rec.Response, rec.Error
+		cl.rec = *rec
+		cl.takeOver(cur, now)
+		*rec = cl.rec
+		rec.Status, rec.Response, rec.Error = status, resp, text
+		cl.ev.Takeover = true
+	}
+}
+
+// failWrite ends a call whose record could not be written: in flight, mismatch or the Store's error.
+func (cl *Claim) failWrite(err error) (*Claim, Result, error) {
+	switch {
+	case errors.Is(err, ErrInFlight):
+		return cl.fail(OutcomeInFlight, err)
+	case errors.Is(err, ErrPayloadMismatch):
+		return cl.fail(OutcomeMismatch, err)
+	}
+	return cl.fail(OutcomeUnavailable, storeErr("writing record", err))
+}
+
+// classify wraps a write error as the call returns it.
+func (cl *Claim) classify(err error) error {
+	if errors.Is(err, ErrInFlight) || errors.Is(err, ErrPayloadMismatch) {
+		return err
+	}
+	return storeErr("writing record", err)
+}
+
+// finished ends a Tx-mode call whose function ran: next is the outcome (written, or FAILED and not
+// written), val and ferr what the function returned. When cache is set, next is committed and may
+// be cached.
+func (cl *Claim) finished(next *Record, val []byte, ferr error, cache bool) (Result, error) {
+	g := cl.g
+	cl.done = true
+	cl.rec = *next
+	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status, cl.ev.Err = OutcomeExecuted, next.Fence, next.Status, ferr
+	var cached []byte
+	var ttl = g.opts.CacheTTL
+	if cache && !cl.callerTx && next.Status.Terminal() {
+		cached, ttl = g.cacheEntry(next, g.opts.Now())
+	}
+	if cl.locked {
+		dctx, cancel := cl.detached(cl.ctx)
+		cl.releaseLock(dctx, cached, ttl)
+		cancel()
+	}
+	g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
+	if ferr != nil {
+		return Result{Value: val, Fence: next.Fence}, ferr
+	}
+	return Result{Value: next.Response, Fence: next.Fence}, nil
+}
+
+// unstorableError carries a Store's refusal of an outcome from txCommit to txFailed.
+type unstorableError struct{ err error }
+
+func (e *unstorableError) Error() string { return e.err.Error() }
+func (e *unstorableError) Unwrap() error { return e.err }
+
+// storeCtx is a Store whose calls run on ctx instead of the caller's: the writes after a rollback must
+// survive the call's cancellation, as a finish does.
+type storeCtx struct {
+	Store
+	ctx context.Context
+}
+
+func (s storeCtx) Insert(_ context.Context, rec *Record) error { return s.Store.Insert(s.ctx, rec) }
+func (s storeCtx) Get(_ context.Context, scope, key string) (*Record, error) {
+	return s.Store.Get(s.ctx, scope, key)
+}
+func (s storeCtx) Update(_ context.Context, rec *Record, prev Version) error {
+	return s.Store.Update(s.ctx, rec, prev)
+}
