@@ -13,8 +13,12 @@
 // # Modes
 //
 // [Guard.Tx] is for handlers that write to the database holding the record table: the handler's
-// writes and the record commit in one transaction, then the message is acknowledged. A crash at any
-// point leaves both or neither, so every message takes effect exactly once. [Guard.Execute] is for
+// writes and the record commit in one transaction the Guard owns ([idemkit.Guard.Tx]), then the
+// message is acknowledged. A crash at any point leaves both or neither, so every message takes effect
+// exactly once. The record costs one INSERT in the handler's transaction (written once, after the
+// handler, with its final status) and, with a Redis Locker, two Redis commands per new message;
+// without one, or when the cache cannot vouch for new keys, one read of the record before the
+// transaction. [Guard.Execute] is for
 // handlers whose effects are elsewhere (another database, an API, an email): the record is claimed and
 // finished in commits of its own around the handler, so if the process dies after the effect and
 // before the finish, the redelivery runs the handler again once the claim's lease (idemkit
@@ -57,9 +61,11 @@
 //
 // # Ordering and concurrency
 //
-//   - One key runs at most once at a time: a concurrent delivery of the same key gets InFlight (with a
-//     Locker in front of the Store) or waits for the first transaction and replays (Tx mode without
-//     one). Different keys run in parallel across workers and processes.
+//   - One key takes effect at most once. With a Locker in front of the Store it also runs at most
+//     once at a time: a concurrent delivery of the same key gets InFlight. Without one, Execute mode
+//     still runs it once at a time (the claim waits or answers InFlight), while Tx mode lets
+//     concurrent deliveries run and keeps only the first commit (see below). Different keys run in
+//     parallel across workers and processes.
 //   - No ordering is promised. Parallel workers and consumers, retries after a delay and redeliveries
 //     all reorder messages; a message that fails is retried after later ones have been handled. If
 //     order matters, make handlers commutative or check a version in the handler; a single worker
@@ -67,9 +73,11 @@
 //     active consumer) keeps order only until the first Retry.
 //   - Records count for idemkit Options.TTL (24h by default): a duplicate arriving later runs again.
 //     Keep TTL above the broker's longest redelivery horizon and the publishers' retry horizon.
-//   - Tx mode on MariaDB/MySQL without a Locker: concurrent deliveries of one key can make the
-//     database pick a deadlock victim; that delivery is retried (Failed), nothing is lost or applied
-//     twice. A Locker (Redis) turns them away as InFlight first.
+//   - Tx mode without a Locker: concurrent deliveries of one key may all run the handler; the
+//     first to commit wins, the others' record INSERT waits for it, finds the record, rolls their
+//     writes back and ends with the stored outcome (Duplicate). Nothing is applied twice, but the
+//     handler's work is wasted and a handler's own writes may still deadlock with each other (the
+//     database picks a victim: Failed, retried). A Locker (Redis) turns them away as InFlight first.
 //   - A handler runs inside the claim's lease: set idemkit Options.Lease above the handler's longest
 //     run (or use the Watchdog), and the broker's redelivery timeout (JetStream AckWait) above it too.
 //

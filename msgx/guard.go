@@ -60,12 +60,16 @@ func (g *Guard) Execute(h Handler) HandleFunc {
 	}
 }
 
-// Tx returns a HandleFunc that runs h at most once per message key in Tx mode: in a transaction
-// begun on db, with the message's record written through records bound to it, so h's writes and the
-// record commit together or not at all; the message is acknowledged after the commit. A crash at any
-// point leaves either both (the redelivery is a Duplicate, acknowledged without running) or neither
-// (it runs again). A permanent failure rolls h's writes back and records REJECTED on its own.
-// records must be a Store on db's database. It panics if an argument is nil.
+// Tx returns a HandleFunc that runs h at most once per message key in Tx mode, through
+// [idemkit.Guard.Tx]: the Guard begins a transaction on db, runs h in it, writes the message's
+// record once (final status, through records bound to the transaction) beside h's writes and
+// commits, so h's writes and the record commit together or not at all; the message is acknowledged
+// after the commit. A crash at any point leaves either both (the redelivery is a Duplicate,
+// acknowledged without running) or neither (it runs again). A duplicate of a finished key is
+// answered before h runs (from the Locker's cache, or one read of the record); one that another
+// delivery finished while h ran has h's writes rolled back and gets the stored outcome (Duplicate,
+// or Rejected replayed). A permanent failure rolls h's writes back and the Guard records REJECTED on
+// its own. records must be a Store on db's database. It panics if an argument is nil.
 func (g *Guard) Tx(db *gorm.DB, records *record.Store, h TxHandler) HandleFunc {
 	if db == nil || records == nil || h == nil {
 		panic("msgx: Tx with a nil db, records or TxHandler")

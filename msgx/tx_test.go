@@ -212,3 +212,58 @@ func TestTxConcurrentDuplicatesTakeEffectOnce(t *testing.T) {
 		}
 	}
 }
+
+// A delivery whose key another delivery finished while its handler ran (no Locker: both read no
+// record, both run) finds the record when it writes its own: its writes roll back and it ends with
+// the stored outcome on this very delivery — Duplicate (acknowledged), or Rejected replayed — not a
+// retry.
+func TestTxKeyFinishedWhileRunningIsReplayed(t *testing.T) {
+	for name, open := range databases(t) {
+		for _, tc := range []struct {
+			name    string
+			second  error // the outcome of the delivery that finishes first
+			action  msgx.Action
+			outcome msgx.Outcome
+			status  idemkit.Status
+		}{
+			{"succeeded", nil, msgx.Ack, msgx.Duplicate, idemkit.StatusSucceeded},
+			{"rejected", idemkit.Permanent(errBoom), msgx.DeadLetter, msgx.Rejected, idemkit.StatusRejected},
+		} {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				f := newTx(t, open(), nil, nil)
+				ctx := context.Background()
+				started, finished := make(chan struct{}), make(chan struct{})
+				slow := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
+					if err := tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 10).Error; err != nil {
+						return err
+					}
+					close(started)
+					<-finished // the other delivery runs and commits meanwhile
+					return nil
+				})
+				first := make(chan msgx.Decision, 1)
+				go func() { first <- slow(ctx, msg("t5")) }()
+				<-started
+				d := f.handler(tc.second)(ctx, msg("t5"))
+				close(finished)
+				if tc.second == nil {
+					want(t, d, msgx.Ack, msgx.Processed)
+				} else {
+					want(t, d, msgx.DeadLetter, msgx.Rejected)
+				}
+				d = <-first
+				want(t, d, tc.action, tc.outcome)
+				if !d.Replayed {
+					t.Fatalf("decision %v not marked Replayed", d)
+				}
+				wantEffects := 1
+				if tc.second != nil {
+					wantEffects = 0
+				}
+				if n, s := f.effectsOf(t, "t5"), f.status(t, "t5"); n != wantEffects || s != tc.status {
+					t.Fatalf("%d effects, record %q; want %d and %s", n, s, wantEffects, tc.status)
+				}
+			})
+		}
+	}
+}

@@ -2,8 +2,10 @@ package msgx
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"gorm.io/gorm"
 
@@ -11,47 +13,84 @@ import (
 	"github.com/idemkit/idemkit/record"
 )
 
-// runTx is msgx's one call into the engine's Tx mode; everything Tx-specific lives here so that the
-// write path can change underneath (a guard-owned transaction helper) without touching the rest.
+// runTx is msgx's one call into the engine's Tx mode: [idemkit.Guard.Tx], which owns the
+// transaction. The Guard begins it on db (through gormBeginner), runs fn in it, writes the record
+// once with its final status beside fn's writes, commits, and only then releases the lock and
+// caches the result. A permanent failure rolls fn's writes back and is recorded REJECTED on its own
+// by the Guard; a duplicate of a finished key is answered before fn runs, and one that finished
+// while fn ran (found by the record's INSERT) rolls fn's writes back and is replayed.
 //
-// It begins a transaction on db, runs fn in it under guard.DoTx with records bound to it, and commits
-// when DoTx returns no error (a first run that succeeded, or a replay), rolling back otherwise. It
-// returns DoTx's result, fn's own error (herr, when fn ran and failed) and the call's error; a failure
-// to begin or commit is reported as idemkit.ErrStoreUnavailable (nothing is durable).
-//
-// A permanent failure must leave the record REJECTED but none of fn's writes: the transaction is
-// rolled back, then the rejection is recorded on its own with guard.Do (two statements, on the rare
-// permanent path only). If another delivery settled the key in between, that outcome is returned
-// instead (a replay, or in flight).
+// It returns the Guard's result and error, and herr: fn's own error when it is this delivery's
+// outcome — recorded REJECTED (permanent) or rolled back with nothing recorded (retryable). herr is
+// nil when fn did not run, succeeded, or when its outcome is not the answer: another delivery's
+// record was replayed instead, or fn's writes were rolled back without its outcome being recorded
+// (the Guard's error then says why: store unavailable, in flight, payload mismatch).
 func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *record.Store, call idemkit.Call,
 	fn func(ctx context.Context, tx *gorm.DB) error) (res idemkit.Result, herr, err error) {
-	var callErr error
-	txErr := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res, callErr = guard.DoTx(ctx, records.WithTx(tx), call, func(ctx context.Context) ([]byte, error) {
-			herr = fn(ctx, tx)
-			return nil, herr
-		})
-		return callErr
-	})
-	switch {
-	case callErr != nil:
-		err = callErr
-	case txErr != nil: // BEGIN or COMMIT failed: nothing is durable
-		return idemkit.Result{}, nil, fmt.Errorf("%w: Tx mode transaction: %w", idemkit.ErrStoreUnavailable, txErr)
-	default:
-		return res, nil, nil
-	}
-	if herr == nil || !guard.IsPermanent(herr) || errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrStoreUnavailable) {
-		return res, herr, err
-	}
-	// Rolled back with fn's writes; record the rejection by itself.
-	ran := false
-	res, err = guard.Do(ctx, call, func(context.Context) ([]byte, error) {
-		ran = true
+	res, err = guard.Tx(ctx, gormBeginner{Store: records, db: db}, call, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+		herr = fn(ctx, tx.(*gormTx).tx)
 		return nil, herr
 	})
-	if !ran {
-		herr = nil // settled by another delivery: its outcome is the answer
+	if res.Replayed || !sameError(err, herr) {
+		// The Guard returns fn's error as it is only when that error is the outcome (stored as
+		// REJECTED, or retryable and rolled back); anything it replaced or joined was not recorded.
+		herr = nil
 	}
 	return res, herr, err
+}
+
+// sameError reports whether a and b are the same error value. Unlike a == b it does not panic when
+// both hold the same uncomparable type (a struct with a slice, say); such values are told apart by
+// their text.
+func sameError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	t := reflect.TypeOf(a)
+	if t != reflect.TypeOf(b) {
+		return false
+	}
+	if t.Comparable() {
+		return a == b
+	}
+	return a.Error() == b.Error()
+}
+
+// gormBeginner is the [idemkit.TxBeginner] of Guard.Tx in msgx: the record Store, whose transactions
+// begin on db — the handle the consumer was given, so the handler's transaction has db's session
+// settings (logger, prepared statements) — with the Store bound to each.
+type gormBeginner struct {
+	*record.Store
+	db *gorm.DB
+}
+
+// BeginTx implements idemkit.TxBeginner.
+func (b gormBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	tx := b.db.WithContext(ctx).Begin()
+	if tx.Error != nil {
+		return nil, fmt.Errorf("msgx: beginning the Tx-mode transaction: %w", tx.Error)
+	}
+	return &gormTx{Store: b.Store.WithTx(tx), tx: tx}, nil
+}
+
+// gormTx is a gorm transaction gormBeginner began, with the record Store bound to it.
+type gormTx struct {
+	*record.Store
+	tx *gorm.DB
+}
+
+// Commit implements idemkit.TxStore.
+func (t *gormTx) Commit() error {
+	if err := t.tx.Commit().Error; err != nil {
+		return fmt.Errorf("msgx: committing: %w", err)
+	}
+	return nil
+}
+
+// Rollback implements idemkit.TxStore.
+func (t *gormTx) Rollback() error {
+	if err := t.tx.Rollback().Error; err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("msgx: rolling back: %w", err)
+	}
+	return nil
 }
