@@ -33,7 +33,9 @@
 //	key missing on a Required method, malformed, too      INVALID_ARGUMENT
 //	  long, or two different keys in the metadata
 //	record store or lock unavailable                      UNAVAILABLE (nothing ran)
-//	Tx mode: the transaction could not begin or commit    UNAVAILABLE (nothing took effect)
+//	Tx mode: the transaction could not begin or commit,   UNAVAILABLE (nothing took effect)
+//	  or the record could not be written after the
+//	  handler (its writes rolled back)
 //	the caller's deadline or cancellation while claiming  DEADLINE_EXCEEDED / CANCELLED
 //
 // A handler's error is classified by [Options.Permanent] ([DefaultPermanent]): INVALID_ARGUMENT,
@@ -52,12 +54,18 @@
 // # Modes
 //
 // By default a call runs in Execute mode (Guard.Do): the claim and the finish are written in their own
-// statements around the handler, whatever the handler writes to. With [Options.Tx] set, it runs in Tx
-// mode (Guard.DoTx): a [Transactor] opens one local transaction, the claim, the handler's writes (made
-// through the transaction the Transactor put in the context) and the finish commit together, and a
-// retryable handler error rolls everything back. Only Tx mode survives a crash between the handler's
-// commit and the finish with exactly one effect; Execute mode then runs the handler again after the
-// lease (at-least-once for effects outside the record's database).
+// statements around the handler, whatever the handler writes to. With [Options.Tx] set (an
+// idemkit.TxBeginner such as the *record.Store of the business database), it runs in Tx mode
+// ([idemkit.Guard.Tx]): the Guard begins a local transaction, the handler makes its writes in it
+// (found with [TxFromContext]; record.GormTx turns it into the *gorm.DB), then the record is written
+// once with the final answer beside those writes, and everything commits together. A duplicate of a
+// finished call is answered before the handler runs; a concurrent attempt that finished the key while
+// the handler ran (found by the record's INSERT) makes the Guard roll the handler's writes back, and
+// the call gets the stored answer, byte for byte, marked replayed. Any failure rolls the handler's
+// writes back: a retryable one stores nothing, a permanent one is stored REJECTED by the Guard on its
+// own. Only Tx mode survives a crash between the handler's commit and the finish with exactly one
+// effect; Execute mode then runs the handler again after the lease (at-least-once for effects outside
+// the record's database).
 //
 // # Client
 //

@@ -18,11 +18,9 @@ import (
 	"github.com/idemkit/idemkit/record"
 )
 
-// txKey is where the Transactor hands the local transaction to the handlers.
-type txKey struct{}
-
-// A server whose Create method runs at most once per idempotency key, in Tx mode: the claim, the
-// handler's writes (through the transaction in its context) and the stored response commit together.
+// A server whose Create method runs at most once per idempotency key, in Tx mode: the Guard begins a
+// transaction on the record Store's database, the handler writes through it, and its writes and the
+// stored response commit together.
 func ExampleUnaryServerInterceptor() {
 	db, err := gorm.Open(mysql.Open("root:@tcp(127.0.0.1:3306)/shop"), &gorm.Config{})
 	if err != nil {
@@ -39,16 +37,29 @@ func ExampleUnaryServerInterceptor() {
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, &grpcx.Options{
 			Required: func(method string) bool { return method == "/shop.Orders/Create" }, // INVALID_ARGUMENT without a key
-			Tx: func(ctx context.Context, fn func(context.Context, idemkit.Store) error) error {
-				return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-					return fn(context.WithValue(ctx, txKey{}, tx), store.WithTx(tx))
-				})
-			},
+			Tx:       store,                                                               // Tx mode: the Guard owns the transaction
 		})),
 		grpc.ForceServerCodecV2(grpcx.Codec{}), // replays are byte for byte the original answer
 	)
-	// Register the services; a handler writes through ctx.Value(txKey{}).(*gorm.DB).
+	// Register the services; their handlers write like createOrder.
 	defer srv.Stop()
+}
+
+// createOrder is a handler guarded in Tx mode: it writes through the transaction the Guard began
+// (it neither commits nor rolls back), and returns its answer, stored with the writes.
+func createOrder(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+	tx := record.GormTx(grpcx.TxFromContext(ctx))
+	if tx == nil {
+		return nil, status.Error(codes.Internal, "not in a Tx-mode call")
+	}
+	item := req.GetFields()["item"].GetStringValue()
+	if item == "" {
+		return nil, status.Error(codes.InvalidArgument, "item is required") // permanent: stored, replayed
+	}
+	if err := tx.Exec("INSERT INTO orders (item) VALUES (?)", item).Error; err != nil {
+		return nil, status.Errorf(codes.Unavailable, "writing the order: %v", err) // retryable: rolled back
+	}
+	return structpb.NewStruct(map[string]any{"item": item, "status": "created"})
 }
 
 // A client whose calls carry one idempotency key each, reused by gRPC's retries, and an application

@@ -2,7 +2,6 @@ package grpcx
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"log/slog"
 
@@ -21,12 +20,6 @@ const (
 	// ReplayedKey is the response header metadata field set to "true" on every replayed answer.
 	ReplayedKey = "idempotent-replayed"
 )
-
-// Transactor runs fn inside a new local transaction of the database that holds the record table: it
-// commits when fn returns nil and rolls back otherwise, returning fn's error or the commit's. tx is the
-// record Store bound to that transaction (record.Store.WithTx) and ctx is what the handler will receive:
-// put the transaction in it so the handler writes through it. See [Options.Tx].
-type Transactor func(ctx context.Context, fn func(ctx context.Context, tx idemkit.Store) error) error
 
 // Options configure the server interceptor ([UnaryServerInterceptor], [NewUnaryServerInterceptor]). The
 // zero value works: every unary method whose request carries an `idempotency-key` metadata field is
@@ -49,14 +42,17 @@ type Options struct {
 	// and the next call with the key runs again. Defaults to [DefaultPermanent]. An error wrapped with
 	// idemkit.Permanent is permanent whatever its code.
 	Permanent func(st *status.Status) bool
-	// Tx, when set, runs each guarded call in Tx mode: the claim, the handler and the finish inside one
-	// local transaction opened by Tx, so the handler's writes (made through the transaction Tx puts in
-	// the handler's context) and the record commit together, and a crash anywhere leaves either both
-	// or neither. A retryable handler error rolls the transaction back; a permanent one commits it, so
-	// that the REJECTED record is stored: a handler should fail permanently before it writes. A replay
-	// or a refusal rolls back (nothing was written). Defaults to nil: Execute mode
-	// (Guard.Do), where the handler's effects and the record are written separately.
-	Tx Transactor
+	// Tx, when set, runs each guarded call in Tx mode ([idemkit.Guard.Tx]) in a transaction the
+	// Guard begins on Tx (a *record.Store on the database the handler writes to): the handler runs
+	// in it, finding it with [TxFromContext] (record.GormTx(grpcx.TxFromContext(ctx)) for a
+	// record.Store), then the call's record is written once, with its final outcome, beside the
+	// handler's writes, and both commit together: a crash anywhere leaves either both or neither.
+	// A duplicate of a finished call is answered before the handler runs; one finished by a
+	// concurrent attempt while the handler ran rolls the handler's writes back and gets the stored
+	// answer. A retryable handler error rolls the writes back and stores nothing; a permanent one
+	// rolls them back too and the Guard stores the REJECTED answer on its own. Defaults to nil:
+	// Execute mode (Guard.Do), where the handler's effects and the record are written separately.
+	Tx idemkit.TxBeginner
 	// Resolver finds the Go type of a stored response on replay. Defaults to protoregistry.GlobalTypes,
 	// where every generated and well-known message type is registered.
 	Resolver protoregistry.MessageTypeResolver
@@ -71,7 +67,7 @@ type config struct {
 	required  func(string) bool
 	scope     func(string) string
 	permanent func(*status.Status) bool
-	tx        Transactor
+	tx        idemkit.TxBeginner
 	resolver  protoregistry.MessageTypeResolver
 	logger    *slog.Logger
 }

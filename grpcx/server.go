@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -56,9 +57,6 @@ type call struct {
 	ferr error // the error returned to the Guard (herr, marked permanent or not, or an encoding error)
 }
 
-// errRollback makes a Transactor roll back when the record must not commit.
-var errRollback = errors.New("grpcx: roll back")
-
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod
 	if !s.c.guarded(method) {
@@ -97,7 +95,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		if !st.ran {
 			return s.answer(ctx, res, err)
 		}
-		if err != st.ferr {
+		if !sameError(err, st.ferr) {
 			// The handler's effects happened but its outcome could not be recorded (a store error,
 			// or a newer attempt took the key over): its answer is still the truth about this call.
 			s.c.logger.WarnContext(ctx, "grpcx: outcome not recorded", slog.String("method", method), slog.Any("error", err))
@@ -105,40 +103,68 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return st.resp, st.herr
 	}
 
-	var res idemkit.Result
-	var gerr error
-	called, commit := false, false
-	txErr := s.c.tx(ctx, func(ctx context.Context, tx idemkit.Store) error {
-		st, called, commit = call{}, true, false
-		res, gerr = s.g.DoTx(ctx, tx, c, run)
-		// Keep the transaction only when the record says what the handler did: success, or a
-		// permanent failure recorded as REJECTED. A replay or a refusal wrote nothing worth keeping;
-		// a retryable failure, or a record that could not be finished, takes the handler's writes back.
-		commit = st.ran && gerr == st.ferr && (gerr == nil || idemkit.IsPermanent(gerr))
-		if !commit {
-			return errRollback
-		}
-		return nil
+	res, err := s.g.Tx(ctx, s.c.tx, c, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+		return run(context.WithValue(ctx, txKey{}, tx))
 	})
+	return s.txAnswer(ctx, method, &st, res, err)
+}
+
+// txAnswer answers a call guarded in Tx mode ([idemkit.Guard.Tx]). The Guard commits the handler's
+// writes only together with the record of its success, so the handler's own answer is given only
+// when it is the recorded outcome (or a retryable failure, which records nothing); in every other
+// case the handler's writes were rolled back and the answer is the record's, or the reason nothing
+// was recorded.
+func (s *server) txAnswer(ctx context.Context, method string, st *call, res idemkit.Result, err error) (any, error) {
 	switch {
-	case !called:
-		// The transaction could not begin: nothing ran.
-		return nil, status.Errorf(codes.Unavailable, "grpcx: beginning a transaction for %s: %v", method, txErr)
-	case !st.ran:
-		return s.answer(ctx, res, gerr)
-	case commit && txErr != nil:
-		// The commit failed: neither the handler's writes nor the record exist; the call may be retried.
-		return nil, status.Errorf(codes.Unavailable, "grpcx: committing %s: %v", method, txErr)
-	case commit:
-		return st.resp, st.herr
-	case gerr != st.ferr:
-		// The record could not be written (store error, fenced): rolled back with the handler's writes.
-		return nil, s.storeStatus(gerr)
-	case st.herr == nil:
-		// The response could not be encoded for storage: rolled back with the rest.
-		return nil, status.Convert(gerr).Err()
+	case !st.ran || res.Replayed:
+		// Answered from the record: before the handler ran, or after it, its writes rolled back,
+		// because another attempt had finished the key meanwhile (found by the record's INSERT).
+		return s.answer(ctx, res, err)
+	case err == nil:
+		return st.resp, nil // committed with its record
+	case sameError(err, st.ferr):
+		// The handler's failure, its writes rolled back: stored REJECTED when permanent (the Guard
+		// wrote it on its own), nothing stored when retryable.
+		if st.herr == nil {
+			return nil, status.Convert(err).Err() // the response could not be encoded for storage
+		}
+		return nil, st.herr
 	}
-	return st.resp, st.herr // a retryable failure, rolled back
+	// The handler ran but its outcome was not recorded, and its writes were rolled back: the commit
+	// or the record's write failed, or the key turned out in flight or taken by another request.
+	s.c.logger.WarnContext(ctx, "grpcx: Tx mode: outcome not recorded, the handler's writes rolled back",
+		slog.String("method", method), slog.Any("error", err))
+	return s.answer(ctx, idemkit.Result{}, err)
+}
+
+// txKey is the context key of the Tx-mode transaction ([TxFromContext]).
+type txKey struct{}
+
+// TxFromContext returns the transaction a call guarded in Tx mode ([Options.Tx]) runs in, from the
+// handler's context: the idemkit.TxStore the Guard began on Options.Tx, in which the handler makes
+// its writes so that they commit with the call's record. With a record.Store as Options.Tx,
+// record.GormTx(grpcx.TxFromContext(ctx)) is the *gorm.DB to write through. The handler must not
+// commit or roll it back: the Guard does. It returns nil outside Tx mode.
+func TxFromContext(ctx context.Context) idemkit.TxStore {
+	tx, _ := ctx.Value(txKey{}).(idemkit.TxStore)
+	return tx
+}
+
+// sameError reports whether a and b are the same error value. Unlike a == b it does not panic when
+// both hold the same uncomparable type (a struct with a slice, say); such values are told apart by
+// their text.
+func sameError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	t := reflect.TypeOf(a)
+	if t != reflect.TypeOf(b) {
+		return false
+	}
+	if t.Comparable() {
+		return a == b
+	}
+	return a.Error() == b.Error()
 }
 
 // outcome turns the handler's answer into what the Guard stores: the encoded response on success,

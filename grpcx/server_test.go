@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,12 +34,22 @@ type env struct {
 	mu   sync.Mutex
 	runs map[string]int
 	ran  chan string
+	hook func(key string) // called by each business run as it starts, when set (before any call)
 }
 
 func setup(t *testing.T, extra ...grpc.ServerOption) *env {
 	t.Helper()
+	return setupWith(t, true, extra...)
+}
+
+// setupWith is setup, with the Redis Locker in front of the record Store or without one.
+func setupWith(t *testing.T, locker bool, extra ...grpc.ServerOption) *env {
+	t.Helper()
 	db := testsvc.MySQL(t, nil)
-	rdb := testsvc.Redis(t)
+	var rdb redis.UniversalClient
+	if locker {
+		rdb = testsvc.Redis(t)
+	}
 	e := &env{db: db, tables: chaosrpc.NewTables(testsvc.Name("grpcx")), runs: map[string]int{}, ran: make(chan string, 16)}
 	ctx := context.Background()
 	if err := e.tables.Create(ctx, db, 2, 1000); err != nil {
@@ -46,13 +57,18 @@ func setup(t *testing.T, extra ...grpc.ServerOption) *env {
 	}
 	t.Cleanup(func() { _ = e.tables.Drop(context.Background(), db) })
 	prefix := e.tables.Records + ":"
-	testsvc.CleanRedis(t, rdb, prefix)
+	if rdb != nil {
+		testsvc.CleanRedis(t, rdb, prefix)
+	}
 	srv, err := chaosrpc.NewServer(db, rdb, chaosrpc.ServerConfig{
 		LockPrefix: prefix, Tables: e.tables, Lease: 10 * time.Second, LockTTL: 10 * time.Second, Deterministic: true,
 	}, func(key string) {
 		e.mu.Lock()
 		e.runs[key]++
 		e.mu.Unlock()
+		if e.hook != nil {
+			e.hook(key)
+		}
 		select {
 		case e.ran <- key:
 		default:
@@ -239,4 +255,58 @@ func detail[T proto.Message](st *status.Status) (T, bool) {
 func has[T proto.Message](st *status.Status) bool {
 	_, ok := detail[T](st)
 	return ok
+}
+
+// TestTxKeyFinishedWhileRunning: without a Locker, two calls with one key both run the handler (each
+// read no record first); the one whose record INSERT finds the other's committed record has its
+// writes rolled back and answers the stored response, byte for byte, marked replayed — not an error.
+func TestTxKeyFinishedWhileRunning(t *testing.T) {
+	e := setupWith(t, false)
+	const key = "k-race"
+	both := make(chan struct{})
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	e.hook = func(k string) {
+		if k == key { // hold each run until both have started: both are past their read
+			arrived.Done()
+			<-both
+		}
+	}
+	go func() {
+		arrived.Wait()
+		close(both)
+	}()
+	req := charge(map[string]any{"order_id": key, "account": 1, "amount": 7})
+	type reply struct {
+		raw      []byte
+		replayed bool
+		err      error
+	}
+	replies := make(chan reply, 2)
+	for range 2 {
+		go func() {
+			_, raw, rep, err := e.call(t, key, req)
+			replies <- reply{raw, rep, err}
+		}()
+	}
+	a, b := <-replies, <-replies
+	if a.err != nil || b.err != nil {
+		t.Fatalf("answers: %v and %v; want both OK", a.err, b.err)
+	}
+	if a.replayed == b.replayed || len(a.raw) == 0 || string(a.raw) != string(b.raw) {
+		t.Fatalf("answers replayed %v / %v, bytes equal %v; want one first answer and its byte-identical replay", a.replayed, b.replayed, string(a.raw) == string(b.raw))
+	}
+	if n := e.runsOf(key); n != 2 {
+		t.Fatalf("business ran %d times, want 2 (both calls past their read)", n)
+	}
+	var rows, balance int64
+	if err := e.db.Raw("SELECT COUNT(*) FROM "+e.tables.Ledger+" WHERE op_key = ?", key).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Raw("SELECT balance FROM " + e.tables.Accounts + " WHERE id = 1").Scan(&balance).Error; err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || balance != 1000-7 {
+		t.Fatalf("%d ledger rows, balance %d; want 1 and %d (one debit)", rows, balance, 1000-7)
+	}
 }

@@ -342,3 +342,29 @@ func TestDoTxRollbackReplayed(t *testing.T) {
 		}
 	})
 }
+
+// TestGormTx: the gorm transaction under a TxStore the Store began is the one the business writes
+// through (its row commits with the record); any other TxStore, or nil, has none.
+func TestGormTx(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newTxFixture(t, b, nil)
+		var got *gorm.DB
+		_, err := f.guard.Tx(ctxb, f.store, idemkit.Call{Scope: "gtx", Key: "gormtx"}, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+			if got = GormTx(tx); got == nil {
+				return nil, errors.New("no gorm transaction under the Store's TxStore")
+			}
+			return []byte("ok"), got.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, ?)", "gormtx", 1).Error
+		})
+		must(t, err)
+		f.wantRecord(t, "gormtx", 1, idemkit.StatusSucceeded)
+		if GormTx(nil) != nil {
+			t.Error("GormTx(nil) is not nil")
+		}
+		mem, err := memory.NewStore().BeginTx(ctxb)
+		must(t, err)
+		defer func() { _ = mem.Rollback() }()
+		if GormTx(mem) != nil {
+			t.Error("GormTx of another Store's transaction is not nil")
+		}
+	})
+}

@@ -65,6 +65,17 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	return t, nil
 }
 
+// GormTx returns the gorm transaction of tx when tx is a transaction [Store.BeginTx] began — what
+// [idemkit.Guard.Tx] hands its function when the Store is the TxBeginner (grpcx's Tx mode puts it in
+// the handler's context) — and nil for any other value, nil included. Business writes made through
+// it commit or roll back with the record; do not commit or roll it back yourself: the Guard does.
+func GormTx(tx idemkit.TxStore) *gorm.DB {
+	if t, ok := tx.(*txStore); ok {
+		return t.gtx
+	}
+	return nil
+}
+
 // sqlBeginner begins database/sql transactions for SQLTx.
 type sqlBeginner struct{ *Store }
 

@@ -28,9 +28,6 @@ type server struct {
 	runs int // business runs that reached the database (one goroutine at a time: SQLite serialises)
 }
 
-// txKey is the context key under which the Transactor hands the transaction to the handler.
-type txKey struct{}
-
 func newServer(ctx context.Context, path string) (*server, error) {
 	db, err := gorm.Open(sqlite.Open(path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)"), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
@@ -60,12 +57,10 @@ func newServer(ctx context.Context, path string) (*server, error) {
 	s := &server{db: db}
 	interceptor := grpcx.UnaryServerInterceptor(guard, &grpcx.Options{
 		Required: func(string) bool { return true }, // Charge must carry a key
-		// Tx mode: the claim, the handler's writes and the finish commit in one transaction.
-		Tx: func(ctx context.Context, fn func(ctx context.Context, tx idemkit.Store) error) error {
-			return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				return fn(context.WithValue(ctx, txKey{}, tx), store.WithTx(tx))
-			})
-		},
+		// Tx mode: the Guard begins a transaction on the record Store's database, the handler writes
+		// through it (grpcx.TxFromContext), the record is written once with the final answer, and
+		// everything commits together.
+		Tx: store,
 	})
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(interceptor),
@@ -91,10 +86,10 @@ func (s *server) close() {
 // errInsufficientFunds is the business's permanent failure.
 var errInsufficientFunds = errors.New("insufficient funds")
 
-// Charge debits the account and writes a ledger row, through the transaction in ctx.
+// Charge debits the account and writes a ledger row, through the transaction grpcx's Tx mode began.
 func (s *server) Charge(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
-	tx, ok := ctx.Value(txKey{}).(*gorm.DB)
-	if !ok {
+	tx := record.GormTx(grpcx.TxFromContext(ctx)) // the guard-owned transaction
+	if tx == nil {
 		return nil, status.Error(codes.Internal, "no transaction")
 	}
 	s.runs++

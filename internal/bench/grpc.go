@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
-	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcx"
@@ -40,14 +39,12 @@ type grpcPayments struct {
 	insert string
 }
 
-type grpcTxKey struct{}
-
 var grpcResult, _ = structpb.NewStruct(map[string]any{"order": "created", "amount": 1})
 
 func (p *grpcPayments) Charge(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
 	key := req.GetFields()["order_id"].GetStringValue()
 	var err error
-	if tx, ok := ctx.Value(grpcTxKey{}).(*gorm.DB); ok {
+	if tx := record.GormTx(grpcx.TxFromContext(ctx)); tx != nil {
 		err = tx.Exec(p.insert, key, 1).Error
 	} else {
 		err = p.biz(ctx, key)
@@ -110,13 +107,7 @@ func grpcVariants(e *Env, guard, txGuard *idemkit.Guard, store *record.Store, bi
 			_ = b.close()
 			return err
 		}
-		txIcpt := grpcx.UnaryServerInterceptor(txGuard, &grpcx.Options{
-			Tx: func(ctx context.Context, fn func(ctx context.Context, tx idemkit.Store) error) error {
-				return e.Gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-					return fn(context.WithValue(ctx, grpcTxKey{}, tx), store.WithTx(tx))
-				})
-			},
-		})
+		txIcpt := grpcx.UnaryServerInterceptor(txGuard, &grpcx.Options{Tx: store}) // the guard-owned transaction
 		if b.tx, err = b.serve(p, grpc.ChainUnaryInterceptor(txIcpt)); err != nil {
 			_ = b.close()
 			return err
@@ -144,7 +135,7 @@ func grpcVariants(e *Env, guard, txGuard *idemkit.Guard, store *record.Store, bi
 			Setup: setup, Op: call(func() *grpc.ClientConn { return g.bare }, false)},
 		{Name: VGRPCGuarded, Group: "grpc", What: "the same handler behind grpcx.UnaryServerInterceptor (Execute mode), a new key per call",
 			Setup: setup, Op: call(func() *grpc.ClientConn { return g.guarded }, true)},
-		{Name: VGRPCGuardedTx, Group: "grpc", What: "grpcx in Tx mode: claim, INSERT and finish in one transaction, a new key per call",
+		{Name: VGRPCGuardedTx, Group: "grpc", What: "grpcx in Tx mode (Guard.Tx on the record Store): the handler's INSERT and the record's, written once, in one transaction, a new key per call",
 			Setup: setup, Op: call(func() *grpc.ClientConn { return g.tx }, true)},
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"gorm.io/gorm"
 
-	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcx"
 	"github.com/idemkit/idemkit/record"
 )
@@ -66,21 +65,21 @@ func (t Tables) Drop(ctx context.Context, db *gorm.DB) error {
 	return db.WithContext(ctx).Exec("DROP TABLE IF EXISTS " + t.Accounts + ", " + t.Ledger + ", " + t.Records).Error
 }
 
-// txKey is the context key of the transaction the Transactor opened.
-type txKey struct{}
+// bareTxKey is the context key of the transaction BareInterceptor opened.
+type bareTxKey struct{}
 
-// Transactor returns the grpcx Transactor of the Tx mode: a gorm transaction on db, the record Store
-// bound to it, and the transaction in the handler's context.
-func Transactor(db *gorm.DB, store *record.Store) grpcx.Transactor {
-	return func(ctx context.Context, fn func(ctx context.Context, tx idemkit.Store) error) error {
-		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			return fn(context.WithValue(ctx, txKey{}, tx), store.WithTx(tx))
-		})
+// txOf returns the transaction a Charge runs in: the guard-owned one of grpcx's Tx mode, or the
+// bare interceptor's.
+func txOf(ctx context.Context) *gorm.DB {
+	if tx := record.GormTx(grpcx.TxFromContext(ctx)); tx != nil {
+		return tx
 	}
+	tx, _ := ctx.Value(bareTxKey{}).(*gorm.DB)
+	return tx
 }
 
-// Business is the Charge method: debit an account and write a ledger row, in the transaction the
-// interceptor's Transactor opened.
+// Business is the Charge method: debit an account and write a ledger row, in the transaction grpcx's
+// Tx mode began (or the bare interceptor's).
 type Business struct {
 	Tables Tables
 	// MaxDelay is the longest pause between the writes and the commit (a window for kills).
@@ -102,7 +101,7 @@ const (
 // non-positive amount and FAILED_PRECONDITION (with an ErrorInfo detail) when the balance is too low:
 // both permanent, stored and replayed. fail=unavailable answers UNAVAILABLE (retryable).
 func (b *Business) Charge(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
-	tx, _ := ctx.Value(txKey{}).(*gorm.DB)
+	tx := txOf(ctx)
 	if tx == nil {
 		return nil, status.Error(codes.Internal, "chaosrpc: no transaction in the context")
 	}

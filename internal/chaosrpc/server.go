@@ -73,7 +73,7 @@ func NewServer(db *gorm.DB, rdb redis.UniversalClient, cfg ServerConfig, runs fu
 	icpt, err := grpcx.NewUnaryServerInterceptor(guard, &grpcx.Options{
 		Key:      grpcx.FirstOf(grpcx.MetadataKeyFunc(grpcx.MetadataKey), grpcx.FieldKey(FieldKey)),
 		Required: func(string) bool { return true },
-		Tx:       Transactor(db, store),
+		Tx:       store, // Tx mode: the Guard begins, runs Charge in the transaction, writes the record once, commits
 	})
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func BareInterceptor(db *gorm.DB) grpc.UnaryServerInterceptor {
 		var resp any
 		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var err error
-			resp, err = handler(context.WithValue(ctx, txKey{}, tx), req)
+			resp, err = handler(context.WithValue(ctx, bareTxKey{}, tx), req)
 			return err
 		})
 		return resp, err
