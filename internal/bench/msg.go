@@ -103,9 +103,9 @@ func msgVariants(e *Env, guard *idemkit.Guard) ([]*Variant, error) {
 	})
 	vs := []*Variant{
 		msgVariant(e, VNATSBare, "NATS JetStream: publish (Nats-Msg-Id), pull consumer runs the business transaction, ack", startNATS, bare),
-		msgVariant(e, VNATSGuarded, "the same with the handler in msgx Tx mode (guard.DoTx in the consumer's transaction, Redis Locker)", startNATS, guarded),
+		msgVariant(e, VNATSGuarded, "the same with the handler in msgx Tx mode (Guard.Tx: the record written once in the handler's transaction, Redis Locker)", startNATS, guarded),
 		msgVariant(e, VAMQPBare, "RabbitMQ: publish (message-id, persistent), consumer runs the business transaction, manual ack", startAMQP, bare),
-		msgVariant(e, VAMQPGuarded, "the same with the handler in msgx Tx mode (guard.DoTx in the consumer's transaction, Redis Locker)", startAMQP, guarded),
+		msgVariant(e, VAMQPGuarded, "the same with the handler in msgx Tx mode (Guard.Tx: the record written once in the handler's transaction, Redis Locker)", startAMQP, guarded),
 	}
 	return vs, nil
 }
