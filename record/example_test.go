@@ -100,8 +100,8 @@ func ExampleStore_WithTx() {
 				})
 			return err // every error rolls back the order and the record together
 		})
-		if errors.Is(err, idemkit.ErrRollbackReplayed) {
-			err = nil // rolled back; res holds the answer another attempt stored
+		if errors.Is(err, idemkit.ErrRollbackReplayed) && !errors.Is(err, idemkit.ErrRejected) {
+			err = nil // rolled back; res holds the result another attempt stored (a stored rejection stays an error)
 		}
 		return res, err
 	}

@@ -270,7 +270,8 @@ func (w *worker) doExec(ctx context.Context, req opRequest) opAnswer {
 // doTx is Tx mode, three ways picked at random per request, all in one MariaDB transaction with the
 // business writes: the Guard-owned transaction (record.Store.Tx) with the Redis Locker, the same
 // without a Locker (duplicates meet in the database only), and the caller's own transaction
-// (guard.DoTx in db.Transaction, rolled back whenever DoTx returns an error the caller must not commit).
+// (guard.DoTx in db.Transaction, rolled back whenever DoTx returns an error, as its contract says; a
+// permanent refusal is then stored on its own).
 // Under the fence-ignoring sabotage, only the caller's transaction, whose Store is the sabotaged one.
 func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 	var biz bizOutcome
@@ -323,10 +324,7 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 		res, derr = w.guard.DoTx(ctx, w.wrap(w.store.WithTx(tx)), call, func(ctx context.Context) ([]byte, error) {
 			return business(ctx, tx)
 		})
-		if derr != nil && !keepTx(derr) {
-			return derr // roll back: the record goes with the business writes
-		}
-		return nil // commit: a result, a replay, or a permanent rejection (REJECTED is kept)
+		return derr // DoTx's contract: every error rolls back, the record with the business writes
 	})
 	if terr != nil && !errors.Is(terr, derr) {
 		// BEGIN or COMMIT failed: if the commit was lost on the way, the outcome is unknown.
@@ -338,17 +336,18 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 	if errors.Is(derr, idemkit.ErrRollbackReplayed) && biz == bizApplied {
 		biz = bizNone // applied, then rolled back: the stored answer is another attempt's
 	}
-	return answerOf(res, derr, fence, biz)
-}
-
-// keepTx reports whether a DoTx error leaves a transaction worth committing: a stored or fresh
-// permanent rejection whose record was written.
-func keepTx(err error) bool {
-	if errors.Is(err, idemkit.ErrStoreUnavailable) || errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrRollbackReplayed) {
-		return false
+	if biz == bizRejected && !res.Replayed && idemkit.IsPermanent(derr) {
+		// The business refused the transfer; its transaction, with the REJECTED record DoTx wrote in
+		// it, rolled back. Store the rejection on its own, as Guard.Tx does: through the Guard-owned
+		// transaction with a function that refuses again without touching the business tables (it
+		// replays instead when another attempt finished the key meanwhile).
+		refusal := derr
+		res, derr = w.store.Tx(ctx, w.guard, call, func(context.Context, *gorm.DB) ([]byte, error) { return nil, refusal })
+		if res.Replayed {
+			biz = bizNone
+		}
 	}
-	var rej *idemkit.RejectedError
-	return errors.As(err, &rej) || idemkit.IsPermanent(err)
+	return answerOf(res, derr, fence, biz)
 }
 
 // answerOf classifies a guarded call's result the way a client would.
