@@ -30,6 +30,9 @@
 //	handler / record                          Outcome     Action                   record
 //	returned nil                              Processed   Ack                      SUCCEEDED
 //	key already SUCCEEDED (a duplicate)       Duplicate   Ack, handler not run     unchanged
+//	Tx: key finished by another delivery      Duplicate   Ack, handler's writes    unchanged
+//	  while the handler ran (Rejected when                rolled back
+//	  that delivery's outcome was a rejection)
 //	idemkit.Permanent(err) / Guard classifier Rejected    DeadLetter (or Ack with  REJECTED
 //	                                                      OnReject = AckRejected)
 //	key already REJECTED                      Rejected    same as above, not run   unchanged
