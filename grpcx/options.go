@@ -43,15 +43,16 @@ type Options struct {
 	// idemkit.Permanent is permanent whatever its code.
 	Permanent func(st *status.Status) bool
 	// Tx, when set, runs each guarded call in Tx mode ([idemkit.Guard.Tx]) in a transaction the
-	// Guard begins on Tx (a *record.Store on the database the handler writes to): the handler runs
-	// in it, finding it with [TxFromContext] (record.GormTx(grpcx.TxFromContext(ctx)) for a
-	// record.Store), then the call's record is written once, with its final outcome, beside the
-	// handler's writes, and both commit together: a crash anywhere leaves either both or neither.
-	// A duplicate of a finished call is answered before the handler runs; one finished by a
-	// concurrent attempt while the handler ran rolls the handler's writes back and gets the stored
-	// answer. A retryable handler error rolls the writes back and stores nothing; a permanent one
-	// rolls them back too and the Guard stores the REJECTED answer on its own. Defaults to nil:
-	// Execute mode (Guard.Do), where the handler's effects and the record are written separately.
+	// Guard begins on Tx (a *record.Store on the database the handler writes to, over the Guard's
+	// record table): the handler runs in it, finding it with [TxFromContext]
+	// (record.GormTx(grpcx.TxFromContext(ctx)) for a record.Store), then the call's record is written
+	// once, with its final outcome, beside the handler's writes, and both commit together: a crash
+	// anywhere leaves either both or neither. A duplicate of a finished call is answered before the
+	// handler runs; one finished by a concurrent attempt while the handler ran rolls the handler's
+	// writes back and gets the stored answer. A retryable handler error rolls the writes back and
+	// stores nothing; a permanent one rolls them back too and the Guard stores the REJECTED answer on
+	// its own. Defaults to nil: Execute mode (Guard.Do), where the handler's effects and the record
+	// are written separately.
 	Tx idemkit.TxBeginner
 	// Resolver finds the Go type of a stored response on replay. Defaults to protoregistry.GlobalTypes,
 	// where every generated and well-known message type is registered.
