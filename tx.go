@@ -90,10 +90,12 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // transactions queue instead of failing with SQLITE_BUSY.
 //
 // When fn fails, DoTx reads the record (locking it) and replays one finished meanwhile, with
-// ErrRollbackReplayed; otherwise it returns fn's error, having written the record REJECTED in tx for a
-// permanent error (it commits if the caller commits anyway). The cache is never filled by DoTx: the
-// transaction may still roll back. Prefer [Guard.Tx], which owns the transaction and cannot get this
-// wrong.
+// ErrRollbackReplayed; otherwise it returns fn's error. For a permanent error it has also written the
+// record REJECTED in tx: the caller's rollback (the rule above) removes it with fn's writes and leaves
+// the key free, so a retry runs again — the rejection is stored only if the caller deliberately
+// commits fn's writes with it. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
+// so duplicates get it replayed. The cache is never filled by DoTx: the transaction may still roll
+// back. Prefer [Guard.Tx], which owns the transaction and cannot get this wrong.
 func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
 	if fn == nil {
 		return Result{}, ErrNilFunc
