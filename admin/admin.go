@@ -63,7 +63,7 @@ type Admin struct {
 	guard *idemkit.Guard // for Address: the Guard's own namespace and hashing rules
 	q     *sqlTexts
 	lk    *lock.Locker // nil without Options.Redis
-	ns    string // "ns/" or ""
+	ns    string       // "ns/" or ""
 	opts  Options
 }
 
