@@ -287,3 +287,47 @@ func TestListOneStatusPages(t *testing.T) {
 		})
 	}
 }
+
+// TestNamespaceIsExact: a namespace selects the scopes starting with "<namespace>/" byte for byte —
+// LIKE's wildcards and escape character in a namespace are literal, and case counts.
+func TestNamespaceIsExact(t *testing.T) {
+	for _, dialect := range []string{"mysql", "postgres", "sqlite"} {
+		t.Run(dialect, func(t *testing.T) {
+			open := map[string]func(testing.TB, *gorm.Config) *gorm.DB{"mysql": testsvc.MySQL, "postgres": testsvc.Postgres, "sqlite": testsvc.SQLite}[dialect]
+			db := open(t, nil)
+			ctx := context.Background()
+			name := testsvc.Name("admin_ns_")
+			st, err := record.New(db, &record.Options{Table: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.CreateTable(ctx); err != nil {
+				t.Fatal(err)
+			}
+			testsvc.DropTable(t, db, name)
+			scopes := []string{"a_b/x", "axb/x", "A_B/x", "a_bc/x", "a%/x", "ab/x", "a!b/x", "a!!b/x", "ab%/x"}
+			for _, sc := range scopes {
+				if err := st.Insert(ctx, &idemkit.Record{Scope: sc, Key: "k", Status: idemkit.StatusSucceeded, Fence: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for ns, want := range map[string]string{"a_b": "a_b/x", "a%": "a%/x", "a!b": "a!b/x", "ab": "ab/x", "A_B": "A_B/x"} {
+				adm, err := New(db, &Options{Table: name, Namespace: ns})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := adm.List(ctx, Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != 1 || got[0].Scope != want {
+					var s []string
+					for _, e := range got {
+						s = append(s, e.Scope)
+					}
+					t.Errorf("namespace %q lists %q, want only %q", ns, s, want)
+				}
+			}
+		})
+	}
+}
