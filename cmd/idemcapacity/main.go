@@ -43,7 +43,7 @@ func run() error {
 	flag.IntVar(&o.Concurrency, "c", capacity.DefaultConcurrency, "concurrent callers")
 	flag.IntVar(&o.ResultSize, "result", capacity.DefaultResultSize, "bytes of a stored result")
 	flag.IntVar(&o.Rounds, "rounds", capacity.DefaultRounds, "interleaved rounds of write measurements (each mode reports its median)")
-	flag.BoolVar(&o.Galera, "galera", false, "also measure Execute mode on a 3-node Galera cluster")
+	flag.BoolVar(&o.Galera, "galera", false, "also measure Tx and Execute modes on a 3-node Galera cluster")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
