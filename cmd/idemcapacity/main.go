@@ -34,7 +34,7 @@ func main() {
 func run() error {
 	var (
 		o      capacity.Options
-		label  = flag.String("label", "", `what is measured, printed with the figures (default "write path at commit <HEAD>")`)
+		label  = flag.String("label", "", `what is measured, printed with the figures (default "write path v2 at commit <HEAD>")`)
 		update = flag.String("update", "", "replace the generated block of this Markdown file")
 		jsonTo = flag.String("json", "", "also write the raw figures as JSON to this file")
 	)
@@ -59,7 +59,7 @@ func run() error {
 	commit := head()
 	r.Commit = commit
 	if *label == "" {
-		*label = "write path at commit " + commit
+		*label = "write path v2 at commit " + commit
 	}
 	block := r.Markdown(*label)
 	fmt.Print(block)
