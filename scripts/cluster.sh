@@ -11,7 +11,7 @@
 #                                         against two DTM servers with one killed mid-tour
 #   ./scripts/cluster.sh redis|galera|dtm one kind at full scale
 #   ./scripts/cluster.sh example          only the example tour against DTM in HA
-#   ./scripts/cluster.sh capacity         measure and rewrite the figures in docs/SCALING.md (2–4 min)
+#   ./scripts/cluster.sh capacity         measure and rewrite the figures in docs/SCALING.md (~3 min)
 #   ./scripts/cluster.sh up redis|galera|dtm   start one, print its addresses, keep it until Ctrl-C
 #
 # Needs redis-server and redis-cli, mariadbd and mariadb-install-db, the galera-4 provider and rsync
