@@ -62,7 +62,8 @@ type Admin struct {
 	store *record.Store
 	guard *idemkit.Guard // for Address: the Guard's own namespace and hashing rules
 	q     *sqlTexts
-	ns    string // "ns/" or ""
+	lk    *lock.Locker // nil without Options.Redis
+	ns    string       // "ns/" or ""
 	opts  Options
 }
 
@@ -91,7 +92,7 @@ func New(db *gorm.DB, opts *Options) (*Admin, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Admin{db: db, store: st, guard: g, q: newSQLTexts(st.Dialect(), o.Table), opts: o}
+	a := &Admin{db: db, store: st, guard: g, q: newSQLTexts(st.Dialect(), o.Table), lk: newLocker(&o), opts: o}
 	if o.Namespace != "" {
 		a.ns = o.Namespace + "/"
 	}

@@ -183,13 +183,14 @@ func TestRedisStateFollowsLocker(t *testing.T) {
 		t.Fatalf("after Release with a result: %+v", s)
 	}
 
-	// The one-key layout: a lock value "L<token>:<deadline>", or a cached result.
+	// The one-key layout as lock.Locker documents it: a lock value "L<deadline>:<token>" (deadline in
+	// Unix ms), or a cached result.
 	other, err := adm.Address("POST /x", "k2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	single := prefix + "{" + other.LockKey + "}"
-	if err := rdb.Set(ctx, single, "Ltok-2:1893456000000", time.Minute).Err(); err != nil {
+	if err := rdb.Set(ctx, single, "L1893456000000:tok-2", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := adm.Redis(ctx, other.Scope, other.Key); err != nil || !s.Locked || s.LockToken != "tok-2" || s.Cached {
@@ -217,5 +218,111 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	if err := adm.Check(context.Background()); !errors.Is(err, admin.ErrNoTable) {
 		t.Fatalf("Check on a missing table: %v", err)
+	}
+}
+
+// TestRedisCleanupFollowsLocker: Release deletes the stalled holder's lock (a retry runs at once) and
+// Purge the cached result (the key runs again), both through the real lock.Locker's key; neither
+// touches the lock of another attempt that is running.
+func TestRedisCleanupFollowsLocker(t *testing.T) {
+	db := testsvc.SQLite(t, nil)
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("admin-test-") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	st, tbl := table(t, db)
+	clock := idemtest.NewClock()
+	lk := lock.New(rdb, &lock.Options{Prefix: prefix})
+	g, err := idemkit.New(st, &idemkit.Options{Locker: lk, Lease: time.Minute, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(db, &admin.Options{Table: tbl, Redis: rdb, RedisPrefix: prefix, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	state := func(key string) *admin.RedisState {
+		t.Helper()
+		ad, err := adm.Address("s", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := adm.Redis(ctx, ad.Scope, ad.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	get := func(key string) *idemkit.Record {
+		t.Helper()
+		rec, err := adm.Get(ctx, "s", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	// A stalled holder: its lease runs out by the record's clock, its Redis lock is still held.
+	stalled, _, err := g.Begin(ctx, idemkit.Call{Scope: "s", Key: "stuck"})
+	if err != nil || stalled == nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	clock.Advance(2 * time.Minute)
+	if s := state("stuck"); !s.Locked || s.LockToken != stalled.Record().Owner {
+		t.Fatalf("the stalled holder's lock: %+v", s)
+	}
+	if _, err := adm.Release(ctx, get("stuck"), admin.ReleaseOptions{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := state("stuck"); s.Locked || s.Cached {
+		t.Fatalf("after Release: %+v; want the lock gone", s)
+	}
+	ran := false
+	if res, err := g.Do(ctx, idemkit.Call{Scope: "s", Key: "stuck"}, func(context.Context) ([]byte, error) { ran = true; return []byte("r"), nil }); err != nil || !ran || res.Fence != 3 {
+		t.Fatalf("retry after Release: %+v %v ran=%v", res, err, ran)
+	}
+
+	// Purge drops the cached result: the key runs again.
+	if s := state("stuck"); !s.Cached {
+		t.Fatalf("the retry's result is not cached: %+v", s)
+	}
+	if err := adm.Purge(ctx, get("stuck"), admin.PurgeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := state("stuck"); s.Locked || s.Cached {
+		t.Fatalf("after Purge: %+v; want nothing", s)
+	}
+	ran = false
+	if _, err := g.Do(ctx, idemkit.Call{Scope: "s", Key: "stuck"}, func(context.Context) ([]byte, error) { ran = true; return []byte("r2"), nil }); err != nil || !ran {
+		t.Fatalf("after Purge the key did not run again: %v", err)
+	}
+
+	// Another attempt's lock stays through a forced Release and a Purge of the record it replaces.
+	old, _, err := g.Begin(ctx, idemkit.Call{Scope: "s", Key: "busy"})
+	if err != nil || old == nil {
+		t.Fatalf("Begin busy: %v", err)
+	}
+	ad, err := adm.Address("s", "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx, ad.LockKey, old.Record().Owner, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := lk.Acquire(ctx, ad.LockKey, "newcomer", time.Minute); err != nil || v != nil {
+		t.Fatalf("newcomer's Acquire: %q %v", v, err)
+	}
+	rec := get("busy")
+	if _, err := adm.Release(ctx, rec, admin.ReleaseOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if s := state("busy"); !s.Locked || s.LockToken != "newcomer" {
+		t.Fatalf("Release took another attempt's lock: %+v", s)
+	}
+	if err := adm.Purge(ctx, get("busy"), admin.PurgeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := state("busy"); !s.Locked || s.LockToken != "newcomer" {
+		t.Fatalf("Purge took another attempt's lock: %+v", s)
 	}
 }

@@ -30,6 +30,10 @@
 // # Statements
 //
 // Every SQL text is in one file (sql.go); statements address records by (scope, idem_key) and read
-// expires_at = 0 as "no expiry". Listings page through the table's unique key, 500 rows at a time.
-// A filter on a GID scans the table: the column has no index.
+// expires_at = 0 as "no expiry". They follow the v2 table's two keys: the primary key (scope,
+// idem_key) and the index (status, expires_at). The claims gauge ([Admin.Claims], run on every
+// Prometheus scrape), the sweeper's conditions and listings of one status read that index — the
+// claims in flight, not the table — and listings page through one key or the other, 500 rows at a
+// time. Stats over every state, and filters on a GID or an age (updated_at), read the table (or the
+// scope's part of it): those columns have no index.
 package admin

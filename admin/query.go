@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -64,9 +65,11 @@ func (a *Admin) where(ctx context.Context, f *Filter, now time.Time) (where, err
 			return w, fmt.Errorf("admin: unknown status %q (want PROCESSING, SUCCEEDED, FAILED or REJECTED)", f.Status)
 		}
 		w.add("status = ?", string(f.Status))
+		w.status = string(f.Status)
 	}
 	if f.Stuck {
 		w.add(condStuck, millis(now))
+		w.status = cmp.Or(w.status, string(idemkit.StatusProcessing))
 	}
 	if f.OlderThan < 0 {
 		return w, fmt.Errorf("admin: negative age %s", f.OlderThan)
@@ -80,9 +83,11 @@ func (a *Admin) where(ctx context.Context, f *Filter, now time.Time) (where, err
 	return w, nil
 }
 
-// List returns up to f.Limit records matching f in (scope, key) order, reading them in pages of
-// 500 (keyset pagination on the table's unique key). Errors: ErrInvalidKey or ErrUnknownScope for
-// f.Scope, an unknown status, the database's.
+// List returns up to f.Limit records matching f, reading them in pages of 500 (keyset pagination).
+// A listing of one state (f.Status, or f.Stuck) follows the table's (status, expires_at) index: its
+// records come by expiry, then (scope, key), and a page reads only its own rows however large the
+// table. Other listings come in (scope, key) order, the primary key's. Errors: ErrInvalidKey or
+// ErrUnknownScope for f.Scope, an unknown status, the database's.
 func (a *Admin) List(ctx context.Context, f Filter) ([]*Entry, error) {
 	now := a.opts.Now()
 	w, err := a.where(ctx, &f, now)
@@ -94,10 +99,10 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]*Entry, error) {
 		limit = DefaultLimit
 	}
 	var out []*Entry
-	var lastScope, lastKey string
+	var last *Entry
 	for len(out) < limit {
 		n := min(pageSize, limit-len(out))
-		query, args := a.q.page(w, lastScope, lastKey, len(out) == 0, n)
+		query, args := a.q.page(w, last, n)
 		page, err := a.entries(ctx, query, args)
 		if err != nil {
 			return out, err
@@ -109,8 +114,7 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]*Entry, error) {
 		if len(page) < n {
 			break
 		}
-		last := page[len(page)-1]
-		lastScope, lastKey = last.Scope, last.Key
+		last = page[len(page)-1]
 	}
 	return out, nil
 }
@@ -262,7 +266,8 @@ func (a *Admin) Claims(ctx context.Context) ([]idemotel.ClaimStats, error) {
 type SweepPlan struct {
 	// Now is the moment the plan was made for.
 	Now time.Time
-	// Expired are records the sweeper would delete (record.Store.DeleteExpired), oldest expiry first;
+	// Expired are records the sweeper would delete (record.Store.DeleteExpired), by status, then
+	// oldest expiry first (the order of the status index, which MySQL's sweeper deletes in);
 	// ExpiredTotal counts them all.
 	Expired      []*Entry
 	ExpiredTotal int64
@@ -294,7 +299,7 @@ func (a *Admin) PlanSweep(ctx context.Context, limit int) (*SweepPlan, error) {
 		list  *[]*Entry
 		total *int64
 	}{
-		{condExpired, []any{ms}, "expires_at", &p.Expired, &p.ExpiredTotal},
+		{condExpired, []any{ms}, "status, expires_at", &p.Expired, &p.ExpiredTotal},
 		{condStale, []any{ms, ms}, "lease_until", &p.Stale, &p.StaleTotal},
 		{condPending, []any{ms}, "lease_until", &p.Pending, &p.PendingTotal},
 	}

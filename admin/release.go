@@ -58,8 +58,8 @@ func (a *Admin) Release(ctx context.Context, rec *idemkit.Record, opts ReleaseOp
 	if err := a.store.Update(ctx, &next, rec.Version()); err != nil {
 		return nil, err
 	}
-	if a.opts.Redis != nil {
-		if _, err := a.clearRedis(ctx, rec, false); err != nil {
+	if a.lk != nil {
+		if err := a.releaseLock(ctx, rec); err != nil {
 			return &next, fmt.Errorf("%w: the record was released, but its lock could not be removed (it expires by itself): %w", ErrRedisCleanup, err)
 		}
 	}
@@ -107,8 +107,8 @@ func (a *Admin) Purge(ctx context.Context, rec *idemkit.Record, opts PurgeOption
 	if err := a.store.Delete(ctx, rec.Scope, rec.Key, rec.Version()); err != nil {
 		return err
 	}
-	if a.opts.Redis != nil {
-		if _, err := a.clearRedis(ctx, rec, true); err != nil {
+	if a.lk != nil {
+		if err := a.forget(ctx, rec); err != nil {
 			return fmt.Errorf("%w: the record was deleted, but its cached result could not be removed (it expires by itself): %w", ErrRedisCleanup, err)
 		}
 	}

@@ -8,23 +8,43 @@ import (
 
 // Every SQL text of the package is in this file, so that a change of the record table's layout is
 // made in one place. The statements address records by (scope, idem_key) only — never by a surrogate
-// id — and read expires_at = 0 as "no expiry", so they run on the v1 table (id, UNIQUE(scope,
-// idem_key)) and on a table whose primary key is (scope, idem_key). Placeholders are '?': gorm
-// rewrites them for PostgreSQL.
+// id — and read expires_at = 0 as "no expiry". Placeholders are '?': gorm rewrites them for
+// PostgreSQL.
+//
+// The v2 table has its primary key (scope, idem_key) and one secondary index, (status, expires_at)
+// (record's DDL); InnoDB appends the primary key to it, so it is ordered (status, expires_at, scope,
+// idem_key). Every condition on a state leads with status, so that index serves it:
+//
+//   - the claims gauge (Claims, on every Prometheus scrape) reads the PROCESSING entries only — the
+//     claims in flight — never the table (TestPlansUseStatusIndex checks the plans on MariaDB,
+//     PostgreSQL and SQLite);
+//   - a listing of one status pages in the index's order (expiry, then scope and key): each page
+//     starts where the last one ended and stops after its rows, however many records the table and
+//     the status hold;
+//   - the sweeper's conditions are record.Store's own (status first), and the expired records are
+//     listed in the index's order, the order MySQL's DELETE ... LIMIT takes them.
+//
+// Listings without a status page through the primary key; aggregates over every state (Stats) and
+// filters on gid or updated_at, which no index holds, read the table (or the scope's part of it).
 //
 // The sweeper's conditions below must select what record.Store.DeleteExpired, RecoverStale and
 // Pending select; TestSweepPlanMatchesSweeper runs both on the same records and compares.
 const (
-	// condExpired: records the sweeper deletes. A PROCESSING record with a gid never expires.
-	condExpired = "expires_at <> 0 AND expires_at <= ? AND (status <> 'PROCESSING' OR gid = '')"
+	// condExpired: records the sweeper deletes. A PROCESSING record with a gid never expires. The
+	// status list covers every state; it is there for the index.
+	condExpired = "status IN ('SUCCEEDED', 'REJECTED', 'FAILED', 'PROCESSING') AND expires_at <> 0 AND expires_at <= ? " +
+		"AND (status <> 'PROCESSING' OR gid = '')"
 	// condStale: claims the sweeper recovers (FAILED, fence + 1): lease run out, no gid, not expired.
 	condStale = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
 	// condPending: claims tied to a global transaction whose lease ran out: the reconciler's.
 	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
 	// condStuck: every PROCESSING record whose lease ran out, gid or not.
 	condStuck = "status = 'PROCESSING' AND lease_until <= ?"
-	// condAfter: keyset pagination in (scope, idem_key) order, the table's unique key.
+	// condAfter: keyset pagination in (scope, idem_key) order, the primary key.
 	condAfter = "(scope > ? OR (scope = ? AND idem_key > ?))"
+	// condAfterExpiry: keyset pagination in (expires_at, scope, idem_key) order within one status,
+	// the (status, expires_at) index's. The first comparison gives the index range its start.
+	condAfterExpiry = "expires_at >= ? AND (expires_at > ? OR (expires_at = ? AND (scope > ? OR (scope = ? AND idem_key > ?))))"
 )
 
 // entryColumns are the columns of an [Entry], in scan order; the response is read as its size only.
@@ -79,12 +99,20 @@ func (q *sqlTexts) scopes(w where) (string, []any) {
 	return "SELECT DISTINCT scope FROM " + q.table + w.sql() + " ORDER BY scope LIMIT ?", w.args
 }
 
-// page lists one page of entries after a (scope, key) position.
-func (q *sqlTexts) page(w where, afterScope, afterKey string, first bool, limit int) (string, []any) {
-	if !first {
-		w.add(condAfter, afterScope, afterScope, afterKey)
+// page lists one page of entries after the last entry read (nil for the first page): in the
+// (status, expires_at) index's order when w pins one status, else in primary key order.
+func (q *sqlTexts) page(w where, after *Entry, limit int) (string, []any) {
+	order := "scope, idem_key"
+	if w.status != "" {
+		order = "expires_at, scope, idem_key"
+		if after != nil {
+			e := millis(after.ExpiresAt)
+			w.add(condAfterExpiry, e, e, e, after.Scope, after.Scope, after.Key)
+		}
+	} else if after != nil {
+		w.add(condAfter, after.Scope, after.Scope, after.Key)
 	}
-	return "SELECT " + q.entryColumns() + " FROM " + q.table + w.sql() + " ORDER BY scope, idem_key LIMIT ?",
+	return "SELECT " + q.entryColumns() + " FROM " + q.table + w.sql() + " ORDER BY " + order + " LIMIT ?",
 		append(w.args, limit)
 }
 
@@ -117,9 +145,9 @@ func (q *sqlTexts) stats(w where, nowMS int64) (string, []any) {
 	return s, append([]any{nowMS, nowMS}, w.args...)
 }
 
-// claims aggregates the PROCESSING records per scope: count, stuck, oldest created_at. On a table
-// whose only secondary index is expires_at (a claim having expires_at = 0), adding "expires_at = 0
-// AND" to the condition lets the database use that index.
+// claims aggregates the PROCESSING records per scope: count, stuck, oldest created_at. It reads the
+// PROCESSING entries of the (status, expires_at) index and their rows: the claims in flight, not the
+// table.
 func (q *sqlTexts) claims(w where, nowMS int64) (string, []any) {
 	w.add("status = 'PROCESSING'")
 	s := "SELECT scope, COUNT(*), SUM(CASE WHEN lease_until <= ? THEN 1 ELSE 0 END), MIN(created_at) FROM " +
@@ -129,8 +157,9 @@ func (q *sqlTexts) claims(w where, nowMS int64) (string, []any) {
 
 // where is a conjunction of conditions and their arguments.
 type where struct {
-	conds []string
-	args  []any
+	conds  []string
+	args   []any
+	status string // the one status the conditions pin, if any: listings then follow the status index
 }
 
 func (w *where) add(cond string, args ...any) {
@@ -145,13 +174,29 @@ func (w where) sql() string {
 	return " WHERE " + strings.Join(w.conds, " AND ")
 }
 
-// namespace restricts w to the stored scopes starting with prefix ("ns/"): a comparison of the
-// scope's first characters, exact in every dialect (LIKE is case-insensitive in SQLite and would
-// need escaping). MySQL's scope is VARBINARY, counted in bytes; elsewhere in characters.
+// namespace restricts w to the stored scopes starting with prefix ("ns/"), exactly (case and all).
+// On MySQL (scope is VARBINARY: LIKE compares bytes) and PostgreSQL it is a LIKE prefix pattern,
+// escaped with '!' (no backslash, whose meaning in literals differs between servers): MySQL reads it
+// as a range of the primary key, and PostgreSQL's planner estimates it from the scope's statistics —
+// a SUBSTR comparison there is estimated at 0.5% of the rows whatever they hold, which makes a scan of
+// the table look cheaper than the status index for a listing of a common status. SQLite's LIKE
+// ignores ASCII case, so there it compares the scope's first characters.
 func (q *sqlTexts) namespace(w *where, prefix string) {
-	n := utf8.RuneCountInString(prefix)
-	if q.dialect == "mysql" {
-		n = len(prefix)
+	if q.dialect == "sqlite" {
+		w.add("SUBSTR(scope, 1, "+strconv.Itoa(utf8.RuneCountInString(prefix))+") = ?", prefix)
+		return
 	}
-	w.add("SUBSTR(scope, 1, "+strconv.Itoa(n)+") = ?", prefix)
+	w.add("scope LIKE ? ESCAPE '!'", likeEscape(prefix)+"%")
+}
+
+// likeEscape escapes LIKE's wildcards and its escape character '!' in s.
+func likeEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '!' || r == '%' || r == '_' {
+			b.WriteByte('!')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -32,6 +32,14 @@
 // and the Guard's Store decides who runs. Results are cached under the same prefix; set a maxmemory
 // policy that evicts volatile keys (volatile-lru, volatile-ttl) rather than refusing writes.
 //
+// # Inspecting and repairing
+//
+// Operators' tools (package admin, the idemctl command) read and clean a key through the Locker, so
+// the value format stays in this package: [Locker.Key] names the Redis key, [Locker.State] decodes
+// what it holds (a lock with its token, deadline and time to live, or a cached result's size) in one
+// atomic read, and [Locker.Forget] deletes a cached result or a given token's lock, never another
+// attempt's. A Guard uses none of them.
+//
 // # Timeouts
 //
 // Create the client with ContextTimeoutEnabled: true. Without it go-redis does not let context

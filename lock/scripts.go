@@ -13,6 +13,8 @@ import (
 //
 // release and refresh are compare-and-set operations that no native command does before Redis 8;
 // acquire and fill stand in for SET ... NX ... GET and SET ... GET on servers that refuse them.
+// inspect and forget are the operator's read and repair (Locker.State, Locker.Forget), never run by
+// a Guard.
 var (
 	//go:embed acquire.lua
 	acquireLua    string
@@ -29,4 +31,12 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed inspect.lua
+	inspectLua    string
+	inspectScript = redis.NewScript(inspectLua)
+
+	//go:embed forget.lua
+	forgetLua    string
+	forgetScript = redis.NewScript(forgetLua)
 )

@@ -15,9 +15,9 @@ import (
 // rolled it back on a write conflict: an InnoDB deadlock, or on a Galera cluster a certification
 // failure, which a node reports at COMMIT (or at the next statement of a transaction a replicated
 // write aborted). Nothing of a rolled-back attempt happened, and the next attempt of a key another
-// writer won gets that writer's result replayed — or this attempt does, when its record's INSERT meets
-// the winner's committed record: DoTx then returns the stored answer with ErrRollbackReplayed, and
-// the transaction rolls back (a stored rejection keeps ErrRejected in the error).
+// writer won gets that writer's result replayed. When the debit ran but another attempt's record was
+// there first, DoTx returns that stored answer with ErrRollbackReplayed: the transaction rolled back,
+// and the stored answer is the answer (a stored rejection comes as the error).
 func debit(ctx context.Context, db *gorm.DB, store *record.Store, guard *idemkit.Guard, key string) ([]byte, error) {
 	const attempts = 5
 	for attempt := 1; ; attempt++ {
@@ -38,7 +38,7 @@ func debit(ctx context.Context, db *gorm.DB, store *record.Store, guard *idemkit
 		case err == nil:
 			return res.Value, nil
 		case errors.Is(err, idemkit.ErrRollbackReplayed) && !errors.Is(err, idemkit.ErrRejected):
-			return res.Value, nil // rolled back: another attempt finished the key meanwhile, res is its result
+			return res.Value, nil // rolled back: the answer another attempt stored
 		case record.IsConflict(err) && attempt < attempts:
 			continue
 		default:

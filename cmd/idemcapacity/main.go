@@ -34,7 +34,7 @@ func main() {
 func run() error {
 	var (
 		o      capacity.Options
-		label  = flag.String("label", "", `what is measured, printed with the figures (default "write path at commit <HEAD>")`)
+		label  = flag.String("label", "", `what is measured, printed with the figures (default "write path v2 at commit <HEAD>")`)
 		update = flag.String("update", "", "replace the generated block of this Markdown file")
 		jsonTo = flag.String("json", "", "also write the raw figures as JSON to this file")
 	)
@@ -43,7 +43,7 @@ func run() error {
 	flag.IntVar(&o.Concurrency, "c", capacity.DefaultConcurrency, "concurrent callers")
 	flag.IntVar(&o.ResultSize, "result", capacity.DefaultResultSize, "bytes of a stored result")
 	flag.IntVar(&o.Rounds, "rounds", capacity.DefaultRounds, "interleaved rounds of write measurements (each mode reports its median)")
-	flag.BoolVar(&o.Galera, "galera", false, "also measure Execute mode on a 3-node Galera cluster")
+	flag.BoolVar(&o.Galera, "galera", false, "also measure Tx and Execute modes on a 3-node Galera cluster")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -59,7 +59,7 @@ func run() error {
 	commit := head()
 	r.Commit = commit
 	if *label == "" {
-		*label = "write path at commit " + commit
+		*label = "write path v2 at commit " + commit
 	}
 	block := r.Markdown(*label)
 	fmt.Print(block)

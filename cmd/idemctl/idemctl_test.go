@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/record"
 )
 
@@ -225,15 +226,15 @@ func TestReleaseThenRetry(t *testing.T) {
 			t.Fatalf("refused releases changed something:\nbefore:\n%s\nafter:\n%s", before, after)
 		}
 
-		lockKey := func(key string) string {
-			ad, err := f.guard.Address(scopeA, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f.prefix + "{" + ad.LockKey + "}:lock"
+		// One Redis key per record holds its lock or its cached result; lock.Locker reads it.
+		lk := lock.New(f.rdb, &lock.Options{Prefix: f.prefix})
+		ad, err := f.guard.Address(scopeA, s.stuck)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if n, _ := f.rdb.Exists(ctx, lockKey(s.stuck)).Result(); n != 1 {
-			t.Fatal("the stuck claim's Redis lock should still be held (it has a real-time TTL)")
+		lockKey := func(string) string { return lk.Key(ad.LockKey) }
+		if st, err := lk.State(ctx, ad.LockKey); err != nil || !st.Locked || st.Token != s.stuckClaim.Record().Owner {
+			t.Fatalf("the stuck claim's Redis lock should still be held by its owner (it has a real-time TTL): %+v %v", st, err)
 		}
 		r := f.want(t, exitOK, strings.NewReader("y\n"), []string{"release", scopeA, s.stuck, "--reason", "INC-42"}, "released")
 		rec, err := f.guard.Get(ctx, scopeA, s.stuck)

@@ -134,7 +134,7 @@ var commands = []*command{
 		flags: func(fs *flag.FlagSet, o *opts) {
 			fs.IntVar(&o.preview, "preview", 200, "bytes of the result to show")
 		}, run: (*cli).inspect},
-	{name: "list", summary: "records matching filters, in (scope, key) order", flags: filterFlags(100), run: (*cli).list},
+	{name: "list", summary: "records matching filters", flags: filterFlags(100), run: (*cli).list},
 	{name: "stats", summary: "per-scope statistics", flags: func(fs *flag.FlagSet, o *opts) {
 		fs.StringVar(&o.filter.Scope, "scope", "", "only this scope")
 	}, run: (*cli).stats},
@@ -268,8 +268,9 @@ var commandHelp = map[string]string{
 attempt with the key would get now (run, replay, 409 in flight, takeover...). Exit 3 when there is no
 record (the scope is unknown, or the key has none).
 `,
-	"list": `Filters combine (AND). Records are read in pages of 500 in (scope, key) order; progress is shown
-on a terminal. --stuck lists the claims whose holder died or stalled: without a gid the sweeper
+	"list": `Filters combine (AND). Records are read in pages of 500 in (scope, key) order, or, with --status
+or --stuck, by expiry then (scope, key) (the order of the table's status index, so each page reads
+only its own rows); progress is shown on a terminal. --stuck lists the claims whose holder died or stalled: without a gid the sweeper
 recovers them, with one the reconciler settles them.
 `,
 	"stats": `The table cannot count duplicates: a replay writes nothing. With --metrics (the /metrics URLs of

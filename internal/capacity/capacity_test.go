@@ -27,16 +27,27 @@ func TestMeasureSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Writes) != 4 {
-		t.Fatalf("%d write measurements, want 4", len(r.Writes))
+	// One measurement per write mode: v2 measures more calls than v1's four (Tx with and without a
+	// Locker, the cached and the uncached replay).
+	if len(r.Writes) != len(writeModes) {
+		t.Fatalf("%d write measurements, want %d", len(r.Writes), len(writeModes))
 	}
 	for _, w := range r.Writes {
-		if w.Calls == 0 || w.PerSecond <= 0 || w.DBMicros <= 0 || w.GoMicros <= 0 {
+		if w.Calls == 0 || w.PerSecond <= 0 || w.GoMicros <= 0 || w.Statements != "" && w.DBMicros <= 0 || w.Locker && w.RedisMicros <= 0 {
 			t.Errorf("write %s: %+v", w.Mode, w)
 		}
 	}
+	// A cached replay sends no SQL: the database's CPU per replay (its background work spread over
+	// the calls) is far below a new key's.
+	if replay, exec := r.write("replay"), r.write("execute"); replay.Statements != "" || replay.DBMicros >= exec.DBMicros/2 {
+		t.Errorf("cached replay: %+v; execute: %+v", replay, exec)
+	}
+	if r.CachedValueSize < int64(r.ResultSize) || r.LoadStart == "" || r.LoadEnd == "" {
+		t.Errorf("cached value of %d bytes for a %d-byte result; load %q %q", r.CachedValueSize, r.ResultSize, r.LoadStart, r.LoadEnd)
+	}
 	for name, v := range map[string][2]float64{
 		"bytes per record":              {r.BytesPerRecord, 200},
+		"index bytes per record":        {r.IndexBytesPerRecord, 10},
 		"bytes per record without data": {r.BytesPerRecordMark, 100},
 		"Redis bytes per lock":          {r.RedisBytesPerLock, 50},
 		"Redis bytes per cached result": {r.RedisBytesPerCached, 256},
@@ -49,7 +60,7 @@ func TestMeasureSmall(t *testing.T) {
 		t.Errorf("sweeper or Redis figures missing: %+v", r)
 	}
 	md := r.Markdown("test")
-	for _, want := range []string{BeginMarker, EndMarker, "| execute |", "Extrapolated", "| 10,000 |"} {
+	for _, want := range []string{BeginMarker, EndMarker, "| execute |", "| tx |", "| replay |", "Extrapolated", "| 10,000 |", "per million keys"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the Markdown lacks %q:\n%s", want, md)
 		}

@@ -19,9 +19,9 @@ const (
 
 // Sizing assumptions of the extrapolated table.
 const (
-	sizingTTLHours      = 24
-	sizingCacheTTLHours = 1
-	sizingReplayShare   = 1.0 // one replay per new key (a retried request)
+	sizingTTLHours           = 24  // idemkit.DefaultTTL
+	sizingShortCacheTTLHours = 1   // a CacheTTL below TTL, traded against a read per new key in Tx mode
+	sizingReplayShare        = 1.0 // one replay per new key (a retried request), within CacheTTL
 )
 
 // Markdown renders the figures and the sizing they imply, between BeginMarker and EndMarker. label
@@ -30,44 +30,65 @@ func (r *Report) Markdown(label string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("%s\n\n", BeginMarker)
-	p("**Measured %s** — %s. %s; MariaDB %s (innodb_flush_log_at_trx_commit=%s), Redis %s; %d concurrent callers, %d-byte results, writes: median of %d interleaved rounds, %s records per size and sweeper measurement. All servers private, on the same machine as the client.\n\n",
-		r.Date, label, r.Machine, r.MariaDB, r.Flush, r.Redis, r.Concurrency, r.ResultSize, r.Rounds, thousands(float64(r.Records)))
+	p("**Measured %s** — %s. %s; MariaDB %s (innodb_flush_log_at_trx_commit=%s), Redis %s; %d concurrent callers, %d-byte results, calls: median of %d interleaved rounds, %s records per size and sweeper measurement. All servers private, on the same machine as the client; load average %s at the start, %s at the end (1, 5, 15 min).\n\n",
+		r.Date, label, r.Machine, r.MariaDB, r.Flush, r.Redis, r.Concurrency, r.ResultSize, r.Rounds, thousands(float64(r.Records)), r.LoadStart, r.LoadEnd)
 
-	p("| write | what it writes | calls/s here | DB CPU per call | calls per DB core·s | Go CPU per call |\n")
-	p("|---|---|---|---|---|---|\n")
+	p("| call | what it does | SQL per call | Redis per call | calls/s here | DB CPU per call | calls per DB core·s | Redis CPU per call | Go CPU per call |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
 	for _, w := range r.Writes {
-		p("| %s | %s | %s | %s µs | %s | %s µs |\n", w.Mode, w.Writes, thousands(w.PerSecond), dec(w.DBMicros), thousands(w.PerDBCore), dec(w.GoMicros))
+		perCore, redisCPU := "—", "—"
+		if w.PerDBCore > 0 {
+			perCore = thousands(w.PerDBCore)
+		}
+		if w.Locker {
+			redisCPU = dec(w.RedisMicros) + " µs"
+		}
+		p("| %s | %s | %s | %s | %s | %s µs | %s | %s | %s µs |\n", w.Mode, w.Writes, or(w.Statements, "none"), or(w.Redis, "none"),
+			thousands(w.PerSecond), dec(w.DBMicros), perCore, redisCPU, dec(w.GoMicros))
 	}
 	p("\n| storage and cleanup | measured |\n|---|---|\n")
-	p("| InnoDB bytes per record, %d-byte result (data + indexes) | %s |\n", r.ResultSize, thousands(r.BytesPerRecord))
+	p("| InnoDB bytes per record, %d-byte result (clustered primary key + the (status, expires_at) index) | %s (index: %s) |\n",
+		r.ResultSize, thousands(r.BytesPerRecord), thousands(r.IndexBytesPerRecord))
 	p("| InnoDB bytes per record, no result (Mark mode) | %s |\n", thousands(r.BytesPerRecordMark))
 	p("| tablespace file bytes per record, %d-byte result | %s |\n", r.ResultSize, thousands(r.FileBytesPerRecord))
 	p("| sweeper: stale claims recovered per second (one sweeper, batches of 500) | %s (DB CPU %s µs each) |\n", thousands(r.SweepRecoverPerSec), dec(r.SweepRecoverDBMicros))
 	p("| sweeper: expired records deleted per second (one sweeper, batches of 500) | %s (DB CPU %s µs each) |\n", thousands(r.SweepDeletesPerSec), dec(r.SweepDeleteDBMicros))
-	p("| Redis memory per in-flight lock | %s bytes |\n", thousands(r.RedisBytesPerLock))
-	p("| Redis memory per cached result (%d-byte result) | %s bytes |\n", r.ResultSize, thousands(r.RedisBytesPerCached))
+	p("| Redis memory per in-flight lock (one key holding the lock value) | %s bytes |\n", thousands(r.RedisBytesPerLock))
+	p("| Redis memory per cached result (the same key holding the Guard's %d-byte cached value of a %d-byte result) | %s bytes; %s per million keys |\n",
+		r.CachedValueSize, r.ResultSize, thousands(r.RedisBytesPerCached), size(1e6*r.RedisBytesPerCached))
 	p("| Redis CPU per Acquire (new key) / Release (with cache fill) / cached replay | %s / %s / %s µs |\n",
 		dec(r.RedisAcquireMicros), dec(r.RedisReleaseMicros), dec(r.RedisReplayMicros))
 
-	exec, tx := r.write("execute"), r.write("tx")
-	p("\n**Extrapolated** from the figures above (linear; no contention, replication or network cost): each new key is one guarded call, followed by %.0f replay; records live %dh (TTL), results stay cached %dh (CacheTTL).\n\n",
-		sizingReplayShare, sizingTTLHours, sizingCacheTTLHours)
-	p("| new keys/s | DB cores, Execute | DB cores, Tx | records held | record storage | Redis cache | Redis cores | sweeper load (deletes/s ÷ one sweeper's rate) |\n")
-	p("|---|---|---|---|---|---|---|---|\n")
+	exec, tx, txRead := r.write("execute"), r.write("tx"), r.write("tx-nolock")
+	p("\n**Extrapolated** from the figures above (linear; no contention, replication or network cost): each new key is one guarded call, followed by %.0f replay within CacheTTL; records live %dh (TTL). CacheTTL defaults to TTL (%dh): every result stays cached as long as its record counts, and Tx mode needs no read before its function. A CacheTTL of %dh keeps Redis %d times smaller and costs Tx mode one primary-key SELECT per new key (the tx-nolock figure).\n\n",
+		sizingReplayShare, sizingTTLHours, sizingTTLHours, sizingShortCacheTTLHours, sizingTTLHours/sizingShortCacheTTLHours)
+	p("| new keys/s | DB cores, Execute | DB cores, Tx (CacheTTL = TTL) | DB cores, Tx (CacheTTL %dh) | records held | record storage | Redis memory (CacheTTL = TTL) | Redis memory (CacheTTL %dh) | Redis cores | sweeper load (deletes/s ÷ one sweeper's rate) |\n",
+		sizingShortCacheTTLHours, sizingShortCacheTTLHours)
+	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, load := range []float64{100, 1_000, 10_000, 50_000} {
 		held := load * sizingTTLHours * 3600
-		cached := load * sizingCacheTTLHours * 3600
+		cachedShort := load * sizingShortCacheTTLHours * 3600
 		redisCores := load * (r.RedisAcquireMicros + r.RedisReleaseMicros + sizingReplayShare*r.RedisReplayMicros) / 1e6
 		sweepShare := 0.0
 		if r.SweepDeletesPerSec > 0 {
 			sweepShare = load / r.SweepDeletesPerSec
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", thousands(load),
-			cores(load*(exec.DBMicros+r.SweepDeleteDBMicros)/1e6), cores(load*(tx.DBMicros+r.SweepDeleteDBMicros)/1e6),
-			thousands(held), size(held*r.BytesPerRecord), size(cached*r.RedisBytesPerCached), cores(redisCores), dec(sweepShare))
+		dbCores := func(w Write) string { return cores(load * (w.DBMicros + r.SweepDeleteDBMicros) / 1e6) }
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", thousands(load),
+			dbCores(exec), dbCores(tx), dbCores(txRead),
+			thousands(held), size(held*r.BytesPerRecord), size(held*r.RedisBytesPerCached), size(cachedShort*r.RedisBytesPerCached),
+			cores(redisCores), dec(sweepShare))
 	}
-	p("\nDB cores include the sweeper's deletes (every record is deleted once); the write cost of the business itself is not included.\n\n%s\n", EndMarker)
+	p("\nDB cores include the sweeper's deletes (every record is deleted once); the write cost of the business itself is not included (in Tx mode its statements share the transaction and its commit). Redis memory leaves out the in-flight locks (a few per concurrent call) and replicas.\n\n%s\n", EndMarker)
 	return b.String()
+}
+
+// or returns s, or def when s is empty.
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func (r *Report) write(mode string) Write {

@@ -52,19 +52,20 @@ func fill(ctx context.Context, s *record.Store, n, size int, status idemkit.Stat
 	return first
 }
 
-// tableBytes returns InnoDB's data + index length of table after ANALYZE TABLE, and its file size.
-func tableBytes(db *gorm.DB, table string) (pages, file float64, err error) {
+// tableBytes returns InnoDB's data length (the clustered primary key: the rows) and index length (the
+// secondary indexes) of table after ANALYZE TABLE, and its file size.
+func tableBytes(db *gorm.DB, table string) (data, index, file float64, err error) {
 	if err := db.Exec("ANALYZE TABLE " + table).Error; err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	var data, index int64
+	var d, i int64
 	if err := db.Raw("SELECT data_length, index_length FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", table).
-		Row().Scan(&data, &index); err != nil {
-		return 0, 0, err
+		Row().Scan(&d, &i); err != nil {
+		return 0, 0, 0, err
 	}
 	var size int64
 	_ = db.Raw("SELECT file_size FROM information_schema.innodb_sys_tablespaces WHERE name = CONCAT(DATABASE(), '/', ?)", table).Row().Scan(&size)
-	return float64(data + index), float64(size), nil
+	return float64(d), float64(i), float64(size), nil
 }
 
 func measureBytes(ctx context.Context, db *gorm.DB, r *Report, o *Options) error {
@@ -82,12 +83,14 @@ func measureBytes(ctx context.Context, db *gorm.DB, r *Report, o *Options) error
 		if err := fill(ctx, s, o.Records, size, status, o); err != nil {
 			return err
 		}
-		pages, file, err := tableBytes(db, table)
+		data, index, file, err := tableBytes(db, table)
 		if err != nil {
 			return err
 		}
+		pages := data + index
 		if size > 0 {
 			r.BytesPerRecord = pages / float64(o.Records)
+			r.IndexBytesPerRecord = index / float64(o.Records)
 			r.FileBytesPerRecord = file / float64(o.Records)
 			r.sweepTable = table
 		} else {

@@ -78,9 +78,11 @@ func wsrepCounters(t *testing.T, g *cluster.Galera) (certFailures, bfAborts int6
 
 // TestGalera uses a 3-node MariaDB Galera cluster as the record store, each Guard writing through a
 // different node: the Store conformance suite through a node other than the one that created the
-// database; the shared duplicate storm (Execute mode) with one Guard per node; and a Tx-mode storm of
-// money transfers during which a node is killed (SIGKILL), restarted and rejoins by incremental state
-// transfer, checked afterwards by an independent conservation check on every node.
+// database; the shared duplicate storm (Execute mode) with one Guard per node; a Tx-mode storm of
+// money transfers in the caller's transaction (DoTx) during which a node is killed (SIGKILL),
+// restarted and rejoins by incremental state transfer; and the same transfers through Guard.Tx,
+// whose own COMMIT fails on certification. Each storm is checked afterwards by an independent
+// conservation check on every node.
 func TestGalera(t *testing.T) {
 	t.Parallel()
 	sc := scaleFromEnv()
@@ -119,7 +121,8 @@ func TestGalera(t *testing.T) {
 		t.Logf("Galera conflicts during the storm: %d certification failures, %d brute-force aborts", c1-c0, b1-b0)
 	})
 
-	t.Run("TxStormNodeKilled", func(t *testing.T) { testGaleraTxStorm(t, g, sc) })
+	t.Run("TxStormNodeKilled", func(t *testing.T) { testGaleraTxStorm(t, g, sc, false) })
+	t.Run("GuardTxStorm", func(t *testing.T) { testGaleraTxStorm(t, g, sc, true) })
 }
 
 // bank is the business of the Tx-mode storm: each key moves an amount between two accounts and
@@ -235,12 +238,19 @@ func (b *bank) check(t *testing.T, db *gorm.DB, records string, answers map[stri
 // testGaleraTxStorm: three Guards, each on its own node, run money transfers in Tx mode (the record
 // and the business commit together). Copies of a key race on different nodes: Galera lets each run
 // locally and certifies them at COMMIT, where all but one fail with a conflict (error 1213), roll
-// back entirely and are retried by their client, which then gets the winner's result replayed; a
-// copy on the winner's node meets its committed record at the INSERT and DoTx hands it the stored
-// result with ErrRollbackReplayed (rolled back, the answer is the winner's). Mid-
-// storm a node is killed with SIGKILL, kept down while the others carry the load, restarted, and
-// rejoins by IST. Afterwards the conservation check runs on every node.
-func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
+// back entirely and are retried by their client, which then gets the winner's result replayed.
+//
+// Caller-owned (owned false, DoTx in the caller's db.Transaction): a copy whose record INSERT finds
+// the winner's record already applied gets the stored answer with ErrRollbackReplayed and rolls back
+// (the v2 contract: the record is written after the function); mid-storm a node is killed with
+// SIGKILL, kept down while the others carry the load, restarted, and rejoins by IST.
+//
+// Guard-owned (owned true, record.Store.Tx): the Guard begins and commits; a certification failure
+// at its COMMIT, a brute-force abort of a statement, must come back as an error record.IsConflict
+// recognises — with every node up, any other error fails the storm. No node is killed.
+//
+// Afterwards the conservation check runs on every node.
+func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale, owned bool) {
 	ctx := context.Background()
 	const procs = 3
 	b := &bank{accounts: testsvc.Name("acct_"), ledger: testsvc.Name("ledger_"), n: 50, initial: 1_000_000}
@@ -266,6 +276,7 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
 	var seq atomic.Int64
 	var faults []string
 	commitConflicts := atomic.Int64{}
+	rolledBackReplays := atomic.Int64{}
 	s := storm{
 		Procs: procs, Dup: 3, Workers: 12,
 		Before: sc.pick(120, 1500), After: sc.pick(120, 1500),
@@ -282,12 +293,13 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
 				value = res.Value
 				return err
 			})
-			switch {
-			case errors.Is(err, idemkit.ErrRollbackReplayed):
-				// DoTx ran the transfer, then found the key finished by a copy that committed first:
-				// rolled back, and the answer is the one that copy stored.
+			if errors.Is(err, idemkit.ErrRollbackReplayed) {
+				// The transfer ran, but another copy's record was there first: it rolled back, and
+				// the stored answer is the answer.
+				rolledBackReplays.Add(1)
 				return string(value), nil
-			case err != nil && !inDoTx && record.IsConflict(err):
+			}
+			if err != nil && !inDoTx && record.IsConflict(err) {
 				commitConflicts.Add(1) // certification failure at COMMIT: the whole transaction rolled back
 			}
 			return string(value), err
@@ -337,13 +349,48 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale) {
 			return nil
 		},
 	}
+	if owned {
+		s.Fault = nil
+		s.Do = func(ctx context.Context, p int, key string) (string, error) {
+			res, err := stores[p].Tx(ctx, guards[p], idemkit.Call{Scope: "bank", Key: key},
+				func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+					v := fmt.Sprintf("%s@node%d#%d", key, p, seq.Add(1))
+					return []byte(v), b.transfer(ctx, tx, key, v)
+				})
+			if record.IsConflict(err) {
+				commitConflicts.Add(1) // at the Guard's COMMIT, or a statement aborted by a winner's write set
+			}
+			return string(res.Value), err
+		}
+		s.Retry = func(err error) string {
+			switch {
+			case record.IsConflict(err):
+				return "write conflict (rolled back)"
+			case errors.Is(err, idemkit.ErrInFlight):
+				return "in flight"
+			}
+			return "" // every node is up: any other error is a conflict the Store failed to recognise
+		}
+	}
+	prefix := "t"
+	if owned {
+		prefix = "o"
+	}
 	c0, b0 := wsrepCounters(t, g)
-	res := s.run(t, "t")
+	res := s.run(t, prefix)
 	c1, b1 := wsrepCounters(t, g)
 	t.Logf("%s", res)
-	t.Logf("faults: %s", strings.Join(faults, "; "))
-	t.Logf("conflicts: %d certification failures, %d brute-force aborts, %d transactions rolled back at COMMIT",
-		c1-c0, b1-b0, commitConflicts.Load())
+	if !owned {
+		t.Logf("faults: %s", strings.Join(faults, "; "))
+		t.Logf("conflicts: %d certification failures, %d brute-force aborts, %d transactions rolled back at COMMIT, %d rolled back to replay the record another copy committed first",
+			c1-c0, b1-b0, commitConflicts.Load(), rolledBackReplays.Load())
+	} else {
+		t.Logf("conflicts: %d certification failures, %d brute-force aborts; Guard.Tx returned %d errors record.IsConflict recognises",
+			c1-c0, b1-b0, commitConflicts.Load())
+		if c1-c0+b1-b0 > 0 && commitConflicts.Load() == 0 {
+			t.Errorf("Galera resolved %d conflicts, but no Guard.Tx call returned a conflict", c1-c0+b1-b0)
+		}
+	}
 	t.Logf("executed %d (rolled back ones included), replayed %d, insert conflicts %d", obs.executed.Load(), obs.replayed.Load(), obs.conflicts.Load())
 	res.wantConsistent(t)
 

@@ -1,0 +1,20 @@
+-- forget: delete the key if it holds a cached result, or the lock of the token (Locker.Forget).
+--
+-- KEYS[1]  the key  <prefix>{<key>}
+-- ARGV[1]  token whose lock may be deleted too ("" for none)
+--
+-- A lock value is "L" .. deadline (digits) .. ":" .. token: the first ':' ends the deadline.
+-- Returns 1 when the key was deleted, 0 when it was absent or holds the lock of another token, which
+-- stays (an attempt is running).
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+if string.sub(v, 1, 1) == 'L' then
+  local i = string.find(v, ':', 2, true)
+  if ARGV[1] == '' or not i or string.sub(v, i + 1) ~= ARGV[1] then
+    return 0
+  end
+end
+redis.call('DEL', KEYS[1])
+return 1
