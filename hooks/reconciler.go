@@ -30,6 +30,9 @@ type Manager interface {
 type ReconcileEvent struct {
 	// Record is the record as listed.
 	Record idemkit.Record
+	// Scope is the record's scope as the Reconciler's Scopes name it (without the Guard's namespace),
+	// or the stored scope when the Reconciler lists records through Pending.
+	Scope string
 	// Status is the manager's answer about the record's gid (after the fence, when Fenced).
 	Status txstatus.Status
 	// Fenced is set when the manager had no record of the gid: the reconciler fenced it (see
@@ -100,10 +103,14 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	if err != nil {
 		return 0, fmt.Errorf("hooks: listing pending records: %w", err)
 	}
+	names := r.scopeNames()
 	settled := 0
 	var errs []error
 	for _, rec := range recs {
-		ev := ReconcileEvent{Record: *rec}
+		ev := ReconcileEvent{Record: *rec, Scope: rec.Scope}
+		if name, ok := names[rec.Scope]; ok {
+			ev.Scope = name
+		}
 		r.settle(ctx, &ev)
 		if ev.Settled {
 			settled++
@@ -119,6 +126,20 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		}
 	}
 	return settled, errors.Join(errs...)
+}
+
+// scopeNames maps the stored form of each of r.Scopes (namespace applied) to the name given.
+func (r *Reconciler) scopeNames() map[string]string {
+	if r.Lifecycle == nil || r.Lifecycle.Guard == nil || len(r.Scopes) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(r.Scopes))
+	for _, s := range r.Scopes {
+		if a, err := r.Lifecycle.Guard.Address(s, "-"); err == nil {
+			m[a.Scope] = s
+		}
+	}
+	return m
 }
 
 // settle brings one record to its transaction's outcome, filling ev.

@@ -1,6 +1,7 @@
 // Package idemotel reports idemkit's calls to OpenTelemetry: a span per guarded call and metrics for
 // outcomes, new keys, replays, store conflicts, takeovers, fenced finishes, fail-open events, claim
-// and call latency, sweeper and reconciler work, and the PROCESSING claims of a record table.
+// and call latency, sweeper and reconciler work (records settled, gids fenced), and the PROCESSING
+// claims of a record table.
 // Providers are passed in; nothing global is read or set.
 //
 //	obs, err := idemotel.New(&idemotel.Options{TracerProvider: tp, MeterProvider: mp})
@@ -30,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/sweep"
 )
 
@@ -47,6 +49,8 @@ const (
 	AttrStatus  = "idemkit.status"
 	AttrSource  = "idemkit.source" // of a replay: "cache" or "store"
 	AttrTask    = "idemkit.task"   // of a sweeper task: "delete_expired", "recover_stale", "reconcile"...
+	// AttrTxStatus is a global transaction's outcome as the reconciler saw it: "succeed" or "failed".
+	AttrTxStatus = "idemkit.tx_status"
 )
 
 // Options configure an [Observer]. The zero value reports nothing.
@@ -78,18 +82,21 @@ type ClaimStats struct {
 
 // Observer is an [idemkit.Observer] on OpenTelemetry. It is safe for concurrent use.
 type Observer struct {
-	tracer    trace.Tracer
-	calls     metric.Int64Counter
-	newKeys   metric.Int64Counter
-	replays   metric.Int64Counter
-	conflicts metric.Int64Counter
-	takeovers metric.Int64Counter
-	fenced    metric.Int64Counter
-	failOpen  metric.Int64Counter
-	duration  metric.Float64Histogram
-	claimDur  metric.Float64Histogram
-	sweepRows metric.Int64Counter
-	sweepErrs metric.Int64Counter
+	tracer     trace.Tracer
+	calls      metric.Int64Counter
+	newKeys    metric.Int64Counter
+	replays    metric.Int64Counter
+	conflicts  metric.Int64Counter
+	takeovers  metric.Int64Counter
+	fenced     metric.Int64Counter
+	failOpen   metric.Int64Counter
+	duration   metric.Float64Histogram
+	claimDur   metric.Float64Histogram
+	sweepRows  metric.Int64Counter
+	sweepErrs  metric.Int64Counter
+	recSettled metric.Int64Counter
+	recFenced  metric.Int64Counter
+	recErrors  metric.Int64Counter
 }
 
 var _ idemkit.Observer = (*Observer)(nil)
@@ -135,6 +142,9 @@ func New(opts *Options) (*Observer, error) {
 	obs.claimDur = histogram("idemkit.claim.duration", "Time to get a claim (lock and store), by mode and scope.")
 	obs.sweepRows = counter("idemkit.sweep.rows", "{row}", "Rows a sweeper task handled, by task: delete_expired (deleted), recover_stale (recovered), reconcile (settled by the reconciler), barrier (deleted).")
 	obs.sweepErrs = counter("idemkit.sweep.errors", "{run}", "Sweeper task runs that failed, by task.")
+	obs.recSettled = counter("idemkit.reconcile.settled", "{record}", "Records a transaction reconciler settled, by scope and the transaction's outcome (succeed or failed).")
+	obs.recFenced = counter("idemkit.reconcile.fenced", "{record}", "Pending records whose gid the transaction manager did not know: the reconciler fenced the gid. Alert when it grows: an initiator died before the manager heard of its transaction, or the manager lost one it had accepted.")
+	obs.recErrors = counter("idemkit.reconcile.errors", "{record}", "Pending records a transaction reconciler could not settle in a pass (manager unreachable, a failing hook, the store), by scope.")
 	if o.Claims != nil {
 		errs = append(errs, registerClaims(m, o.Claims))
 	}
@@ -277,6 +287,27 @@ func (o *Observer) Task(t sweep.Task) sweep.Task {
 		return n, err
 	}
 	return t
+}
+
+// Reconciled counts what a transaction reconciler did with one record: pass it as
+// hooks.Reconciler.Observe (or call it from yours). Settled records add to idemkit.reconcile.settled
+// (labelled with the transaction's outcome), fenced gids to idemkit.reconcile.fenced, failures to
+// idemkit.reconcile.errors, each labelled with the event's scope. Without a MeterProvider it does
+// nothing.
+func (o *Observer) Reconciled(ctx context.Context, ev *hooks.ReconcileEvent) {
+	if o.recSettled == nil {
+		return
+	}
+	scope := attribute.String(AttrScope, scopeLabel(ev.Scope))
+	if ev.Settled {
+		o.recSettled.Add(ctx, 1, metric.WithAttributes(scope, attribute.String(AttrTxStatus, string(ev.Status))))
+	}
+	if ev.Fenced {
+		o.recFenced.Add(ctx, 1, metric.WithAttributes(scope))
+	}
+	if ev.Err != nil {
+		o.recErrors.Add(ctx, 1, metric.WithAttributes(scope))
+	}
 }
 
 // systemFailure reports whether an event's error is a failure of the system rather than an expected

@@ -16,10 +16,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/idemotel"
 	"github.com/idemkit/idemkit/idemtest"
 	"github.com/idemkit/idemkit/memory"
 	"github.com/idemkit/idemkit/sweep"
+	"github.com/idemkit/idemkit/txstatus"
 )
 
 func TestSpansAndMetrics(t *testing.T) {
@@ -252,6 +254,69 @@ func TestEveryInstrument(t *testing.T) {
 			if b, _ := json.Marshal(m.Data); strings.Contains(string(b), "secret") {
 				t.Fatalf("%s carries a key", m.Name)
 			}
+		}
+	}
+}
+
+// manager answers a reconciler from a map of gid → status; Fence turns an unknown gid into failed.
+type manager map[string]txstatus.Status
+
+func (m manager) Query(_ context.Context, gid string) (txstatus.Info, error) {
+	return txstatus.Info{Status: m[gid]}, nil
+}
+
+func (m manager) Fence(_ context.Context, gid string) (txstatus.Info, error) {
+	m[gid] = txstatus.Failed
+	return txstatus.Info{Status: txstatus.Failed}, nil
+}
+
+// TestReconcilerMetrics: a reconciler observed by Reconciled counts settlements by outcome, fenced
+// gids and failures, labelled with the scope as the reconciler names it (namespace removed).
+func TestReconcilerMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := idemtest.NewClock()
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Namespace: "shop", Now: clock.Now, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, gid := range []string{"g-ok", "g-lost", "g-broken"} {
+		cl, _, err := g.Begin(ctx, idemkit.Call{Scope: "POST /orders", Key: gid, GID: gid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.Detach(ctx)
+	}
+	clock.Advance(time.Minute)
+	failing := errors.New("hook down")
+	lc := &hooks.Lifecycle{Guard: g, OnRollback: hooks.RollbackFunc(func(_ context.Context, t *hooks.Txn, _ error) error {
+		if t.GID == "g-broken" {
+			return failing
+		}
+		return nil
+	})}
+	r := &hooks.Reconciler{
+		Lifecycle: lc, Scopes: []string{"POST /orders"},
+		Manager: manager{"g-ok": txstatus.Succeed, "g-broken": txstatus.Failed}, // g-lost: unknown
+		Observe: obs.Reconciled,
+	}
+	if n, err := r.RunOnce(ctx, clock.Now(), 10); n != 2 || !errors.Is(err, failing) {
+		t.Fatalf("RunOnce = %d, %v; want 2 settled and the hook's error", n, err)
+	}
+	scope := map[string]string{idemotel.AttrScope: "POST /orders"}
+	got := collect(t, reader, scope)
+	for name, w := range map[string]float64{"idemkit.reconcile.settled": 2, "idemkit.reconcile.fenced": 1, "idemkit.reconcile.errors": 1} {
+		if got[name] != w {
+			t.Errorf("%s = %v, want %v", name, got[name], w)
+		}
+	}
+	for st, w := range map[txstatus.Status]float64{txstatus.Succeed: 1, txstatus.Failed: 1} {
+		if g := collect(t, reader, map[string]string{idemotel.AttrScope: "POST /orders", idemotel.AttrTxStatus: string(st)})["idemkit.reconcile.settled"]; g != w {
+			t.Errorf("settled with outcome %s = %v, want %v", st, g, w)
 		}
 	}
 }

@@ -217,11 +217,15 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	s.orders.tccs = &tcc.Global{Server: s.dtm.url, Lifecycle: lc, Wait: cfg.Wait, Status: status}
 
 	// The reconciler settles only the orders' records (their scopes), asking this DTM. A gid DTM does
-	// not know is fenced, logged at error level and counted (GET /healthz): the order's initiator died
-	// before DTM heard of it, or DTM lost it.
+	// not know is fenced, logged at error level and counted (GET /healthz, and
+	// idemkit_reconcile_fenced_total on /metrics): the order's initiator died before DTM heard of it,
+	// or DTM lost it.
 	reconciler := &hooks.Reconciler{
 		Lifecycle: lc, Scopes: []string{scopeSaga, scopeTCC}, Manager: status, Logger: logger,
-		Observe: s.stats.observe,
+		Observe: func(ctx context.Context, e *hooks.ReconcileEvent) {
+			s.stats.observe(ctx, e)
+			s.metrics.observer.Reconciled(ctx, e)
+		},
 	}
 	tasks := append(sweep.RecordTasks(s.store), reconciler.Task(), sweep.Task{
 		Name: "barrier",

@@ -16,11 +16,13 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/idemtest"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/memory"
 	"github.com/idemkit/idemkit/record"
 	"github.com/idemkit/idemkit/sweep"
+	"github.com/idemkit/idemkit/txstatus"
 )
 
 // dashboardFile is the Grafana dashboard docker compose provisions.
@@ -199,7 +201,7 @@ func TestDashboardUsesOnlyEmittedMetrics(t *testing.T) {
 	panels, vars := dashboardQueries(t)
 	for _, title := range []string{"Request outcomes per scope", "Duplicate rate per scope", "Guarded call latency p50 / p99",
 		"In-flight rejections and payload mismatches", "Takeovers and fenced finishes", "Fail-open events", "Stuck PROCESSING",
-		"Reconciler settlements"} {
+		"Reconciler: settled by outcome, fenced gids, errors"} {
 		if _, ok := panels[title]; !ok {
 			t.Errorf("the dashboard has no panel %q", title)
 		}
@@ -309,6 +311,15 @@ func emitEverything(t *testing.T) map[string]bool {
 		sweep.Task{Name: "barrier", Run: func(context.Context, time.Time, int) (int, error) { return 0, errors.New("down") }},
 	) {
 		_, _ = task.Run(ctx, clock.Now(), 10)
+	}
+
+	// The reconciler's events: a settlement, a fenced gid, a failure.
+	for _, ev := range []hooks.ReconcileEvent{
+		{Scope: scopeSaga, Settled: true, Status: txstatus.Succeed},
+		{Scope: scopeSaga, Fenced: true, Settled: true, Status: txstatus.Failed},
+		{Scope: scopeTCC, Err: errors.New("dtm down")},
+	} {
+		m.observer.Reconciled(ctx, &ev)
 	}
 
 	srv := httptest.NewServer(m.handler)
