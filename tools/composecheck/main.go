@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	p, err := load(ctx, file)
 	if err == nil {
-		err = errors.Join(checkBuilds(p), checkMounts(p), checkMonitoring(p))
+		err = errors.Join(checkBuilds(p), checkMounts(p), checkMonitoring(p), checkDTMStore(p))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: invalid: %v\n", file, err)

@@ -71,7 +71,7 @@ func edit(t *testing.T, file, old, new string) {
 }
 
 // TestBrokenMonitoringIsCaught: each way of breaking the Prometheus and Grafana wiring is reported.
-func TestBrokenMonitoringIsCaught(t *testing.T) {
+func TestBrokenWiringIsCaught(t *testing.T) {
 	cases := []struct {
 		name  string
 		file  string // relative to the copy
@@ -89,6 +89,8 @@ func TestBrokenMonitoringIsCaught(t *testing.T) {
 		{"dashboard with an unknown data source", "deploy/grafana/idemkit.json", `"uid": "${datasource}"`, `"uid": "nope"`, `data source "nope"`},
 		{"dashboard not JSON", "deploy/grafana/idemkit.json", `{`, `{{`, "dashboard"},
 		{"no Grafana", "docker-compose.yml", `image: grafana/grafana:11.6.0`, `image: example/other:1`, "no Grafana service"},
+		{"DTM's boltdb store in the container", "docker-compose.yml", `      - dtm-data:/var/lib/dtm`, `      - dtm-data:/var/lib/other`, "not on a volume"},
+		{"DTM without a working directory", "docker-compose.yml", `    working_dir: /var/lib/dtm`, ``, "working directory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
