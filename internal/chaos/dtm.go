@@ -164,6 +164,12 @@ func RunDTM(ctx context.Context, cfg *DTMConfig) (rep *DTMReport, err error) {
 	procs := newProcSet()
 	defer procs.killAll()
 
+	// The DTM server (external, or the example's embedded child) before the setup deadline starts: a
+	// cold build takes minutes; later runs find it cached.
+	c.Logf("dtm %s: the DTM server, built if needed (a cold build takes minutes)", c.Mode)
+	if _, err := dtmserver.Build(ctx, nil); err != nil {
+		return nil, fmt.Errorf("chaos: DTM server: %w", err)
+	}
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	bin := c.ServiceBinary
