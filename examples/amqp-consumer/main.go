@@ -17,46 +17,32 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sync"
+	"slices"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
-	"gorm.io/driver/mysql"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
-	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/examples/internal/paydemo"
 	"github.com/idemkit/idemkit/msgx"
 	"github.com/idemkit/idemkit/msgx/amqp"
-	"github.com/idemkit/idemkit/record"
 )
 
-// Config is the example's configuration.
+// Config is the example's configuration: the RabbitMQ server, and the database, Redis and the run's
+// size (paydemo.Config).
 type Config struct {
-	AMQP, MySQL, Redis string
-	N, Workers         int
-	Keep               bool
+	AMQP string
+	paydemo.Config
 }
 
 func main() {
 	var c Config
 	flag.StringVar(&c.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ server")
-	flag.StringVar(&c.MySQL, "mysql", "root:@tcp(127.0.0.1:3306)/idemkit_test", "MariaDB/MySQL DSN of an existing database")
-	flag.StringVar(&c.Redis, "redis", "127.0.0.1:6379", `Redis for the lock in front of the records ("" for none)`)
-	flag.IntVar(&c.N, "n", 60, "payments to publish")
-	flag.IntVar(&c.Workers, "workers", 4, "messages handled at once")
-	flag.BoolVar(&c.Keep, "keep", false, "keep the queues, the exchange and the tables")
+	c.RegisterFlags(flag.CommandLine, "keep the queues, the exchange and the tables")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -66,89 +52,14 @@ func main() {
 	}
 }
 
-// payment is the message body.
-type payment struct {
-	Account int   `json:"account"`
-	Amount  int64 `json:"amount"`
-}
-
 // Run runs the example and returns an error when something failed or a check did not hold.
 func Run(ctx context.Context, c Config, out io.Writer) error {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	run := "amqpdemo_" + hex.EncodeToString(b[:])
-
-	// The database: records, accounts and a ledger of applied payments.
-	db, err := gorm.Open(mysql.Open(c.MySQL), &gorm.Config{Logger: logger.Discard})
+	// The business: accounts, a ledger and the record table in MariaDB, the Guard, the handler.
+	demo, err := paydemo.Open(ctx, "amqpdemo", c.Config)
 	if err != nil {
 		return err
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return err
-	}
-	defer sqlDB.Close()
-	records, err := record.New(db, &record.Options{Table: run + "_records"})
-	if err != nil {
-		return err
-	}
-	if err := records.CreateTable(ctx); err != nil {
-		return err
-	}
-	accounts, ledger := run+"_accounts", run+"_ledger"
-	for _, ddl := range []string{
-		"CREATE TABLE " + accounts + " (id INT PRIMARY KEY, balance BIGINT NOT NULL)",
-		"CREATE TABLE " + ledger + " (payment_id VARCHAR(64) NOT NULL, account INT NOT NULL, amount BIGINT NOT NULL)",
-		"INSERT INTO " + accounts + " (id, balance) VALUES (1, 0), (2, 0), (3, 0)",
-	} {
-		if err := db.Exec(ddl).Error; err != nil {
-			return err
-		}
-	}
-	if !c.Keep {
-		defer db.Exec("DROP TABLE IF EXISTS " + accounts + ", " + ledger + ", " + run + "_records")
-	}
-
-	// The guard: records in MariaDB, a Redis lock in front (optional).
-	var gopts idemkit.Options
-	if c.Redis != "" {
-		rdb := redis.NewClient(&redis.Options{Addr: c.Redis, ContextTimeoutEnabled: true})
-		defer rdb.Close()
-		if !c.Keep { // the lock and the cached results of the run's keys
-			defer func() {
-				ctx := context.WithoutCancel(ctx)
-				iter := rdb.Scan(ctx, 0, run+":*", 1000).Iterator()
-				for iter.Next(ctx) {
-					rdb.Del(ctx, iter.Val())
-				}
-			}()
-		}
-		gopts.Locker = lock.New(rdb, &lock.Options{Prefix: run + ":"})
-		gopts.FailOpen = true
-	}
-	guard, err := idemkit.New(records, &gopts)
-	if err != nil {
-		return err
-	}
-	mg, err := msgx.New(guard, &msgx.Options{RetryDelay: 200 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	// The handler: credit the account and write the ledger row, in the transaction msgx gives it.
-	errInvalid := errors.New("invalid amount")
-	handle := mg.Tx(db, records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
-		var p payment
-		if err := json.Unmarshal(m.Data, &p); err != nil {
-			return idemkit.Permanent(err)
-		}
-		if p.Amount <= 0 {
-			return idemkit.Permanent(errInvalid)
-		}
-		if err := tx.Exec("UPDATE "+accounts+" SET balance = balance + ? WHERE id = ?", p.Amount, p.Account).Error; err != nil {
-			return err
-		}
-		return tx.Exec("INSERT INTO "+ledger+" (payment_id, account, amount) VALUES (?, ?, ?)", m.ID, p.Account, p.Amount).Error
-	})
+	defer demo.Close(ctx)
 
 	// The broker: a durable queue whose dead letters go to <queue>.dlx → <queue>.dlq, a confirming
 	// channel to publish on and one to consume from.
@@ -161,7 +72,7 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	topo, err := amqp.Declare(pub, run, nil)
+	topo, err := amqp.Declare(pub, demo.Run, nil)
 	if err != nil {
 		return err
 	}
@@ -177,13 +88,11 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		return err
 	}
 
-	// Publish: every payment once, a third of them again, one payment without an id and one with an
-	// invalid amount; each persistent and confirmed by the broker.
-	var want int64
-	publish := func(id string, p payment) error {
-		body, _ := json.Marshal(p)
+	// Publish: every payment once, one payment without an id and one with an invalid amount, then a
+	// third of the payments again; each persistent and confirmed by the broker.
+	publish := func(m paydemo.Message) error {
 		dc, err := pub.PublishWithDeferredConfirmWithContext(ctx, "", topo.Queue, false, false,
-			amqp091.Publishing{MessageId: id, DeliveryMode: amqp091.Persistent, ContentType: "application/json", Body: body})
+			amqp091.Publishing{MessageId: m.ID, DeliveryMode: amqp091.Persistent, ContentType: "application/json", Body: m.Body})
 		if err != nil {
 			return err
 		}
@@ -192,73 +101,30 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		}
 		return nil
 	}
-	for i := range c.N {
-		p := payment{Account: 1 + i%3, Amount: int64(10 + i)}
-		want += p.Amount
-		if err := publish(fmt.Sprintf("pay-%d", i), p); err != nil {
+	payments := paydemo.NewPayments(c.N)
+	for _, m := range slices.Concat(payments.First, payments.Again) {
+		if err := publish(m); err != nil {
 			return err
 		}
 	}
-	if err := publish("", payment{Account: 1, Amount: 5}); err != nil {
-		return err
-	}
-	if err := publish("pay-invalid", payment{Account: 2, Amount: -5}); err != nil {
-		return err
-	}
-	dups := 0
-	for i := 0; i < c.N; i += 3 {
-		if err := publish(fmt.Sprintf("pay-%d", i), payment{Account: 1 + i%3, Amount: int64(10 + i)}); err != nil {
-			return err
-		}
-		dups++
-	}
-	deliveries := c.N + 2 + dups
 
-	// Consume until every delivery was settled.
-	var mu sync.Mutex
-	counts := map[msgx.Outcome]int{}
-	settled := make(chan struct{})
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Consume until every delivery was settled; rejected and poison messages are dead-lettered.
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	err = amqp.Consume(cctx, ch, topo.Queue, handle, &amqp.Options{
-		Workers: c.Workers,
-		Observe: func(m *msgx.Message, d msgx.Decision) {
-			mu.Lock()
-			defer mu.Unlock()
-			counts[d.Outcome]++
-			if n := counts[msgx.Processed] + counts[msgx.Duplicate] + counts[msgx.Rejected] + counts[msgx.Poison]; n == deliveries {
-				close(settled)
-				cancel()
-			}
-		},
+	counts, err := paydemo.Consume(ctx, payments.Deliveries(), func(ctx context.Context, observe func(*msgx.Message, msgx.Decision)) error {
+		return amqp.Consume(ctx, ch, topo.Queue, demo.Handle, &amqp.Options{
+			Workers: c.Workers,
+			Observe: observe,
+		})
 	})
 	if err != nil {
 		return err
 	}
-	select {
-	case <-settled:
-	default:
-		return fmt.Errorf("interrupted: %v", ctx.Err())
-	}
 
-	// What happened, and the checks.
-	var rows, applied, balances int64
-	if err := db.Raw("SELECT count(*), coalesce(sum(amount), 0) FROM "+ledger).Row().Scan(&rows, &applied); err != nil {
-		return err
-	}
-	if err := db.Raw("SELECT sum(balance) FROM " + accounts).Row().Scan(&balances); err != nil {
-		return err
-	}
-	rec, err := guard.Get(ctx, topo.Queue, "pay-invalid")
-	if err != nil {
-		return err
-	}
-	// The dead-letter exchange routes asynchronously: give it a moment.
+	// What happened, and the checks. The dead-letter exchange routes asynchronously: give it a moment.
 	var dead amqp091.Queue
 	for range 50 {
 		if dead, err = pub.QueueDeclarePassive(topo.DeadLetterQueue, true, false, false, false, nil); err != nil || dead.Messages >= 2 {
@@ -269,21 +135,12 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "published %d messages: %d payments, %d of them again with the same message-id, 1 without an id, 1 invalid\n", deliveries, c.N, dups)
-	fmt.Fprintf(out, "outcomes: %d processed, %d duplicates acknowledged without running, %d rejected, %d poison, %d retried (in flight or failed)\n",
-		counts[msgx.Processed], counts[msgx.Duplicate], counts[msgx.Rejected], counts[msgx.Poison], counts[msgx.InFlight]+counts[msgx.Failed])
-	fmt.Fprintf(out, "ledger: %d rows, %d credited; balances sum to %d; expected %d rows and %d\n", rows, applied, balances, c.N, want)
-	fmt.Fprintf(out, "pay-invalid is %s; the dead-letter queue %s holds %d messages\n", rec.Status, topo.DeadLetterQueue, dead.Messages)
-	var errs []error
-	if rows != int64(c.N) || applied != want || balances != want || counts[msgx.Processed] != c.N || counts[msgx.Duplicate] != dups {
-		errs = append(errs, errors.New("a payment was lost or applied twice"))
-	}
-	if rec.Status != idemkit.StatusRejected || counts[msgx.Rejected] != 1 || counts[msgx.Poison] != 1 || dead.Messages != 2 {
-		errs = append(errs, errors.New("the invalid payment or the one without an id was not dead-lettered"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "every payment took effect exactly once")
-	return nil
+	return demo.Check(ctx, out, paydemo.Result{
+		Payments:    payments,
+		Counts:      counts,
+		Scope:       topo.Queue,
+		MessageID:   "message-id",
+		DeadLetters: "queue " + topo.DeadLetterQueue,
+		Dead:        dead.Messages,
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/examples/internal/paydemo"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/internal/testsvc/testbroker"
 )
@@ -18,7 +19,10 @@ func TestExample(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	err := Run(ctx, Config{AMQP: testbroker.AMQPURL(), MySQL: testsvc.MySQLDSN() + testsvc.Database, Redis: testsvc.RedisAddr(), N: 30, Workers: 3}, &out)
+	err := Run(ctx, Config{
+		AMQP:   testbroker.AMQPURL(),
+		Config: paydemo.Config{MySQL: testsvc.MySQLDSN() + testsvc.Database, Redis: testsvc.RedisAddr(), N: 30, Workers: 3},
+	}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
