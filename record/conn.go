@@ -42,13 +42,20 @@ func affected(r sql.Result, err error) (int64, error) {
 	return r.RowsAffected()
 }
 
-// stmtCache holds the server-side prepared statements of a Store's per-call texts, prepared on first
-// use (database/sql then prepares each once per connection it runs on). A Store uses one on MySQL when
+// stmtCache holds the server-side prepared statements of a Store's per-call texts, prepared on the
+// pool (database/sql then prepares each once per connection it runs on). A Store uses one on MySQL when
 // the DSN does not set interpolateParams: the driver would otherwise prepare, execute and close every
 // statement with arguments, two round trips instead of one. It is safe for concurrent use.
+//
+// A prepare on the pool waits for a free connection, so it is only done by callers that hold none:
+// statements outside a transaction prepare on first use ([stmtCache.stmt]); statements in a
+// transaction use what is prepared already ([stmtCache.ready]) — a transaction preparing on the pool
+// could wait for connections that other transactions, waiting the same way, never give back — and the
+// Store prepares the rest before it begins a transaction or creates its table ([stmtCache.prepareAll]).
 type stmtCache struct {
 	db    *sql.DB
 	stmts map[string]*lazyStmt // fixed at creation: read concurrently without a lock
+	all   atomic.Bool          // every statement is prepared
 }
 
 type lazyStmt struct {
@@ -89,6 +96,32 @@ func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// ready returns the prepared statement of query when it is prepared already, and nil otherwise: it
+// never waits for a connection.
+func (c *stmtCache) ready(query string) *sql.Stmt {
+	if c == nil {
+		return nil
+	}
+	if l, ok := c.stmts[query]; ok {
+		return l.st.Load()
+	}
+	return nil
+}
+
+// prepareAll prepares on the pool every statement not prepared yet, until one fails (the table may not
+// exist yet; a later call tries again). Call it only while holding no connection of the pool.
+func (c *stmtCache) prepareAll(ctx context.Context) {
+	if c == nil || c.all.Load() {
+		return
+	}
+	for query := range c.stmts {
+		if _, err := c.stmt(ctx, query); err != nil {
+			return
+		}
+	}
+	c.all.Store(true)
+}
+
 // dbConn runs statements on a pool.
 type dbConn struct {
 	db *sql.DB
@@ -125,22 +158,14 @@ type txConn struct {
 }
 
 func (c txConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	st, err := c.ps.stmt(ctx, query)
-	switch {
-	case err != nil:
-		return 0, err
-	case st != nil:
+	if st := c.ps.ready(query); st != nil {
 		return affected(c.tx.StmtContext(ctx, st).ExecContext(ctx, args...))
 	}
 	return affected(c.tx.ExecContext(ctx, query, args...))
 }
 
 func (c txConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	st, err := c.ps.stmt(ctx, query)
-	switch {
-	case err != nil:
-		return nil, err
-	case st != nil:
+	if st := c.ps.ready(query); st != nil {
 		return c.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
 	return c.tx.QueryContext(ctx, query, args...)

@@ -22,6 +22,9 @@ func (s *Store) CreateTable(ctx context.Context) error {
 			return s.q.interpretError("creating table", err)
 		}
 	}
+	if !s.inTx {
+		s.ps.prepareAll(ctx) // now that the table exists (see stmtCache)
+	}
 	return nil
 }
 

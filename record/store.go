@@ -183,8 +183,10 @@ func (s *Store) connOf(tx *gorm.DB) conn {
 	pool := tx.Statement.ConnPool
 	if stx := sqlTxOf(pool); stx != nil {
 		var ps *stmtCache
-		if tx.Config == s.cfg {
-			ps = s.ps // the same gorm.DB, so the same *sql.DB the statements were prepared on
+		if s.cfg != nil && tx.Config.ConnPool == s.cfg.ConnPool {
+			// A session of the same gorm.DB (gorm copies its Config for every session and
+			// transaction, the pool with it), so the *sql.DB the statements were prepared on.
+			ps = s.ps
 		}
 		return txConn{tx: stx, ps: ps}
 	}

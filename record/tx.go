@@ -57,6 +57,7 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if s.inTx || s.gdb == nil {
 		return nil, errors.New("record: BeginTx on a Store bound to a transaction")
 	}
+	s.ps.prepareAll(ctx) // before the transaction holds a connection (see stmtCache)
 	gtx := s.gdb.WithContext(ctx).Begin()
 	if gtx.Error != nil {
 		return nil, s.q.interpretError("beginning a transaction on", gtx.Error)
@@ -84,6 +85,7 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if s.inTx || s.sdb == nil {
 		return nil, errors.New("record: SQLTx needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
 	}
+	s.ps.prepareAll(ctx) // before the transaction holds a connection (see stmtCache)
 	stx, err := s.sdb.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, s.q.interpretError("beginning a transaction on", err)
