@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -294,11 +295,19 @@ func TestPanic(t *testing.T) {
 	if code, body := send(withRecoverer); code != 500 || !strings.Contains(body, "panic in branch business") {
 		t.Fatalf("panicking business answered %d %s", code, body)
 	}
-	mu.Lock()
-	if len(recovered) != 1 || recovered[0] != "business exploded" {
-		t.Fatalf("recoverer saw %v", recovered)
+	// The recoverer's deferred recover runs after the 500 reached the client: wait for it, and never
+	// fail while holding mu (the server's Close would then wait for a handler blocked on it).
+	seen := func() []any {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(recovered)
 	}
-	mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); len(seen()) == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := seen(); len(got) != 1 || got[0] != "business exploded" {
+		t.Fatalf("recoverer saw %v", got)
+	}
 	if k.balance(t) != initBalance {
 		t.Fatalf("balance %d: the panicking transaction was not rolled back", k.balance(t))
 	}
