@@ -260,16 +260,9 @@ func (c *cli) connect(ctx context.Context) error {
 		sqlDB.SetMaxOpenConns(2)
 	}
 	if c.o.redis != "" {
-		ro := &redis.Options{Addr: c.o.redis}
-		if strings.Contains(c.o.redis, "://") {
-			if ro, err = redis.ParseURL(c.o.redis); err != nil {
-				return usagef("--redis %s: %v", redact(c.o.redis), err)
-			}
+		if c.rdb, err = redisClient(c.o.redis); err != nil {
+			return err
 		}
-		ro.ContextTimeoutEnabled = true
-		ro.DialTimeout = 3 * time.Second
-		ro.MaxRetries = 1
-		c.rdb = redis.NewClient(ro)
 		if err := c.rdb.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("connecting to Redis %s: %w", redact(c.o.redis), err)
 		}
@@ -288,6 +281,37 @@ func (c *cli) connect(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", redact(c.o.db), err)
 	}
 	return nil
+}
+
+// redisClient returns a client of --redis: host:port or a redis:// URL for one server, or several
+// host:port separated by commas for the seed nodes of a Redis Cluster (the application's lock.Locker
+// writes the same keys, hash-tagged, on either).
+func redisClient(spec string) (redis.UniversalClient, error) {
+	const dial, retries = 3 * time.Second, 1
+	if strings.Contains(spec, ",") {
+		var addrs []string
+		for _, a := range strings.Split(spec, ",") {
+			a = strings.TrimSpace(a)
+			if a == "" || strings.Contains(a, "://") {
+				return nil, usagef("--redis %s: a Redis Cluster is given as host:port,host:port,... (its seed nodes)", redact(spec))
+			}
+			addrs = append(addrs, a)
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: addrs, ContextTimeoutEnabled: true, DialTimeout: dial, MaxRetries: retries,
+		}), nil
+	}
+	ro := &redis.Options{Addr: spec}
+	if strings.Contains(spec, "://") {
+		var err error
+		if ro, err = redis.ParseURL(spec); err != nil {
+			return nil, usagef("--redis %s: %v", redact(spec), err)
+		}
+	}
+	ro.ContextTimeoutEnabled = true
+	ro.DialTimeout = dial
+	ro.MaxRetries = retries
+	return redis.NewClient(ro), nil
 }
 
 func (c *cli) close() {

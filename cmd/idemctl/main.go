@@ -71,7 +71,8 @@ Connection (flag, or environment variable):
   --table NAME        IDEMCTL_TABLE         record table (default idemkit_records)
   --namespace NS      IDEMCTL_NAMESPACE     the application's idemkit.Options.Namespace
   --max-key-len N     IDEMCTL_MAX_KEY_LEN   the application's idemkit.Options.MaxKeyLen (default 255)
-  --redis ADDR        IDEMCTL_REDIS         host:port or redis://... of the application's lock (optional)
+  --redis ADDR        IDEMCTL_REDIS         host:port or redis://... of the application's lock (optional);
+                                            host:port,host:port,... for a Redis Cluster
   --redis-prefix P    IDEMCTL_REDIS_PREFIX  lock.Options.Prefix (default idemkit:)
   --dtm URL           IDEMCTL_DTM           DTM's HTTP API, e.g. http://dtm:36789/api/dtmsvr (dtm command)
   --metrics URLS      IDEMCTL_METRICS       comma-separated /metrics URLs of the applications (stats)
