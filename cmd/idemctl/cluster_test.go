@@ -23,10 +23,6 @@ func TestRedisCluster(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 
 	db := testsvc.SQLite(t, nil)
-	var path string
-	if err := db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Row().Scan(&path); err != nil {
-		t.Fatal(err)
-	}
 	table := testsvc.Name("idemctl_")
 	store, err := record.New(db, &record.Options{Table: table})
 	if err != nil {
@@ -39,7 +35,7 @@ func TestRedisCluster(t *testing.T) {
 	const prefix = "idemctl-cluster:"
 	f := &fixture{db: db, table: table, clock: idemtest.NewClock()}
 	f.env = map[string]string{
-		"IDEMCTL_DB": "sqlite://" + path, "IDEMCTL_TABLE": table, "IDEMCTL_NAMESPACE": testNS,
+		"IDEMCTL_DB": "sqlite://" + sqlitePath(t, db), "IDEMCTL_TABLE": table, "IDEMCTL_NAMESPACE": testNS,
 		"IDEMCTL_REDIS": strings.Join(rc.Addrs(), ","), "IDEMCTL_REDIS_PREFIX": prefix,
 	}
 	lk := lock.New(rdb, &lock.Options{Prefix: prefix})

@@ -61,11 +61,7 @@ func setup(t *testing.T, dialect string) *fixture {
 		f.dsn = postgresURL(t, testsvc.PostgresDSN())
 	case "sqlite":
 		f.db = testsvc.SQLite(t, nil)
-		var path string
-		if err := f.db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Row().Scan(&path); err != nil {
-			t.Fatal(err)
-		}
-		f.dsn = "sqlite://" + path
+		f.dsn = "sqlite://" + sqlitePath(t, f.db)
 	}
 	var err error
 	if f.store, err = record.New(f.db, &record.Options{Table: f.table}); err != nil {
@@ -85,6 +81,16 @@ func setup(t *testing.T, dialect string) *fixture {
 		"IDEMCTL_REDIS": testsvc.RedisAddr(), "IDEMCTL_REDIS_PREFIX": f.prefix,
 	}
 	return f
+}
+
+// sqlitePath returns the file of db's main SQLite database.
+func sqlitePath(t *testing.T, db *gorm.DB) string {
+	t.Helper()
+	var path string
+	if err := db.Raw("SELECT file FROM pragma_database_list WHERE name = 'main'").Row().Scan(&path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // newGuard returns a Guard of the fixture's application, in namespace ns.

@@ -3,6 +3,7 @@ package docs
 import (
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -83,7 +84,7 @@ func layoutNames(readme string) []string {
 
 // covered reports whether dir or a directory above it is among names.
 func covered(dir string, names []string) bool {
-	for d := dir; d != "."; d = filepath.ToSlash(filepath.Dir(d)) {
+	for d := dir; d != "."; d = path.Dir(d) {
 		if slices.Contains(names, d) {
 			return true
 		}
