@@ -41,6 +41,15 @@ type Options struct {
 	// scripts the first time the server refuses one (see [Locker]). Set it for a proxy that refuses
 	// SET ... GET, or to exercise the fallback.
 	Scripts bool
+	// MaxInFlight bounds the round trips the Locker's native commands (Acquire, and Release with a
+	// result) have in flight to Redis at once. A command issued while that many are out waits, and
+	// leaves with every other command that waited, in one pipeline, as soon as one returns: automatic
+	// pipelining. Under concurrency this cuts system calls and Redis's per-command work; a lone caller
+	// never waits. Defaults to DefaultMaxInFlight (2); negative turns it off (every command its own
+	// round trip, on as many connections as the client's pool gives). It applies when the client is a
+	// *redis.Client, *redis.ClusterClient or *redis.Ring (what redis.NewUniversalClient returns);
+	// other clients (wrappers) get every command through their Process. Scripts are never batched.
+	MaxInFlight int
 }
 
 // Locker is an [idemkit.Locker] on Redis: one Redis key per idempotency key, holding either the lock
@@ -70,6 +79,7 @@ type Options struct {
 // A Locker is safe for concurrent use.
 type Locker struct {
 	client  Client
+	batch   *batcher // nil: every command through client.Process
 	prefix  string
 	scripts atomic.Bool // native SET ... GET refused, or Options.Scripts: scripts only
 	lockTTL atomic.Pointer[ttlArg]
@@ -98,7 +108,10 @@ func New(client Client, opts *Options) *Locker {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		panic(fmt.Sprintf("lock: New: Prefix %q must not contain '{' or '}'", o.Prefix))
 	}
-	l := &Locker{client: client, prefix: o.Prefix}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	l := &Locker{client: client, prefix: o.Prefix, batch: newBatcher(client, o.MaxInFlight)}
 	l.scripts.Store(o.Scripts)
 	return l
 }
@@ -148,7 +161,7 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 func (l *Locker) acquire(ctx context.Context, k, lockVal string, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
 		cmd := redis.NewStringCmd(ctx, "set", k, lockVal, "nx", "px", boxed(&l.lockTTL, ms), "get")
-		if err := l.client.Process(ctx, cmd); !l.refused(err) {
+		if err := l.process(ctx, cmd); !l.refused(err) {
 			if err != nil {
 				return nil, err
 			}
@@ -206,6 +219,15 @@ func isLockOf(v []byte, token string) bool {
 	}
 	_, holder, ok := parseLock(v)
 	return ok && holder == token
+}
+
+// process sends a native command: batched with other callers' when a batcher is on (see
+// Options.MaxInFlight), else on its own.
+func (l *Locker) process(ctx context.Context, cmd redis.Cmder) error {
+	if l.batch != nil {
+		return l.batch.do(ctx, cmd)
+	}
+	return l.client.Process(ctx, cmd)
 }
 
 // refused reports whether err is the server refusing a native command's syntax (Redis before 7.0
@@ -288,7 +310,7 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
 		cmd := redis.NewStringCmd(ctx, "set", k, val, "px", boxed(&l.fillTTL, ms), "get")
-		if err := l.client.Process(ctx, cmd); !l.refused(err) {
+		if err := l.process(ctx, cmd); !l.refused(err) {
 			if err != nil {
 				return nil, err
 			}

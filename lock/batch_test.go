@@ -1,0 +1,283 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/testsvc"
+)
+
+// gate is a go-redis hook that holds the command on gateKey until opened, and records the pipelines
+// sent.
+type gate struct {
+	key     string
+	entered chan struct{}
+	open    chan struct{}
+
+	mu        sync.Mutex
+	pipelines [][]string // the keys of each pipeline's commands
+}
+
+func newGate(key string) *gate {
+	return &gate{key: key, entered: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if len(cmd.Args()) > 1 && cmd.Args()[1] == g.key {
+			close(g.entered)
+			<-g.open
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() == "client" || cmds[0].Name() == "hello" {
+			return next(ctx, cmds) // a new connection's handshake
+		}
+		keys := make([]string, len(cmds))
+		for i, c := range cmds {
+			keys[i] = fmt.Sprint(c.Args()[1])
+		}
+		g.mu.Lock()
+		g.pipelines = append(g.pipelines, keys)
+		g.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// holdRoundTrip starts the command on g's key through b and returns once it is in flight, held by
+// the gate: b then has its one round trip out, and every command after it waits.
+func holdRoundTrip(t *testing.T, b *batcher, g *gate) <-chan error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- b.do(context.Background(), redis.NewStatusCmd(context.Background(), "set", g.key, "held"))
+	}()
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held command never reached Redis")
+	}
+	return errc
+}
+
+// waitQueued waits until n commands wait in b.
+func waitQueued(t *testing.T, b *batcher, n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		b.mu.Lock()
+		q := len(b.queue)
+		b.mu.Unlock()
+		if q == n {
+			return
+		}
+		if i > 30000 {
+			t.Fatalf("%d commands queued, want %d", q, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func batchRedis(t *testing.T) (*redis.Client, string, *gate) {
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("idemkit_batch_") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	g := newGate(prefix + "gate")
+	rdb.AddHook(g)
+	return rdb, prefix, g
+}
+
+// TestBatcherPipelinesWhatWaited: while one round trip is out (MaxInFlight 1), the commands issued
+// meanwhile wait and then leave as one pipeline; each gets its own reply or error.
+func TestBatcherPipelinesWhatWaited(t *testing.T) {
+	rdb, prefix, g := batchRedis(t)
+	ctx := context.Background()
+	must(t, rdb.Set(ctx, prefix+"text", "not a number", time.Minute).Err())
+	b := newBatcher(rdb, 1)
+	held := holdRoundTrip(t, b, g)
+
+	const n = 20
+	cmds := make([]redis.Cmder, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		if i == n/2 {
+			cmds[i] = redis.NewIntCmd(ctx, "incr", prefix+"text") // fails, alone
+		} else {
+			cmds[i] = redis.NewStringCmd(ctx, "set", prefix+strconv.Itoa(i), "v"+strconv.Itoa(i), "nx", "px", 60000, "get")
+		}
+		wg.Go(func() { _ = b.do(ctx, cmds[i]) })
+		waitQueued(t, b, i+1) // in order: the first queued sends the pipeline
+	}
+	close(g.open)
+	must(t, <-held)
+	wg.Wait()
+
+	if len(g.pipelines) != 1 || len(g.pipelines[0]) != n {
+		t.Fatalf("pipelines sent: %v; want one of the %d waiting commands", g.pipelines, n)
+	}
+	for i, cmd := range cmds {
+		if i == n/2 {
+			if cmd.Err() == nil || errors.Is(cmd.Err(), redis.Nil) {
+				t.Errorf("INCR of a text: %v; want Redis's error", cmd.Err())
+			}
+			continue
+		}
+		if !errors.Is(cmd.Err(), redis.Nil) { // SET NX GET on a new key: set, and nil (no old value)
+			t.Errorf("command %d: %v; want redis.Nil", i, cmd.Err())
+		}
+		if v, err := rdb.Get(ctx, prefix+strconv.Itoa(i)).Result(); err != nil || v != "v"+strconv.Itoa(i) {
+			t.Errorf("key %d holds %q, %v", i, v, err)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Fatalf("after the round trips: %d in flight, %d queued", b.inFlight, len(b.queue))
+	}
+}
+
+// TestBatcherCallerCancellationFailsNoOther: the caller whose goroutine sends a pipeline has its
+// context cancelled while it waits; the pipeline still runs, with the latest deadline of its callers,
+// and every command in it (that caller's too) gets its reply.
+func TestBatcherCallerCancellationFailsNoOther(t *testing.T) {
+	rdb, prefix, g := batchRedis(t)
+	b := newBatcher(rdb, 1)
+	held := holdRoundTrip(t, b, g)
+
+	first, cancel := context.WithCancel(context.Background())
+	later, cancelLater := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelLater()
+	ctxs := []context.Context{first, context.Background(), later}
+	cmds := make([]*redis.StatusCmd, len(ctxs))
+	errs := make([]error, len(ctxs))
+	var wg sync.WaitGroup
+	for i, ctx := range ctxs {
+		cmds[i] = redis.NewStatusCmd(ctx, "set", prefix+strconv.Itoa(i), "v", "px", 60000)
+		wg.Go(func() { errs[i] = b.do(ctx, cmds[i]) })
+		waitQueued(t, b, i+1)
+	}
+	cancel()
+	close(g.open)
+	must(t, <-held)
+	wg.Wait()
+	for i := range ctxs {
+		if errs[i] != nil || cmds[i].Val() != "OK" {
+			t.Errorf("command %d: %q, %v; want OK", i, cmds[i].Val(), errs[i])
+		}
+	}
+	if len(g.pipelines) != 1 || len(g.pipelines[0]) != len(ctxs) {
+		t.Fatalf("pipelines sent: %v", g.pipelines)
+	}
+}
+
+// wrapped overrides Process, as a fault-injecting test client does.
+type wrapped struct{ *redis.Client }
+
+func (w wrapped) Process(ctx context.Context, cmd redis.Cmder) error {
+	return w.Client.Process(ctx, cmd)
+}
+
+// TestBatcherOnlyOnGoRedisClients: batching is on by default for go-redis's own clients, off when
+// MaxInFlight is negative, and never for a wrapper, whose Process must see every command.
+func TestBatcherOnlyOnGoRedisClients(t *testing.T) {
+	rdb := testsvc.Redis(t)
+	if New(rdb, nil).batch == nil {
+		t.Error("no batching on a *redis.Client by default")
+	}
+	if New(rdb, &Options{MaxInFlight: -1}).batch != nil {
+		t.Error("batching with MaxInFlight -1")
+	}
+	if New(wrapped{rdb}, nil).batch != nil {
+		t.Error("batching on a wrapper: its Process would miss the batched commands")
+	}
+	if l := New(rdb, &Options{MaxInFlight: 3}); l.batch == nil || l.batch.max != 3 {
+		t.Error("MaxInFlight 3 not applied")
+	}
+}
+
+// TestBatchedLockerContention: many goroutines contend for the same keys through one Locker whose
+// commands are batched; each key is acquired by exactly one token, and after its release every
+// caller reads the cached result.
+func TestBatchedLockerContention(t *testing.T) {
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("idemkit_batch_") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	l := New(rdb, &Options{Prefix: prefix, MaxInFlight: 1})
+	var trips, cmds atomic.Int64
+	rdb.AddHook(tripCounter{&trips, &cmds})
+	ctx := context.Background()
+
+	const keys, workers = 50, 16
+	winners := make([]atomic.Int32, keys)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for k := range keys {
+				key, tok := "k"+strconv.Itoa(k), "w"+strconv.Itoa(w)
+				cached, err := l.Acquire(ctx, key, tok, time.Minute)
+				var inFlight *idemkit.InFlightError
+				switch {
+				case errors.As(err, &inFlight), cached != nil:
+				case err != nil:
+					t.Errorf("acquire %s: %v", key, err)
+				default:
+					winners[k].Add(1)
+					if err := l.Release(ctx, key, tok, []byte("r"+strconv.Itoa(k)), time.Minute); err != nil {
+						t.Errorf("release %s: %v", key, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := winners[k].Load(); n != 1 {
+			t.Errorf("key %d acquired %d times", k, n)
+		}
+		cached, err := l.Acquire(ctx, "k"+strconv.Itoa(k), "late", time.Minute)
+		if err != nil || string(cached) != "r"+strconv.Itoa(k) {
+			t.Errorf("key %d after release: %q, %v", k, cached, err)
+		}
+	}
+	t.Logf("%d commands in %d round trips", cmds.Load(), trips.Load())
+}
+
+// tripCounter counts commands and round trips.
+type tripCounter struct{ trips, cmds *atomic.Int64 }
+
+func (c tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.trips.Add(1)
+		c.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.trips.Add(1)
+		c.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
