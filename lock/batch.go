@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -70,17 +71,18 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 	if b.inFlight < b.max {
 		b.inFlight++
 		b.mu.Unlock()
-		err := b.process(ctx, cmd)
-		b.done()
-		return err
+		defer b.done() // even if a hook panics: the round trip ends and the queue moves on
+		return b.process(ctx, cmd)
 	}
 	op := batchOpPool.Get().(*batchOp)
 	op.ctx, op.cmd = ctx, cmd
 	b.queue = append(b.queue, op)
 	b.mu.Unlock()
 	if batch := <-op.wake; batch != nil {
-		b.send(batch)
-		b.done()
+		func() {
+			defer b.done()
+			b.send(batch)
+		}()
 	}
 	op.ctx, op.cmd = nil, nil
 	batchOpPool.Put(op)
@@ -104,18 +106,33 @@ func (b *batcher) done() {
 
 // send sends batch, the first op's goroutine calling, and wakes the others.
 func (b *batcher) send(batch []*batchOp) {
+	defer func() {
+		// Even if a hook panics in this goroutine, the others must not wait forever.
+		if r := recover(); r != nil {
+			for _, op := range batch[1:] {
+				op.cmd.SetErr(fmt.Errorf("lock: a pipelined command's sender panicked: %v", r))
+			}
+			b.wake(batch[1:])
+			panic(r)
+		}
+		b.wake(batch[1:])
+	}()
 	if len(batch) == 1 {
 		_ = b.process(batch[0].ctx, batch[0].cmd)
 		return
 	}
 	ctx, cancel := batchContext(batch)
+	defer cancel()
 	pipe := b.pipeline()
 	for _, op := range batch {
 		_ = pipe.Process(ctx, op.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own reply or error
-	cancel()
-	for _, op := range batch[1:] {
+}
+
+// wake tells the callers of ops that their commands were answered.
+func (b *batcher) wake(ops []*batchOp) {
+	for _, op := range ops {
 		op.wake <- nil
 	}
 }

@@ -22,6 +22,7 @@ type gate struct {
 	key     string
 	entered chan struct{}
 	open    chan struct{}
+	held    atomic.Bool // only the first command on key is held
 
 	mu        sync.Mutex
 	pipelines [][]string // the keys of each pipeline's commands
@@ -35,7 +36,7 @@ func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if len(cmd.Args()) > 1 && cmd.Args()[1] == g.key {
+		if len(cmd.Args()) > 1 && cmd.Args()[1] == g.key && g.held.CompareAndSwap(false, true) {
 			close(g.entered)
 			<-g.open
 		}
@@ -279,5 +280,60 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// panicky panics in a pipeline that carries its key, as a faulty go-redis hook might.
+type panicky struct{ key string }
+
+func (p panicky) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p panicky) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p panicky) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if len(c.Args()) > 1 && c.Args()[1] == p.key {
+				panic("hook panics")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatcherSurvivesAPanickingSender: when the goroutine sending a pipeline panics (a hook), the
+// panic reaches that caller, every other caller in the pipeline gets an error instead of waiting
+// forever, and the batcher goes on working.
+func TestBatcherSurvivesAPanickingSender(t *testing.T) {
+	rdb, prefix, g := batchRedis(t)
+	rdb.AddHook(panicky{prefix + "boom"})
+	b := newBatcher(rdb, 1)
+	held := holdRoundTrip(t, b, g)
+	ctx := context.Background()
+
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = b.do(ctx, redis.NewStatusCmd(ctx, "set", prefix+"boom", "v"))
+	}()
+	waitQueued(t, b, 1)
+	other := redis.NewStatusCmd(ctx, "set", prefix+"other", "v")
+	errc := make(chan error, 1)
+	go func() { errc <- b.do(ctx, other) }()
+	waitQueued(t, b, 2)
+	close(g.open)
+	must(t, <-held)
+	if r := <-panicked; r == nil {
+		t.Fatal("the sender's caller did not see the panic")
+	}
+	if err := <-errc; err == nil {
+		t.Fatal("the other command of the panicked pipeline reported success")
+	}
+	after := redis.NewStatusCmd(ctx, "set", prefix+"after", "v")
+	if err := b.do(ctx, after); err != nil || after.Val() != "OK" {
+		t.Fatalf("after the panic: %q, %v", after.Val(), err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inFlight != 0 || len(b.queue) != 0 {
+		t.Fatalf("after the panic: %d in flight, %d queued", b.inFlight, len(b.queue))
 	}
 }

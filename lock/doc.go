@@ -16,6 +16,14 @@
 // failover, SCRIPT FLUSH) the first call of each falls back to EVAL, which costs one extra command and
 // caches the script again.
 //
+// The native commands are pipelined automatically: while [Options.MaxInFlight] round trips (1 by
+// default) are out, the commands of concurrent callers wait, and when one returns they leave together
+// as one pipeline, sent by the first caller that waited. A lone caller never waits; under load many
+// Acquires and Releases share one round trip, which saves system calls here and reads, writes and
+// event-loop passes in Redis. A waiting command is sent even if its caller's context ends meanwhile,
+// and a pipeline runs until the latest deadline among its callers, so one caller's cancellation never
+// fails another's command.
+//
 // A Redis older than 7.0 refuses SET with both NX and GET: the Locker notices it on its first Acquire
 // (a syntax error) and runs Lua scripts doing the same from then on ([Locker.Scripts];
 // [Options.Scripts] forces this mode).
