@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,10 +20,14 @@ const DefaultMaxInFlight = 1
 // turns many round trips into one (fewer system calls in this process, fewer reads and writes in
 // Redis); a lone caller never waits and pays nothing beyond a mutex.
 //
-// A waiting command is sent even if its caller's context ends meanwhile (the wait is bounded by the
-// round trip in flight); a pipeline runs until the latest deadline of its callers, so one caller's
-// cancellation never fails another's command. A pipeline carries the context values of the caller
-// that sends it (go-redis hooks, tracing among them, see it as that caller's).
+// Every caller stays bounded by its own context, as with a command of its own: when it ends while the
+// command waits, the command is withdrawn and never sent; when it ends while the command is out in
+// another caller's pipeline, the caller returns at once (the command may still take effect, as a
+// command whose reply is abandoned may). A pipeline runs without its callers' cancellation and until
+// the latest of their deadlines, so one caller's end never fails another's command; the caller that
+// sends it does so even if its own context ended after the pipeline formed. A pipeline carries the
+// context values of the caller that sends it (go-redis hooks, tracing among them, see it as that
+// caller's).
 type batcher struct {
 	pipeline func() redis.Pipeliner
 	process  func(ctx context.Context, cmd redis.Cmder) error
@@ -40,6 +45,9 @@ type batchOp struct {
 	// wake receives nil when cmd has been sent and answered, or the batch to send (cmd first) when
 	// this op's goroutine is to send it.
 	wake chan []*batchOp
+	// taken and sender are set, under the batcher's mutex, when the op leaves the queue in a batch,
+	// and for the batch's first op.
+	taken, sender bool
 }
 
 var batchOpPool = sync.Pool{New: func() any { return &batchOp{wake: make(chan []*batchOp, 1)} }}
@@ -75,10 +83,29 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 		return b.process(ctx, cmd)
 	}
 	op := batchOpPool.Get().(*batchOp)
-	op.ctx, op.cmd = ctx, cmd
+	op.ctx, op.cmd, op.taken, op.sender = ctx, cmd, false, false
 	b.queue = append(b.queue, op)
 	b.mu.Unlock()
-	if batch := <-op.wake; batch != nil {
+	var batch []*batchOp
+	select {
+	case batch = <-op.wake:
+	case <-ctx.Done():
+		b.mu.Lock()
+		switch {
+		case !op.taken: // still waiting: withdraw it, unsent
+			b.queue = slices.DeleteFunc(b.queue, func(o *batchOp) bool { return o == op })
+			b.mu.Unlock()
+			op.ctx, op.cmd = nil, nil
+			batchOpPool.Put(op)
+			return ctx.Err()
+		case !op.sender: // out in another caller's pipeline, which still writes to op and cmd
+			b.mu.Unlock()
+			return ctx.Err()
+		}
+		b.mu.Unlock()
+		batch = <-op.wake // handed over right after it was taken: others depend on this goroutine
+	}
+	if batch != nil {
 		func() {
 			defer b.done()
 			b.send(batch)
@@ -100,6 +127,10 @@ func (b *batcher) done() {
 	}
 	batch := b.queue
 	b.queue = make([]*batchOp, 0, len(batch))
+	for _, op := range batch {
+		op.taken = true
+	}
+	batch[0].sender = true
 	b.mu.Unlock()
 	batch[0].wake <- batch
 }

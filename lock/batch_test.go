@@ -151,9 +151,9 @@ func TestBatcherPipelinesWhatWaited(t *testing.T) {
 	}
 }
 
-// TestBatcherCallerCancellationFailsNoOther: the caller whose goroutine sends a pipeline has its
-// context cancelled while it waits; the pipeline still runs, with the latest deadline of its callers,
-// and every command in it (that caller's too) gets its reply.
+// TestBatcherCallerCancellationFailsNoOther: a caller whose context ends while its command waits
+// withdraws it (never sent) and returns at once, even when it was first in line; the commands that
+// waited with it leave as one pipeline, sent by the next caller, and succeed.
 func TestBatcherCallerCancellationFailsNoOther(t *testing.T) {
 	rdb, prefix, g := batchRedis(t)
 	b := newBatcher(rdb, 1)
@@ -164,24 +164,84 @@ func TestBatcherCallerCancellationFailsNoOther(t *testing.T) {
 	defer cancelLater()
 	ctxs := []context.Context{first, context.Background(), later}
 	cmds := make([]*redis.StatusCmd, len(ctxs))
-	errs := make([]error, len(ctxs))
-	var wg sync.WaitGroup
+	errs := make([]chan error, len(ctxs))
 	for i, ctx := range ctxs {
 		cmds[i] = redis.NewStatusCmd(ctx, "set", prefix+strconv.Itoa(i), "v", "px", 60000)
-		wg.Go(func() { errs[i] = b.do(ctx, cmds[i]) })
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- b.do(ctx, cmds[i]) }()
 		waitQueued(t, b, i+1)
 	}
 	cancel()
+	if err := <-errs[0]; !errors.Is(err, context.Canceled) { // returns while the round trip is still held
+		t.Fatalf("cancelled caller: %v; want context.Canceled", err)
+	}
+	waitQueued(t, b, len(ctxs)-1)
 	close(g.open)
 	must(t, <-held)
-	wg.Wait()
-	for i := range ctxs {
-		if errs[i] != nil || cmds[i].Val() != "OK" {
-			t.Errorf("command %d: %q, %v; want OK", i, cmds[i].Val(), errs[i])
+	for i := 1; i < len(ctxs); i++ {
+		if err := <-errs[i]; err != nil || cmds[i].Val() != "OK" {
+			t.Errorf("command %d: %q, %v; want OK", i, cmds[i].Val(), err)
 		}
 	}
-	if len(g.pipelines) != 1 || len(g.pipelines[0]) != len(ctxs) {
+	if n, err := rdb.Exists(context.Background(), prefix+"0").Result(); err != nil || n != 0 {
+		t.Errorf("the withdrawn command was sent: exists %d, %v", n, err)
+	}
+	if len(g.pipelines) != 1 || len(g.pipelines[0]) != len(ctxs)-1 {
 		t.Fatalf("pipelines sent: %v", g.pipelines)
+	}
+}
+
+// TestBatcherCallerDeadlineInAnotherPipeline: a caller whose command is out in a pipeline another
+// caller sends returns when its own context ends, without waiting for that pipeline (whose sender's
+// context has no end); the sender's pipeline then completes, and the batcher goes on.
+func TestBatcherCallerDeadlineInAnotherPipeline(t *testing.T) {
+	rdb, prefix, g := batchRedis(t)
+	slow := newGate(prefix + "slow")
+	rdb.AddHook(pipelineGate{slow})
+	b := newBatcher(rdb, 1)
+	held := holdRoundTrip(t, b, g)
+	ctx := context.Background()
+
+	senderErr := make(chan error, 1)
+	go func() { senderErr <- b.do(ctx, redis.NewStatusCmd(ctx, "set", slow.key, "v")) }()
+	waitQueued(t, b, 1)
+	short, cancel := context.WithCancel(ctx)
+	defer cancel()
+	followerErr := make(chan error, 1)
+	go func() { followerErr <- b.do(short, redis.NewStatusCmd(short, "set", prefix+"follower", "v")) }()
+	waitQueued(t, b, 2)
+	close(g.open) // the two leave as one pipeline, held by the pipeline gate
+	must(t, <-held)
+	select {
+	case <-slow.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pipeline never reached Redis")
+	}
+	cancel() // the follower's command is out in the held pipeline now
+	if err := <-followerErr; !errors.Is(err, context.Canceled) { // while the pipeline is held
+		t.Fatalf("follower: %v; want its cancellation", err)
+	}
+	close(slow.open)
+	must(t, <-senderErr)
+	after := redis.NewStatusCmd(ctx, "set", prefix+"after", "v")
+	if err := b.do(ctx, after); err != nil || after.Val() != "OK" {
+		t.Fatalf("after: %q, %v", after.Val(), err)
+	}
+}
+
+// pipelineGate holds a pipeline carrying the gate's key until the gate opens.
+type pipelineGate struct{ *gate }
+
+func (p pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if len(c.Args()) > 1 && c.Args()[1] == p.key && p.held.CompareAndSwap(false, true) {
+				close(p.entered)
+				<-p.open
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
 

@@ -20,8 +20,10 @@
 // default) are out, the commands of concurrent callers wait, and when one returns they leave together
 // as one pipeline, sent by the first caller that waited. A lone caller never waits; under load many
 // Acquires and Releases share one round trip, which saves system calls here and reads, writes and
-// event-loop passes in Redis. A waiting command is sent even if its caller's context ends meanwhile,
-// and a pipeline runs until the latest deadline among its callers, so one caller's cancellation never
+// event-loop passes in Redis. Each caller stays bounded by its own context: a command whose caller's
+// context ends while it waits is withdrawn unsent, and a caller whose command is out in another
+// caller's pipeline returns when its context ends (the command may still take effect, as an abandoned
+// command may). A pipeline runs until the latest deadline among its callers, so one caller's end never
 // fails another's command.
 //
 // A Redis older than 7.0 refuses SET with both NX and GET: the Locker notices it on its first Acquire
