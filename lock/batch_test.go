@@ -217,8 +217,9 @@ func TestBatcherCallerDeadlineInAnotherPipeline(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the pipeline never reached Redis")
 	}
-	cancel() // the follower's command is out in the held pipeline now
-	if err := <-followerErr; !errors.Is(err, context.Canceled) { // while the pipeline is held
+	// The follower's command is out in the held pipeline now: it returns while the pipeline is held.
+	cancel()
+	if err := <-followerErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("follower: %v; want its cancellation", err)
 	}
 	close(slow.open)
