@@ -49,6 +49,9 @@ type Options struct {
 	// round trip, on as many connections as the client's pool gives). It applies when the client is a
 	// *redis.Client, *redis.ClusterClient or *redis.Ring (what redis.NewUniversalClient returns);
 	// other clients (wrappers) get every command through their Process. Scripts are never batched.
+	// On a Redis Cluster a pipeline goes to the nodes it names in parallel and returns with the
+	// slowest: raise MaxInFlight (to the number of primaries, say) so that one slow node does not hold
+	// up commands for the others.
 	MaxInFlight int
 }
 
