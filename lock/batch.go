@@ -25,7 +25,9 @@ const DefaultMaxInFlight = 1
 // another caller's pipeline, the caller returns at once (the command may still take effect, as a
 // command whose reply is abandoned may). A pipeline runs without its callers' cancellation and until
 // the latest of their deadlines, so one caller's end never fails another's command; the caller that
-// sends it does so even if its own context ended after the pipeline formed. A pipeline carries the
+// sends it does so even if its own context ended after the pipeline formed, and waits for it: on an
+// unresponsive Redis that caller may wait past its own deadline, up to the latest deadline among the
+// pipeline's callers (or the client's read timeout when one of them has none). A pipeline carries the
 // context values of the caller that sends it (go-redis hooks, tracing among them, see it as that
 // caller's).
 type batcher struct {

@@ -24,7 +24,8 @@
 // context ends while it waits is withdrawn unsent, and a caller whose command is out in another
 // caller's pipeline returns when its context ends (the command may still take effect, as an abandoned
 // command may). A pipeline runs until the latest deadline among its callers, so one caller's end never
-// fails another's command.
+// fails another's command; the caller that sends it waits for it, so on an unresponsive Redis that one
+// caller may wait past its own deadline, up to that latest deadline.
 //
 // A Redis older than 7.0 refuses SET with both NX and GET: the Locker notices it on its first Acquire
 // (a syntax error) and runs Lua scripts doing the same from then on ([Locker.Scripts];
