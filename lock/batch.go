@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -100,9 +101,16 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 			op.ctx, op.cmd = nil, nil
 			batchOpPool.Put(op)
 			return ctx.Err()
-		case !op.sender: // out in another caller's pipeline, which still writes to op and cmd
+		case !op.sender:
 			b.mu.Unlock()
-			return ctx.Err()
+			select {
+			case <-op.wake: // answered after all: its reply is the caller's
+				op.ctx, op.cmd = nil, nil
+				batchOpPool.Put(op)
+				return cmd.Err()
+			default: // out in another caller's pipeline, which still writes to op and cmd
+				return ctx.Err()
+			}
 		}
 		b.mu.Unlock()
 		batch = <-op.wake // handed over right after it was taken: others depend on this goroutine
@@ -139,19 +147,24 @@ func (b *batcher) done() {
 
 // send sends batch, the first op's goroutine calling, and wakes the others.
 func (b *batcher) send(batch []*batchOp) {
+	finished := false
 	defer func() {
-		// Even if a hook panics in this goroutine, the others must not wait forever.
-		if r := recover(); r != nil {
-			for _, op := range batch[1:] {
-				op.cmd.SetErr(fmt.Errorf("lock: a pipelined command's sender panicked: %v", r))
-			}
+		// Even if a hook panics (or exits the goroutine) here, the others must not wait forever, nor
+		// take a command that was never answered for a success.
+		if !finished {
+			r := recover()
+			failUnanswered(batch[1:], fmt.Errorf("lock: the goroutine sending a pipeline stopped (%v) before its replies came", r))
 			b.wake(batch[1:])
-			panic(r)
+			if r != nil {
+				panic(r)
+			}
+			return
 		}
 		b.wake(batch[1:])
 	}()
 	if len(batch) == 1 {
 		_ = b.process(batch[0].ctx, batch[0].cmd)
+		finished = true
 		return
 	}
 	ctx, cancel := batchContext(batch)
@@ -160,7 +173,23 @@ func (b *batcher) send(batch []*batchOp) {
 	for _, op := range batch {
 		_ = pipe.Process(ctx, op.cmd)
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own reply or error
+	// Each command carries its own reply or error; an error of the pipeline itself (a hook that
+	// refused it, say) is also set on every command without one.
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) {
+		failUnanswered(batch, err)
+	}
+	finished = true
+}
+
+// failUnanswered sets err on the commands of ops that carry no error, as go-redis does for a network
+// error: a reply read before it is given up too (a caller then treats a command that took effect as
+// failed, as it would after a lost reply).
+func failUnanswered(ops []*batchOp, err error) {
+	for _, op := range ops {
+		if op.cmd.Err() == nil {
+			op.cmd.SetErr(err)
+		}
+	}
 }
 
 // wake tells the callers of ops that their commands were answered.

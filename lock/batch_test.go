@@ -51,7 +51,9 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 		}
 		keys := make([]string, len(cmds))
 		for i, c := range cmds {
-			keys[i] = fmt.Sprint(c.Args()[1])
+			if len(c.Args()) > 1 {
+				keys[i] = fmt.Sprint(c.Args()[1])
+			}
 		}
 		g.mu.Lock()
 		g.pipelines = append(g.pipelines, keys)
@@ -396,5 +398,43 @@ func TestBatcherSurvivesAPanickingSender(t *testing.T) {
 	defer b.mu.Unlock()
 	if b.inFlight != 0 || len(b.queue) != 0 {
 		t.Fatalf("after the panic: %d in flight, %d queued", b.inFlight, len(b.queue))
+	}
+}
+
+// refusing is a pipeline hook that refuses every pipeline without sending it, as a circuit breaker
+// might.
+type refusing struct{}
+
+var errRefused = errors.New("circuit open")
+
+func (refusing) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (refusing) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (refusing) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { return errRefused }
+}
+
+// TestBatcherPipelineErrorReachesEveryCommand: a pipeline refused as a whole (its hook returns an
+// error without sending it) fails every command in it, never reporting an unsent command as a
+// success with an empty reply; the Locker then reports Redis as unavailable, not a cached result.
+func TestBatcherPipelineErrorReachesEveryCommand(t *testing.T) {
+	rdb, prefix, g := batchRedis(t)
+	rdb.AddHook(refusing{})
+	b := newBatcher(rdb, 1)
+	held := holdRoundTrip(t, b, g)
+	ctx := context.Background()
+	cmds := make([]*redis.StringCmd, 3)
+	errs := make([]chan error, len(cmds))
+	for i := range cmds {
+		cmds[i] = redis.NewStringCmd(ctx, "set", prefix+strconv.Itoa(i), "v", "nx", "px", 60000, "get")
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- b.do(ctx, cmds[i]) }()
+		waitQueued(t, b, i+1)
+	}
+	close(g.open)
+	must(t, <-held)
+	for i := range cmds {
+		if err := <-errs[i]; !errors.Is(err, errRefused) || !errors.Is(cmds[i].Err(), errRefused) {
+			t.Errorf("command %d: do %v, cmd %v; want the pipeline's error", i, err, cmds[i].Err())
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -45,7 +46,7 @@ type Options struct {
 	// result) have in flight to Redis at once. A command issued while that many are out waits, and
 	// leaves with every other command that waited, in one pipeline, as soon as one returns: automatic
 	// pipelining. Under concurrency this cuts system calls and Redis's per-command work; a lone caller
-	// never waits. Defaults to DefaultMaxInFlight (2); negative turns it off (every command its own
+	// never waits. Defaults to DefaultMaxInFlight (1); negative turns it off (every command its own
 	// round trip, on as many connections as the client's pool gives). It applies when the client is a
 	// *redis.Client, *redis.ClusterClient or *redis.Ring (what redis.NewUniversalClient returns);
 	// other clients (wrappers) get every command through their Process. Scripts are never batched.
@@ -297,7 +298,13 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 		return held(doing, v)
 	}
 	ms, _ := millis(doing, cacheTTL)
-	old, err := l.fill(ctx, k, encodeResult(result), ms)
+	val := encodeResult(result)
+	if l.batch != nil && len(result) > 0 && &val[0] == &result[0] {
+		// A batched caller may return (its context ended) while another's pipeline still writes
+		// val to Redis: it must not be the caller's buffer, which it may reuse at once.
+		val = bytes.Clone(val)
+	}
+	old, err := l.fill(ctx, k, val, ms)
 	switch {
 	case errors.Is(err, redis.Nil):
 		return idemkit.ErrLockNotHeld // the key was empty: the lock had expired
