@@ -39,6 +39,7 @@ type batcher struct {
 	mu       sync.Mutex
 	inFlight int
 	queue    []*batchOp
+	ops      sync.Pool // of *batchOp, reused once their caller has its reply or withdrew them
 }
 
 // batchOp is a command waiting for a round trip.
@@ -52,8 +53,6 @@ type batchOp struct {
 	// and for the batch's first op.
 	taken, sender bool
 }
-
-var batchOpPool = sync.Pool{New: func() any { return &batchOp{wake: make(chan []*batchOp, 1)} }}
 
 // newBatcher returns a batcher on client when client is a go-redis client whose pipelines are its
 // own commands (a *redis.Client, *redis.ClusterClient or *redis.Ring), and nil otherwise: a wrapper
@@ -73,7 +72,9 @@ func newBatcher(client Client, max int) *batcher {
 	default:
 		return nil
 	}
-	return &batcher{pipeline: pipeline, process: client.Process, max: max}
+	b := &batcher{pipeline: pipeline, process: client.Process, max: max}
+	b.ops.New = func() any { return &batchOp{wake: make(chan []*batchOp, 1)} }
+	return b
 }
 
 // do sends cmd and returns its error, as Process does.
@@ -85,7 +86,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 		defer b.done() // even if a hook panics: the round trip ends and the queue moves on
 		return b.process(ctx, cmd)
 	}
-	op := batchOpPool.Get().(*batchOp)
+	op := b.ops.Get().(*batchOp)
 	op.ctx, op.cmd, op.taken, op.sender = ctx, cmd, false, false
 	b.queue = append(b.queue, op)
 	b.mu.Unlock()
@@ -99,14 +100,14 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 			b.queue = slices.DeleteFunc(b.queue, func(o *batchOp) bool { return o == op })
 			b.mu.Unlock()
 			op.ctx, op.cmd = nil, nil
-			batchOpPool.Put(op)
+			b.ops.Put(op)
 			return ctx.Err()
 		case !op.sender:
 			b.mu.Unlock()
 			select {
 			case <-op.wake: // answered after all: its reply is the caller's
 				op.ctx, op.cmd = nil, nil
-				batchOpPool.Put(op)
+				b.ops.Put(op)
 				return cmd.Err()
 			default: // out in another caller's pipeline, which still writes to op and cmd
 				return ctx.Err()
@@ -122,7 +123,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 		}()
 	}
 	op.ctx, op.cmd = nil, nil
-	batchOpPool.Put(op)
+	b.ops.Put(op)
 	return cmd.Err()
 }
 
