@@ -99,15 +99,13 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 		case !op.taken: // still waiting: withdraw it, unsent
 			b.queue = slices.DeleteFunc(b.queue, func(o *batchOp) bool { return o == op })
 			b.mu.Unlock()
-			op.ctx, op.cmd = nil, nil
-			b.ops.Put(op)
+			b.recycle(op)
 			return ctx.Err()
 		case !op.sender:
 			b.mu.Unlock()
 			select {
 			case <-op.wake: // answered after all: its reply is the caller's
-				op.ctx, op.cmd = nil, nil
-				b.ops.Put(op)
+				b.recycle(op)
 				return cmd.Err()
 			default: // out in another caller's pipeline, which still writes to op and cmd
 				return ctx.Err()
@@ -122,9 +120,15 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 			b.send(batch)
 		}()
 	}
+	b.recycle(op)
+	return cmd.Err()
+}
+
+// recycle returns op to the pool once nobody else refers to it: its caller has its reply, or withdrew
+// it before it was taken.
+func (b *batcher) recycle(op *batchOp) {
 	op.ctx, op.cmd = nil, nil
 	b.ops.Put(op)
-	return cmd.Err()
 }
 
 // done ends a round trip: the commands queued meanwhile, if any, become the next one, sent by the
