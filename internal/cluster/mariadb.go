@@ -175,6 +175,7 @@ func (n *MariaNode) writeConfig(extra []string) error {
 	lines := []string{
 		"[mysqld]",
 		"datadir=" + n.data,
+		"tmpdir=" + n.tmpDir(),
 		"socket=" + filepath.Join(n.dir, "mysqld.sock"),
 		"pid-file=" + filepath.Join(n.dir, "mysqld.pid"),
 		"port=" + strconv.Itoa(n.port),
@@ -193,6 +194,9 @@ func (n *MariaNode) writeConfig(extra []string) error {
 		lines = append(lines, "user="+n.su.name)
 	}
 	lines = append(lines, extra...)
+	if err := n.makeTmpDir(); err != nil {
+		return err
+	}
 	return os.WriteFile(n.cnf, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 }
 
@@ -202,17 +206,63 @@ func (n *MariaNode) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--no-defaults", "--datadir=" + n.data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+	// The bootstrap's internal temporary tables go to the node's own directory, not the shared
+	// /tmp: a CI run once lost one there mid-install ("Could not remove temporary table … error: 2",
+	// then "Unknown table 'mysql.tmp_user_sys'"), which failed the whole cluster test.
+	if err := n.makeTmpDir(); err != nil {
+		return err
+	}
+	args := []string{"--no-defaults", "--datadir=" + n.data, "--tmpdir=" + n.tmpDir(),
+		"--auth-root-authentication-method=normal", "--skip-test-db"}
 	if n.su.name != "" {
 		args = append(args, "--user="+n.su.name)
 	}
-	ictx, cancel := context.WithTimeout(ctx, installTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ictx, install, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("cluster: %s: %w\n%s", filepath.Base(install), err, out)
+	var firstErr error
+	for attempt := 0; ; attempt++ {
+		ictx, cancel := context.WithTimeout(ctx, installTimeout)
+		out, err := exec.CommandContext(ictx, install, args...).CombinedOutput()
+		cancel()
+		if err == nil {
+			return n.su.own(n.data)
+		}
+		err = fmt.Errorf("cluster: %s: %w\n%s", filepath.Base(install), err, out)
+		if attempt == 1 || ctx.Err() != nil {
+			return errors.Join(firstErr, err)
+		}
+		// One more try on an emptied data directory: a half-written bootstrap cannot be resumed.
+		firstErr = err
+		if err := emptyDir(n.data); err != nil {
+			return errors.Join(firstErr, err)
+		}
 	}
-	return n.su.own(n.data)
+}
+
+// tmpDir is the node's private directory for temporary files (mariadbd's tmpdir).
+func (n *MariaNode) tmpDir() string { return filepath.Join(n.dir, "tmp") }
+
+// makeTmpDir creates the node's tmpdir, owned by the server's user.
+func (n *MariaNode) makeTmpDir() error {
+	if err := os.MkdirAll(n.tmpDir(), 0o755); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if err := n.su.own(n.tmpDir()); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return nil
+}
+
+// emptyDir removes everything inside dir, keeping dir itself (and its owner).
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+	return nil
 }
 
 // recoverRe finds the position mariadbd --wsrep-recover prints.
