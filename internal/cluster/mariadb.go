@@ -207,8 +207,9 @@ func (n *MariaNode) install(ctx context.Context) error {
 		return err
 	}
 	// The bootstrap's internal temporary tables go to the node's own directory, not the shared
-	// /tmp: a CI run once lost one there mid-install ("Could not remove temporary table … error: 2",
-	// then "Unknown table 'mysql.tmp_user_sys'"), which failed the whole cluster test.
+	// /tmp: a mariadbd that starts deletes every "#sql…" file in its tmpdir, so a server another
+	// test (re)started meanwhile once took one from under a bootstrap ("Could not remove temporary
+	// table … error: 2", then "Unknown table 'mysql.tmp_user_sys'") and failed a CI run.
 	if err := n.makeTmpDir(); err != nil {
 		return err
 	}
