@@ -85,8 +85,15 @@ func startMariaDB(ctx context.Context, procs *procSet, dir string, logf func(str
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// A private tmpdir: a mariadbd that starts deletes every "#sql…" file in its tmpdir, and this
+	// one restarts again and again — with /tmp it would take the temporary tables of every other
+	// MariaDB on the machine (another test's bootstrap failed on that once).
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
+	}
 	asRoot := os.Geteuid() == 0
-	args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+	args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--auth-root-authentication-method=normal", "--skip-test-db"}
 	if asRoot {
 		args = append(args, "--user=root")
 	}
@@ -115,7 +122,7 @@ func startMariaDB(ctx context.Context, procs *procSet, dir string, logf func(str
 			return nil, err
 		}
 		m.args = []string{
-			"--no-defaults", "--datadir=" + data,
+			"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp,
 			"--socket=" + filepath.Join(dir, "mysqld.sock"), "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
 			"--port=" + strconv.Itoa(m.port), "--bind-address=127.0.0.1", "--skip-name-resolve",
 			"--skip-log-bin", "--log-error=" + filepath.Join(dir, "error.log"),
