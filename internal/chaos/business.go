@@ -58,8 +58,8 @@ var (
 	errFlaky = errors.New("chaos: transient business failure (injected)")
 	// errStale: the fence register holds a newer fence; this attempt was taken over and must not write.
 	errStale = errors.New("chaos: business write refused by the fence: a newer attempt holds the key")
-	// errBizDB wraps a database error of the business's own statements in Tx mode (MariaDB restarting,
-	// a dropped connection): retryable, nothing committed, answered as unavailable.
+	// errBizDB wraps a database error of the business's own statements (MariaDB restarting, a dropped
+	// connection): retryable, answered as unavailable.
 	errBizDB = errors.New("chaos: the business transaction failed")
 )
 
@@ -164,7 +164,7 @@ func (w *worker) fencedTransfer(ctx context.Context, path, key string, op Op, ou
 	}
 	if err := w.biz.enter(ctx); err != nil {
 		*out = bizError
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errBizDB, err)
 	}
 	defer w.biz.exit()
 	t := w.cfg.Tables
@@ -208,6 +208,13 @@ func (w *worker) fencedTransfer(ctx context.Context, path, key string, op Op, ou
 	if err != nil {
 		if *out == bizNone || *out == bizApplied { // bizApplied: the commit failed after the writes
 			*out = bizError
+		}
+		if *out == bizError {
+			// A database error of the business's own transaction (a connection the last MariaDB
+			// restart broke, say): retryable, answered as unavailable as in Tx mode. The Guard
+			// returns it as it is when it could record the failure, so the answer has no
+			// ErrStoreUnavailable to say so.
+			err = fmt.Errorf("%w: %w", errBizDB, err)
 		}
 		return nil, err
 	}
