@@ -26,6 +26,33 @@ type TxStore interface {
 	Rollback() error
 }
 
+// InsertCommitter is a TxStore that can write a new record and commit its transaction in one round
+// trip (record.Store's transactions on MySQL and MariaDB when the connection allows several statements
+// in a packet). [Guard.Tx] uses it, when the TxStore implements it, for the record of a key nobody
+// else recorded: the transaction then ends with that call instead of Commit.
+//
+// InsertCommit returns nil when the record was inserted and the transaction committed: the transaction
+// is over. It returns an error matching ErrExists when a record with the key exists (nothing was
+// written, the transaction is open and, on a database with row locks, holds that record locked, as
+// Insert then Get would), or one wrapping ErrUnstorable or ErrInvalidKey as Insert would (nothing was
+// written, the transaction is open). Any other error means the transaction was rolled back or its
+// outcome is not known; the Guard then calls Rollback, which must end whatever is left of it.
+type InsertCommitter interface {
+	InsertCommit(ctx context.Context, rec *Record) error
+}
+
+// BeginGetter is a TxBeginner that can begin a transaction and read a record in one round trip
+// (record.Store on MySQL and MariaDB when the connection allows several statements in a packet).
+// [Guard.Tx] uses it, when its TxBeginner implements it, for the read before the function.
+//
+// BeginTxGet returns the record for scope and key as Store.Get does (ErrNotFound when there is none),
+// and, when it could begin one, a transaction begun before the read: an open TxStore also with
+// ErrNotFound, never with another error. A nil TxStore means it did not begin one (the connection
+// does not allow it): the Guard then calls BeginTx, as without a BeginGetter.
+type BeginGetter interface {
+	BeginTxGet(ctx context.Context, scope, key string) (TxStore, *Record, error)
+}
+
 // TxFunc is a function guarded by [Guard.Tx]: it makes its writes in the transaction tx (through the
 // driver's transaction its TxStore exposes; record.Store.Tx hands it a *gorm.DB) and returns the
 // result to store and replay. Its context carries the fence (see [FenceFromContext]).
@@ -151,19 +178,36 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 	now := g.opts.Now()
 	cl.newRecord(c, now)
 	var prev *Version // the record read before fn, to be taken over
+	var tx TxStore    // begun with the read, when db can (BeginGetter)
 	if !cl.vouched() {
-		cur, err := db.Get(cl.ctx, cl.id.scope, cl.id.key)
+		var cur *Record
+		var err error
+		if bg, ok := db.(BeginGetter); ok {
+			tx, cur, err = bg.BeginTxGet(cl.ctx, cl.id.scope, cl.id.key)
+		} else {
+			cur, err = db.Get(cl.ctx, cl.id.scope, cl.id.key)
+		}
+		// ends the transaction begun with the read, if any, before an answer without fn
+		end := func() {
+			if tx != nil {
+				cl.rollback(tx)
+			}
+		}
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
+			end()
 			return ended(cl.fail(OutcomeUnavailable, storeErr("reading record", err)))
 		default:
 			switch judge(cur, c.Fingerprint, ModeTx, now) {
 			case verdictReplay:
+				end()
 				return ended(cl.replay(cur, c.Fingerprint))
 			case verdictMismatch:
+				end()
 				return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
 			case verdictInFlight:
+				end()
 				return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
 			}
 			v := cur.Version()
@@ -173,9 +217,11 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 		}
 	}
 
-	tx, err := db.BeginTx(cl.ctx)
-	if err != nil {
-		return ended(cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err)))
+	if tx == nil {
+		var err error
+		if tx, err = db.BeginTx(cl.ctx); err != nil {
+			return ended(cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err)))
+		}
 	}
 	ctx := cl.Context(cl.ctx)
 	stop := func() {}
@@ -213,7 +259,20 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 	next := cl.rec
 	next.UpdatedAt = g.opts.Now()
 	outcome(&next, val, nil, false)
-	stored, err := cl.put(tx, c, &next, prev)
+	var first error // what an INSERT sent with the COMMIT found
+	if ic, ok := tx.(InsertCommitter); ok && prev == nil {
+		first = ic.InsertCommit(cl.ctx, &next)
+		switch {
+		case first == nil:
+			return cl.finished(&next, val, nil, true)
+		case errors.Is(first, ErrExists), errors.Is(first, ErrUnstorable), errors.Is(first, ErrInvalidKey):
+			// Nothing written and the transaction open: as after an Insert.
+		default:
+			cl.rollback(tx)
+			return ended(cl.failWrite(first))
+		}
+	}
+	stored, err := cl.put(tx, c, &next, prev, first)
 	switch {
 	case stored != nil:
 		cl.rollback(tx)
@@ -263,14 +322,14 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	} else {
 		outcome(&next, val, ferr, true)
 	}
-	stored, err := cl.put(storeCtx{db, dctx}, c, &next, prev)
+	stored, err := cl.put(storeCtx{db, dctx}, c, &next, prev, nil)
 	switch {
 	case stored != nil:
 		return ended(cl.replay(stored, c.Fingerprint))
 	case errors.Is(err, ErrUnstorable):
 		// Even the rejection does not fit (an error text the database refuses): store the reason.
 		next.Response, next.Error = nil, errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", err))
-		if stored, err = cl.put(storeCtx{db, dctx}, c, &next, prev); stored != nil {
+		if stored, err = cl.put(storeCtx{db, dctx}, c, &next, prev, nil); stored != nil {
 			return ended(cl.replay(stored, c.Fingerprint))
 		}
 	}
@@ -346,13 +405,13 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		return cl.finished(&next, val, ferr, false)
 	}
 	outcome(&next, val, ferr, permanent)
-	stored, err := cl.put(cl.st, c, &next, prev)
+	stored, err := cl.put(cl.st, c, &next, prev, nil)
 	var note error
 	if errors.Is(err, ErrUnstorable) {
 		refused := err
 		next.Status, next.Response = StatusRejected, nil
 		next.Error = errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", refused))
-		stored, err = cl.put(cl.st, c, &next, prev)
+		stored, err = cl.put(cl.st, c, &next, prev, nil)
 		note = fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, next.Status, refused)
 	}
 	switch {
@@ -389,11 +448,16 @@ func (cl *Claim) replayRollback(r *Record, c *Call) (Result, error) {
 // mismatching one ends the call with [*InFlightError] or ErrPayloadMismatch; any other (failed,
 // expired, abandoned) is taken over: rec gets its fence + 1 and replaces it. Other errors are the
 // Store's.
-func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version) (*Record, error) {
+//
+// first, when not nil, is the outcome of an INSERT of rec already made (InsertCommit's): it is not
+// made again.
+func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error) (*Record, error) {
 	g := cl.g
 	for attempt := 0; ; attempt++ {
 		var err error
-		if prev == nil {
+		if attempt == 0 && first != nil {
+			err = first
+		} else if prev == nil {
 			err = st.Insert(cl.ctx, rec)
 		} else {
 			err = st.Update(cl.ctx, rec, *prev)

@@ -452,7 +452,7 @@ func Storm(t *testing.T, cfg StormConfig) {
 			var err error
 			if cfg.Tx {
 				res, err = g.Tx(ctxb, dbs[i%len(dbs)], idemkit.Call{Scope: scope, Key: key}, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
-					tx.(*stormTxStore).committed = func() {
+					stormOf(tx).committed = func() {
 						mu.Lock()
 						commits[key]++
 						mu.Unlock()
@@ -510,7 +510,52 @@ func (b *stormTx) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stormTxStore{TxStore: tx}, nil
+	return b.wrap(tx), nil
+}
+
+// BeginTxGet forwards to the Store's [idemkit.BeginGetter], or reads as the Guard would without one.
+func (b *stormTx) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	bg, ok := b.TxBeginner.(idemkit.BeginGetter)
+	if !ok {
+		rec, err := b.Get(ctx, scope, key)
+		return nil, rec, err
+	}
+	tx, rec, err := bg.BeginTxGet(ctx, scope, key)
+	if tx == nil {
+		return nil, rec, err
+	}
+	return b.wrap(tx), rec, err
+}
+
+func (b *stormTx) wrap(tx idemkit.TxStore) idemkit.TxStore {
+	st := &stormTxStore{TxStore: tx}
+	if ic, ok := tx.(idemkit.InsertCommitter); ok {
+		return &stormInsertCommitter{st, ic}
+	}
+	return st
+}
+
+// stormOf returns the stormTxStore of a transaction stormTx began.
+func stormOf(tx idemkit.TxStore) *stormTxStore {
+	if ic, ok := tx.(*stormInsertCommitter); ok {
+		return ic.stormTxStore
+	}
+	return tx.(*stormTxStore)
+}
+
+// stormInsertCommitter is a stormTxStore over a transaction that also commits with the record's
+// INSERT ([idemkit.InsertCommitter]): the Guard then ends it that way, and the storm counts it.
+type stormInsertCommitter struct {
+	*stormTxStore
+	ic idemkit.InsertCommitter
+}
+
+func (t *stormInsertCommitter) InsertCommit(ctx context.Context, rec *idemkit.Record) error {
+	err := t.ic.InsertCommit(ctx, rec)
+	if err == nil && t.committed != nil {
+		t.committed()
+	}
+	return err
 }
 
 type stormTxStore struct {

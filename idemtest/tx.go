@@ -23,7 +23,44 @@ func (c *countingTx) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countedTx{TxStore: tx, c: c}, nil
+	return c.wrap(tx), nil
+}
+
+// BeginTxGet forwards to the Store's [idemkit.BeginGetter], or reads as the Guard would without one.
+func (c *countingTx) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	bg, ok := c.TxBeginner.(idemkit.BeginGetter)
+	if !ok {
+		rec, err := c.Get(ctx, scope, key)
+		return nil, rec, err
+	}
+	tx, rec, err := bg.BeginTxGet(ctx, scope, key)
+	if tx == nil {
+		return nil, rec, err
+	}
+	return c.wrap(tx), rec, err
+}
+
+func (c *countingTx) wrap(tx idemkit.TxStore) idemkit.TxStore {
+	ct := &countedTx{TxStore: tx, c: c}
+	if ic, ok := tx.(idemkit.InsertCommitter); ok {
+		return &countedInsertCommitter{ct, ic}
+	}
+	return ct
+}
+
+// countedInsertCommitter is a countedTx over a transaction that also commits with the record's INSERT
+// ([idemkit.InsertCommitter]): the Guard then ends it that way, and it is counted.
+type countedInsertCommitter struct {
+	*countedTx
+	ic idemkit.InsertCommitter
+}
+
+func (t *countedInsertCommitter) InsertCommit(ctx context.Context, rec *idemkit.Record) error {
+	err := t.ic.InsertCommit(ctx, rec)
+	if err == nil {
+		t.c.commits.Add(1)
+	}
+	return err
 }
 
 type countedTx struct {

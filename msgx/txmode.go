@@ -64,6 +64,13 @@ type gormBeginner struct {
 	db *gorm.DB
 }
 
+// BeginTxGet only reads: the transaction must be begun on db, by BeginTx (the Store's own would begin
+// one on its gorm.DB, with another type).
+func (b gormBeginner) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	rec, err := b.Get(ctx, scope, key)
+	return nil, rec, err
+}
+
 // BeginTx implements idemkit.TxBeginner.
 func (b gormBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	tx := b.db.WithContext(ctx).Begin()

@@ -33,9 +33,12 @@ func countedDB(t *testing.T, b backend, cfg *gorm.Config) (*gorm.DB, *sqlcount.C
 		dial  func(*sql.DB) gorm.Dialector
 	)
 	switch b.name {
-	case "MariaDB":
+	case "MariaDB", multiBackend.name:
 		mc, err := gomysql.ParseDSN(testsvc.MySQLDSN() + testsvc.Database + "?timeout=3s")
 		must(t, err)
+		if b.name == multiBackend.name {
+			mc.MultiStatements, mc.InterpolateParams = true, true
+		}
 		c, err := gomysql.NewConnector(mc)
 		must(t, err)
 		inner = c
@@ -119,6 +122,9 @@ func statementBudget(t *testing.T, b backend, cfg *gorm.Config) {
 	}
 	warm(noLock, "warm-a")
 	warm(locked, "warm-b")
+	tx, err := s.BeginTx(ctxb) // the Store finds out whether the pool allows multi-statement packets
+	must(t, err)
+	must(t, tx.Rollback())
 
 	call := idemkit.Call{Scope: "budget", Key: "execute"}
 	want("Execute, new key", delta(n, func() { _, err := noLock.Do(ctxb, call, fn); must(t, err) }), 2, 0)

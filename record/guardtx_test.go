@@ -72,7 +72,7 @@ func (f *txFixture) wantRecord(t *testing.T, key string, rows int, status idemki
 // cache with one); a retryable failure leaves nothing, a permanent one leaves a REJECTED record and
 // no business write; a panic rolls back.
 func TestGuardTx(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachTxBackend(t, func(t *testing.T, b backend) {
 		for _, mode := range []string{"gorm", "gorm+PrepareStmt", "sql"} {
 			t.Run(mode, func(t *testing.T) {
 				var cfg *gorm.Config
@@ -145,7 +145,7 @@ func TestGuardTx(t *testing.T) {
 // nothing of the second commits. The same on the success path: its INSERT meets the record, and the
 // stored answer is replayed.
 func TestGuardTxAnswerNeverDependsOnRunningAgain(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachTxBackend(t, func(t *testing.T, b backend) {
 		f := newTxFixture(t, b, nil)
 		must(t, f.db.Exec("CREATE TABLE "+f.biz+"_acct (id INT PRIMARY KEY, balance BIGINT NOT NULL)").Error)
 		t.Cleanup(func() { f.db.Exec("DROP TABLE " + f.biz + "_acct") })
@@ -205,7 +205,7 @@ func TestGuardTxAnswerNeverDependsOnRunningAgain(t *testing.T) {
 // TestGuardTxConcurrentSameKey: without a Locker, concurrent Tx calls of one key end with one commit
 // and the others replaying its answer (or in flight), never a second business row.
 func TestGuardTxConcurrentSameKey(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachTxBackend(t, func(t *testing.T, b backend) {
 		f := newTxFixture(t, b, nil)
 		if b.name == "SQLite" {
 			f = newTxFixtureOn(t, immediateSQLite(t))
@@ -246,7 +246,7 @@ func TestGuardTxConcurrentSameKey(t *testing.T) {
 // cache) that failed is taken over in the same transaction, with the next fence; a live claim is
 // answered ErrInFlight and nothing commits.
 func TestGuardTxTakesOverWhatItMeets(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachTxBackend(t, func(t *testing.T, b backend) {
 		f := newTxFixture(t, b, nil)
 		vouching, err := idemkit.New(f.store, &idemkit.Options{Locker: memory.NewLocker(nil)})
 		must(t, err)
@@ -282,7 +282,13 @@ func TestGuardTxTakesOverWhatItMeets(t *testing.T) {
 // leaves the key REJECTED, saying why, so it never runs again to the same end (issue 11, item 4, in Tx
 // mode).
 func TestGuardTxUnstorableOutcome(t *testing.T) {
-	f := newTxFixture(t, backends[0], nil)
+	for _, b := range []backend{backends[0], multiBackend} {
+		t.Run(b.name, func(t *testing.T) { testGuardTxUnstorableOutcome(t, b) })
+	}
+}
+
+func testGuardTxUnstorableOutcome(t *testing.T, b backend) {
+	f := newTxFixture(t, b, nil)
 	var runs atomic.Int32
 	huge := func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
 		runs.Add(1)
@@ -346,7 +352,7 @@ func TestDoTxRollbackReplayed(t *testing.T) {
 // TestGormTx: the gorm transaction under a TxStore the Store began is the one the business writes
 // through (its row commits with the record); any other TxStore, or nil, has none.
 func TestGormTx(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
+	eachTxBackend(t, func(t *testing.T, b backend) {
 		f := newTxFixture(t, b, nil)
 		var got *gorm.DB
 		_, err := f.guard.Tx(ctxb, f.store, idemkit.Call{Scope: "gtx", Key: "gormtx"}, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {

@@ -82,7 +82,13 @@ type queries struct {
 	table   string // bare table name, unquoted
 	quoted  string // quoted [schema.]table
 
-	insert      string // insert-first, no error on conflict
+	insert string // insert-first, no error on conflict
+	// insertCommitPfx starts the INSERT-and-COMMIT packet of a multi-statement transaction, up to its
+	// first value (MySQL; see multi.go).
+	insertCommitPfx string
+	// beginGetPfx starts the packet of START TRANSACTION and a record's read, up to the scope's value
+	// (MySQL; see multi.go).
+	beginGetPfx string
 	plainInsert string // INSERT without conflict handling (tests of interpretError)
 	get         string
 	getLocked   string // get with a locking read, for transaction-bound stores
@@ -113,6 +119,8 @@ func buildQueries(dialect, schema, table string) *queries {
 		// A duplicate sets a column to itself: no change, so zero rows affected (without
 		// clientFoundRows, which New refuses).
 		q.insert = q.plainInsert + " ON DUPLICATE KEY UPDATE scope = scope"
+		q.insertCommitPfx = "INSERT INTO " + t + " (" + cols + ") VALUES ("
+		q.beginGetPfx = "START TRANSACTION; SELECT " + columns + " FROM " + t + " WHERE scope = "
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
 	}

@@ -33,6 +33,16 @@ var backends = []backend{
 	{"SQLite", testsvc.SQLite},
 }
 
+// multiBackend is MariaDB on a DSN that allows multi-statement packets: the Store's transactions for
+// Guard.Tx then run on a held connection and send the record's INSERT with the COMMIT (multi.go).
+var multiBackend = backend{"MariaDB-multi", testsvc.MySQLMulti}
+
+// eachTxBackend runs f as a subtest per backend, and on multiBackend.
+func eachTxBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	eachBackend(t, f)
+	t.Run(multiBackend.name, func(t *testing.T) { f(t, multiBackend) })
+}
+
 // eachBackend runs f as a subtest per backend.
 func eachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	for _, b := range backends {

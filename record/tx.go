@@ -35,7 +35,7 @@ func (s *Store) Tx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn TxF
 		return idemkit.Result{}, idemkit.ErrNilFunc
 	}
 	return g.Tx(ctx, s, c, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
-		return fn(ctx, tx.(*txStore).gtx)
+		return fn(ctx, GormTx(tx))
 	})
 }
 
@@ -53,11 +53,27 @@ func (s *Store) SQLTx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn 
 // BeginTx implements [idemkit.TxBeginner]: it begins a gorm transaction on the Store's database
 // (gorm's Begin, so a PrepareStmt session gets its prepared transaction) and returns a Store bound to
 // it, with Commit and Rollback. It fails on a Store that is itself bound to a transaction.
+//
+// On MySQL and MariaDB, when the DSN sets multiStatements=true (and Options.NoMultiStatements is not
+// set, and gorm's PrepareStmt is off), the transaction runs instead on a connection the Store holds,
+// and the returned Store implements [idemkit.InsertCommitter]: the Guard sends the record's INSERT
+// and the COMMIT in one packet. The gorm session the business gets ([GormTx]) works as a gorm
+// transaction — its statements run in the transaction, a nested db.Transaction is a savepoint — but
+// refuses db.Commit() and db.Rollback(): the Guard ends the transaction.
 func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if s.inTx || s.gdb == nil {
 		return nil, errors.New("record: BeginTx on a Store bound to a transaction")
 	}
 	s.ps.prepareAll(ctx) // before the transaction holds a connection (see stmtCache)
+	if s.multiCapable() {
+		m, err := s.beginMulti(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			return m, nil
+		}
+	}
 	gtx := s.gdb.WithContext(ctx).Begin()
 	if gtx.Error != nil {
 		return nil, s.q.interpretError("beginning a transaction on", gtx.Error)
@@ -71,7 +87,10 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 // the handler's context) — and nil for any other value, nil included. Business writes made through
 // it commit or roll back with the record; do not commit or roll it back yourself: the Guard does.
 func GormTx(tx idemkit.TxStore) *gorm.DB {
-	if t, ok := tx.(*txStore); ok {
+	switch t := tx.(type) {
+	case *txStore:
+		return t.gtx
+	case *multiStore:
 		return t.gtx
 	}
 	return nil
@@ -79,6 +98,12 @@ func GormTx(tx idemkit.TxStore) *gorm.DB {
 
 // sqlBeginner begins database/sql transactions for SQLTx.
 type sqlBeginner struct{ *Store }
+
+// BeginTxGet only reads (the Store's would begin a transaction that is not a *sql.Tx).
+func (b sqlBeginner) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	rec, err := b.Get(ctx, scope, key)
+	return nil, rec, err
+}
 
 func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	s := b.Store

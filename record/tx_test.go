@@ -321,7 +321,7 @@ func TestWithTxNeverCommits(t *testing.T) {
 // elsewhere (so its REPEATABLE READ snapshot predates it) still sees the record through Get's locking
 // read and replays it, instead of finding nothing.
 func TestTxModeSeesRecordCommittedAfterSnapshot(t *testing.T) {
-	for _, b := range backends[:2] { // MySQL (REPEATABLE READ by default) and PostgreSQL
+	for _, b := range append(backends[:2:2], multiBackend) { // MySQL (REPEATABLE READ by default) and PostgreSQL
 		t.Run(b.name, func(t *testing.T) {
 			f := newTxFixture(t, b, nil)
 			call := idemkit.Call{Scope: "tx", Key: "snap"}

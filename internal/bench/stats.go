@@ -95,7 +95,7 @@ func add(a, b Counts) Counts {
 
 func addSQL(a, b SQLCounts) SQLCounts {
 	return SQLCounts{Statements: a.Statements + b.Statements, Prepares: a.Prepares + b.Prepares,
-		Begins: a.Begins + b.Begins, Commits: a.Commits + b.Commits, Rollbacks: a.Rollbacks + b.Rollbacks, InTx: a.InTx + b.InTx}
+		Begins: a.Begins + b.Begins, Commits: a.Commits + b.Commits, Rollbacks: a.Rollbacks + b.Rollbacks, InTx: a.InTx + b.InTx, RoundTrips: a.RoundTrips + b.RoundTrips}
 }
 
 // MedianMinMax returns the median, minimum and maximum of xs (0s when empty).

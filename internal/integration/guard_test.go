@@ -81,6 +81,13 @@ func TestStormAcrossGuards(t *testing.T) {
 			idemtest.Storm(t, idemtest.StormConfig{Stores: pools(t, db.open, 3), Tx: true})
 		})
 	}
+	// Tx mode on MariaDB with multi-statement packets: the record's INSERT leaves with the COMMIT.
+	t.Run("MariaDB-multi/Tx/Redis", func(t *testing.T) {
+		idemtest.Storm(t, idemtest.StormConfig{Stores: pools(t, testsvc.MySQLMulti, 3), Lockers: lockers(t, 3), Tx: true})
+	})
+	t.Run("MariaDB-multi/Tx/DatabaseOnly", func(t *testing.T) {
+		idemtest.Storm(t, idemtest.StormConfig{Stores: pools(t, testsvc.MySQLMulti, 3), Tx: true})
+	})
 }
 
 // TestDatabaseUnreachable cuts the connection to MariaDB mid-test: calls fail with

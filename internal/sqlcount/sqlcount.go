@@ -6,6 +6,7 @@ package sqlcount
 import (
 	"context"
 	"database/sql/driver"
+	"strings"
 	"sync/atomic"
 )
 
@@ -22,12 +23,16 @@ type Counts struct {
 	Rollbacks int64
 	// InTx counts the Statements run inside a transaction (between BEGIN and its COMMIT or ROLLBACK).
 	InTx int64
+	// RoundTrips counts what waited for the server's answer: each statement, prepare, BEGIN, COMMIT
+	// and ROLLBACK, except that a packet of several statements (a statement followed by "; COMMIT")
+	// is one round trip.
+	RoundTrips int64
 }
 
 // Sub returns c-o.
 func (c Counts) Sub(o Counts) Counts {
 	return Counts{Statements: c.Statements - o.Statements, Prepares: c.Prepares - o.Prepares, Begins: c.Begins - o.Begins,
-		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks, InTx: c.InTx - o.InTx}
+		Commits: c.Commits - o.Commits, Rollbacks: c.Rollbacks - o.Rollbacks, InTx: c.InTx - o.InTx, RoundTrips: c.RoundTrips - o.RoundTrips}
 }
 
 // Counter wraps a driver.Connector and counts what every connection it opens sends. It sees all
@@ -36,6 +41,7 @@ func (c Counts) Sub(o Counts) Counts {
 type Counter struct {
 	inner                                             driver.Connector
 	stmts, prepares, begins, commits, rollbacks, inTx atomic.Int64
+	trips                                             atomic.Int64
 }
 
 // New returns a counting connector around inner; open the pool with sql.OpenDB.
@@ -44,7 +50,7 @@ func New(inner driver.Connector) *Counter { return &Counter{inner: inner} }
 // Counts returns the totals so far.
 func (c *Counter) Counts() Counts {
 	return Counts{Statements: c.stmts.Load(), Prepares: c.prepares.Load(), Begins: c.begins.Load(), Commits: c.commits.Load(),
-		Rollbacks: c.rollbacks.Load(), InTx: c.inTx.Load()}
+		Rollbacks: c.rollbacks.Load(), InTx: c.inTx.Load(), RoundTrips: c.trips.Load()}
 }
 
 // Connect implements driver.Connector.
@@ -66,13 +72,57 @@ type countConn struct {
 	tx bool // a transaction is open
 }
 
-// statement counts one statement.
+// statement counts one statement sent in its own round trip.
 func (cc *countConn) statement() {
+	cc.c.trips.Add(1)
+	cc.inStatement()
+}
+
+func (cc *countConn) inStatement() {
 	cc.c.stmts.Add(1)
 	if cc.tx {
 		cc.c.inTx.Add(1)
 	}
 }
+
+// text counts query when it is transaction control sent as text (what a library running a
+// transaction on a connection it holds sends: START TRANSACTION, COMMIT, ROLLBACK, START TRANSACTION
+// and a statement in one packet, or a statement and COMMIT), and reports whether it was.
+func (cc *countConn) text(query string) bool {
+	q := strings.TrimSpace(query)
+	switch {
+	case strings.EqualFold(q, "START TRANSACTION") || strings.EqualFold(q, "BEGIN"):
+		cc.c.trips.Add(1)
+		cc.c.begins.Add(1)
+		cc.tx = true
+	case strings.EqualFold(q, "COMMIT"):
+		cc.c.trips.Add(1)
+		cc.c.commits.Add(1)
+		cc.tx = false
+	case strings.EqualFold(q, "ROLLBACK"):
+		cc.c.trips.Add(1)
+		cc.c.rollbacks.Add(1)
+		cc.tx = false
+	case len(q) > len(beginPrefix) && strings.EqualFold(q[:len(beginPrefix)], beginPrefix):
+		cc.c.trips.Add(1)
+		cc.c.begins.Add(1)
+		cc.tx = true
+		cc.inStatement()
+	case len(q) > len(commitSuffix) && strings.EqualFold(q[len(q)-len(commitSuffix):], commitSuffix):
+		cc.c.trips.Add(1)
+		cc.inStatement()
+		cc.c.commits.Add(1)
+		cc.tx = false
+	default:
+		return false
+	}
+	return true
+}
+
+const (
+	beginPrefix  = "START TRANSACTION;"
+	commitSuffix = "; COMMIT"
+)
 
 func (cc *countConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	e, ok := cc.Conn.(driver.ExecerContext)
@@ -80,7 +130,7 @@ func (cc *countConn) ExecContext(ctx context.Context, query string, args []drive
 		return nil, driver.ErrSkip
 	}
 	r, err := e.ExecContext(ctx, query, args)
-	if err != driver.ErrSkip {
+	if err != driver.ErrSkip && (len(args) > 0 || !cc.text(query)) {
 		cc.statement()
 	}
 	return r, err
@@ -92,7 +142,7 @@ func (cc *countConn) QueryContext(ctx context.Context, query string, args []driv
 		return nil, driver.ErrSkip
 	}
 	r, err := q.QueryContext(ctx, query, args)
-	if err != driver.ErrSkip {
+	if err != driver.ErrSkip && (len(args) > 0 || !cc.text(query)) {
 		cc.statement()
 	}
 	return r, err
@@ -112,6 +162,7 @@ func (cc *countConn) PrepareContext(ctx context.Context, query string) (driver.S
 		return nil, err
 	}
 	cc.c.prepares.Add(1)
+	cc.c.trips.Add(1)
 	return &countStmt{Stmt: s, cc: cc}, nil
 }
 
@@ -133,6 +184,7 @@ func (cc *countConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 		return nil, err
 	}
 	cc.c.begins.Add(1)
+	cc.c.trips.Add(1)
 	cc.tx = true
 	return &countTx{Tx: tx, cc: cc}, nil
 }
@@ -193,12 +245,14 @@ type countTx struct {
 
 func (t *countTx) Commit() error {
 	t.cc.c.commits.Add(1)
+	t.cc.c.trips.Add(1)
 	t.cc.tx = false
 	return t.Tx.Commit()
 }
 
 func (t *countTx) Rollback() error {
 	t.cc.c.rollbacks.Add(1)
+	t.cc.c.trips.Add(1)
 	t.cc.tx = false
 	return t.Tx.Rollback()
 }

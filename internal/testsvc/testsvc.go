@@ -116,13 +116,26 @@ func ensureDatabase(dialect string, open func() (*gorm.DB, error), stmt string) 
 // Configure it with cfg (nil for the silent default).
 func MySQL(t testing.TB, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
+	return MySQLWith(t, cfg, "")
+}
+
+// MySQLMulti is [MySQL] on a DSN that allows several statements in a packet and interpolates
+// arguments (multiStatements=true&interpolateParams=true).
+func MySQLMulti(t testing.TB, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	return MySQLWith(t, cfg, "&multiStatements=true&interpolateParams=true")
+}
+
+// MySQLWith is [MySQL] with more DSN parameters, each starting with '&'.
+func MySQLWith(t testing.TB, cfg *gorm.Config, params string) *gorm.DB {
+	t.Helper()
 	base := MySQLDSN()
 	err := ensureDatabase("mysql", func() (*gorm.DB, error) { return gorm.Open(mysql.Open(base+"?timeout=3s"), gormConfig) },
 		"CREATE DATABASE IF NOT EXISTS "+Database)
 	if err != nil {
 		Unavailable(t, "MySQL at "+base, err)
 	}
-	return open(t, "MySQL", mysql.Open(base+Database+"?timeout=3s&lock_wait_timeout=120&innodb_lock_wait_timeout=60"), cfg)
+	return open(t, "MySQL", mysql.Open(base+Database+"?timeout=3s&lock_wait_timeout=120&innodb_lock_wait_timeout=60"+params), cfg)
 }
 
 // Postgres returns a gorm handle on the test database of the PostgreSQL server, closed when t ends.

@@ -1,0 +1,406 @@
+package record
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+)
+
+// Multi-statement transactions (MySQL and MariaDB only).
+//
+// When the connection allows several statements in one packet (DSN multiStatements=true), a
+// transaction the Store begins for [idemkit.Guard.Tx] runs on a connection the Store holds (a
+// *sql.Conn) instead of a *sql.Tx, so that the record's INSERT and the COMMIT leave in one packet:
+// one round trip fewer per guarded transaction, the last one of the business's commit. database/sql
+// cannot do that: its Tx.Commit always sends a COMMIT of its own.
+//
+// The INSERT in that packet must fail on a duplicate, or the COMMIT after it would commit the
+// business's writes for a key another attempt finished. A plain INSERT fails (error 1062) but only
+// share-locks the existing row, and two duplicates that then both read it for update deadlock. So the
+// INSERT keeps the exclusive lock of ON DUPLICATE KEY UPDATE and makes its update branch fail: it
+// adds 1 + 2⁶⁴−1 to the fence, an arithmetic overflow MySQL and MariaDB refuse whatever the sql_mode
+// (error 1690). The server stops a packet at its first failing statement, so the COMMIT does not run;
+// the transaction stays open, holding the row, and the Guard reads the record and replays, rolls
+// back or takes over as after any conflict.
+//
+// The packet carries no placeholder: every value is written as a literal, strings and bytes in
+// hexadecimal (X'…', with the utf8mb4 introducer for the text columns), numbers in decimal, so no
+// escaping, sql_mode or connection character set is involved, and interpolateParams is not needed.
+// A result larger than maxInlineResult is written the ordinary way (hexadecimal doubles its size
+// against max_allowed_packet).
+//
+// The connection goes back to the pool only after a COMMIT or ROLLBACK the server acknowledged; when
+// the transaction's state is not known (a statement cut by a cancelled context or a broken
+// connection), the connection is closed, and the server rolls back what it held.
+
+// maxInlineResult bounds the results written in the INSERT-and-COMMIT packet.
+const maxInlineResult = 64 << 10
+
+// mysqlOutOfRange is ER_DATA_OUT_OF_RANGE: the update branch of the INSERT-and-COMMIT packet met a
+// duplicate.
+const mysqlOutOfRange = 1690
+
+// Multi-statement support of a Store's pool, found out by the first transaction it begins.
+const (
+	multiUnknown int32 = iota
+	multiOn
+	multiOff
+)
+
+// errGuardOwned is what a business gets for committing or rolling back the Guard's transaction.
+var errGuardOwned = errors.New("record: the Guard commits or rolls back this transaction: return the error from the function instead")
+
+// endTimeout bounds a ROLLBACK sent after the caller's context ended.
+const endTimeout = 5 * time.Second
+
+// multiCapable reports whether s may begin multi-statement transactions: a MySQL Store on a plain
+// database/sql pool (not gorm's prepared-statement mode) whose options allow it.
+func (s *Store) multiCapable() bool {
+	return s.q.dialect == dialectMySQL && s.multi != nil && s.sdb != nil && !s.cfg.PrepareStmt &&
+		s.gdb.Statement.ConnPool == gorm.ConnPool(s.sdb)
+}
+
+// multiConn takes a connection of the pool for a multi-statement transaction, or returns nil (and no
+// error) when the connection does not allow several statements in a packet; it finds that out on its
+// first call, with one statement.
+func (s *Store) multiConnection(ctx context.Context) (*sql.Conn, error) {
+	if s.multi.Load() == multiOff {
+		return nil, nil
+	}
+	c, err := s.sdb.Conn(ctx)
+	if err != nil {
+		return nil, s.q.interpretError("beginning a transaction on", err)
+	}
+	if s.multi.Load() == multiUnknown {
+		_, err := c.ExecContext(ctx, "DO 1; DO 1")
+		var my *mysql.MySQLError
+		switch {
+		case err == nil:
+			s.multi.Store(multiOn)
+		case errors.As(err, &my) && my.Number == mysqlParseError:
+			s.multi.Store(multiOff)
+		default: // unknown yet: a later transaction asks again
+			discard(c)
+			return nil, s.q.interpretError("beginning a transaction on", err)
+		}
+	}
+	if s.multi.Load() != multiOn { // found out here, or by a concurrent first transaction
+		_ = c.Close()
+		return nil, nil
+	}
+	return c, nil
+}
+
+// beginMulti begins a multi-statement transaction, or returns nil when the pool does not allow them.
+func (s *Store) beginMulti(ctx context.Context) (*multiStore, error) {
+	c, err := s.multiConnection(ctx)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	if _, err := c.ExecContext(ctx, "START TRANSACTION"); err != nil {
+		discard(c)
+		return nil, s.q.interpretError("beginning a transaction on", err)
+	}
+	return s.bindMulti(ctx, c), nil
+}
+
+// bindMulti returns the Store bound to the transaction begun on c.
+func (s *Store) bindMulti(ctx context.Context, c *sql.Conn) *multiStore {
+	mt := &multiTx{c: c, ctx: ctx}
+	gtx := s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
+	gtx.Statement.ConnPool = mt
+	bound := &Store{q: s.q, c: multiConn{mt}, inTx: true, gdb: gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
+	return &multiStore{Store: bound, gtx: gtx, tx: mt}
+}
+
+// BeginTxGet implements [idemkit.BeginGetter]. On a multi-statement pool (see [Store.BeginTx]) it
+// sends START TRANSACTION and the record's read in one packet, and returns the transaction with the
+// record (or idemkit.ErrNotFound); the read is a plain one, in the transaction's snapshot. Otherwise
+// it reads with [Store.Get] and returns no transaction.
+func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	if s.inTx || s.gdb == nil {
+		return nil, nil, errors.New("record: BeginTxGet on a Store bound to a transaction")
+	}
+	if s.multiCapable() {
+		c, err := s.multiConnection(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if c != nil {
+			rec := &idemkit.Record{Scope: scope, Key: key}
+			found, err := s.beginRead(ctx, c, rec)
+			if err != nil {
+				discard(c) // whether the transaction began is not known
+				return nil, nil, s.q.interpretError("reading", err)
+			}
+			tx := s.bindMulti(ctx, c)
+			if !found {
+				return tx, nil, idemkit.ErrNotFound
+			}
+			return tx, rec, nil
+		}
+	}
+	rec, err := s.Get(ctx, scope, key)
+	return nil, rec, err
+}
+
+// beginRead sends START TRANSACTION and the read of rec's record in one packet on c, and scans the
+// record into rec.
+func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (bool, error) {
+	var b strings.Builder
+	b.Grow(len(s.q.beginGetPfx) + 2*(len(rec.Scope)+len(rec.Key)) + 32)
+	b.WriteString(s.q.beginGetPfx)
+	hexBytes(&b, rec.Scope)
+	b.WriteString(" AND idem_key = ")
+	hexBytes(&b, rec.Key)
+	rows, err := c.QueryContext(ctx, b.String())
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return false, cmp.Or(rows.Err(), rows.Close())
+	}
+	var cols recordColumns
+	if err := rows.Scan(cols.dest(rec)...); err != nil {
+		return false, err
+	}
+	cols.fill(rec)
+	return true, rows.Close()
+}
+
+// mysqlParseError is ER_PARSE_ERROR: what a second statement in a packet gets without multiStatements.
+const mysqlParseError = 1064
+
+// discard closes c's connection instead of returning it to the pool.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}
+
+// multiTx is a transaction on a connection the Store holds. It is the gorm.ConnPool of the session
+// the business gets: its statements run on the connection, and gorm, seeing a committer, turns a
+// nested db.Transaction into a savepoint.
+type multiTx struct {
+	c    *sql.Conn
+	ctx  context.Context // the context the transaction was begun with
+	done bool            // the connection was returned or closed
+}
+
+func (t *multiTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	return t.c.PrepareContext(ctx, query)
+}
+
+func (t *multiTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.c.ExecContext(ctx, query, args...)
+}
+
+func (t *multiTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.c.QueryContext(ctx, query, args...)
+}
+
+func (t *multiTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.c.QueryRowContext(ctx, query, args...)
+}
+
+// Commit and Rollback refuse: the transaction is the Guard's (gorm calls them for db.Commit() and
+// db.Rollback() on the business's session).
+func (t *multiTx) Commit() error   { return errGuardOwned }
+func (t *multiTx) Rollback() error { return errGuardOwned }
+
+// end sends stmt (COMMIT, ROLLBACK, or the INSERT-and-COMMIT packet). When the server did not answer
+// (a broken connection, a cancelled context) the state of the transaction is unknown: the connection
+// is closed and the error returned. After an answer the caller releases the connection or rolls back.
+func (t *multiTx) end(ctx context.Context, stmt string) error {
+	if t.done {
+		return sql.ErrTxDone
+	}
+	_, err := t.c.ExecContext(ctx, stmt)
+	var my *mysql.MySQLError
+	if err != nil && !errors.As(err, &my) {
+		t.done = true
+		discard(t.c)
+		return err
+	}
+	return err
+}
+
+// release returns the connection to the pool after the transaction ended.
+func (t *multiTx) release() {
+	if !t.done {
+		t.done = true
+		_ = t.c.Close()
+	}
+}
+
+func (t *multiTx) commit() error {
+	err := t.end(t.ctx, "COMMIT")
+	if err != nil && !t.done {
+		// The server refused the COMMIT (a Galera certification failure, say): it rolled back.
+		t.rollbackQuiet()
+	}
+	t.release()
+	return err
+}
+
+func (t *multiTx) rollback() error {
+	if t.done {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), endTimeout)
+	defer cancel()
+	if err := t.end(ctx, "ROLLBACK"); err != nil {
+		if !t.done {
+			t.done = true
+			discard(t.c)
+		}
+		return err
+	}
+	t.release()
+	return nil
+}
+
+// rollbackQuiet is rollback when the answer does not matter (the server rolled back already).
+func (t *multiTx) rollbackQuiet() { _ = t.rollback() }
+
+// multiStore is a Store bound to a multiTx: what BeginTx returns on a multi-statement pool.
+type multiStore struct {
+	*Store
+	gtx *gorm.DB
+	tx  *multiTx
+}
+
+func (m *multiStore) Commit() error {
+	if err := m.tx.commit(); err != nil {
+		return fmt.Errorf("record: committing: %w", m.q.interpretError("committing a transaction on", err))
+	}
+	return nil
+}
+
+func (m *multiStore) Rollback() error {
+	if err := m.tx.rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("record: rolling back: %w", err)
+	}
+	return nil
+}
+
+// InsertCommit implements [idemkit.InsertCommitter]: the record's INSERT and the COMMIT in one packet.
+// It returns nil when both ran; idemkit.ErrExists when the record exists (the INSERT failed; the
+// transaction is open and holds the row) or an error wrapping idemkit.ErrUnstorable (nothing sent, or
+// the INSERT refused a value; the transaction is open); any other error when the transaction was
+// rolled back by the server (a deadlock) or its outcome is not known (the connection broke), the
+// connection then being closed.
+func (m *multiStore) InsertCommit(ctx context.Context, rec *idemkit.Record) error {
+	if err := checkRecord(m.q.dialect, rec); err != nil {
+		return err
+	}
+	if len(rec.Response) > maxInlineResult {
+		// Too large to double in hexadecimal: the INSERT as usual, then COMMIT.
+		if err := m.Insert(ctx, rec); err != nil {
+			return err
+		}
+		return m.Commit()
+	}
+	err := m.tx.end(ctx, m.q.insertCommit(rec))
+	if err == nil {
+		m.tx.release()
+		return nil
+	}
+	var my *mysql.MySQLError
+	switch {
+	case errors.As(err, &my) && my.Number == mysqlOutOfRange:
+		return idemkit.ErrExists
+	case errors.As(err, &my) && isDataError(m.q.dialect, err):
+		return m.q.interpretError("inserting into", err)
+	}
+	m.tx.rollbackQuiet()
+	return fmt.Errorf("record: inserting and committing: %w", m.q.interpretError("inserting into", err))
+}
+
+// insertCommit returns the INSERT-and-COMMIT packet for rec (see the top of this file).
+func (q *queries) insertCommit(rec *idemkit.Record) string {
+	var b strings.Builder
+	b.Grow(len(q.insertCommitPfx) + 2*(len(rec.Scope)+len(rec.Key)+len(rec.Response)+len(rec.Error)) + 512)
+	b.WriteString(q.insertCommitPfx)
+	hexBytes(&b, rec.Scope)
+	b.WriteString(", ")
+	hexBytes(&b, rec.Key)
+	b.WriteString(", ")
+	hexText(&b, string(rec.Status))
+	b.WriteString(", ")
+	b.WriteString(strconv.FormatInt(rec.Fence, 10))
+	for _, s := range [...]string{rec.Owner, rec.Fingerprint, rec.GID, rec.BranchID} {
+		b.WriteString(", ")
+		hexText(&b, s)
+	}
+	b.WriteString(", ")
+	if len(rec.Response) == 0 {
+		b.WriteString("NULL")
+	} else {
+		hexBytes(&b, string(rec.Response))
+	}
+	b.WriteString(", ")
+	hexText(&b, rec.Error)
+	for _, t := range [...]time.Time{rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt} {
+		b.WriteString(", ")
+		b.WriteString(strconv.FormatInt(millis(t), 10))
+	}
+	b.WriteString(insertCommitSfx)
+	return b.String()
+}
+
+// insertCommitSfx ends the INSERT-and-COMMIT packet: a duplicate overflows the fence (error 1690)
+// under the exclusive lock of ON DUPLICATE KEY UPDATE, and the COMMIT does not run.
+const insertCommitSfx = ") ON DUPLICATE KEY UPDATE fence = fence + 1 + 18446744073709551615; COMMIT"
+
+// hexBytes writes s as a binary string literal.
+func hexBytes(b *strings.Builder, s string) {
+	if s == "" {
+		b.WriteString("''")
+		return
+	}
+	b.WriteString("X'")
+	writeHex(b, s)
+	b.WriteByte('\'')
+}
+
+// hexText writes s as a utf8mb4 string literal (the server checks its encoding, as for a parameter).
+func hexText(b *strings.Builder, s string) {
+	if s == "" {
+		b.WriteString("''")
+		return
+	}
+	b.WriteString("_utf8mb4 X'")
+	writeHex(b, s)
+	b.WriteByte('\'')
+}
+
+func writeHex(b *strings.Builder, s string) {
+	const digits = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		b.WriteByte(digits[s[i]>>4])
+		b.WriteByte(digits[s[i]&0xF])
+	}
+}
+
+// multiConn runs a bound Store's statements on a multiTx's connection.
+type multiConn struct{ t *multiTx }
+
+func (c multiConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return affected(c.t.c.ExecContext(ctx, query, args...))
+}
+
+func (c multiConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return c.t.c.QueryContext(ctx, query, args...)
+}

@@ -1,0 +1,351 @@
+package record
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/sqlcount"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// multiFixture is a txFixture on multiBackend, its pool bounded to conns connections.
+func multiFixture(t *testing.T, conns int) *txFixture {
+	t.Helper()
+	f := newTxFixture(t, multiBackend, nil)
+	sqlDB, err := f.db.DB()
+	must(t, err)
+	sqlDB.SetMaxOpenConns(conns)
+	sqlDB.SetMaxIdleConns(conns)
+	return f
+}
+
+// noOpenTransaction fails t when a connection of db's pool (at most conns) is inside a transaction:
+// it takes them all at once and asks each.
+func noOpenTransaction(t *testing.T, db *gorm.DB, conns int) {
+	t.Helper()
+	sqlDB, err := db.DB()
+	must(t, err)
+	ctx, cancel := context.WithTimeout(ctxb, 10*time.Second)
+	defer cancel()
+	for i := range conns {
+		c, err := sqlDB.Conn(ctx)
+		if err != nil {
+			t.Fatalf("taking connection %d of %d: %v", i+1, conns, err)
+		}
+		defer c.Close()
+		var in int
+		must(t, c.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in))
+		if in != 0 {
+			t.Fatalf("connection %d of the pool is inside a transaction", i+1)
+		}
+	}
+}
+
+// TestMultiStatementDetection: the Store begins multi-statement transactions exactly when the
+// connection allows them and nothing turns them off — also when the first transactions of a Store on
+// a pool without them begin concurrently (each waits for the answer, none takes a multi-statement
+// path the server refuses).
+func TestMultiStatementDetection(t *testing.T) {
+	isMulti := func(t *testing.T, s *Store) bool {
+		t.Helper()
+		tx, err := s.BeginTx(ctxb)
+		must(t, err)
+		defer func() { must(t, tx.Rollback()) }()
+		_, ic := tx.(idemkit.InsertCommitter)
+		return ic
+	}
+	multiDB := multiBackend.db(t, nil)
+	if s := newTable(t, multiDB); !isMulti(t, s) {
+		t.Error("multiStatements=true: not a multi-statement transaction")
+	}
+	off, err := New(multiDB, &Options{Table: newTable(t, multiDB).Table(), NoMultiStatements: true})
+	must(t, err)
+	if isMulti(t, off) {
+		t.Error("NoMultiStatements: a multi-statement transaction")
+	}
+	ps := multiBackend.db(t, &gorm.Config{PrepareStmt: true, Logger: logger.Discard})
+	if s := newTable(t, ps); isMulti(t, s) {
+		t.Error("PrepareStmt: a multi-statement transaction")
+	}
+
+	// A dialector on an existing connection hides the DSN: the first transactions ask the server.
+	onConn := func(t *testing.T, params string) *gorm.DB {
+		t.Helper()
+		backends[0].db(t, nil) // creates the test database, or skips/fails without MariaDB
+		sqlDB, err := sql.Open("mysql", testsvc.MySQLDSN()+testsvc.Database+"?timeout=3s"+params)
+		must(t, err)
+		t.Cleanup(func() { _ = sqlDB.Close() })
+		db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
+		must(t, err)
+		return db
+	}
+	if s := newTable(t, onConn(t, "&multiStatements=true")); !isMulti(t, s) {
+		t.Error("existing connection with multiStatements: not a multi-statement transaction")
+	}
+	plain := onConn(t, "")
+	s := newTable(t, plain)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			tx, err := s.BeginTx(ctxb)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, ic := tx.(idemkit.InsertCommitter); ic {
+				t.Error("without multiStatements: a multi-statement transaction")
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	g, err := idemkit.New(s, nil)
+	must(t, err)
+	biz := bizTable(t, plain)
+	for _, key := range []string{"a", "b"} {
+		if _, err := s.Tx(ctxb, g, idemkit.Call{Scope: "detect", Key: key}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+			return []byte("ok"), tx.Exec("INSERT INTO "+biz+" (k, fence) VALUES (?, 1)", key).Error
+		}); err != nil {
+			t.Fatalf("Tx without multiStatements: %v", err)
+		}
+	}
+}
+
+// TestMultiStatementLiterals: the values the packets carry as literals come back byte for byte —
+// quotes, backslashes, NUL and invalid UTF-8 in the binary columns, multi-byte text in the others.
+func TestMultiStatementLiterals(t *testing.T) {
+	f := multiFixture(t, 4)
+	rec := &idemkit.Record{
+		Scope: "sc'ope\\\x00\xff", Key: "k\"ey;'); COMMIT; --\xfe\x01", Status: idemkit.StatusSucceeded, Fence: 7,
+		Owner: "ow'ner", Fingerprint: "fp\\é中", GID: "gid'1", BranchID: "01\"",
+		Response: []byte("r\x00\xff'\\;"), Error: "l'erreur \"é\" \\",
+		LeaseUntil: time.UnixMilli(1_700_000_000_123), ExpiresAt: time.UnixMilli(1_800_000_000_456),
+		CreatedAt: time.UnixMilli(1_700_000_000_000), UpdatedAt: time.UnixMilli(1_700_000_000_999),
+	}
+	tx, err := f.store.BeginTx(ctxb)
+	must(t, err)
+	must(t, tx.(idemkit.InsertCommitter).InsertCommit(ctxb, rec))
+	got, err := f.store.Get(ctxb, rec.Scope, rec.Key)
+	must(t, err)
+	if got.Status != rec.Status || got.Fence != rec.Fence || got.Owner != rec.Owner || got.Fingerprint != rec.Fingerprint ||
+		got.GID != rec.GID || got.BranchID != rec.BranchID || !bytes.Equal(got.Response, rec.Response) || got.Error != rec.Error ||
+		!got.LeaseUntil.Equal(rec.LeaseUntil) || !got.ExpiresAt.Equal(rec.ExpiresAt) ||
+		!got.CreatedAt.Equal(rec.CreatedAt) || !got.UpdatedAt.Equal(rec.UpdatedAt) {
+		t.Fatalf("stored\n%+v\nread back\n%+v", rec, got)
+	}
+	btx, read, err := f.store.BeginTxGet(ctxb, rec.Scope, rec.Key)
+	must(t, err)
+	if btx == nil || read.Owner != rec.Owner || !bytes.Equal(read.Response, rec.Response) {
+		t.Fatalf("BeginTxGet: %v, %+v", btx, read)
+	}
+	must(t, btx.Rollback())
+	btx, _, err = f.store.BeginTxGet(ctxb, rec.Scope, rec.Key+"x")
+	if !errors.Is(err, idemkit.ErrNotFound) || btx == nil {
+		t.Fatalf("BeginTxGet of a missing key: %v, %v; want a transaction and ErrNotFound", btx, err)
+	}
+	must(t, btx.Rollback())
+	noOpenTransaction(t, f.db, 4)
+}
+
+// TestMultiStatementInsertConflict: the INSERT-and-COMMIT packet meeting a record fails before its
+// COMMIT: ErrExists, the transaction still open and holding the row, the business's writes rolled
+// back with it.
+func TestMultiStatementInsertConflict(t *testing.T) {
+	f := multiFixture(t, 4)
+	rec := &idemkit.Record{Scope: "c", Key: "k", Status: idemkit.StatusSucceeded, Fence: 1, Owner: "first", Response: []byte("first")}
+	must(t, f.store.Insert(ctxb, rec))
+
+	tx, err := f.store.BeginTx(ctxb)
+	must(t, err)
+	must(t, GormTx(tx).Exec("INSERT INTO "+f.biz+" (k, fence) VALUES ('c', 2)").Error)
+	dup := *rec
+	dup.Owner, dup.Response, dup.Fence = "second", []byte("second"), 2
+	if err := tx.(idemkit.InsertCommitter).InsertCommit(ctxb, &dup); !errors.Is(err, idemkit.ErrExists) {
+		t.Fatalf("InsertCommit of a duplicate = %v, want ErrExists", err)
+	}
+	// Still in the transaction: the locked read sees the record; another writer waits for the row.
+	cur, err := tx.Get(ctxb, "c", "k")
+	must(t, err)
+	if cur.Owner != "first" {
+		t.Fatalf("record %+v", cur)
+	}
+	other, err := f.db.DB()
+	must(t, err)
+	c, err := other.Conn(ctxb)
+	must(t, err)
+	defer c.Close()
+	_, err = c.ExecContext(ctxb, "SET SESSION innodb_lock_wait_timeout = 1")
+	must(t, err)
+	if _, err := c.ExecContext(ctxb, "UPDATE "+f.store.q.quoted+" SET owner = 'x' WHERE scope = 'c'"); err == nil {
+		t.Fatal("another writer updated the row the transaction holds")
+	}
+	must(t, c.Close())
+	must(t, tx.Rollback())
+	if n := bizRows(t, f.db, f.biz, "c"); n != 0 {
+		t.Fatalf("%d business rows committed after the conflict", n)
+	}
+	got, err := f.store.Get(ctxb, "c", "k")
+	must(t, err)
+	if got.Owner != "first" || got.Fence != 1 {
+		t.Fatalf("record after the conflict: %+v", got)
+	}
+	noOpenTransaction(t, f.db, 4)
+}
+
+// TestMultiStatementConnectionsClean: whatever ends a Guard.Tx call — success, a replay, a
+// concurrent duplicate's conflict, the function's error or panic, a cancelled context in the middle
+// of the business — no connection goes back to the pool inside a transaction, and nothing of an
+// interrupted call commits.
+func TestMultiStatementConnectionsClean(t *testing.T) {
+	const conns = 4
+	f := multiFixture(t, conns)
+	f.hold = 50 * time.Millisecond
+	for _, key := range []string{"ok", "ok"} { // a new key, then its replay
+		if _, err := f.txCall(f.guard, "gorm", key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.hold = 0
+	var wg sync.WaitGroup
+	for range 6 { // concurrent duplicates without a Locker: the INSERTs meet, one commits
+		wg.Go(func() {
+			if res, err := f.txCall(f.guard, "gorm", "dup", nil); err != nil && !errors.Is(err, idemkit.ErrInFlight) {
+				t.Errorf("duplicate: %+v, %v", res, err)
+			}
+		})
+	}
+	wg.Wait()
+	f.wantRecord(t, "dup", 1, idemkit.StatusSucceeded)
+	if _, err := f.txCall(f.guard, "gorm", "fails", errors.New("boom")); err == nil {
+		t.Fatal("failing function: no error")
+	}
+	f.wantRecord(t, "fails", 0, "")
+	if p := recovered(func() { _, _ = f.txCall(f.guard, "gorm", "panics", "boom") }); p == nil {
+		t.Fatal("no panic")
+	}
+	f.wantRecord(t, "panics", 0, "")
+
+	ctx, cancel := context.WithTimeout(ctxb, 200*time.Millisecond)
+	defer cancel()
+	_, err := f.store.Tx(ctx, f.guard, idemkit.Call{Scope: "gtx", Key: "cancelled"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+		if err := tx.Exec("INSERT INTO " + f.biz + " (k, fence) VALUES ('cancelled', 1)").Error; err != nil {
+			return nil, err
+		}
+		// Cut by the context. (The server runs the sleep to its end, holding the table: the test's
+		// cleanup waits for it.)
+		return nil, tx.Exec("DO SLEEP(1)").Error
+	})
+	if err == nil {
+		t.Fatal("cancelled call: no error")
+	}
+	f.wantRecord(t, "cancelled", 0, "")
+	noOpenTransaction(t, f.db, conns)
+}
+
+// TestMultiStatementGormSession: the session the business gets is a transaction to gorm — a nested
+// db.Transaction is a savepoint that rolls back alone — and committing or rolling it back itself is
+// refused: the Guard ends it.
+func TestMultiStatementGormSession(t *testing.T) {
+	f := multiFixture(t, 4)
+	_, err := f.store.Tx(ctxb, f.guard, idemkit.Call{Scope: "gtx", Key: "nested"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+		if err := tx.Exec("INSERT INTO " + f.biz + " (k, fence) VALUES ('nested', 1)").Error; err != nil {
+			return nil, err
+		}
+		inner := tx.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("INSERT INTO " + f.biz + " (k, fence) VALUES ('nested', 2)").Error; err != nil {
+				return err
+			}
+			return errors.New("inner fails")
+		})
+		if inner == nil {
+			return nil, errors.New("nested transaction: no error")
+		}
+		if err := tx.Commit().Error; err == nil || !strings.Contains(err.Error(), "Guard commits") {
+			return nil, errors.New("the business committed the Guard's transaction")
+		}
+		if err := tx.Rollback().Error; err == nil {
+			return nil, errors.New("the business rolled back the Guard's transaction")
+		}
+		return []byte("ok"), nil
+	})
+	must(t, err)
+	f.wantRecord(t, "nested", 1, idemkit.StatusSucceeded)
+	noOpenTransaction(t, f.db, 4)
+}
+
+// TestMultiStatementLargeResult: a result too large for a literal packet is written the ordinary way
+// (INSERT, then COMMIT) and replayed whole.
+func TestMultiStatementLargeResult(t *testing.T) {
+	f := multiFixture(t, 4)
+	big := bytes.Repeat([]byte("0123456789abcdef"), (maxInlineResult/16)+1024)
+	fn := func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+		return big, tx.Exec("INSERT INTO " + f.biz + " (k, fence) VALUES ('big', 1)").Error
+	}
+	call := idemkit.Call{Scope: "gtx", Key: "big"}
+	res, err := f.store.Tx(ctxb, f.guard, call, fn)
+	must(t, err)
+	if res.Replayed || !bytes.Equal(res.Value, big) {
+		t.Fatalf("first call: replayed %v, %d bytes", res.Replayed, len(res.Value))
+	}
+	res, err = f.store.Tx(ctxb, f.guard, call, fn)
+	must(t, err)
+	if !res.Replayed || !bytes.Equal(res.Value, big) {
+		t.Fatalf("second call: replayed %v, %d bytes", res.Replayed, len(res.Value))
+	}
+	f.wantRecord(t, "big", 1, idemkit.StatusSucceeded)
+	noOpenTransaction(t, f.db, 4)
+}
+
+// TestMultiStatementRoundTrips: on a multi-statement pool a guarded transaction costs one round trip
+// fewer per packet: with a Locker, START TRANSACTION, the business, the INSERT-and-COMMIT (3 against
+// 4); without, START TRANSACTION-and-read, the business, INSERT-and-COMMIT (3 against 5 — the
+// barrier's 4). A replay without a Locker reads in a transaction it then rolls back (2 against 1).
+func TestMultiStatementRoundTrips(t *testing.T) {
+	db, n := countedDB(t, multiBackend, nil)
+	s := newTable(t, db)
+	biz := bizTable(t, db)
+	noLock, err := idemkit.New(s, nil)
+	must(t, err)
+	txFn := func(key string) TxFunc {
+		return func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+			return []byte("r"), tx.Exec("INSERT INTO "+biz+" (k, fence) VALUES (?, ?)", key, 1).Error
+		}
+	}
+	run := func(key string) sqlcount.Counts {
+		return delta(n, func() {
+			_, err := s.Tx(ctxb, noLock, idemkit.Call{Scope: "trips", Key: key}, txFn(key))
+			must(t, err)
+		})
+	}
+	run("warm") // the Store finds out the pool allows multi-statement packets
+	want := func(name string, d sqlcount.Counts, trips, stmts int64) {
+		t.Helper()
+		if d.RoundTrips != trips || d.Statements != stmts || d.Begins != d.Commits+d.Rollbacks {
+			t.Errorf("%s: %+v; want %d round trips, %d statements", name, d, trips, stmts)
+		}
+	}
+	want("Tx without a Locker, new key", run("new"), 3, 3)
+	want("Tx without a Locker, replay", run("new"), 2, 1)
+
+	locked, err := idemkit.New(s, &idemkit.Options{Locker: memory.NewLocker(nil)})
+	must(t, err)
+	d := delta(n, func() {
+		_, err := s.Tx(ctxb, locked, idemkit.Call{Scope: "trips", Key: "locked"}, txFn("locked"))
+		must(t, err)
+	})
+	want("Tx with a Locker, new key", d, 3, 2)
+}
