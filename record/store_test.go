@@ -100,6 +100,13 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceMultiStatements runs the suite on MariaDB with multi-statement packets: Guard.Tx's
+// transactions then begin with the read and end with the record's INSERT and the COMMIT in one packet.
+func TestConformanceMultiStatements(t *testing.T) {
+	db := multiBackend.db(t, nil)
+	idemtest.RunStore(t, func(t *testing.T) idemkit.Store { return newTable(t, db) })
+}
+
 // TestConformancePrepareStmt runs the suite with gorm's prepared-statement mode.
 func TestConformancePrepareStmt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
