@@ -25,7 +25,7 @@ import (
 
 // Defaults of [Config].
 const (
-	DefaultDSNParams = "interpolateParams=true"
+	DefaultDSNParams = "interpolateParams=true&multiStatements=true"
 	DefaultMaxConns  = 80
 	DefaultDatabase  = testsvc.Database // idemkit_test
 	// BarrierTable is DTM's barrier table, shared with dtmcli.
@@ -39,9 +39,11 @@ type Config struct {
 	MySQLDSN string
 	// Database holds the business, record and classic tables. Defaults to DefaultDatabase.
 	Database string
-	// DSNParams are appended to the DSN of every pool. Defaults to DefaultDSNParams
-	// (interpolateParams=true: one round trip per statement, as DTM's own DSN); "-" for none, which
-	// makes the driver prepare and close every statement with arguments.
+	// DSNParams are appended to the DSN of every pool. Defaults to DefaultDSNParams:
+	// interpolateParams=true (one round trip per statement, as DTM's own DSN) and
+	// multiStatements=true, which idemkit's Guard-owned transactions use to send two statements in
+	// one packet (record.Store.BeginTx) and nothing else here uses; "-" for none, which makes the
+	// driver prepare and close every statement with arguments.
 	DSNParams string
 	// RedisAddr defaults to testsvc.RedisAddr().
 	RedisAddr string

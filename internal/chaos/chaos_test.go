@@ -76,6 +76,9 @@ func TestChaos(t *testing.T) {
 	if rep.Check.Effects == 0 || rep.Duplicates == 0 {
 		t.Errorf("the run checked %d effects and sent %d duplicates; want both above zero", rep.Check.Effects, rep.Duplicates)
 	}
+	if rep.WorkerTotals.MultiTx == 0 {
+		t.Errorf("no Guard-owned transaction ran on multi-statement packets")
+	}
 }
 
 // TestChaosCatchesDroppedUniqueIndex runs the harness with the record table's primary key on

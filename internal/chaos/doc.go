@@ -13,7 +13,9 @@
 //     Execute mode (guard.Do), Tx mode (the business write and the record in one MariaDB transaction:
 //     record.Store.Tx, the Guard-owned transaction, with and without the Redis Locker, and guard.DoTx
 //     in the caller's db.Transaction, picked at random per request) and HTTP (the httpx middleware in
-//     front of a handler);
+//     front of a handler). Every other worker process (alternating per slot and restart) opens its
+//     pool with multiStatements=true, so its Guard-owned transactions run on a held connection and
+//     send the record's INSERT with the COMMIT (record.Store.BeginTx) — that path meets every fault too;
 //   - a load generator whose clients hammer a small window of shared keys with duplicates, some as
 //     concurrent bursts to different workers, and log every answer.
 //

@@ -147,9 +147,13 @@ func (p *workerPool) spawn(ctx context.Context, s *workerSlot) error {
 	s.mu.Lock()
 	s.gen++
 	id := fmt.Sprintf("w%d.%d", s.idx, s.gen)
+	multi := (s.idx+s.gen)%2 == 1
 	s.mu.Unlock()
 	cfg := p.base
 	cfg.ID = id
+	// Every other worker process allows multi-statement packets: its Guard-owned transactions then
+	// begin with the read and end with the record's INSERT and the COMMIT in one packet.
+	cfg.MultiStatements = multi
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return err

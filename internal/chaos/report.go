@@ -87,6 +87,7 @@ func (r *Report) Summary(perKind int) string {
 	p("workers:     %d processes; calls %d, executed %d, replayed %d (cached %d), in flight %d, unavailable %d, takeovers %d, fenced finishes %d, fail-open %d",
 		r.WorkersStarted, t.Calls, t.Executed, t.Replayed, t.Cached, t.InFlight, t.Unavailable, t.Takeovers, t.Fenced, t.FailOpen)
 	p("business:    applied %d, adopted after a lost finish %d, refused by the fence %d", t.Applied, t.Adopted, t.Stale)
+	p("multi-stmt:  %d Guard-owned Tx-mode calls on multi-statement packets (every other worker process)", t.MultiTx)
 	p("sweeper:     %d stale claims recovered; a lapsed claim stayed PROCESSING at most %s past its lease; none PROCESSING %s after the load",
 		t.Recovered, r.MaxOverdue.Round(10*time.Millisecond), r.SweptIn.Round(10*time.Millisecond))
 	if c := r.Check; c != nil {

@@ -58,6 +58,8 @@ type workerConfig struct {
 	Watchdog      bool          `json:"watchdog"`
 	FlakyRate     float64       `json:"flaky_rate"`
 	IgnoreFence   bool          `json:"ignore_fence"`
+	// MultiStatements opens the worker's pool with multiStatements=true (see record.Store.BeginTx).
+	MultiStatements bool `json:"multi_statements"`
 	// StallMaxAmount keeps the stall trap off overdrafts: a stalled attempt must be one whose write
 	// would apply, or the fence has nothing to refuse.
 	StallMaxAmount int64 `json:"stall_max_amount"`
@@ -118,7 +120,11 @@ func (w *worker) run() error {
 		cancel()
 	}()
 
-	db, err := gorm.Open(mysql.Open(w.cfg.DSN), &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true})
+	dsn := w.cfg.DSN
+	if w.cfg.MultiStatements {
+		dsn += "&multiStatements=true"
+	}
+	db, err := gorm.Open(mysql.Open(dsn), &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true})
 	if err != nil {
 		return fmt.Errorf("opening MariaDB: %w", err)
 	}
@@ -308,6 +314,9 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 		g := w.guard
 		if way == 1 {
 			g = w.dbOnly
+		}
+		if w.cfg.MultiStatements {
+			w.stats.multiTx.Add(1)
 		}
 		res, err := w.store.Tx(ctx, g, call, business)
 		switch {
@@ -576,6 +585,7 @@ type workerStats struct {
 	calls, executed, replayed, cached, inFlight, unavailable atomic.Int64
 	takeovers, fenced, failOpen                              atomic.Int64
 	applied, adopted, stale, recovered                       atomic.Int64
+	multiTx                                                  atomic.Int64
 }
 
 // WorkerStats is a snapshot of a worker's counters, summed over a run in [Report].
@@ -593,6 +603,8 @@ type WorkerStats struct {
 	Adopted     int64 `json:"adopted"`
 	Stale       int64 `json:"stale"`
 	Recovered   int64 `json:"recovered"` // stale claims the sweeper recovered
+	// MultiTx counts Guard-owned Tx-mode calls made by workers on multi-statement packets.
+	MultiTx int64 `json:"multi_tx"`
 }
 
 func (s *workerStats) json() string {
@@ -600,7 +612,7 @@ func (s *workerStats) json() string {
 		Calls: s.calls.Load(), Executed: s.executed.Load(), Replayed: s.replayed.Load(), Cached: s.cached.Load(),
 		InFlight: s.inFlight.Load(), Unavailable: s.unavailable.Load(), Takeovers: s.takeovers.Load(),
 		Fenced: s.fenced.Load(), FailOpen: s.failOpen.Load(), Applied: s.applied.Load(), Adopted: s.adopted.Load(),
-		Stale: s.stale.Load(), Recovered: s.recovered.Load(),
+		Stale: s.stale.Load(), Recovered: s.recovered.Load(), MultiTx: s.multiTx.Load(),
 	})
 	return string(b)
 }
@@ -619,6 +631,7 @@ func (s *WorkerStats) add(o WorkerStats) {
 	s.Adopted += o.Adopted
 	s.Stale += o.Stale
 	s.Recovered += o.Recovered
+	s.MultiTx += o.MultiTx
 }
 
 // sweepCounter is the sweeper's log handler: it counts the stale claims each pass recovered (the
