@@ -48,6 +48,19 @@
 // A MySQL DSN with clientFoundRows=true is refused by New: under it a duplicate insert reports one row,
 // like a new one.
 //
+// # Multi-statement packets
+//
+// On MySQL and MariaDB with a DSN that sets multiStatements=true, the transactions [Store.BeginTx]
+// begins for [idemkit.Guard.Tx] run on a connection the Store holds instead of a *sql.Tx, and the
+// Store implements [idemkit.BeginGetter] and [idemkit.InsertCommitter] on them: the read before the
+// function leaves in the packet of START TRANSACTION, the record's INSERT in the packet of the COMMIT.
+// A guarded transaction then costs no round trip beyond the business's, START TRANSACTION and COMMIT.
+// The INSERT of that packet fails on a duplicate under the row's exclusive lock, so the COMMIT never runs
+// for a key another attempt finished; its values are hexadecimal literals. The connection returns to the
+// pool only after a COMMIT or ROLLBACK the server answered, and is closed otherwise. The Store checks
+// once that the server takes such packets; Options.NoMultiStatements turns this off, and [Store.SQLTx],
+// bound Stores and gorm's PrepareStmt mode never use it.
+//
 // # Transactions
 //
 // [Store.Tx] (gorm) and [Store.SQLTx] (database/sql) run a function in a transaction the Guard begins,

@@ -71,7 +71,7 @@ func (s *Store) multiCapable() bool {
 		s.gdb.Statement.ConnPool == gorm.ConnPool(s.sdb)
 }
 
-// multiConn takes a connection of the pool for a multi-statement transaction, or returns nil (and no
+// multiConnection takes a connection of the pool for a multi-statement transaction, or returns nil (and no
 // error) when the connection does not allow several statements in a packet; it finds that out on its
 // first call, with one statement.
 func (s *Store) multiConnection(ctx context.Context) (*sql.Conn, error) {

@@ -5,7 +5,7 @@
 #   ./scripts/bench.sh              default run + heap measurement → docs/BENCHMARKS.md, docs/bench.json, docs/bench.png
 #   ./scripts/bench.sh quick        one short round, results on stdout only
 #   ./scripts/bench.sh profile      CPU and allocation profiles of the hot paths → docs/profiles/
-#   ./scripts/bench.sh prepare      gorm PrepareStmt on/off and DSN interpolateParams on/off → docs/bench-*.md
+#   ./scripts/bench.sh prepare      gorm PrepareStmt on/off, DSN interpolateParams on/off, multiStatements off → docs/bench-*.md
 #   ./scripts/bench.sh -- FLAGS...  idembench with these flags (see go run ./cmd/idembench -h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,8 @@ prepare)
     -out docs/bench-preparestmt.md -json docs/bench-preparestmt.json
   "$bin" -c 1,16 -rounds 3 -duration 1s -dsn-params - -variants bare,bare-sql,tx,execute,classic,dtm-barrier \
     -out docs/bench-no-interpolate.md -json docs/bench-no-interpolate.json
+  "$bin" -c 1,16,64 -rounds 5 -duration 1s -dsn-params interpolateParams=true -variants bare,tx,tx-nolock,mark-tx-nolock,dtm-barrier \
+    -out docs/bench-no-multi.md -json docs/bench-no-multi.json
   ;;
 --)
   shift
