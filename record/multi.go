@@ -117,11 +117,11 @@ func (s *Store) beginMulti(ctx context.Context) (*multiStore, error) {
 
 // bindMulti returns the Store bound to the transaction begun on c.
 func (s *Store) bindMulti(ctx context.Context, c *sql.Conn) *multiStore {
-	mt := &multiTx{c: c, ctx: ctx}
-	gtx := s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
-	gtx.Statement.ConnPool = mt
-	bound := &Store{q: s.q, c: multiConn{mt}, inTx: true, gdb: gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
-	return &multiStore{Store: bound, gtx: gtx, tx: mt}
+	m := &multiStore{tx: multiTx{c: c, ctx: ctx}} // one allocation for the three
+	m.gtx = s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
+	m.gtx.Statement.ConnPool = &m.tx
+	m.Store = Store{q: s.q, c: multiConn{&m.tx}, inTx: true, gdb: m.gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
+	return m
 }
 
 // BeginTxGet implements [idemkit.BeginGetter]. On a multi-statement pool (see [Store.BeginTx]) it
@@ -161,9 +161,9 @@ func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record)
 	var b strings.Builder
 	b.Grow(len(s.q.beginGetPfx) + 2*(len(rec.Scope)+len(rec.Key)) + 32)
 	b.WriteString(s.q.beginGetPfx)
-	hexBytes(&b, rec.Scope)
+	hexLiteral(&b, "", rec.Scope)
 	b.WriteString(" AND idem_key = ")
-	hexBytes(&b, rec.Key)
+	hexLiteral(&b, "", rec.Key)
 	rows, err := c.QueryContext(ctx, b.String())
 	if err != nil {
 		return false, err
@@ -276,9 +276,9 @@ func (t *multiTx) rollbackQuiet() { _ = t.rollback() }
 
 // multiStore is a Store bound to a multiTx: what BeginTx returns on a multi-statement pool.
 type multiStore struct {
-	*Store
+	Store
 	gtx *gorm.DB
-	tx  *multiTx
+	tx  multiTx
 }
 
 func (m *multiStore) Commit() error {
@@ -330,31 +330,38 @@ func (m *multiStore) InsertCommit(ctx context.Context, rec *idemkit.Record) erro
 
 // insertCommit returns the INSERT-and-COMMIT packet for rec (see the top of this file).
 func (q *queries) insertCommit(rec *idemkit.Record) string {
+	const (
+		perText = len("_utf8mb4 X''")
+		perInt  = 20 // digits of an int64
+		perSep  = len(", ")
+	)
 	var b strings.Builder
-	b.Grow(len(q.insertCommitPfx) + 2*(len(rec.Scope)+len(rec.Key)+len(rec.Response)+len(rec.Error)) + 512)
+	b.Grow(len(q.insertCommitPfx) + len(insertCommitSfx) + 14*perSep + 8*perText + 5*perInt +
+		2*(len(rec.Scope)+len(rec.Key)+len(rec.Status)+len(rec.Owner)+len(rec.Fingerprint)+len(rec.GID)+
+			len(rec.BranchID)+len(rec.Response)+len(rec.Error)))
 	b.WriteString(q.insertCommitPfx)
-	hexBytes(&b, rec.Scope)
+	hexLiteral(&b, "", rec.Scope)
 	b.WriteString(", ")
-	hexBytes(&b, rec.Key)
+	hexLiteral(&b, "", rec.Key)
 	b.WriteString(", ")
-	hexText(&b, string(rec.Status))
+	hexLiteral(&b, textIntroducer, string(rec.Status))
 	b.WriteString(", ")
-	b.WriteString(strconv.FormatInt(rec.Fence, 10))
+	writeInt(&b, rec.Fence)
 	for _, s := range [...]string{rec.Owner, rec.Fingerprint, rec.GID, rec.BranchID} {
 		b.WriteString(", ")
-		hexText(&b, s)
+		hexLiteral(&b, textIntroducer, s)
 	}
 	b.WriteString(", ")
 	if len(rec.Response) == 0 {
 		b.WriteString("NULL")
 	} else {
-		hexBytes(&b, string(rec.Response))
+		hexLiteral(&b, "", rec.Response)
 	}
 	b.WriteString(", ")
-	hexText(&b, rec.Error)
+	hexLiteral(&b, textIntroducer, rec.Error)
 	for _, t := range [...]time.Time{rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt} {
 		b.WriteString(", ")
-		b.WriteString(strconv.FormatInt(millis(t), 10))
+		writeInt(&b, millis(t))
 	}
 	b.WriteString(insertCommitSfx)
 	return b.String()
@@ -364,34 +371,30 @@ func (q *queries) insertCommit(rec *idemkit.Record) string {
 // under the exclusive lock of ON DUPLICATE KEY UPDATE, and the COMMIT does not run.
 const insertCommitSfx = ") ON DUPLICATE KEY UPDATE fence = fence + 1 + 18446744073709551615; COMMIT"
 
-// hexBytes writes s as a binary string literal.
-func hexBytes(b *strings.Builder, s string) {
-	if s == "" {
+// textIntroducer marks a hexadecimal literal as utf8mb4 text: the server checks its encoding, as for
+// a parameter. Binary columns (scope, idem_key, response) take the literal as it is.
+const textIntroducer = "_utf8mb4 "
+
+// hexLiteral writes s as a hexadecimal string literal, after introducer; ” when s is empty.
+func hexLiteral[T string | []byte](b *strings.Builder, introducer string, s T) {
+	if len(s) == 0 {
 		b.WriteString("''")
 		return
 	}
-	b.WriteString("X'")
-	writeHex(b, s)
-	b.WriteByte('\'')
-}
-
-// hexText writes s as a utf8mb4 string literal (the server checks its encoding, as for a parameter).
-func hexText(b *strings.Builder, s string) {
-	if s == "" {
-		b.WriteString("''")
-		return
-	}
-	b.WriteString("_utf8mb4 X'")
-	writeHex(b, s)
-	b.WriteByte('\'')
-}
-
-func writeHex(b *strings.Builder, s string) {
 	const digits = "0123456789ABCDEF"
+	b.WriteString(introducer)
+	b.WriteString("X'")
 	for i := 0; i < len(s); i++ {
 		b.WriteByte(digits[s[i]>>4])
 		b.WriteByte(digits[s[i]&0xF])
 	}
+	b.WriteByte('\'')
+}
+
+// writeInt writes v in decimal.
+func writeInt(b *strings.Builder, v int64) {
+	var buf [20]byte
+	b.Write(strconv.AppendInt(buf[:0], v, 10))
 }
 
 // multiConn runs a bound Store's statements on a multiTx's connection.

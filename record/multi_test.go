@@ -349,3 +349,17 @@ func TestMultiStatementRoundTrips(t *testing.T) {
 	})
 	want("Tx with a Locker, new key", d, 3, 2)
 }
+
+// TestInsertCommitPacketOneAllocation: the INSERT-and-COMMIT packet is built in one allocation (its
+// size is known before it is written).
+func TestInsertCommitPacketOneAllocation(t *testing.T) {
+	q := buildQueries(dialectMySQL, "", DefaultTable)
+	now := time.Now()
+	rec := &idemkit.Record{Scope: "POST /orders", Key: "0f8fad5b-d9cb-469f-a165-70867728950e", Status: idemkit.StatusSucceeded,
+		Fence: 123456789, Owner: strings.Repeat("o", maxOwner), Fingerprint: strings.Repeat("f", maxText), GID: "gid", BranchID: "01",
+		Response: []byte(`{"order":42,"status":"paid"}`), Error: "an error text with é", LeaseUntil: now, ExpiresAt: now.Add(time.Hour),
+		CreatedAt: now, UpdatedAt: now}
+	if n := testing.AllocsPerRun(100, func() { _ = q.insertCommit(rec) }); n != 1 {
+		t.Errorf("insertCommit: %v allocations, want 1", n)
+	}
+}
