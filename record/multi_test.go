@@ -5,10 +5,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
@@ -362,4 +365,55 @@ func TestInsertCommitPacketOneAllocation(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = q.insertCommit(rec) }); n != 1 {
 		t.Errorf("insertCommit: %v allocations, want 1", n)
 	}
+}
+
+// FuzzMultiStatementLiterals: whatever the scope, key, result and error text, the packets of a
+// multi-statement transaction store and read them back byte for byte — or, for text that is not
+// UTF-8, the INSERT is refused as unstorable and nothing commits.
+func FuzzMultiStatementLiterals(f *testing.F) {
+	f.Add("scope", "key", []byte("result"), "")
+	f.Add("s'c\\", "k\"ey;'); COMMIT; --", []byte{0, 0xff, '\'', ';'}, "l'erreur é \\")
+	f.Add("x", "\xff\xfe", []byte{}, "\xff")
+	db := multiBackend.db(f, nil)
+	s := newTable(f, db)
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, scope, key string, result []byte, text string) {
+		if scope == "" || len(scope) > idemkit.MaxStoredLen || len(result) > maxInlineResult || len(text) > 4096 {
+			t.Skip()
+		}
+		key = strconv.FormatInt(n.Add(1), 10) + "/" + key // each input once, whatever the fuzzer repeats
+		if len(key) > idemkit.MaxStoredLen {
+			key = key[:idemkit.MaxStoredLen]
+		}
+		rec := &idemkit.Record{Scope: scope, Key: key, Status: idemkit.StatusSucceeded, Fence: 1, Owner: "o",
+			Response: result, Error: text, UpdatedAt: time.UnixMilli(1_700_000_000_000)}
+		tx, cur, err := s.BeginTxGet(ctxb, scope, key)
+		if !errors.Is(err, idemkit.ErrNotFound) || tx == nil {
+			t.Fatalf("BeginTxGet of a new key: %v, %+v, %v", tx, cur, err)
+		}
+		err = tx.(idemkit.InsertCommitter).InsertCommit(ctxb, rec)
+		if !utf8.ValidString(text) {
+			if !errors.Is(err, idemkit.ErrUnstorable) {
+				t.Fatalf("text %q: %v, want ErrUnstorable", text, err)
+			}
+			must(t, tx.Rollback())
+			if _, err := s.Get(ctxb, scope, key); !errors.Is(err, idemkit.ErrNotFound) {
+				t.Fatalf("refused record committed: %v", err)
+			}
+			return
+		}
+		must(t, err)
+		// Read back with bound parameters (Get) and with literals (BeginTxGet): both find the row the
+		// literals wrote, so its key is byte for byte the one given.
+		if bound, err := s.Get(ctxb, scope, key); err != nil || !bytes.Equal(bound.Response, rec.Response) || bound.Error != text {
+			t.Fatalf("Get after InsertCommit: %+v, %v", bound, err)
+		}
+		tx, got, err := s.BeginTxGet(ctxb, scope, key)
+		must(t, err)
+		must(t, tx.Rollback())
+		if got.Scope != scope || got.Key != key || !bytes.Equal(got.Response, rec.Response) && len(rec.Response)+len(got.Response) > 0 ||
+			got.Error != text || got.Owner != "o" || got.Fence != 1 {
+			t.Fatalf("stored %q/%q %q %q, read back %q/%q %q %q", scope, key, result, text, got.Scope, got.Key, got.Response, got.Error)
+		}
+	})
 }
