@@ -58,8 +58,9 @@
 // The INSERT of that packet fails on a duplicate under the row's exclusive lock, so the COMMIT never runs
 // for a key another attempt finished; its values are hexadecimal literals. The connection returns to the
 // pool only after a COMMIT or ROLLBACK the server answered, and is closed otherwise. The Store checks
-// once that the server takes such packets; Options.NoMultiStatements turns this off, and [Store.SQLTx],
-// bound Stores and gorm's PrepareStmt mode never use it.
+// once that the server takes such packets and is not a Galera node (wsrep_on: there a brute-force
+// aborted packet's INSERT was seen committed on its own); Options.NoMultiStatements turns this off, and
+// [Store.SQLTx], bound Stores and gorm's PrepareStmt mode never use it.
 //
 // # Transactions
 //

@@ -41,7 +41,7 @@ type Options struct {
 	// MariaDB with a DSN that sets multiStatements=true, a transaction the Store begins for
 	// [idemkit.Guard.Tx] runs on a connection the Store holds and sends the record's INSERT and the
 	// COMMIT in one packet: one round trip fewer per guarded transaction (see [Store.BeginTx]). The
-	// Store finds out once, with one statement, whether the connection allows it.
+	// Store finds out once whether the connection allows it, and never does it on a Galera node.
 	NoMultiStatements bool
 }
 
