@@ -515,47 +515,24 @@ func (b *stormTx) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 
 // BeginTxGet forwards to the Store's [idemkit.BeginGetter], or reads as the Guard would without one.
 func (b *stormTx) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
-	bg, ok := b.TxBeginner.(idemkit.BeginGetter)
-	if !ok {
-		rec, err := b.Get(ctx, scope, key)
-		return nil, rec, err
-	}
-	tx, rec, err := bg.BeginTxGet(ctx, scope, key)
-	if tx == nil {
-		return nil, rec, err
-	}
-	return b.wrap(tx), rec, err
+	return beginTxGet(ctx, b.TxBeginner, b.wrap, scope, key)
 }
 
 func (b *stormTx) wrap(tx idemkit.TxStore) idemkit.TxStore {
 	st := &stormTxStore{TxStore: tx}
-	if ic, ok := tx.(idemkit.InsertCommitter); ok {
-		return &stormInsertCommitter{st, ic}
-	}
-	return st
+	return withInsertCommit(st, tx, func() {
+		if st.committed != nil {
+			st.committed()
+		}
+	})
 }
 
 // stormOf returns the stormTxStore of a transaction stormTx began.
 func stormOf(tx idemkit.TxStore) *stormTxStore {
-	if ic, ok := tx.(*stormInsertCommitter); ok {
-		return ic.stormTxStore
+	if ic, ok := tx.(*insertCommitting); ok {
+		tx = ic.TxStore
 	}
 	return tx.(*stormTxStore)
-}
-
-// stormInsertCommitter is a stormTxStore over a transaction that also commits with the record's
-// INSERT ([idemkit.InsertCommitter]): the Guard then ends it that way, and the storm counts it.
-type stormInsertCommitter struct {
-	*stormTxStore
-	ic idemkit.InsertCommitter
-}
-
-func (t *stormInsertCommitter) InsertCommit(ctx context.Context, rec *idemkit.Record) error {
-	err := t.ic.InsertCommit(ctx, rec)
-	if err == nil && t.committed != nil {
-		t.committed()
-	}
-	return err
 }
 
 type stormTxStore struct {

@@ -28,37 +28,50 @@ func (c *countingTx) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 
 // BeginTxGet forwards to the Store's [idemkit.BeginGetter], or reads as the Guard would without one.
 func (c *countingTx) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
-	bg, ok := c.TxBeginner.(idemkit.BeginGetter)
+	return beginTxGet(ctx, c.TxBeginner, c.wrap, scope, key)
+}
+
+func (c *countingTx) wrap(tx idemkit.TxStore) idemkit.TxStore {
+	ct := &countedTx{TxStore: tx, c: c}
+	return withInsertCommit(ct, tx, func() { c.commits.Add(1) })
+}
+
+// beginTxGet is BeginTxGet for a TxBeginner wrapping b: b's own when b is an [idemkit.BeginGetter]
+// (the transaction it begins wrapped by wrap), otherwise the read a Guard makes without one.
+func beginTxGet(ctx context.Context, b idemkit.TxBeginner, wrap func(idemkit.TxStore) idemkit.TxStore, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	bg, ok := b.(idemkit.BeginGetter)
 	if !ok {
-		rec, err := c.Get(ctx, scope, key)
+		rec, err := b.Get(ctx, scope, key)
 		return nil, rec, err
 	}
 	tx, rec, err := bg.BeginTxGet(ctx, scope, key)
 	if tx == nil {
 		return nil, rec, err
 	}
-	return c.wrap(tx), rec, err
+	return wrap(tx), rec, err
 }
 
-func (c *countingTx) wrap(tx idemkit.TxStore) idemkit.TxStore {
-	ct := &countedTx{TxStore: tx, c: c}
-	if ic, ok := tx.(idemkit.InsertCommitter); ok {
-		return &countedInsertCommitter{ct, ic}
+// withInsertCommit returns w, a wrapper of tx, given InsertCommit when tx has it
+// ([idemkit.InsertCommitter]: the Guard then ends the transaction that way), committed being called
+// after each one that committed.
+func withInsertCommit(w, tx idemkit.TxStore, committed func()) idemkit.TxStore {
+	ic, ok := tx.(idemkit.InsertCommitter)
+	if !ok {
+		return w
 	}
-	return ct
+	return &insertCommitting{TxStore: w, ic: ic, committed: committed}
 }
 
-// countedInsertCommitter is a countedTx over a transaction that also commits with the record's INSERT
-// ([idemkit.InsertCommitter]): the Guard then ends it that way, and it is counted.
-type countedInsertCommitter struct {
-	*countedTx
-	ic idemkit.InsertCommitter
+type insertCommitting struct {
+	idemkit.TxStore // the wrapper
+	ic              idemkit.InsertCommitter
+	committed       func()
 }
 
-func (t *countedInsertCommitter) InsertCommit(ctx context.Context, rec *idemkit.Record) error {
+func (t *insertCommitting) InsertCommit(ctx context.Context, rec *idemkit.Record) error {
 	err := t.ic.InsertCommit(ctx, rec)
 	if err == nil {
-		t.c.commits.Add(1)
+		t.committed()
 	}
 	return err
 }
