@@ -1,7 +1,6 @@
 package record
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -123,10 +122,10 @@ func (s *Store) beginMulti(ctx context.Context) (*multiStore, error) {
 
 // bindMulti returns the Store bound to the transaction begun on c.
 func (s *Store) bindMulti(ctx context.Context, c *sql.Conn) *multiStore {
-	m := &multiStore{tx: multiTx{c: c, ctx: ctx}} // one allocation for the three
-	m.gtx = s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
-	m.gtx.Statement.ConnPool = &m.tx
-	m.Store = Store{q: s.q, c: multiConn{&m.tx}, inTx: true, gdb: m.gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
+	m := &multiStore{tx: multiTx{c: c, ctx: ctx}} // one allocation for both
+	gtx := s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
+	gtx.Statement.ConnPool = &m.tx
+	m.Store = Store{q: s.q, c: heldConn{c}, inTx: true, gdb: gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
 	return m
 }
 
@@ -170,20 +169,15 @@ func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record)
 	hexLiteral(&b, "", rec.Scope)
 	b.WriteString(" AND idem_key = ")
 	hexLiteral(&b, "", rec.Key)
-	rows, err := c.QueryContext(ctx, b.String())
-	if err != nil {
-		return false, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		return false, cmp.Or(rows.Err(), rows.Close())
-	}
 	var cols recordColumns
-	if err := rows.Scan(cols.dest(rec)...); err != nil {
+	switch err := queryOne(ctx, heldConn{c}, b.String(), nil, cols.dest(rec)...); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
 		return false, err
 	}
 	cols.fill(rec)
-	return true, rows.Close()
+	return true, nil
 }
 
 // mysqlParseError is ER_PARSE_ERROR: what a second statement in a packet gets without multiStatements.
@@ -304,11 +298,11 @@ func (t *multiTx) rollback() error {
 // rollbackQuiet is rollback when the answer does not matter (the server rolled back already).
 func (t *multiTx) rollbackQuiet() { _ = t.rollback() }
 
-// multiStore is a Store bound to a multiTx: what BeginTx returns on a multi-statement pool.
+// multiStore is a Store bound to a multiTx: what BeginTx returns on a multi-statement pool. Its gdb is
+// the business's gorm session on the transaction.
 type multiStore struct {
 	Store
-	gtx *gorm.DB
-	tx  multiTx
+	tx multiTx
 }
 
 func (m *multiStore) Commit() error {
@@ -427,13 +421,13 @@ func writeInt(b *strings.Builder, v int64) {
 	b.Write(strconv.AppendInt(buf[:0], v, 10))
 }
 
-// multiConn runs a bound Store's statements on a multiTx's connection.
-type multiConn struct{ t *multiTx }
+// heldConn runs statements on a connection the Store holds (a multiTx's).
+type heldConn struct{ c *sql.Conn }
 
-func (c multiConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	return affected(c.t.c.ExecContext(ctx, query, args...))
+func (c heldConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return affected(c.c.ExecContext(ctx, query, args...))
 }
 
-func (c multiConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return c.t.c.QueryContext(ctx, query, args...)
+func (c heldConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return c.c.QueryContext(ctx, query, args...)
 }

@@ -91,7 +91,7 @@ func GormTx(tx idemkit.TxStore) *gorm.DB {
 	case *txStore:
 		return t.gtx
 	case *multiStore:
-		return t.gtx
+		return t.gdb
 	}
 	return nil
 }

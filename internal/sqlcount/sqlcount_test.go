@@ -78,31 +78,26 @@ func TestCounts(t *testing.T) {
 		}
 		return tx.Rollback()
 	})
-	step("a transaction run as text, the last statement and COMMIT in one packet",
-		sqlcount.Counts{Statements: 2, InTx: 2, Begins: 1, Commits: 1, RoundTrips: 3}, func() error {
+	// onConn sends queries, one packet each, on one held connection.
+	onConn := func(queries ...string) func() error {
+		return func() error {
 			conn, err := db.Conn(ctx)
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			for _, q := range []string{"START TRANSACTION", "DO 1", "DO 1; COMMIT"} {
+			for _, q := range queries {
 				if _, err := conn.ExecContext(ctx, q); err != nil {
 					return err
 				}
 			}
 			return nil
-		})
-	step("a transaction run as text and rolled back", sqlcount.Counts{Statements: 1, InTx: 1, Begins: 1, Rollbacks: 1, RoundTrips: 3}, func() error {
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return err
 		}
-		defer conn.Close()
-		for _, q := range []string{"start transaction", "DO 1", " rollback "} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	step("a transaction run as text, the last statement and COMMIT in one packet",
+		sqlcount.Counts{Statements: 2, InTx: 2, Begins: 1, Commits: 1, RoundTrips: 3},
+		onConn("START TRANSACTION", "DO 1", "DO 1; COMMIT"))
+	step("a transaction run as text and rolled back",
+		sqlcount.Counts{Statements: 1, InTx: 1, Begins: 1, Rollbacks: 1, RoundTrips: 3},
+		onConn("start transaction", "DO 1", " rollback "))
 }
