@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -108,24 +110,24 @@ func (s *Store) multiConnection(ctx context.Context) (*sql.Conn, error) {
 }
 
 // beginMulti begins a multi-statement transaction, or returns nil when the pool does not allow them.
+// START TRANSACTION is not sent here: it leaves with the transaction's first statement (see multiTx).
 func (s *Store) beginMulti(ctx context.Context) (*multiStore, error) {
 	c, err := s.multiConnection(ctx)
 	if c == nil || err != nil {
 		return nil, err
 	}
-	if _, err := c.ExecContext(ctx, "START TRANSACTION"); err != nil {
-		discard(c)
-		return nil, s.q.interpretError("beginning a transaction on", err)
-	}
-	return s.bindMulti(ctx, c), nil
+	return s.bindMulti(ctx, c, false), nil
 }
 
-// bindMulti returns the Store bound to the transaction begun on c.
-func (s *Store) bindMulti(ctx context.Context, c *sql.Conn) *multiStore {
-	m := &multiStore{tx: multiTx{c: c, ctx: ctx}} // one allocation for both
+// bindMulti returns the Store bound to the transaction on c; begun says START TRANSACTION was sent.
+func (s *Store) bindMulti(ctx context.Context, c *sql.Conn, begun bool) *multiStore {
+	// Statements with arguments may carry START TRANSACTION when the driver interpolates them (the
+	// DSN sets interpolateParams: the Store then prepares nothing).
+	m := &multiStore{tx: multiTx{c: c, ctx: ctx, leadArgs: s.ps == nil}} // one allocation for both
+	m.tx.begun.Store(begun)
 	gtx := s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
 	gtx.Statement.ConnPool = &m.tx
-	m.Store = Store{q: s.q, c: heldConn{c}, inTx: true, gdb: gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
+	m.Store = Store{q: s.q, c: &m.tx, inTx: true, gdb: gtx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
 	return m
 }
 
@@ -149,7 +151,7 @@ func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxSt
 				discard(c) // whether the transaction began is not known
 				return nil, nil, s.q.interpretError("reading", err)
 			}
-			tx := s.bindMulti(ctx, c)
+			tx := s.bindMulti(ctx, c, true)
 			if !found {
 				return tx, nil, idemkit.ErrNotFound
 			}
@@ -215,27 +217,128 @@ func discard(c *sql.Conn) {
 
 // multiTx is a transaction on a connection the Store holds. It is the gorm.ConnPool of the session
 // the business gets: its statements run on the connection, and gorm, seeing a committer, turns a
-// nested db.Transaction into a savepoint.
+// nested db.Transaction into a savepoint. It is also the bound Store's conn.
+//
+// START TRANSACTION is deferred: it leads the transaction's first statement in one packet
+// ("START TRANSACTION; INSERT …"), whoever sends it — the business, the Store, or the record's
+// INSERT-and-COMMIT — so a guarded transaction takes no round trip for its BEGIN. InnoDB takes a
+// transaction's snapshot at its first read, not at START TRANSACTION, so nothing else changes. A
+// statement that cannot carry it (a prepare; one with arguments when the driver does not interpolate
+// them) is preceded by START TRANSACTION on its own. When a statement that carried it fails in a way
+// that may have kept START TRANSACTION from running (the driver fell back to a server-side prepare,
+// which refuses two statements, or refused an argument before sending anything), the server is asked
+// (@@in_transaction): the transaction then begins on its own and the statement runs again, alone.
 type multiTx struct {
-	c    *sql.Conn
-	ctx  context.Context // the context the transaction was begun with
-	done bool            // the connection was returned or closed
+	c        *sql.Conn
+	ctx      context.Context // the context the transaction was begun with
+	done     bool            // the connection was returned or closed
+	leadArgs bool            // a statement with arguments may carry START TRANSACTION
+	begun    atomic.Bool     // START TRANSACTION ran
+	first    sync.Mutex      // held while the first statement runs (statements of a transaction may come concurrently)
+}
+
+// beginPrefix leads the transaction's first statement.
+const beginPrefix = "START TRANSACTION; "
+
+// lead runs a statement of t through run, with START TRANSACTION in front of query when the
+// transaction has not begun and the statement can carry it: nargs is its number of arguments, or
+// negative for a statement that cannot (a prepare).
+func lead[R any](t *multiTx, ctx context.Context, query string, nargs int, run func(query string) (R, error)) (R, error) {
+	if t.begun.Load() {
+		return run(query)
+	}
+	t.first.Lock()
+	defer t.first.Unlock()
+	if t.begun.Load() {
+		return run(query)
+	}
+	if nargs < 0 || (nargs > 0 && !t.leadArgs) {
+		if err := t.begin(ctx); err != nil {
+			var zero R
+			return zero, err
+		}
+		return run(query)
+	}
+	r, err := run(beginPrefix + query)
+	if t.ledBy(ctx, err, nargs) {
+		return run(query)
+	}
+	return r, err
+}
+
+// begin sends START TRANSACTION on its own. When it fails the connection is closed: whether a
+// transaction is open is not known, and every later statement of the transaction fails.
+func (t *multiTx) begin(ctx context.Context) error {
+	if t.done {
+		return sql.ErrConnDone
+	}
+	if _, err := t.c.ExecContext(ctx, "START TRANSACTION"); err != nil {
+		t.done = true
+		discard(t.c)
+		return err
+	}
+	t.begun.Store(true)
+	return nil
+}
+
+// ledBy settles the transaction's start after a statement with nargs arguments that carried START
+// TRANSACTION returned err, and reports whether the statement must run again, alone (START
+// TRANSACTION did not run, and now has).
+func (t *multiTx) ledBy(ctx context.Context, err error, nargs int) (again bool) {
+	var my *mysql.MySQLError
+	if err == nil || (nargs == 0 && errors.As(err, &my)) {
+		// The server answered a text packet: START TRANSACTION, first in it, ran.
+		t.begun.Store(true)
+		return false
+	}
+	if t.done {
+		return false
+	}
+	var in bool
+	if qerr := t.c.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in); qerr != nil {
+		// Whether a transaction is open is not known: close the connection, the server rolls back
+		// whatever it held, and every later statement of the transaction fails.
+		t.done = true
+		discard(t.c)
+		return false
+	}
+	if in {
+		t.begun.Store(true)
+		return false
+	}
+	return t.begin(ctx) == nil
 }
 
 func (t *multiTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	return t.c.PrepareContext(ctx, query)
+	return lead(t, ctx, query, -1, func(query string) (*sql.Stmt, error) { return t.c.PrepareContext(ctx, query) })
 }
 
 func (t *multiTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return t.c.ExecContext(ctx, query, args...)
+	return lead(t, ctx, query, len(args), func(query string) (sql.Result, error) { return t.c.ExecContext(ctx, query, args...) })
 }
 
 func (t *multiTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.c.QueryContext(ctx, query, args...)
+	return lead(t, ctx, query, len(args), func(query string) (*sql.Rows, error) { return t.c.QueryContext(ctx, query, args...) })
 }
 
 func (t *multiTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.c.QueryRowContext(ctx, query, args...)
+	row, _ := lead(t, ctx, query, len(args), func(query string) (*sql.Row, error) {
+		row := t.c.QueryRowContext(ctx, query, args...)
+		return row, row.Err() // the row carries its error to the caller
+	})
+	if row == nil { // START TRANSACTION failed and closed the connection: a row saying so
+		return t.c.QueryRowContext(ctx, query, args...)
+	}
+	return row
+}
+
+// exec and query make multiTx the conn of the Store bound to it.
+func (t *multiTx) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	return affected(t.ExecContext(ctx, query, args...))
+}
+
+func (t *multiTx) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.QueryContext(ctx, query, args...)
 }
 
 // Commit and Rollback refuse: the transaction is the Guard's (gorm calls them for db.Commit() and
@@ -250,6 +353,9 @@ func (t *multiTx) end(ctx context.Context, stmt string) error {
 	if t.done {
 		return sql.ErrTxDone
 	}
+	if !t.begun.Load() {
+		stmt = beginPrefix + stmt
+	}
 	_, err := t.c.ExecContext(ctx, stmt)
 	var my *mysql.MySQLError
 	if err != nil && !errors.As(err, &my) {
@@ -257,6 +363,7 @@ func (t *multiTx) end(ctx context.Context, stmt string) error {
 		discard(t.c)
 		return err
 	}
+	t.begun.Store(true) // the server answered: START TRANSACTION, first in the packet, ran
 	return err
 }
 
@@ -269,6 +376,10 @@ func (t *multiTx) release() {
 }
 
 func (t *multiTx) commit() error {
+	if !t.begun.Load() { // nothing was sent: nothing to commit
+		t.release()
+		return nil
+	}
 	err := t.end(t.ctx, "COMMIT")
 	if err != nil && !t.done {
 		// The server refused the COMMIT (a Galera certification failure, say): it rolled back.
@@ -280,6 +391,10 @@ func (t *multiTx) commit() error {
 
 func (t *multiTx) rollback() error {
 	if t.done {
+		return nil
+	}
+	if !t.begun.Load() { // nothing was sent: nothing to roll back
+		t.release()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), endTimeout)

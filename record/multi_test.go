@@ -314,9 +314,10 @@ func TestMultiStatementLargeResult(t *testing.T) {
 }
 
 // TestMultiStatementRoundTrips: on a multi-statement pool a guarded transaction costs one round trip
-// fewer per packet: with a Locker, START TRANSACTION, the business, the INSERT-and-COMMIT (3 against
-// 4); without, START TRANSACTION-and-read, the business, INSERT-and-COMMIT (3 against 5 — the
-// barrier's 4). A replay without a Locker reads in a transaction it then rolls back (2 against 1).
+// fewer per packet: with a Locker, START TRANSACTION-and-the-business, the INSERT-and-COMMIT (2
+// against 4: one fewer than the bare transaction); without, START TRANSACTION-and-read, the business,
+// INSERT-and-COMMIT (3 against 5 — the barrier's 4). A replay without a Locker reads in a transaction
+// it then rolls back (2 against 1).
 func TestMultiStatementRoundTrips(t *testing.T) {
 	db, n := countedDB(t, multiBackend, nil)
 	s := newTable(t, db)
@@ -350,7 +351,171 @@ func TestMultiStatementRoundTrips(t *testing.T) {
 		_, err := s.Tx(ctxb, locked, idemkit.Call{Scope: "trips", Key: "locked"}, txFn("locked"))
 		must(t, err)
 	})
-	want("Tx with a Locker, new key", d, 3, 2)
+	want("Tx with a Locker, new key", d, 2, 2)
+}
+
+// TestMultiStatementDeferredBegin: START TRANSACTION leaves with the transaction's first statement,
+// and the transaction is one whatever that statement is or how it fails: every business below makes
+// its first statement in a way that could keep START TRANSACTION from running (arguments the driver
+// cannot interpolate and prepares instead, an argument database/sql refuses before sending anything,
+// a statement the server refuses, a query, a prepare), then one good INSERT, then fails — and nothing
+// may commit — or succeeds, and both commit with the record. On a pool that does not interpolate,
+// statements with arguments get START TRANSACTION on its own.
+func TestMultiStatementDeferredBegin(t *testing.T) {
+	pools := []struct {
+		name string
+		db   *gorm.DB
+	}{
+		{"interpolating", testsvc.MySQLMulti(t, nil)},
+		{"prepared", testsvc.MySQLWith(t, nil, "&multiStatements=true")},
+	}
+	for _, p := range pools {
+		t.Run(p.name, func(t *testing.T) {
+			f := newTxFixtureOn(t, p.db)
+			sqlDB, err := f.db.DB()
+			must(t, err)
+			sqlDB.SetMaxOpenConns(4)
+			sqlDB.SetMaxIdleConns(4)
+			// With a Locker the Guard reads nothing before the function: the transaction begins with
+			// the function's first statement.
+			g, err := idemkit.New(f.store, &idemkit.Options{Locker: memory.NewLocker(nil)})
+			must(t, err)
+			insert := "INSERT INTO " + f.biz + " (k, fence) VALUES (?, 1)"
+			firsts := map[string]func(ctx context.Context, tx *gorm.DB, key string) error{
+				"no arguments": func(ctx context.Context, tx *gorm.DB, key string) error {
+					return tx.Exec("DO 1").Error
+				},
+				"a '?' in a literal (the driver prepares)": func(ctx context.Context, tx *gorm.DB, key string) error {
+					_, err := tx.Statement.ConnPool.ExecContext(ctx, "DO LENGTH('?'), ?", 1)
+					return err
+				},
+				"an argument database/sql refuses": func(ctx context.Context, tx *gorm.DB, key string) error {
+					if _, err := tx.Statement.ConnPool.ExecContext(ctx, "DO ?", make(chan int)); err == nil {
+						return errors.New("a chan argument was accepted")
+					}
+					return nil
+				},
+				"a statement the server refuses": func(ctx context.Context, tx *gorm.DB, key string) error {
+					if err := tx.Exec("INSERT INTO no_such_table_idemkit (k) VALUES (?)", key).Error; err == nil {
+						return errors.New("no error from a missing table")
+					}
+					return nil
+				},
+				"a query": func(ctx context.Context, tx *gorm.DB, key string) error {
+					var n int
+					return tx.Raw("SELECT COUNT(*) FROM "+f.biz+" WHERE k = ?", key).Scan(&n).Error
+				},
+				"a row": func(ctx context.Context, tx *gorm.DB, key string) error {
+					var n int
+					return tx.Raw("SELECT COUNT(*) FROM "+f.biz+" WHERE k = ?", key).Row().Scan(&n)
+				},
+				"a row with a '?' in a literal": func(ctx context.Context, tx *gorm.DB, key string) error {
+					var n int
+					return tx.Statement.ConnPool.QueryRowContext(ctx, "SELECT LENGTH('?') + ?", 1).Scan(&n)
+				},
+				"a prepare": func(ctx context.Context, tx *gorm.DB, key string) error {
+					st, err := tx.Statement.ConnPool.PrepareContext(ctx, "DO ?")
+					if err != nil {
+						return err
+					}
+					return st.Close()
+				},
+			}
+			i := 0
+			for name, first := range firsts {
+				for _, fails := range []bool{true, false} {
+					i++
+					key := "first-" + strconv.Itoa(i)
+					_, err := f.store.Tx(ctxb, g, idemkit.Call{Scope: "gtx", Key: key}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+						if err := first(ctx, tx, key); err != nil {
+							return nil, err
+						}
+						if err := tx.Exec(insert, key).Error; err != nil {
+							return nil, err
+						}
+						if fails {
+							return nil, errors.New("business fails")
+						}
+						return []byte("ok"), nil
+					})
+					switch {
+					case fails && err == nil:
+						t.Fatalf("%s, failing: no error", name)
+					case fails:
+						f.wantRecord(t, key, 0, "")
+					case err != nil:
+						t.Fatalf("%s: %v", name, err)
+					default:
+						f.wantRecord(t, key, 1, idemkit.StatusSucceeded)
+					}
+				}
+			}
+			noOpenTransaction(t, f.db, 4)
+		})
+	}
+}
+
+// TestMultiStatementConcurrentFirstStatements: statements the business sends at once, before its
+// transaction began, begin it once: a second START TRANSACTION would commit what the first carried.
+func TestMultiStatementConcurrentFirstStatements(t *testing.T) {
+	f := multiFixture(t, 4)
+	g, err := idemkit.New(f.store, &idemkit.Options{Locker: memory.NewLocker(nil)})
+	must(t, err)
+	const parallel = 4
+	for i := range 20 {
+		key := "parallel-" + strconv.Itoa(i)
+		fails := i%2 == 0
+		_, err := f.store.Tx(ctxb, g, idemkit.Call{Scope: "gtx", Key: key}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+			var wg sync.WaitGroup
+			errs := make([]error, parallel)
+			for j := range parallel {
+				wg.Go(func() { errs[j] = tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, ?)", key, j).Error })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				return nil, err
+			}
+			if fails {
+				return nil, errors.New("business fails")
+			}
+			return []byte("ok"), nil
+		})
+		switch {
+		case fails && err == nil:
+			t.Fatal("failing business: no error")
+		case fails:
+			f.wantRecord(t, key, 0, "")
+		case err != nil:
+			t.Fatal(err)
+		default:
+			f.wantRecord(t, key, parallel, idemkit.StatusSucceeded)
+		}
+	}
+	noOpenTransaction(t, f.db, 4)
+}
+
+// TestMultiStatementNoStatement: a guarded function that sends nothing leaves one packet, START
+// TRANSACTION with the record's INSERT and the COMMIT.
+func TestMultiStatementNoStatement(t *testing.T) {
+	db, n := countedDB(t, multiBackend, nil)
+	s := newTable(t, db)
+	g, err := idemkit.New(s, &idemkit.Options{Locker: memory.NewLocker(nil)})
+	must(t, err)
+	fn := func(ctx context.Context, tx *gorm.DB) ([]byte, error) { return []byte("r"), nil }
+	_, err = s.Tx(ctxb, g, idemkit.Call{Scope: "none", Key: "warm"}, fn)
+	must(t, err)
+	d := delta(n, func() {
+		_, err := s.Tx(ctxb, g, idemkit.Call{Scope: "none", Key: "k"}, fn)
+		must(t, err)
+	})
+	if d.RoundTrips != 1 || d.Begins != 1 || d.Commits != 1 || d.Statements != 1 {
+		t.Errorf("counted %+v; want one round trip: START TRANSACTION, the INSERT, COMMIT", d)
+	}
+	rec, err := s.Get(ctxb, "none", "k")
+	must(t, err)
+	if rec.Status != idemkit.StatusSucceeded || string(rec.Response) != "r" {
+		t.Fatalf("record %+v", rec)
+	}
 }
 
 // TestInsertCommitPacketOneAllocation: the INSERT-and-COMMIT packet is built in one allocation (its

@@ -86,8 +86,8 @@ func (cc *countConn) inStatement() {
 }
 
 // text counts query when it is transaction control sent as text (what a library running a
-// transaction on a connection it holds sends: START TRANSACTION, COMMIT, ROLLBACK, START TRANSACTION
-// and a statement in one packet, or a statement and COMMIT), and reports whether it was.
+// transaction on a connection it holds sends: START TRANSACTION, COMMIT, ROLLBACK, or a statement in
+// one packet with START TRANSACTION before it, COMMIT after it, or both), and reports whether it was.
 func (cc *countConn) text(query string) bool {
 	q := strings.TrimSpace(query)
 	switch {
@@ -95,26 +95,32 @@ func (cc *countConn) text(query string) bool {
 		cc.c.trips.Add(1)
 		cc.c.begins.Add(1)
 		cc.tx = true
+		return true
 	case strings.EqualFold(q, "COMMIT"):
 		cc.c.trips.Add(1)
 		cc.c.commits.Add(1)
 		cc.tx = false
+		return true
 	case strings.EqualFold(q, "ROLLBACK"):
 		cc.c.trips.Add(1)
 		cc.c.rollbacks.Add(1)
 		cc.tx = false
-	case len(q) > len(beginPrefix) && strings.EqualFold(q[:len(beginPrefix)], beginPrefix):
-		cc.c.trips.Add(1)
+		return true
+	}
+	begin := len(q) > len(beginPrefix) && strings.EqualFold(q[:len(beginPrefix)], beginPrefix)
+	commit := len(q) > len(commitSuffix) && strings.EqualFold(q[len(q)-len(commitSuffix):], commitSuffix)
+	if !begin && !commit {
+		return false
+	}
+	cc.c.trips.Add(1)
+	if begin {
 		cc.c.begins.Add(1)
 		cc.tx = true
-		cc.inStatement()
-	case len(q) > len(commitSuffix) && strings.EqualFold(q[len(q)-len(commitSuffix):], commitSuffix):
-		cc.c.trips.Add(1)
-		cc.inStatement()
+	}
+	cc.inStatement()
+	if commit {
 		cc.c.commits.Add(1)
 		cc.tx = false
-	default:
-		return false
 	}
 	return true
 }
@@ -130,7 +136,7 @@ func (cc *countConn) ExecContext(ctx context.Context, query string, args []drive
 		return nil, driver.ErrSkip
 	}
 	r, err := e.ExecContext(ctx, query, args)
-	if err != driver.ErrSkip && (len(args) > 0 || !cc.text(query)) {
+	if err != driver.ErrSkip && !cc.text(query) {
 		cc.statement()
 	}
 	return r, err
@@ -142,7 +148,7 @@ func (cc *countConn) QueryContext(ctx context.Context, query string, args []driv
 		return nil, driver.ErrSkip
 	}
 	r, err := q.QueryContext(ctx, query, args)
-	if err != driver.ErrSkip && (len(args) > 0 || !cc.text(query)) {
+	if err != driver.ErrSkip && !cc.text(query) {
 		cc.statement()
 	}
 	return r, err

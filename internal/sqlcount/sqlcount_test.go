@@ -97,6 +97,12 @@ func TestCounts(t *testing.T) {
 	step("a transaction run as text, the last statement and COMMIT in one packet",
 		sqlcount.Counts{Statements: 2, InTx: 2, Begins: 1, Commits: 1, RoundTrips: 3},
 		onConn("START TRANSACTION", "DO 1", "DO 1; COMMIT"))
+	step("a transaction run as text in two packets, START TRANSACTION with the first statement",
+		sqlcount.Counts{Statements: 2, InTx: 2, Begins: 1, Commits: 1, RoundTrips: 2},
+		onConn("START TRANSACTION; DO 1", "DO 1; COMMIT"))
+	step("a transaction run as text in one packet",
+		sqlcount.Counts{Statements: 1, InTx: 1, Begins: 1, Commits: 1, RoundTrips: 1},
+		onConn("START TRANSACTION; DO 1; COMMIT"))
 	step("a transaction run as text and rolled back",
 		sqlcount.Counts{Statements: 1, InTx: 1, Begins: 1, Rollbacks: 1, RoundTrips: 3},
 		onConn("start transaction", "DO 1", " rollback "))
