@@ -53,8 +53,13 @@
 // On MySQL and MariaDB with a DSN that sets multiStatements=true, the transactions [Store.BeginTx]
 // begins for [idemkit.Guard.Tx] run on a connection the Store holds instead of a *sql.Tx, and the
 // Store implements [idemkit.BeginGetter] and [idemkit.InsertCommitter] on them: the read before the
-// function leaves in the packet of START TRANSACTION, the record's INSERT in the packet of the COMMIT.
-// A guarded transaction then costs no round trip beyond the business's, START TRANSACTION and COMMIT.
+// function leaves in the packet of START TRANSACTION, the record's INSERT in the packet of the COMMIT;
+// without that read, START TRANSACTION leaves with the transaction's first statement. A guarded
+// transaction then costs no round trip beyond the business's statements and the COMMIT (and the read,
+// without a Locker). A first statement that cannot carry START TRANSACTION (a prepare, arguments the
+// driver does not interpolate) gets it on its own; when one that carried it fails, the Store asks the
+// server (@@in_transaction) whether the transaction began, and if not begins it and runs the statement
+// again.
 // The INSERT of that packet fails on a duplicate under the row's exclusive lock, so the COMMIT never runs
 // for a key another attempt finished; its values are hexadecimal literals. The connection returns to the
 // pool only after a COMMIT or ROLLBACK the server answered, and is closed otherwise. The Store checks
