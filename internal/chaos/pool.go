@@ -152,7 +152,8 @@ func (p *workerPool) spawn(ctx context.Context, s *workerSlot) error {
 	cfg := p.base
 	cfg.ID = id
 	// Every other worker process allows multi-statement packets: its Guard-owned transactions then
-	// begin with the read and end with the record's INSERT and the COMMIT in one packet.
+	// begin with the read (or, with the Locker, with the business's first statement) and end with the
+	// record's INSERT and the COMMIT in one packet.
 	cfg.MultiStatements = multi
 	raw, err := json.Marshal(cfg)
 	if err != nil {

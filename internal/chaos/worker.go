@@ -58,7 +58,8 @@ type workerConfig struct {
 	Watchdog      bool          `json:"watchdog"`
 	FlakyRate     float64       `json:"flaky_rate"`
 	IgnoreFence   bool          `json:"ignore_fence"`
-	// MultiStatements opens the worker's pool with multiStatements=true (see record.Store.BeginTx).
+	// MultiStatements opens the worker's pool with multiStatements=true and interpolateParams=true (see
+	// record.Store.BeginTx).
 	MultiStatements bool `json:"multi_statements"`
 	// StallMaxAmount keeps the stall trap off overdrafts: a stalled attempt must be one whose write
 	// would apply, or the fence has nothing to refuse.
@@ -122,7 +123,9 @@ func (w *worker) run() error {
 
 	dsn := w.cfg.DSN
 	if w.cfg.MultiStatements {
-		dsn += "&multiStatements=true"
+		// interpolateParams too: START TRANSACTION then leaves with the business's first statement,
+		// arguments and all (the other workers send their statements prepared, one per packet).
+		dsn += "&multiStatements=true&interpolateParams=true"
 	}
 	db, err := gorm.Open(mysql.Open(dsn), &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true})
 	if err != nil {
