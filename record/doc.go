@@ -57,9 +57,9 @@
 // without that read, START TRANSACTION leaves with the transaction's first statement. A guarded
 // transaction then costs no round trip beyond the business's statements and the COMMIT (and the read,
 // without a Locker). A first statement that cannot carry START TRANSACTION (a prepare, arguments the
-// driver does not interpolate) gets it on its own; when one that carried it fails, the Store asks the
-// server (@@in_transaction) whether the transaction began, and if not begins it and runs the statement
-// again.
+// driver does not interpolate) gets it on its own; when one that carried it fails before the server ran
+// it (a prepare of the packet the server refuses, an argument refused before sending), the Store begins
+// the transaction alone and runs the statement again.
 // The INSERT of that packet fails on a duplicate under the row's exclusive lock, so the COMMIT never runs
 // for a key another attempt finished; its values are hexadecimal literals. The connection returns to the
 // pool only after a COMMIT or ROLLBACK the server answered, and is closed otherwise. The Store checks

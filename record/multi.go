@@ -225,9 +225,8 @@ func discard(c *sql.Conn) {
 // transaction's snapshot at its first read, not at START TRANSACTION, so nothing else changes. A
 // statement that cannot carry it (a prepare; one with arguments when the driver does not interpolate
 // them) is preceded by START TRANSACTION on its own. When a statement that carried it fails in a way
-// that may have kept START TRANSACTION from running (the driver fell back to a server-side prepare,
-// which refuses two statements, or refused an argument before sending anything), the server is asked
-// (@@in_transaction): the transaction then begins on its own and the statement runs again, alone.
+// that may have kept START TRANSACTION from running (see ledBy), the transaction begins on its own and
+// the statement runs again, alone.
 type multiTx struct {
 	c        *sql.Conn
 	ctx      context.Context // the context the transaction was begun with
@@ -282,27 +281,21 @@ func (t *multiTx) begin(ctx context.Context) error {
 }
 
 // ledBy settles the transaction's start after a statement with nargs arguments that carried START
-// TRANSACTION returned err, and reports whether the statement must run again, alone (START
-// TRANSACTION did not run, and now has).
+// TRANSACTION returned err, and reports whether the statement must run again, alone.
+//
+// The server runs a packet's statements in order and stops at the first error, so an error the server
+// answered for a packet it ran means START TRANSACTION ran. Two failures are not that: the driver
+// declined to interpolate the arguments (a '?' inside a literal, an oversize packet) and database/sql
+// prepared the two-statement text instead, which the server refuses as a syntax error (1064) without
+// running anything; and an error from before anything was sent (an argument database/sql refuses, a
+// context already ended) — not a server error at all, while an error after sending closes the
+// driver's connection. In those cases START TRANSACTION is sent on its own and the statement runs
+// again. Should START TRANSACTION have run after all (the business's own syntax error, with
+// arguments), the transaction it opened is empty — the failed statement was its first — and the second
+// START TRANSACTION merely replaces it. (@@in_transaction would say, but MySQL does not have it.)
 func (t *multiTx) ledBy(ctx context.Context, err error, nargs int) (again bool) {
 	var my *mysql.MySQLError
-	if err == nil || (nargs == 0 && errors.As(err, &my)) {
-		// The server answered a text packet: START TRANSACTION, first in it, ran.
-		t.begun.Store(true)
-		return false
-	}
-	if t.done {
-		return false
-	}
-	var in bool
-	if qerr := t.c.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in); qerr != nil {
-		// Whether a transaction is open is not known: close the connection, the server rolls back
-		// whatever it held, and every later statement of the transaction fails.
-		t.done = true
-		discard(t.c)
-		return false
-	}
-	if in {
+	if err == nil || (errors.As(err, &my) && (nargs == 0 || my.Number != mysqlParseError)) {
 		t.begun.Store(true)
 		return false
 	}
@@ -376,7 +369,7 @@ func (t *multiTx) release() {
 }
 
 func (t *multiTx) commit() error {
-	if !t.begun.Load() { // nothing was sent: nothing to commit
+	if !t.begun.Load() && !t.done { // nothing was sent: nothing to commit
 		t.release()
 		return nil
 	}

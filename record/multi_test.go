@@ -358,9 +358,9 @@ func TestMultiStatementRoundTrips(t *testing.T) {
 // and the transaction is one whatever that statement is or how it fails: every business below makes
 // its first statement in a way that could keep START TRANSACTION from running (arguments the driver
 // cannot interpolate and prepares instead, an argument database/sql refuses before sending anything,
-// a statement the server refuses, a query, a prepare), then one good INSERT, then fails — and nothing
-// may commit — or succeeds, and both commit with the record. On a pool that does not interpolate,
-// statements with arguments get START TRANSACTION on its own.
+// a statement the server refuses, a syntax error, a query, rows, a prepare), then one good INSERT, then
+// fails — and nothing may commit — or succeeds, and both commit with the record. On a pool that does
+// not interpolate, statements with arguments get START TRANSACTION on its own.
 func TestMultiStatementDeferredBegin(t *testing.T) {
 	pools := []struct {
 		name string
@@ -400,6 +400,19 @@ func TestMultiStatementDeferredBegin(t *testing.T) {
 						return errors.New("no error from a missing table")
 					}
 					return nil
+				},
+				"a syntax error with arguments": func(ctx context.Context, tx *gorm.DB, key string) error {
+					if err := tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, 1", key).Error; err == nil {
+						return errors.New("no error from a syntax error")
+					}
+					return nil
+				},
+				"rows with a '?' in a literal": func(ctx context.Context, tx *gorm.DB, key string) error {
+					rows, err := tx.Statement.ConnPool.QueryContext(ctx, "SELECT LENGTH('?') + ?", 1)
+					if err != nil {
+						return err
+					}
+					return rows.Close()
 				},
 				"a query": func(ctx context.Context, tx *gorm.DB, key string) error {
 					var n int
