@@ -47,8 +47,9 @@ type InsertCommitter interface {
 //
 // BeginTxGet returns the record for scope and key as Store.Get does (ErrNotFound when there is none),
 // and, when it could begin one, a transaction begun before the read: an open TxStore also with
-// ErrNotFound, never with another error. A nil TxStore means it did not begin one (the connection
-// does not allow it): the Guard then calls BeginTx, as without a BeginGetter.
+// ErrNotFound, never with another error. A nil TxStore means there is no transaction (the connection
+// does not allow one, or BeginTxGet ended it after finding a record): the Guard then calls BeginTx
+// when it needs one, as without a BeginGetter.
 type BeginGetter interface {
 	BeginTxGet(ctx context.Context, scope, key string) (TxStore, *Record, error)
 }

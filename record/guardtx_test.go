@@ -263,6 +263,23 @@ func TestGuardTxTakesOverWhatItMeets(t *testing.T) {
 		if rec.Fence != 2 {
 			t.Fatalf("record fence %d, want 2", rec.Fence)
 		}
+		// Without a Locker the read before the function finds the FAILED record (on a multi-statement
+		// pool: the probe, then the read that ends its transaction) and the call takes it over in a
+		// transaction of its own.
+		if _, err := f.guard.Do(ctxb, idemkit.Call{Scope: "gtx", Key: "failed-read"}, func(context.Context) ([]byte, error) {
+			return nil, errors.New("flaky")
+		}); err == nil {
+			t.Fatal("the failing attempt succeeded")
+		}
+		if res, err := f.txCall(f.guard, "gorm", "failed-read", nil); err != nil || res.Replayed || res.Fence != 2 {
+			t.Fatalf("Tx without a Locker over a FAILED record: %+v, %v; want a fresh run at fence 2", res, err)
+		}
+		if rec := f.wantRecord(t, "failed-read", 1, idemkit.StatusSucceeded); rec.Fence != 2 {
+			t.Fatalf("record fence %d, want 2", rec.Fence)
+		}
+		if res, err := f.txCall(f.guard, "gorm", "failed-read", nil); err != nil || !res.Replayed || res.Fence != 2 {
+			t.Fatalf("duplicate after the takeover: %+v, %v; want the replay of fence 2", res, err)
+		}
 		// A live Execute-mode claim: in flight, and the business rolls back.
 		cl, _, err := f.guard.Begin(ctxb, idemkit.Call{Scope: "gtx", Key: "live"})
 		must(t, err)

@@ -132,9 +132,10 @@ func (s *Store) bindMulti(ctx context.Context, c *sql.Conn, begun bool) *multiSt
 }
 
 // BeginTxGet implements [idemkit.BeginGetter]. On a multi-statement pool (see [Store.BeginTx]) it
-// sends START TRANSACTION and the record's read in one packet, and returns the transaction with the
-// record (or idemkit.ErrNotFound); the read is a plain one, in the transaction's snapshot. Otherwise
-// it reads with [Store.Get] and returns no transaction.
+// sends START TRANSACTION and a probe for the record in one packet (see beginRead): when there is
+// none it returns the transaction with idemkit.ErrNotFound; when there is one it reads it and rolls
+// the transaction back in one more packet, and returns the record without a transaction. The reads
+// are plain ones. Otherwise it reads with [Store.Get] and returns no transaction.
 func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
 	if s.inTx || s.gdb == nil {
 		return nil, nil, errors.New("record: BeginTxGet on a Store bound to a transaction")
@@ -146,40 +147,74 @@ func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxSt
 		}
 		if c != nil {
 			rec := &idemkit.Record{Scope: scope, Key: key}
-			found, err := s.beginRead(ctx, c, rec)
-			if err != nil {
-				discard(c) // whether the transaction began is not known
+			found, ended, err := s.beginRead(ctx, c, rec)
+			switch {
+			case err != nil:
+				discard(c) // whether the transaction began, or ended, is not known
 				return nil, nil, s.q.interpretError("reading", err)
+			case ended:
+				_ = c.Close()
+				if !found {
+					return nil, nil, idemkit.ErrNotFound
+				}
+				return nil, rec, nil
 			}
-			tx := s.bindMulti(ctx, c, true)
-			if !found {
-				return tx, nil, idemkit.ErrNotFound
-			}
-			return tx, rec, nil
+			return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
 		}
 	}
 	rec, err := s.Get(ctx, scope, key)
 	return nil, rec, err
 }
 
-// beginRead sends START TRANSACTION and the read of rec's record in one packet on c, and scans the
-// record into rec.
-func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (bool, error) {
-	var b strings.Builder
-	b.Grow(len(s.q.beginGetPfx) + 2*(len(rec.Scope)+len(rec.Key)) + 32)
-	b.WriteString(s.q.beginGetPfx)
-	hexLiteral(&b, "", rec.Scope)
-	b.WriteString(" AND idem_key = ")
-	hexLiteral(&b, "", rec.Key)
-	var cols recordColumns
-	switch err := queryOne(ctx, heldConn{c}, b.String(), nil, cols.dest(rec)...); {
+// beginRead sends START TRANSACTION and a probe for rec's record in one packet on c. The probe is
+// SELECT 1: the read of a new key finds nothing, and a result set of one constant column costs the
+// server less than the description of the record's twelve columns (about 20 µs of MariaDB CPU per
+// transaction at 16 clients, and a dozen allocations here). When there is a record, it reads it and
+// rolls the transaction back in one more packet (see readEnding), and ended says so.
+func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (found, ended bool, err error) {
+	var one int
+	switch err := queryOne(ctx, heldConn{c}, s.q.pkQuery(s.q.beginGetPfx, rec.Scope, rec.Key), nil, &one); {
 	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
+		return false, false, nil
 	case err != nil:
+		return false, false, err
+	}
+	found, err = s.readEnding(ctx, c, rec)
+	return found, true, err
+}
+
+// readEnding reads rec's record and rolls the transaction on c back, in one packet. A record that is
+// there is usually a duplicate's answer (replayed, or refused), and the transaction has nothing to do;
+// the Guard begins another to take a record over, whose write is fenced by the version read here.
+// Under REPEATABLE READ the read sees the probe's snapshot; under READ COMMITTED the record may have
+// gone since (the sweeper), and found is false.
+func (s *Store) readEnding(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (found bool, err error) {
+	rows, err := c.QueryContext(ctx, s.q.pkQuery(s.q.getPfx, rec.Scope, rec.Key)+"; ROLLBACK")
+	if err != nil {
+		return false, err
+	}
+	var cols recordColumns
+	if found = rows.Next(); found {
+		err = rows.Scan(cols.dest(rec)...)
+	}
+	for err == nil && rows.NextResultSet() { // to the ROLLBACK's answer
+	}
+	if err = errors.Join(err, rows.Err(), rows.Close()); err != nil || !found {
 		return false, err
 	}
 	cols.fill(rec)
 	return true, nil
+}
+
+// pkQuery completes prefix, which ends in "WHERE scope = ", with the primary key of scope and key.
+func (q *queries) pkQuery(prefix, scope, key string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 2*(len(scope)+len(key)) + 32)
+	b.WriteString(prefix)
+	hexLiteral(&b, "", scope)
+	b.WriteString(" AND idem_key = ")
+	hexLiteral(&b, "", key)
+	return b.String()
 }
 
 // mysqlParseError is ER_PARSE_ERROR: what a second statement in a packet gets without multiStatements.

@@ -89,6 +89,7 @@ type queries struct {
 	// beginGetPfx starts the packet of START TRANSACTION and a record's read, up to the scope's value
 	// (MySQL; see multi.go).
 	beginGetPfx string
+	getPfx      string // the read of one record, up to the scope's value (MySQL: when the packed one cannot answer)
 	plainInsert string // INSERT without conflict handling (tests of interpretError)
 	get         string
 	getLocked   string // get with a locking read, for transaction-bound stores
@@ -120,7 +121,8 @@ func buildQueries(dialect, schema, table string) *queries {
 		// clientFoundRows, which New refuses).
 		q.insert = q.plainInsert + " ON DUPLICATE KEY UPDATE scope = scope"
 		q.insertCommitPfx = "INSERT INTO " + t + " (" + cols + ") VALUES ("
-		q.beginGetPfx = "START TRANSACTION; SELECT " + columns + " FROM " + t + " WHERE scope = "
+		q.beginGetPfx = "START TRANSACTION; SELECT 1 FROM " + t + " WHERE scope = "
+		q.getPfx = "SELECT " + columns + " FROM " + t + " WHERE scope = "
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
 	}

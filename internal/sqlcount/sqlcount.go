@@ -87,7 +87,8 @@ func (cc *countConn) inStatement() {
 
 // text counts query when it is transaction control sent as text (what a library running a
 // transaction on a connection it holds sends: START TRANSACTION, COMMIT, ROLLBACK, or a statement in
-// one packet with START TRANSACTION before it, COMMIT after it, or both), and reports whether it was.
+// one packet with START TRANSACTION before it, COMMIT or ROLLBACK after it, or both), and reports
+// whether it was.
 func (cc *countConn) text(query string) bool {
 	q := strings.TrimSpace(query)
 	switch {
@@ -109,7 +110,8 @@ func (cc *countConn) text(query string) bool {
 	}
 	begin := len(q) > len(beginPrefix) && strings.EqualFold(q[:len(beginPrefix)], beginPrefix)
 	commit := len(q) > len(commitSuffix) && strings.EqualFold(q[len(q)-len(commitSuffix):], commitSuffix)
-	if !begin && !commit {
+	rollback := len(q) > len(rollbackSuffix) && strings.EqualFold(q[len(q)-len(rollbackSuffix):], rollbackSuffix)
+	if !begin && !commit && !rollback {
 		return false
 	}
 	cc.c.trips.Add(1)
@@ -118,16 +120,21 @@ func (cc *countConn) text(query string) bool {
 		cc.tx = true
 	}
 	cc.inStatement()
-	if commit {
+	switch {
+	case commit:
 		cc.c.commits.Add(1)
+		cc.tx = false
+	case rollback:
+		cc.c.rollbacks.Add(1)
 		cc.tx = false
 	}
 	return true
 }
 
 const (
-	beginPrefix  = "START TRANSACTION;"
-	commitSuffix = "; COMMIT"
+	beginPrefix    = "START TRANSACTION;"
+	commitSuffix   = "; COMMIT"
+	rollbackSuffix = "; ROLLBACK"
 )
 
 func (cc *countConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
