@@ -133,9 +133,9 @@ func (s *Store) bindMulti(ctx context.Context, c *sql.Conn, begun bool) *multiSt
 
 // BeginTxGet implements [idemkit.BeginGetter]. On a multi-statement pool (see [Store.BeginTx]) it
 // sends START TRANSACTION and a probe for the record in one packet (see beginRead): when there is
-// none it returns the transaction with idemkit.ErrNotFound; when there is one it reads it and rolls
-// the transaction back in one more packet, and returns the record without a transaction. The reads
-// are plain ones. Otherwise it reads with [Store.Get] and returns no transaction.
+// none it returns the transaction with idemkit.ErrNotFound; when there is one it rolls the
+// transaction back and reads the record in one more packet, and returns the record without a
+// transaction. The reads are plain ones. Otherwise it reads with [Store.Get] and returns no transaction.
 func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
 	if s.inTx || s.gdb == nil {
 		return nil, nil, errors.New("record: BeginTxGet on a Store bound to a transaction")
@@ -169,8 +169,8 @@ func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxSt
 // beginRead sends START TRANSACTION and a probe for rec's record in one packet on c. The probe is
 // SELECT 1: the read of a new key finds nothing, and a result set of one constant column costs the
 // server less than the description of the record's twelve columns (about 20 µs of MariaDB CPU per
-// transaction at 16 clients, and a dozen allocations here). When there is a record, it reads it and
-// rolls the transaction back in one more packet (see readEnding), and ended says so.
+// transaction at 16 clients, and a dozen allocations here). When there is a record, it rolls the
+// transaction back and reads the record in one more packet (see readEnding), and ended says so.
 func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (found, ended bool, err error) {
 	var one int
 	switch err := queryOne(ctx, heldConn{c}, s.q.pkQuery(s.q.beginGetPfx, rec.Scope, rec.Key), nil, &one); {
@@ -183,21 +183,21 @@ func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record)
 	return found, true, err
 }
 
-// readEnding reads rec's record and rolls the transaction on c back, in one packet. A record that is
+// readEnding rolls the transaction on c back and reads rec's record, in one packet. A record that is
 // there is usually a duplicate's answer (replayed, or refused), and the transaction has nothing to do;
-// the Guard begins another to take a record over, whose write is fenced by the version read here.
-// Under REPEATABLE READ the read sees the probe's snapshot; under READ COMMITTED the record may have
-// gone since (the sweeper), and found is false.
+// the Guard begins another to take a record over, whose write is fenced by the version read here. The
+// read comes after the ROLLBACK, outside the transaction: the record may have gone since the probe (the
+// sweeper), and found is then false. (In the other order an error answering the ROLLBACK, after the
+// read's result set, leaves go-sql-driver v1.7 waiting for results that never come, past any context
+// deadline; this way an error ends the query itself.)
 func (s *Store) readEnding(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (found bool, err error) {
-	rows, err := c.QueryContext(ctx, s.q.pkQuery(s.q.getPfx, rec.Scope, rec.Key)+"; ROLLBACK")
+	rows, err := c.QueryContext(ctx, "ROLLBACK; "+s.q.pkQuery(s.q.getPfx, rec.Scope, rec.Key))
 	if err != nil {
 		return false, err
 	}
 	var cols recordColumns
 	if found = rows.Next(); found {
 		err = rows.Scan(cols.dest(rec)...)
-	}
-	for err == nil && rows.NextResultSet() { // to the ROLLBACK's answer
 	}
 	if err = errors.Join(err, rows.Err(), rows.Close()); err != nil || !found {
 		return false, err

@@ -169,6 +169,33 @@ func TestMultiStatementLiterals(t *testing.T) {
 	noOpenTransaction(t, f.db, 4)
 }
 
+// TestMultiStatementReadFails: when the read after the probe fails (here: its table is gone), the
+// read's error comes back within the call and no connection is left inside the transaction. (The
+// ROLLBACK leads that packet for another failure this cannot provoke: an error answering a statement
+// after a result set leaves go-sql-driver v1.7 waiting, past any deadline, for results that never
+// come; see readEnding.)
+func TestMultiStatementReadFails(t *testing.T) {
+	f := multiFixture(t, 2)
+	must(t, f.store.Insert(ctxb, &idemkit.Record{Scope: "rf", Key: "k", Status: idemkit.StatusSucceeded, Fence: 1, Owner: "o"}))
+	f.store.q.getPfx = "SELECT " + columns + " FROM no_such_table_idemkit WHERE scope = "
+	ctx, cancel := context.WithTimeout(ctxb, 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := f.store.BeginTxGet(ctx, "rf", "k")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no_such_table_idemkit") {
+			t.Fatalf("BeginTxGet with a failing read: %v, want the read's error", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("BeginTxGet with a failing read did not return")
+	}
+	noOpenTransaction(t, f.db, 2)
+}
+
 // TestMultiStatementInsertConflict: the INSERT-and-COMMIT packet meeting a record fails before its
 // COMMIT: ErrExists, the transaction still open and holding the row, the business's writes rolled
 // back with it.

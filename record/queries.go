@@ -86,10 +86,12 @@ type queries struct {
 	// insertCommitPfx starts the INSERT-and-COMMIT packet of a multi-statement transaction, up to its
 	// first value (MySQL; see multi.go).
 	insertCommitPfx string
-	// beginGetPfx starts the packet of START TRANSACTION and a record's read, up to the scope's value
-	// (MySQL; see multi.go).
+	// beginGetPfx starts the packet of START TRANSACTION and the probe for a record (SELECT 1), up to
+	// the scope's value (MySQL; see multi.go).
 	beginGetPfx string
-	getPfx      string // the read of one record, up to the scope's value (MySQL: when the packed one cannot answer)
+	// getPfx is the read of one record, up to the scope's value: what follows the ROLLBACK when the
+	// probe found one (MySQL; see multi.go).
+	getPfx      string
 	plainInsert string // INSERT without conflict handling (tests of interpretError)
 	get         string
 	getLocked   string // get with a locking read, for transaction-bound stores

@@ -87,7 +87,7 @@ func (cc *countConn) inStatement() {
 
 // text counts query when it is transaction control sent as text (what a library running a
 // transaction on a connection it holds sends: START TRANSACTION, COMMIT, ROLLBACK, or a statement in
-// one packet with START TRANSACTION before it, COMMIT or ROLLBACK after it, or both), and reports
+// one packet with START TRANSACTION or ROLLBACK before it, COMMIT after it, or both), and reports
 // whether it was.
 func (cc *countConn) text(query string) bool {
 	q := strings.TrimSpace(query)
@@ -109,23 +109,23 @@ func (cc *countConn) text(query string) bool {
 		return true
 	}
 	begin := len(q) > len(beginPrefix) && strings.EqualFold(q[:len(beginPrefix)], beginPrefix)
+	rollback := len(q) > len(rollbackPrefix) && strings.EqualFold(q[:len(rollbackPrefix)], rollbackPrefix)
 	commit := len(q) > len(commitSuffix) && strings.EqualFold(q[len(q)-len(commitSuffix):], commitSuffix)
-	rollback := len(q) > len(rollbackSuffix) && strings.EqualFold(q[len(q)-len(rollbackSuffix):], rollbackSuffix)
 	if !begin && !commit && !rollback {
 		return false
 	}
 	cc.c.trips.Add(1)
+	if rollback { // the transaction ends first; the statement after it runs outside
+		cc.c.rollbacks.Add(1)
+		cc.tx = false
+	}
 	if begin {
 		cc.c.begins.Add(1)
 		cc.tx = true
 	}
 	cc.inStatement()
-	switch {
-	case commit:
+	if commit {
 		cc.c.commits.Add(1)
-		cc.tx = false
-	case rollback:
-		cc.c.rollbacks.Add(1)
 		cc.tx = false
 	}
 	return true
@@ -133,8 +133,8 @@ func (cc *countConn) text(query string) bool {
 
 const (
 	beginPrefix    = "START TRANSACTION;"
+	rollbackPrefix = "ROLLBACK;"
 	commitSuffix   = "; COMMIT"
-	rollbackSuffix = "; ROLLBACK"
 )
 
 func (cc *countConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {

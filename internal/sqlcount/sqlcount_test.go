@@ -106,7 +106,7 @@ func TestCounts(t *testing.T) {
 	step("a transaction run as text and rolled back",
 		sqlcount.Counts{Statements: 1, InTx: 1, Begins: 1, Rollbacks: 1, RoundTrips: 3},
 		onConn("start transaction", "DO 1", " rollback "))
-	step("a transaction run as text in two packets, the last statement and ROLLBACK in one",
-		sqlcount.Counts{Statements: 2, InTx: 2, Begins: 1, Rollbacks: 1, RoundTrips: 2},
-		onConn("START TRANSACTION; DO 1", "DO 1; ROLLBACK"))
+	step("a transaction run as text, ROLLBACK and a statement after it in one packet",
+		sqlcount.Counts{Statements: 2, InTx: 1, Begins: 1, Rollbacks: 1, RoundTrips: 2},
+		onConn("START TRANSACTION; DO 1", "ROLLBACK; DO 1"))
 }
