@@ -54,7 +54,7 @@
 // begins for [idemkit.Guard.Tx] run on a connection the Store holds instead of a *sql.Tx, and the
 // Store implements [idemkit.BeginGetter] and [idemkit.InsertCommitter] on them: the read before the
 // function leaves in the packet of START TRANSACTION (a probe, SELECT 1; a record found is then read
-// with a ROLLBACK in one packet), the record's INSERT in the packet of the COMMIT;
+// after a ROLLBACK, in one packet), the record's INSERT in the packet of the COMMIT;
 // without that read, START TRANSACTION leaves with the transaction's first statement. A guarded
 // transaction then costs no round trip beyond the business's statements and the COMMIT (and the read,
 // without a Locker). A first statement that cannot carry START TRANSACTION (a prepare, arguments the
