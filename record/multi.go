@@ -132,7 +132,7 @@ func (s *Store) bindMulti(ctx context.Context, c *sql.Conn, begun bool) *multiSt
 }
 
 // BeginTxGet implements [idemkit.BeginGetter]. On a multi-statement pool (see [Store.BeginTx]) it
-// sends START TRANSACTION and a probe for the record in one packet (see beginRead): when there is
+// sends START TRANSACTION and a probe for the record in one packet (see probe): when there is
 // none it returns the transaction with idemkit.ErrNotFound; when there is one it rolls the
 // transaction back and reads the record in one more packet, and returns the record without a
 // transaction. The reads are plain ones. Otherwise it reads with [Store.Get] and returns no transaction.
@@ -147,40 +147,41 @@ func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxSt
 		}
 		if c != nil {
 			rec := &idemkit.Record{Scope: scope, Key: key}
-			found, ended, err := s.beginRead(ctx, c, rec)
-			switch {
-			case err != nil:
+			found, err := s.probe(ctx, c, rec)
+			if err == nil && !found {
+				return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
+			}
+			if err == nil {
+				found, err = s.readEnding(ctx, c, rec)
+			}
+			if err != nil {
 				discard(c) // whether the transaction began, or ended, is not known
 				return nil, nil, s.q.interpretError("reading", err)
-			case ended:
-				_ = c.Close()
-				if !found {
-					return nil, nil, idemkit.ErrNotFound
-				}
-				return nil, rec, nil
 			}
-			return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
+			_ = c.Close() // the transaction ended with the read
+			if !found {
+				return nil, nil, idemkit.ErrNotFound
+			}
+			return nil, rec, nil
 		}
 	}
 	rec, err := s.Get(ctx, scope, key)
 	return nil, rec, err
 }
 
-// beginRead sends START TRANSACTION and a probe for rec's record in one packet on c. The probe is
-// SELECT 1: the read of a new key finds nothing, and a result set of one constant column costs the
-// server less than the description of the record's twelve columns (about 20 µs of MariaDB CPU per
-// transaction at 16 clients, and a dozen allocations here). When there is a record, it rolls the
-// transaction back and reads the record in one more packet (see readEnding), and ended says so.
-func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (found, ended bool, err error) {
+// probe sends START TRANSACTION and a probe for rec's record in one packet on c, and reports whether
+// there is one. The probe is SELECT 1: the read of a new key finds nothing, and a result set of one
+// constant column costs the server less than the description of the record's twelve columns (about
+// 20 µs of MariaDB CPU per transaction at 16 clients, and a dozen allocations here).
+func (s *Store) probe(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (bool, error) {
 	var one int
-	switch err := queryOne(ctx, heldConn{c}, s.q.pkQuery(s.q.beginGetPfx, rec.Scope, rec.Key), nil, &one); {
+	switch err := queryOne(ctx, heldConn{c}, s.q.pkQuery(s.q.beginProbePfx, rec.Scope, rec.Key), nil, &one); {
 	case errors.Is(err, sql.ErrNoRows):
-		return false, false, nil
+		return false, nil
 	case err != nil:
-		return false, false, err
+		return false, err
 	}
-	found, err = s.readEnding(ctx, c, rec)
-	return found, true, err
+	return true, nil
 }
 
 // readEnding rolls the transaction on c back and reads rec's record, in one packet. A record that is
@@ -191,15 +192,11 @@ func (s *Store) beginRead(ctx context.Context, c *sql.Conn, rec *idemkit.Record)
 // read's result set, leaves go-sql-driver v1.7 waiting for results that never come, past any context
 // deadline; this way an error ends the query itself.)
 func (s *Store) readEnding(ctx context.Context, c *sql.Conn, rec *idemkit.Record) (found bool, err error) {
-	rows, err := c.QueryContext(ctx, "ROLLBACK; "+s.q.pkQuery(s.q.getPfx, rec.Scope, rec.Key))
-	if err != nil {
-		return false, err
-	}
 	var cols recordColumns
-	if found = rows.Next(); found {
-		err = rows.Scan(cols.dest(rec)...)
-	}
-	if err = errors.Join(err, rows.Err(), rows.Close()); err != nil || !found {
+	switch err := queryOne(ctx, heldConn{c}, s.q.pkQuery(s.q.rollbackGetPfx, rec.Scope, rec.Key), nil, cols.dest(rec)...); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
 		return false, err
 	}
 	cols.fill(rec)

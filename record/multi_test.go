@@ -177,7 +177,7 @@ func TestMultiStatementLiterals(t *testing.T) {
 func TestMultiStatementReadFails(t *testing.T) {
 	f := multiFixture(t, 2)
 	must(t, f.store.Insert(ctxb, &idemkit.Record{Scope: "rf", Key: "k", Status: idemkit.StatusSucceeded, Fence: 1, Owner: "o"}))
-	f.store.q.getPfx = "SELECT " + columns + " FROM no_such_table_idemkit WHERE scope = "
+	f.store.q.rollbackGetPfx = "ROLLBACK; SELECT " + columns + " FROM no_such_table_idemkit WHERE scope = "
 	ctx, cancel := context.WithTimeout(ctxb, 20*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

@@ -86,20 +86,20 @@ type queries struct {
 	// insertCommitPfx starts the INSERT-and-COMMIT packet of a multi-statement transaction, up to its
 	// first value (MySQL; see multi.go).
 	insertCommitPfx string
-	// beginGetPfx starts the packet of START TRANSACTION and the probe for a record (SELECT 1), up to
-	// the scope's value (MySQL; see multi.go).
-	beginGetPfx string
-	// getPfx is the read of one record, up to the scope's value: what follows the ROLLBACK when the
-	// probe found one (MySQL; see multi.go).
-	getPfx      string
-	plainInsert string // INSERT without conflict handling (tests of interpretError)
-	get         string
-	getLocked   string // get with a locking read, for transaction-bound stores
-	update      string
-	finish      string // update of a claim's own columns (status, result, times), same fence and owner
-	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
-	confirmLock string // confirm with a locking read, for transaction-bound stores
-	delete      string
+	// beginProbePfx starts the packet of START TRANSACTION and the probe for a record (SELECT 1), up
+	// to the scope's value (MySQL; see multi.go).
+	beginProbePfx string
+	// rollbackGetPfx starts the packet of ROLLBACK and the read of a record the probe found, up to the
+	// scope's value (MySQL; see multi.go).
+	rollbackGetPfx string
+	plainInsert    string // INSERT without conflict handling (tests of interpretError)
+	get            string
+	getLocked      string // get with a locking read, for transaction-bound stores
+	update         string
+	finish         string // update of a claim's own columns (status, result, times), same fence and owner
+	confirm        string // MySQL: does the versioned row exist? (rows changed was 0)
+	confirmLock    string // confirm with a locking read, for transaction-bound stores
+	delete         string
 
 	delExpired string // now, limit
 	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)
@@ -123,8 +123,8 @@ func buildQueries(dialect, schema, table string) *queries {
 		// clientFoundRows, which New refuses).
 		q.insert = q.plainInsert + " ON DUPLICATE KEY UPDATE scope = scope"
 		q.insertCommitPfx = "INSERT INTO " + t + " (" + cols + ") VALUES ("
-		q.beginGetPfx = "START TRANSACTION; SELECT 1 FROM " + t + " WHERE scope = "
-		q.getPfx = "SELECT " + columns + " FROM " + t + " WHERE scope = "
+		q.beginProbePfx = "START TRANSACTION; SELECT 1 FROM " + t + " WHERE scope = "
+		q.rollbackGetPfx = "ROLLBACK; SELECT " + columns + " FROM " + t + " WHERE scope = "
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
 	}
