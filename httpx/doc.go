@@ -39,7 +39,10 @@
 // down, or the claim's lease ran out and a newer attempt took it over: idemkit.ErrFenced), the
 // client keeps the handler's response, the failure is logged, and a later retry may run the
 // handler again. Buffering would not help there: the side effects already happened, and answering
-// 5xx instead would only invite that retry sooner.
+// 5xx instead would only invite that retry sooner. The copy is what the handler wrote, not what
+// reached the client: a client that goes away mid-response (or an http.TimeoutHandler outside that
+// answered first) does not cut it short — the handler's writes keep succeeding while the response is
+// recorded, and the retry gets all of it.
 //
 // # Storage policy
 //

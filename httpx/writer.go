@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"slices"
@@ -11,6 +12,12 @@ import (
 // status, the changes the handler made to the allow-listed headers by the time it sent the status,
 // and the body up to Options.MaxResponseBytes. It implements http.Flusher and http.Hijacker, and
 // Unwrap for http.ResponseController. It is used by one goroutine, the handler's.
+//
+// The copy is what the handler wrote, not what reached the client: when a write to the client fails
+// (the client went away, an http.TimeoutHandler around the middleware timed out), the rest of the
+// response is still recorded and the handler's writes succeed while it is — the client that missed
+// its response retries, and the retry gets all of it, never a cut-short copy. Once the body outgrows
+// MaxResponseBytes nothing is recorded and the client's error reaches the handler.
 //
 // The header map is shared with the middleware around it: outer middleware may have set fields
 // before the handler ran (a CORS Vary, a NoCache Cache-Control, an eager gzip wrapper's
@@ -31,6 +38,12 @@ type captureWriter struct {
 	size     uint64
 	overflow bool
 	hijacked bool
+	// lost is the first error writing the body to the client; nothing more is sent to it then.
+	lost error
+	// sniff: the handler set no Content-Type (nor Transfer-Encoding) by the time it sent the status,
+	// so the type is sniffed from the body as net/http does, from the bytes written before the first
+	// flush; typed: that was done.
+	sniff, typed bool
 }
 
 // start records the allow-listed header fields outer middleware set before the handler runs.
@@ -66,23 +79,52 @@ func (cw *captureWriter) WriteHeader(code int) {
 
 func (cw *captureWriter) Write(p []byte) (int, error) {
 	if !cw.wrote && !cw.hijacked {
-		h := cw.w.Header()
-		if _, ok := h["Content-Type"]; !ok && len(p) > 0 && h.Get("Transfer-Encoding") == "" {
-			// Sniff now, as net/http would, so the client and the replays get the same type.
-			h.Set("Content-Type", http.DetectContentType(p))
-		}
 		cw.commit(http.StatusOK)
 	}
-	n, err := cw.w.Write(p)
-	cw.size += uint64(n)
-	if !cw.overflow {
-		if len(cw.body)+n > cw.cfg.MaxResponseBytes {
-			cw.overflow, cw.body = true, nil
-		} else {
-			cw.body = append(cw.body, p[:n]...)
+	if cw.overflow || cw.hijacked {
+		if cw.lost != nil {
+			return 0, cw.lost
+		}
+		n, err := cw.w.Write(p)
+		cw.size += uint64(n)
+		return n, err
+	}
+	if cw.lost == nil {
+		if n, err := cw.w.Write(p); err != nil {
+			if !clientGone(err) {
+				// The handler's mistake, not the client's absence (a body on a 204, more than its
+				// Content-Length): what was refused is not part of the response.
+				cw.record(p[:n])
+				return n, err
+			}
+			cw.lost = err
 		}
 	}
-	return n, err
+	cw.record(p)
+	if cw.overflow && cw.lost != nil {
+		return 0, cw.lost
+	}
+	return len(p), nil
+}
+
+// record adds p to the copy of the body, or gives the copy up when it outgrows MaxResponseBytes.
+func (cw *captureWriter) record(p []byte) {
+	cw.size += uint64(len(p))
+	if cw.overflow {
+		return
+	}
+	if len(cw.body)+len(p) > cw.cfg.MaxResponseBytes {
+		cw.overflow, cw.body = true, nil
+		return
+	}
+	cw.body = append(cw.body, p...)
+}
+
+// clientGone reports whether err, from writing the body to the client, says the response cannot
+// reach it (a closed connection, a timed-out http.TimeoutHandler) rather than refusing what the
+// handler wrote.
+func clientGone(err error) bool {
+	return !errors.Is(err, http.ErrBodyNotAllowed) && !errors.Is(err, http.ErrContentLength) && !errors.Is(err, http.ErrHijacked)
 }
 
 // Flush sends what was written so far; a no-op when the underlying writer cannot flush.
@@ -92,13 +134,18 @@ func (cw *captureWriter) Flush() { _ = cw.FlushError() }
 // flush); http.ResponseController.Flush calls it. A first flush sends the headers with an implicit
 // 200; they are read before the flush, since outer middleware may add its own while flushing.
 func (cw *captureWriter) FlushError() error {
+	if cw.lost != nil && !cw.overflow {
+		return nil // nothing reaches the client any more; the response is still being recorded
+	}
 	if cw.wrote || cw.hijacked {
+		cw.settleType() // net/http sniffs from what it sends with the headers
 		return http.NewResponseController(cw.w).Flush()
 	}
 	header, encoded := cw.changes()
 	err := http.NewResponseController(cw.w).Flush()
 	if err == nil {
-		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, header, encoded
+		// Headers sent with no body: net/http sniffs no type from nothing.
+		cw.wrote, cw.status, cw.header, cw.encoded, cw.typed = true, http.StatusOK, header, encoded, true
 	}
 	return err
 }
@@ -118,6 +165,22 @@ func (cw *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (cw *captureWriter) commit(code int) {
 	cw.wrote, cw.status = true, code
 	cw.header, cw.encoded = cw.changes()
+	h := cw.w.Header()
+	_, typed := h["Content-Type"]
+	cw.sniff = !typed && h.Get("Transfer-Encoding") == "" && slices.Contains(cw.cfg.replay, "Content-Type")
+}
+
+// settleType stores the Content-Type net/http sniffs for a handler that set none: from the first 512
+// bytes written before the first flush (or the end), when there are any. The middleware leaves the
+// client's response to net/http, so the client and the replays get the same type.
+func (cw *captureWriter) settleType() {
+	if !cw.sniff || cw.typed {
+		return
+	}
+	cw.typed = true
+	if len(cw.body) > 0 && bodyAllowed(cw.status) {
+		cw.header = append(cw.header, headerField{name: "Content-Type", value: http.DetectContentType(cw.body)})
+	}
 }
 
 // changes returns the handler's changes to the allow-listed headers so far: the values it added to
@@ -152,6 +215,7 @@ func (cw *captureWriter) result() ([]byte, error) {
 	if !cw.wrote {
 		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
 	}
+	cw.settleType()
 	if !cw.cfg.StorePolicy(cw.status) {
 		return nil, &errNotStored{cw.status}
 	}
