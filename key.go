@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -92,9 +93,30 @@ func (g *Guard) identify(c *Call) (identity, error) {
 	if err := ValidateKey(c.Key, g.opts.MaxKeyLen); err != nil {
 		return identity{}, err
 	}
+	for _, f := range [...]struct{ name, v string }{{"fingerprint", c.Fingerprint}, {"gid", c.GID}, {"branch id", c.BranchID}} {
+		if err := checkStoredText(f.v); err != nil {
+			return identity{}, fmt.Errorf("idemkit: %s: %w: %w", f.name, ErrUnstorable, err)
+		}
+	}
 	id := identity{scope: StoredForm(scope), key: StoredForm(c.Key)}
 	id.lockKey = LockKey(id.scope, id.key)
 	return id, nil
+}
+
+// checkStoredText checks a call's fingerprint, gid or branch id against what every Store holds: at most
+// MaxStoredLen bytes of UTF-8 without NUL (the SQL stores keep them in text columns, which MariaDB
+// and PostgreSQL refuse otherwise). Checked before anything runs: in Tx mode the record is written
+// after the function, and a value the Store refuses then would cost a run on every retry.
+func checkStoredText(v string) error {
+	switch {
+	case len(v) > MaxStoredLen:
+		return fmt.Errorf("%d bytes, longer than %d", len(v), MaxStoredLen)
+	case !utf8.ValidString(v):
+		return errors.New("not valid UTF-8 (hex-encode a binary hash)")
+	case strings.IndexByte(v, 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
 }
 
 // newToken returns a random 128-bit owner token, hex encoded.

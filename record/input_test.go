@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemtest"
+	"gorm.io/gorm"
 )
 
 func TestRoundTripEdgeValues(t *testing.T) {
@@ -118,6 +119,46 @@ func TestCancelledContextIsNotFenced(t *testing.T) {
 		}
 		if _, err := s.DeleteExpired(ctx, time.Now(), 10); !errors.Is(err, context.Canceled) {
 			t.Fatalf("DeleteExpired on a cancelled context = %v", err)
+		}
+	})
+}
+
+// TestCallValuesCheckedBeforeRunning: a fingerprint, gid or branch id no Store could hold (too long,
+// not UTF-8, a NUL) fails every mode as bad input before the function runs — in Tx mode the record is
+// written after it, and a value refused then cost a run (and a 503) on every retry.
+func TestCallValuesCheckedBeforeRunning(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, db := setup(t, b)
+		g, err := idemkit.New(s, nil)
+		must(t, err)
+		long := strings.Repeat("f", idemkit.MaxStoredLen+1)
+		for name, call := range map[string]idemkit.Call{
+			"long fingerprint":   {Fingerprint: long},
+			"binary fingerprint": {Fingerprint: string([]byte{0xde, 0xad, 0xbe, 0xef})},
+			"nul gid":            {GID: "g\x00"},
+			"long branch":        {BranchID: long},
+		} {
+			call.Scope, call.Key = "s", name
+			ran := 0
+			fn := func(context.Context) ([]byte, error) { ran++; return []byte("v"), nil }
+			check := func(mode string, err error) {
+				t.Helper()
+				if !errors.Is(err, idemkit.ErrUnstorable) || errors.Is(err, idemkit.ErrStoreUnavailable) || ran != 0 {
+					t.Fatalf("%s, %s: ran %d, %v; want ErrUnstorable before running", name, mode, ran, err)
+				}
+			}
+			_, err := g.Do(ctxb, call, fn)
+			check("Do", err)
+			_, err = s.Tx(ctxb, g, call, func(ctx context.Context, _ *gorm.DB) ([]byte, error) { return fn(ctx) })
+			check("Tx", err)
+			err = db.Transaction(func(tx *gorm.DB) error {
+				_, err := g.DoTx(ctxb, s.WithTx(tx), call, fn)
+				return err
+			})
+			check("DoTx", err)
+			if _, err := g.Get(ctxb, "s", name); !errors.Is(err, idemkit.ErrNotFound) {
+				t.Fatalf("%s: a record was written: %v", name, err)
+			}
 		}
 	})
 }
