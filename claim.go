@@ -217,6 +217,11 @@ func (cl *Claim) Extend(ctx context.Context) error {
 	next := cl.rec
 	next.LeaseUntil = g.opts.Now().Add(g.opts.Lease)
 	next.UpdatedAt = g.opts.Now()
+	if !next.ExpiresAt.IsZero() && next.ExpiresAt.Before(next.LeaseUntil) {
+		// A claim renewed longer than Options.TTL (a watchdog, up to MaxHold) must not expire while
+		// its lease is alive: the sweeper would delete it and a duplicate would take it over.
+		next.ExpiresAt = next.LeaseUntil
+	}
 	if err := cl.st.Update(ctx, &next, cl.rec.Version()); err != nil {
 		return err
 	}

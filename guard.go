@@ -138,6 +138,11 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 		}
 		return verdictInFlight
 	}
+	if cur.Status == StatusProcessing && !cur.LeaseExpired(now) && cur.Expired(now) {
+		// A claim renewed past its record's expiry (Extend moves the expiry with the lease; a record
+		// written before it did): its attempt is alive, and the key is in flight.
+		return verdictInFlight
+	}
 	if cur.Expired(now) {
 		return verdictTakeover
 	}
@@ -292,6 +297,13 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			cl.ev.Takeover = true
 			cl.claimed()
 			return cl, Result{}, nil
+		case errors.Is(err, ErrFenced) && attempt < 2:
+			// Changed or deleted since the read (another attempt's takeover, the sweeper, a Mark
+			// release, a purge): start over from the insert, which meets whatever is there now.
+			fence := rec.Fence
+			cl.newRecord(c, g.opts.Now())
+			rec.Fence = fence // fences keep counting even when the record was deleted meanwhile
+			continue
 		case errors.Is(err, ErrFenced):
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})
 		default:

@@ -46,7 +46,9 @@ func TestJudge(t *testing.T) {
 		{"failed, other fingerprint", rec(StatusFailed, past), "other", ModeExecute, verdictMismatch},
 		{"unknown state", rec(Status("WEIRD"), past), "", ModeExecute, verdictTakeover},
 		{"expired succeeded", rec(StatusSucceeded, past, expired), "other", ModeExecute, verdictTakeover},
-		{"expired processing", rec(StatusProcessing, live, expired), "", ModeExecute, verdictTakeover},
+		{"expired processing, lease expired", rec(StatusProcessing, past, expired), "", ModeExecute, verdictTakeover},
+		// A claim renewed past its expiry is alive: never taken over while its lease is.
+		{"expired processing, lease live", rec(StatusProcessing, live, expired), "", ModeExecute, verdictInFlight},
 		// A record tied to an unsettled global transaction outlives its expiry (issue 11, item 10a).
 		{"expired processing with gid", rec(StatusProcessing, past, gid, expired), "", ModeExecute, verdictInFlight},
 		{"expired processing with gid, other fingerprint", rec(StatusProcessing, past, gid, expired), "other", ModeExecute, verdictMismatch},

@@ -465,3 +465,75 @@ func TestWatchdogRenewsLockAndLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWatchdogKeepsClaimPastTTL: a function the watchdog keeps running longer than the record's TTL
+// keeps its claim: renewals move the expiry with the lease, so neither a duplicate (without a Locker,
+// nothing else stands in its way) nor the sweeper takes a live claim for an expired one.
+func TestWatchdogKeepsClaimPastTTL(t *testing.T) {
+	store := memory.NewStore()
+	g, err := idemkit.New(store, &idemkit.Options{Lease: time.Second, TTL: time.Second, Watchdog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	runs := atomic.Int64{}
+	go func() {
+		_, err := g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+			runs.Add(1)
+			<-release
+			return []byte("v"), ctx.Err()
+		})
+		done <- err
+	}()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		if n, err := store.DeleteExpired(ctxb, time.Now(), 10); err != nil || n != 0 {
+			t.Fatalf("sweeper: %d deleted, %v; the claim is alive", n, err)
+		}
+		if _, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { runs.Add(1); return nil, nil }); !errors.Is(err, idemkit.ErrInFlight) {
+			t.Fatalf("duplicate past the TTL: %v, want ErrInFlight", err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil || runs.Load() != 1 {
+		t.Fatalf("long function: %v, %d runs", err, runs.Load())
+	}
+}
+
+// deletingStore deletes a record right before the Guard's first Update of it, as a sweeper or a
+// purge racing a takeover would.
+type deletingStore struct {
+	idemkit.Store
+	armed atomic.Bool
+}
+
+func (s *deletingStore) Update(ctx context.Context, r *idemkit.Record, prev idemkit.Version) error {
+	if s.armed.CompareAndSwap(true, false) {
+		_ = s.Store.Delete(ctx, r.Scope, r.Key, prev)
+	}
+	return s.Store.Update(ctx, r, prev)
+}
+
+// TestTakeoverRacingDeletion: a takeover whose record is deleted between its read and its write runs
+// on a fresh claim; the key is free, not in flight.
+func TestTakeoverRacingDeletion(t *testing.T) {
+	store := &deletingStore{Store: memory.NewStore()}
+	g, err := idemkit.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	if _, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { return nil, errors.New("timeout") }); err == nil {
+		t.Fatal("want the retryable error")
+	}
+	store.armed.Store(true) // the next Update, the takeover's, finds the record gone
+	res, err := g.Do(ctxb, call, ok("v"))
+	if err != nil || res.Replayed || string(res.Value) != "v" {
+		t.Fatalf("takeover of a record deleted meanwhile: %+v, %v; want a fresh run", res, err)
+	}
+	if rec, err := g.Get(ctxb, "s", "k"); err != nil || rec.Status != idemkit.StatusSucceeded || rec.Fence < 2 {
+		t.Fatalf("record %+v, %v; want SUCCEEDED with a fence above the deleted one's", rec, err)
+	}
+}
