@@ -347,3 +347,33 @@ func checkV2Layout(t *testing.T, s *Store, db *gorm.DB) {
 		t.Fatalf("after the migration: primary key %q, %d secondary indexes; want scope,idem_key and 1", pk, secondary)
 	}
 }
+
+// TestMigrateV1ToV2InSchema: on PostgreSQL, a v1 table outside search_path loses its old indexes in
+// the migration, and a v1 table of the same name on search_path (another application's, say) keeps
+// its own: DROP INDEX names the migrated table's schema.
+func TestMigrateV1ToV2InSchema(t *testing.T) {
+	db := backends[1].db(t, nil)
+	schema, name := testsvc.Name("s_"), testsvc.Name("t_v1_")
+	must(t, db.Exec("CREATE SCHEMA "+schema).Error)
+	t.Cleanup(func() { db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE") })
+	var stores []*Store
+	for _, table := range []string{schema + "." + name, name} {
+		s, err := New(db, &Options{Table: table})
+		must(t, err)
+		testsvc.DropTable(t, db, table)
+		for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
+			must(t, db.Exec(stmt).Error)
+		}
+		stores = append(stores, s)
+	}
+	indexes := func(s *Store) (n int) {
+		must(t, db.Raw("SELECT count(*) FROM pg_index WHERE indrelid = ?::regclass", s.q.quoted).Row().Scan(&n))
+		return n
+	}
+	decoy := indexes(stores[1])
+	must(t, stores[0].Migrate(ctxb))
+	checkV2Layout(t, stores[0], db)
+	if n := indexes(stores[1]); n != decoy {
+		t.Fatalf("the v1 table on search_path has %d indexes after another schema's migration, had %d", n, decoy)
+	}
+}

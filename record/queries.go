@@ -230,13 +230,22 @@ func (q *queries) renderDDL(ddl string) string {
 			continue
 		}
 		idx := indexName(q.table, ddl[m[2]:m[3]])
-		if q.dialect == dialectSQLite && q.schema != "" {
+		// PostgreSQL creates an index in its table's schema (CREATE INDEX takes no schema), but finds
+		// one to drop through search_path: DROP INDEX names the table's schema, or it would miss the
+		// index, or drop another table's of the same name.
+		if q.schema != "" && (q.dialect == dialectSQLite || q.dialect == dialectPostgres && dropsIndex(ddl[:m[0]])) {
 			b.WriteString(quoteIdent(q.dialect, q.schema) + ".")
 		}
-		b.WriteString(quoteIdent(q.dialect, idx)) // PostgreSQL puts an index in its table's schema
+		b.WriteString(quoteIdent(q.dialect, idx))
 	}
 	b.WriteString(ddl[last:])
 	return b.String()
+}
+
+// dropsIndex reports whether the statement ddl ends in, up to a name, is a DROP INDEX.
+func dropsIndex(ddl string) bool {
+	stmt := ddl[strings.LastIndexByte(ddl, ';')+1:]
+	return strings.Contains(strings.ToUpper(stmt), "DROP INDEX")
 }
 
 // maxIndexName is PostgreSQL's identifier limit; longer names would be truncated and could collide.
