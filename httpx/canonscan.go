@@ -24,6 +24,7 @@ type canonicalizer struct {
 	spans []member              // members of the objects being written, innermost last
 	tmp   []byte                // scratch for reordering an object's members
 	dup   *duplicateMemberError // the first repeated member name, if any
+	lossy bool                  // a string had an invalid byte or an unpaired surrogate (U+FFFD)
 }
 
 // member is an object member: its decoded name in keys, where the name starts in data, and its
@@ -45,20 +46,28 @@ var errNotJSON = errors.New("httpx: not a single JSON value")
 // encoding/json would keep the last value, so two different documents would share one canonical
 // form.
 func canonicalize(dst, data []byte, ns *noiseSet) ([]byte, error) {
+	dst, _, err := canonicalizeLossy(dst, data, ns)
+	return dst, err
+}
+
+// canonicalizeLossy is canonicalize also reporting whether decoding replaced anything with U+FFFD
+// (an invalid UTF-8 byte, an unpaired surrogate escape): different documents may then share one
+// canonical form.
+func canonicalizeLossy(dst, data []byte, ns *noiseSet) ([]byte, bool, error) {
 	c := canonicalizer{data: data, ns: ns, keys: make([]byte, 0, 64), spans: make([]member, 0, 8)}
 	c.ws()
 	dst, ok := c.value(dst, "")
 	if !ok {
-		return nil, errNotJSON
+		return nil, false, errNotJSON
 	}
 	c.ws()
 	switch {
 	case c.pos != len(c.data):
-		return nil, errNotJSON
+		return nil, false, errNotJSON
 	case c.dup != nil:
-		return nil, c.dup
+		return nil, false, c.dup
 	}
-	return dst, nil
+	return dst, c.lossy, nil
 }
 
 func (c *canonicalizer) ws() {
@@ -201,7 +210,7 @@ func (c *canonicalizer) unquote(dst []byte) ([]byte, bool) {
 							}
 						}
 					}
-					r = utf8.RuneError
+					r, c.lossy = utf8.RuneError, true
 				}
 				dst = utf8.AppendRune(dst, r)
 			default:
@@ -213,6 +222,9 @@ func (c *canonicalizer) unquote(dst []byte) ([]byte, bool) {
 			i++
 		default:
 			r, n := utf8.DecodeRune(d[i:])
+			if r == utf8.RuneError && n == 1 {
+				c.lossy = true
+			}
 			dst = utf8.AppendRune(dst, r) // an invalid byte becomes U+FFFD
 			i += n
 		}

@@ -32,12 +32,15 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (stri
 	field(r.URL.EscapedPath())
 	field(canonicalQuery(r.URL.RawQuery, st.cfg.noise))
 	if len(body) > 0 && isJSONContent(r.Header.Get("Content-Type")) {
+		// A body whose strings decode lossily (invalid UTF-8, an unpaired surrogate: parsers disagree
+		// on them, as on a repeated member) is fingerprinted by its bytes, so two such bodies that
+		// differ are never taken for the same payload.
 		switch canon, err := st.canonical(); {
-		case err == nil:
+		case err == nil && !st.canonLossy:
 			h.Write([]byte{'j'})
 			h.Write(canon)
 			return hex.EncodeToString(h.Sum(nil)), nil
-		case err != errNotJSON:
+		case err != nil && err != errNotJSON:
 			return "", err
 		}
 	}

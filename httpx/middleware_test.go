@@ -259,3 +259,26 @@ func checkStep(t *testing.T, n int, bd *bundle, s step, rec *httptest.ResponseRe
 		}
 	}
 }
+
+// TestLossyBodiesKeepTheirDifference: JSON bodies whose strings decode lossily (invalid UTF-8, an
+// unpaired surrogate escape, all U+FFFD to encoding/json) are fingerprinted by their bytes: two that
+// differ are a mismatch, not a replay of the other's response; the same body again is a replay.
+func TestLossyBodiesKeepTheirDifference(t *testing.T) {
+	bd := setup(t, memoryBackend, nil, nil)
+	for i, pair := range [][2]string{
+		{`{"a":"\ud800"}`, `{"a":"\udc00"}`},
+		{`{"a":"\ud800"}`, `{"a":"\ufffd"}`},
+		{"{\"a\":\"\xff\"}", "{\"a\":\"\xfe\"}"},
+	} {
+		key := "lossy-" + strconv.Itoa(i)
+		if rec := bd.do(req("POST", "/orders", key, pair[0])); rec.Code != http.StatusCreated {
+			t.Fatalf("%s: first %d %s", pair[0], rec.Code, rec.Body)
+		}
+		if rec := bd.do(req("POST", "/orders", key, pair[0])); rec.Code != http.StatusCreated || rec.Header().Get(ReplayedHeader) != "true" {
+			t.Fatalf("%s again: %d replayed=%q, want the replay", pair[0], rec.Code, rec.Header().Get(ReplayedHeader))
+		}
+		if rec := bd.do(req("POST", "/orders", key, pair[1])); rec.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("%s after %s: %d %s, want 422", pair[1], pair[0], rec.Code, rec.Body)
+		}
+	}
+}

@@ -27,6 +27,7 @@ type reqState struct {
 	canonDone  bool
 	canon      []byte // the body's canonical JSON without noise, when canonErr is nil
 	canonErr   error  // errNotJSON, or an ErrDuplicateMember error
+	canonLossy bool   // decoding replaced an invalid byte or an unpaired surrogate with U+FFFD
 	routeDone  bool
 	pattern    string
 	rctx       *chi.Context
@@ -111,7 +112,7 @@ func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
 func (st *reqState) canonical() ([]byte, error) {
 	if !st.canonDone {
 		st.canonDone = true
-		st.canon, st.canonErr = canonicalize(make([]byte, 0, len(st.body)), st.body, st.cfg.noise)
+		st.canon, st.canonLossy, st.canonErr = canonicalizeLossy(make([]byte, 0, len(st.body)), st.body, st.cfg.noise)
 	}
 	return st.canon, st.canonErr
 }
