@@ -38,8 +38,9 @@ type Txn struct {
 	TransType string
 	// GID is the global transaction id.
 	GID string
-	// Record is the idempotency record as claimed by Begin, or as read by the Reconciler. Its zero
-	// value means there is no record (a Lifecycle without a Guard).
+	// Record is the idempotency record as claimed by Begin (as settled, once Commit or Rollback wrote
+	// it), or as read by the Reconciler. Its zero value means there is no record (a Lifecycle without
+	// a Guard).
 	Record idemkit.Record
 
 	claim *idemkit.Claim
@@ -199,7 +200,8 @@ func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason er
 		if errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrStoreUnavailable) {
 			return err
 		}
-		return nil // err is reason itself: recorded as asked
+		t.Record = cl.Record() // as settled: SUCCEEDED, FAILED or REJECTED
+		return nil             // err is reason itself: recorded as asked
 	}
 	if l.Guard == nil || t.Record.Status == "" {
 		return nil

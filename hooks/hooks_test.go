@@ -382,3 +382,160 @@ func TestReconcilerFencesUnknownGIDsLoudly(t *testing.T) {
 		t.Fatalf("record %s %q", rec.Status, rec.Error)
 	}
 }
+
+// dtmAnswering is a DTM whose query API answers body for every gid; calls to anything else fail the test.
+func dtmAnswering(t *testing.T, body string) *txstatus.Client {
+	t.Helper()
+	dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/query") {
+			t.Errorf("unexpected call %s", r.URL)
+		}
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(dtm.Close)
+	return &txstatus.Client{Server: dtm.URL, PollInterval: time.Millisecond}
+}
+
+// TestRunRefusedStartNeverStarted: DTM refuses the start of a reused gid, which another transaction
+// holds and which succeeded. Nothing of this call started: the record is rolled back, the commit hook
+// does not run and the other transaction's status is not adopted.
+func TestRunRefusedStartNeverStarted(t *testing.T) {
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[{"op":"action"},{"op":"compensate"}],"transaction":{"status":"succeed","trans_type":"saga"}}`)
+	out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "reused", Wait: time.Second,
+		Result: []byte("mine"),
+		Start: func(context.Context, string) error {
+			return &txstatus.RefusedError{Op: "submit", GID: "reused", Message: "current status 'succeed', cannot sumbmit"}
+		}})
+	if err != nil || out.Status != txstatus.Failed || !errors.Is(out.Reason, hooks.ErrRolledBack) || out.Result != nil {
+		t.Fatalf("refused start of a held gid: %+v, %v", out, err)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
+		t.Fatalf("record %s %q", rec.Status, rec.Error)
+	}
+	if got := b.j.list(); len(got) != 2 || got[1] != "rollback reused" {
+		t.Fatalf("hooks ran: %v", got)
+	}
+}
+
+// TestRunSucceedOfAnotherTransactionIsNotOurs: the saga's submit was accepted, but DTM reports the gid
+// as the fence's transaction that "succeeded" with no branch (a submit that landed between a
+// Reconciler's fence prepare and abort). No step ran: Run reports Failed and rolls the record back.
+func TestRunSucceedOfAnotherTransactionIsNotOurs(t *testing.T) {
+	for _, stored := range []string{"tcc", "saga"} { // a SQL store keeps the fence's type; boltdb and Redis the saga's
+		t.Run(stored, func(t *testing.T) {
+			b := setup(t)
+			status := dtmAnswering(t, `{"branches":[],"transaction":{"status":"succeed","trans_type":"`+stored+`"}}`)
+			out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, Wait: time.Second,
+				Result: []byte("mine"), Start: func(context.Context, string) error { return nil }})
+			if err != nil || out.Status != txstatus.Failed || !errors.Is(out.Reason, hooks.ErrRolledBack) || out.Result != nil {
+				t.Fatalf("Run = %+v, %v; want Failed", out, err)
+			}
+			if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
+				t.Fatalf("record %s %q", rec.Status, rec.Error)
+			}
+			for _, c := range b.j.list() {
+				if strings.HasPrefix(c, "commit") {
+					t.Fatalf("hooks ran: %v", b.j.list())
+				}
+			}
+		})
+	}
+	// A TCC that joined the fence and submitted is genuine, with or without branches.
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[],"transaction":{"status":"succeed","trans_type":"tcc"}}`)
+	out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "tcc", Call: call("k"), Status: status, Wait: time.Second,
+		Result: []byte("mine"), Start: func(context.Context, string) error { return nil }})
+	if err != nil || out.Status != txstatus.Succeed {
+		t.Fatalf("TCC Run = %+v, %v", out, err)
+	}
+}
+
+// infoManager answers a Reconciler with info for every gid.
+type infoManager struct{ info txstatus.Info }
+
+func (m infoManager) Query(context.Context, string) (txstatus.Info, error) { return m.info, nil }
+func (m infoManager) Fence(context.Context, string) (txstatus.Info, error) { return m.info, nil }
+
+// TestReconcilerRollsBackAStartThatRanNothing: the Reconciler finds DTM reporting the record's gid
+// succeeded, but as the fence's empty transaction (the saga's late submit landed between the fence's
+// prepare and abort): it rolls the record back instead of committing it. A saga with its steps, or a
+// TCC, is committed.
+func TestReconcilerRollsBackAStartThatRanNothing(t *testing.T) {
+	for _, tc := range []struct {
+		transType string
+		info      txstatus.Info
+		want      idemkit.Status
+	}{
+		{"saga", txstatus.Info{Status: txstatus.Succeed, TransType: "tcc"}, idemkit.StatusFailed},
+		{"saga", txstatus.Info{Status: txstatus.Succeed, TransType: "saga"}, idemkit.StatusFailed},
+		{"", txstatus.Info{Status: txstatus.Succeed, TransType: "saga"}, idemkit.StatusFailed},
+		{"saga", txstatus.Info{Status: txstatus.Succeed, TransType: "saga", Branches: 4}, idemkit.StatusSucceeded},
+		{"tcc", txstatus.Info{Status: txstatus.Succeed, TransType: "tcc"}, idemkit.StatusSucceeded},
+		{"", txstatus.Info{Status: txstatus.Succeed, TransType: "tcc", Branches: 2}, idemkit.StatusSucceeded},
+	} {
+		b := setup(t)
+		txn, _, err := b.lc.Begin(ctxb, "saga", "g", call("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.lc.Detach(ctxb, txn)
+		b.clock.Advance(2 * time.Second)
+		var seen []hooks.ReconcileEvent
+		r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, Manager: infoManager{tc.info}, TransType: tc.transType,
+			Observe: func(_ context.Context, e *hooks.ReconcileEvent) { seen = append(seen, *e) }}
+		if n, err := r.RunOnce(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
+			t.Fatalf("%q %+v: RunOnce = %d, %v", tc.transType, tc.info, n, err)
+		}
+		if rec := b.status(t, "k"); rec.Status != tc.want {
+			t.Errorf("%q %+v: record %s %q, want %s", tc.transType, tc.info, rec.Status, rec.Error, tc.want)
+		}
+		if tc.want == idemkit.StatusFailed && (len(seen) != 1 || seen[0].Status != txstatus.Failed) {
+			t.Errorf("%q %+v: events %+v", tc.transType, tc.info, seen)
+		}
+	}
+}
+
+// TestRunPermanentStartErrorHasOneShape: a Start that fails with a permanent error (a TCC try's) after
+// the transaction began: DTM rolls it back, the record is REJECTED, and the first call returns the
+// shape every replay returns — an *idemkit.RejectedError with the stored message — beside the Outcome
+// with Status Failed. A Reconciler that settles such a record from DTM's rollback reason (which the
+// TCC initiator marks with hooks.PermanentReason) records it REJECTED with the same message.
+func TestRunPermanentStartErrorHasOneShape(t *testing.T) {
+	b := setup(t)
+	errCheck := errors.New("post-try check refused")
+	status := dtmAnswering(t, `{"branches":[],"transaction":{"status":"failed","trans_type":"tcc","rollback_reason":"x"}}`)
+	p := hooks.RunParams{TransType: "tcc", Call: call("k"), Status: status, Wait: time.Second,
+		Start: func(context.Context, string) error { return idemkit.Permanent(errCheck) }}
+	out, first := b.lc.Run(ctxb, p)
+	if out.Status != txstatus.Failed || !errors.Is(out.Reason, errCheck) {
+		t.Fatalf("first call: %+v, %v", out, first)
+	}
+	replayed, replay := b.lc.Run(ctxb, p)
+	var r1, r2 *idemkit.RejectedError
+	if !errors.As(first, &r1) || !errors.As(replay, &r2) || !replayed.Replayed {
+		t.Fatalf("first %v (%T), replay %v (%T): want *idemkit.RejectedError both times", first, first, replay, replay)
+	}
+	if r1.Message != r2.Message || first.Error() != replay.Error() || !errors.Is(first, errCheck) {
+		t.Fatalf("first %q, replay %q", first, replay)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusRejected {
+		t.Fatalf("record %s", rec.Status)
+	}
+
+	// Settled by a Reconciler instead: the same record.
+	txn, _, err := b.lc.Begin(ctxb, "tcc", "g2", call("k2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.lc.Detach(ctxb, txn)
+	b.clock.Advance(2 * time.Second)
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, TransType: "tcc", Manager: infoManager{txstatus.Info{
+		Status: txstatus.Failed, TransType: "tcc", RollbackReason: hooks.PermanentReason + errCheck.Error()}}}
+	if n, err := r.RunOnce(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	if rec := b.status(t, "k2"); rec.Status != idemkit.StatusRejected || rec.Error != r1.Message {
+		t.Fatalf("reconciled record %s %q, want REJECTED %q", rec.Status, rec.Error, r1.Message)
+	}
+}

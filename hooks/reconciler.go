@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -22,7 +23,8 @@ type Manager interface {
 	// manager has no transaction with gid).
 	Query(ctx context.Context, gid string) (txstatus.Info, error)
 	// Fence makes sure gid can no longer start and reports its status afterwards (see
-	// txstatus.Client.Fence).
+	// txstatus.Client.Fence). Implementations should report the stored TransType and Branches, as
+	// txstatus.Client does: a Succeed without them is taken as the initiator's own.
 	Fence(ctx context.Context, gid string) (txstatus.Info, error)
 }
 
@@ -33,7 +35,9 @@ type ReconcileEvent struct {
 	// Scope is the record's scope as the Reconciler's Scopes name it (without the Guard's namespace),
 	// or the stored scope when the Reconciler lists records through Pending.
 	Scope string
-	// Status is the manager's answer about the record's gid (after the fence, when Fenced).
+	// Status is the manager's answer about the record's gid (after the fence, when Fenced); Failed
+	// when it answered Succeed for a transaction that is not the initiator's, which ran nothing of it
+	// (see txstatus.Info.RanNothingFor) and whose record was rolled back.
 	Status txstatus.Status
 	// Fenced is set when the manager had no record of the gid: the reconciler fenced it (see
 	// txstatus.Client.Fence) before following its status. Either the initiator died or lost its
@@ -55,7 +59,11 @@ type ReconcileEvent struct {
 // ([Manager.Fence]: DTM then refuses any later start of it), then follows the status the manager
 // reports — Failed once fenced, so the record is rolled back with the reason. Because a transaction the
 // manager accepted and then lost looks the same, every fence is logged at error level and reported to
-// Observe.
+// Observe. A late saga submit landing between the fence's two calls is accepted by DTM onto the fence's
+// empty transaction, which then reports succeed with none of the saga's steps run: the reconciler does
+// not take that for a success but rolls the record back (see [txstatus.Info.RanNothingFor]; set
+// TransType so it can tell precisely — without it any transaction that succeeded with no branch is
+// taken for one that ran nothing).
 //
 // Run it with [Reconciler.Task] under a sweep.Sweeper, which bounds batches and keeps it to one
 // instance at a time. A Reconciler settles only the records of its own Lifecycle: its Guard's namespace
@@ -73,7 +81,10 @@ type Reconciler struct {
 	// Manager is the transaction manager this Lifecycle's transactions run on, e.g.
 	// &txstatus.Client{Server: dtmURL}. Required.
 	Manager Manager
-	// TransType is reported in the Txn passed to hooks. Defaults to "".
+	// TransType is the type of the transactions this Lifecycle starts ("saga" or "tcc"), reported in
+	// the Txn passed to hooks and used to tell the initiator's transaction from one that holds its gid
+	// (see [txstatus.Info.RanNothingFor]). Defaults to "": unknown, and a transaction DTM reports
+	// succeeded with no branch operation is then rolled back as one that ran nothing.
 	TransType string
 	// Logger receives one line per record it could not settle (warning) and per gid it had to fence
 	// (error). Defaults to discarding.
@@ -166,15 +177,16 @@ func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
 	}
 	ev.Status = info.Status
 	t := &Txn{TransType: r.TransType, GID: rec.GID, Record: *rec}
-	switch info.Status {
-	case txstatus.Succeed:
+	switch {
+	case info.Status == txstatus.Succeed && info.RanNothingFor(r.TransType):
+		// The initiator's late start landed on the fence between its prepare and its abort, and DTM
+		// "succeeded" the fence's empty transaction: nothing the initiator asked for ran.
+		ev.Status = txstatus.Failed
+		err = r.Lifecycle.Rollback(ctx, t, startedElsewhere(rec.GID, r.TransType, info))
+	case info.Status == txstatus.Succeed:
 		err = r.Lifecycle.Commit(ctx, t, rec.Response) // the result stored with the claim
-	case txstatus.Failed:
-		reason := ErrRolledBack
-		if info.RollbackReason != "" {
-			reason = fmt.Errorf("%w: %s", ErrRolledBack, info.RollbackReason)
-		}
-		err = r.Lifecycle.Rollback(ctx, t, reason)
+	case info.Status == txstatus.Failed:
+		err = r.Lifecycle.Rollback(ctx, t, dtmRollbackReason(info.RollbackReason))
 	default:
 		return // still running: a later pass will see its outcome
 	}
@@ -185,5 +197,22 @@ func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
 		// settled by its initiator meanwhile
 	default:
 		ev.Err = err
+	}
+}
+
+// PermanentReason starts the rollback reason an initiator gives DTM when it aborts a transaction because
+// of an error marked idemkit.Permanent (a TCC try's): a Reconciler that settles the record later
+// finds it in DTM's rollback reason and records the key REJECTED, as the initiator would have.
+const PermanentReason = "idemkit: permanent: "
+
+// dtmRollbackReason is the rollback reason recorded for a transaction DTM reports failed with reason.
+func dtmRollbackReason(reason string) error {
+	switch {
+	case reason == "":
+		return ErrRolledBack
+	case strings.HasPrefix(reason, PermanentReason):
+		return fmt.Errorf("%w: %w", ErrRolledBack, idemkit.Permanent(errors.New(strings.TrimPrefix(reason, PermanentReason))))
+	default:
+		return fmt.Errorf("%w: %s", ErrRolledBack, reason)
 	}
 }

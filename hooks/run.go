@@ -41,8 +41,11 @@ type RunParams struct {
 	GID string
 	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
-	// not start (DTM refused it, or nothing was sent); any other error is an unknown outcome — the
-	// request may have reached DTM — which Run never takes for a refusal.
+	// not start: DTM refused the call that creates it (a saga's submit, a TCC's prepare), or nothing
+	// was sent. Run then rolls the record back whatever DTM holds for gid, since a refused gid may be
+	// held by another transaction. Start must therefore not let a refusal of a later call (a TCC's
+	// submit or abort after its tries, on a transaction that exists) match ErrRefused. Any other error
+	// is an unknown outcome — the request may have reached DTM — which Run never takes for a refusal.
 	Start func(ctx context.Context, gid string) error
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
@@ -69,14 +72,26 @@ type RunParams struct {
 // [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced, or, when only the
 // lock was lost, rolls the record back (nothing started) and reports Failed.
 //
-// When Start fails, the manager is asked whether the transaction exists: if it definitely did not start
-// (an error matching txstatus.ErrRefused, and the manager has no record of the gid) the record is
-// rolled back and the key is free again; any other failure — a timeout, a reset connection, a 5xx from
-// a proxy or gateway in front of DTM — is an unknown outcome: the record is detached, because the
-// manager may still record the transaction, and the Reconciler settles it after the lease (fencing the
-// gid if DTM never heard of it). A final outcome that a Reconciler recorded first (the wait outlived
-// the lease) is reported without error when the record agrees with it; when it does not, Run returns
-// an error matching idemkit.ErrFenced.
+// When Start fails with DTM's refusal of the call that creates the transaction (an error matching
+// txstatus.ErrRefused) nothing started: the record is rolled back and the key is free again, whatever
+// DTM holds for the gid (a reused gid is refused, and the transaction holding it is not this call's).
+// On any other failure the manager is asked whether the transaction exists: if it does, Run follows its
+// status; if the manager has no record of it — a timeout, a reset connection, a 5xx from a proxy or
+// gateway in front of DTM — the outcome is unknown: the record is detached, because the manager may
+// still record the transaction, and the Reconciler settles it after the lease (fencing the gid if DTM
+// never heard of it). A final outcome that a Reconciler recorded first (the wait outlived the lease) is
+// reported without error when the record agrees with it; when it does not, Run returns an error
+// matching idemkit.ErrFenced.
+//
+// A Succeed that DTM reports for a transaction that is not the one Start began (see
+// [txstatus.Info.RanNothingFor]: a saga's submit that DTM accepted onto a Reconciler's fence between its
+// prepare and its abort, and "succeeded" with none of the saga's steps) is not taken for a success: the
+// record is rolled back (never started) and the Outcome is Failed.
+//
+// A transaction that rolled back because of an error Start returned and the Guard classifies as
+// permanent (a TCC try's idemkit.Permanent error) leaves the record REJECTED, and Run returns, beside
+// the Outcome with Status Failed, the error a replay returns: errors.As finds an *idemkit.RejectedError
+// with the stored message (the error also wraps the rollback reason).
 func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	if p.Start == nil || p.Status == nil {
 		return Outcome{}, errors.New("hooks: RunParams needs Start and Status")
@@ -103,17 +118,20 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	startErr := p.Start(ctx, gid)
 	if startErr != nil {
 		out.Reason = startErr
+		if errors.Is(startErr, txstatus.ErrRefused) {
+			// DTM refused the call that creates the transaction (or nothing was sent): nothing of this
+			// call started, whatever the manager holds for gid — a gid held by another transaction
+			// (one reused, or a Reconciler's fence) is refused too, and its status is not ours.
+			out.Status = txstatus.Failed
+			out.Reason = fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)
+			return out, l.Rollback(ctx, t, out.Reason)
+		}
 		// Did the transaction reach the manager? Only it can tell.
 		st, err := p.Status.Status(ctx, gid)
 		switch {
 		case err != nil:
 			l.Detach(ctx, t)
 			return out, fmt.Errorf("hooks: starting %s %s: %w (and its status is unknown: %w)", p.TransType, gid, startErr, err)
-		case st == txstatus.Unknown && errors.Is(startErr, txstatus.ErrRefused):
-			// The manager answered and refused: nothing started.
-			out.Status = txstatus.Failed
-			out.Reason = fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)
-			return out, l.Rollback(ctx, t, out.Reason)
 		case st == txstatus.Unknown:
 			// A timeout, a dropped connection or an answer that is not DTM's (a proxy's 502) says
 			// nothing about whether the request reached the manager, which may still record it:
@@ -125,26 +143,38 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		}
 	}
 	out.Status = txstatus.Submitted
+	var info txstatus.Info
 	if p.Wait > 0 {
 		// The wait survives the caller's cancellation (a client that disconnects from an HTTP
 		// handler): the transaction is running anyway, and its outcome is what the record and the
 		// stored response should say. Wait alone bounds it.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Wait)
-		st, err := p.Status.Wait(wctx, gid)
+		info, err = p.Status.WaitInfo(wctx, gid)
 		cancel()
 		if err != nil {
 			l.Detach(ctx, t)
 			return out, fmt.Errorf("hooks: waiting for %s: %w", gid, err)
 		}
-		out.Status = st
+		out.Status = info.Status
+	}
+	var notOurs error
+	if out.Status == txstatus.Succeed && info.RanNothingFor(p.TransType) {
+		// DTM accepted our start onto a transaction that already held gid (a Reconciler's fence,
+		// between its prepare and its abort) and reports that one: nothing of ours ran.
+		notOurs = startedElsewhere(gid, p.TransType, info)
+		out.Status = txstatus.Failed
 	}
 	switch out.Status {
 	case txstatus.Succeed:
 		out.Result = call.Result
 		err = l.Commit(ctx, t, p.Result)
 	case txstatus.Failed:
-		out.Reason = rollbackReason(ctx, p.Status, gid, startErr)
+		out.Reason = cmp.Or(notOurs, rollbackReason(ctx, p.Status, gid, startErr))
 		err = l.Rollback(ctx, t, out.Reason)
+		if err == nil && t.Record.Status == idemkit.StatusRejected {
+			// A permanent failure (a TCC try's idemkit.Permanent error): the shape a replay returns.
+			err = &rejection{rej: &idemkit.RejectedError{Message: t.Record.Error}, cause: out.Reason}
+		}
 	default:
 		out.Result = call.Result // stored with the claim: what a replay returns once it succeeds
 		l.Detach(ctx, t)
@@ -183,6 +213,14 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn) (rolledBack, err error) {
 		l.Detach(ctx, t)
 		return nil, fmt.Errorf("hooks: renewing the claim of %s before its start: %w (nothing started; left to the reconciler)", t.GID, err)
 	}
+}
+
+// startedElsewhere is the rollback reason of a start that DTM accepted onto another transaction holding
+// gid, which it then reported (info): nothing of the transType started, see [txstatus.Info.RanNothingFor].
+func startedElsewhere(gid, transType string, info txstatus.Info) error {
+	return fmt.Errorf("%w (never started): DTM reports %s as a %s %s with %d branch operations, not the %s started with it: "+
+		"the start landed on a transaction already holding the gid (a reconciler's fence) and nothing of it ran",
+		ErrRolledBack, gid, cmp.Or(info.TransType, "transaction"), info.Status, info.Branches, cmp.Or(transType, "transaction"))
 }
 
 // rollbackReason says why gid rolled back: the initiator's own error when it had one (a TCC try that

@@ -333,3 +333,157 @@ func TestSubmitReportsResultAndReason(t *testing.T) {
 		t.Fatalf("record error %q", rec.Error)
 	}
 }
+
+// beforeAbort is a transport that runs f before it sends the first POST to DTM's abort endpoint.
+type beforeAbort struct {
+	once sync.Once
+	f    func()
+}
+
+func (b *beforeAbort) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/abort") {
+		b.once.Do(b.f)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestSubmitBetweenFencePrepareAndAbortRanNothing: the initiator's submit is held at a gateway past
+// the claim's lease; the reconciler fences the gid, and the submit reaches DTM between the fence's
+// prepare and its abort. DTM v1.19 accepts it onto the fence's empty TCC and reports the gid succeed
+// with no step stored or run; the fence's abort is refused. Neither the reconciler nor the initiator
+// may take that for the saga's success: the record is rolled back (never started), Submit reports
+// Failed, and the client's retry runs the one saga — the money moves once.
+func TestSubmitBetweenFencePrepareAndAbortRanNothing(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	release, seen := make(chan struct{}), make(chan string, 1)
+	p := dtmserver.NewProxy(t, k.srv, onPost("submit", dtmserver.ProxyAction{Hold: release}, seen))
+	c := newCall()
+	done := k.submitAsync(k.via(p.URL()), c)
+	wait(t, "the submit at the gateway", seen)
+	gid := k.record(t, c).GID
+
+	rc := k.reconciler()
+	rc.Manager = &txstatus.Client{Server: k.srv.URL(), PollInterval: 50 * time.Millisecond, HTTP: &http.Client{Timeout: settleTimeout,
+		Transport: &beforeAbort{f: func() {
+			close(release) // the slow submit lands on the fence's prepared gid
+			waitFor(t, "DTM to take the late submit", func() bool {
+				tr, err := k.srv.Query(ctxb, gid)
+				return err == nil && tr.Status != dtmcli.StatusPrepared
+			})
+		}}}}
+	var events []hooks.ReconcileEvent
+	rc.Observe = func(_ context.Context, e *hooks.ReconcileEvent) { events = append(events, *e) }
+	// The released initiator may roll the record back before the reconciler does: either settles it.
+	n, err := rc.RunOnce(ctxb, time.Now().Add(time.Hour), 10)
+	if err != nil || n > 1 || len(events) != 1 || !events[0].Fenced || events[0].Status != txstatus.Failed {
+		t.Fatalf("reconciler settled %d, %v: %+v; want the record fenced and rolled back", n, err, events)
+	}
+	if tr := waitTrans(t, k.srv, gid); tr.Status != dtmcli.StatusSucceed || len(tr.Branches) != 0 {
+		t.Fatalf("DTM holds %s as %s %s with %d branches; want the fence taken over by the submit", gid, tr.TransType, tr.Status, len(tr.Branches))
+	}
+	res := wait(t, "Submit", done)
+	if res.err != nil || res.out.GID != gid || res.out.Status != txstatus.Failed || res.out.Result != nil ||
+		!errors.Is(res.out.Reason, hooks.ErrRolledBack) {
+		t.Fatalf("Submit = %+v, %v; want Failed, never started", res.out, res.err)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed || rec.GID != gid || !strings.Contains(rec.Error, "never started") {
+		t.Fatalf("record %s gid %q error %q", rec.Status, rec.GID, rec.Error)
+	}
+	if st := k.orderStatus(t, gid); st != "CANCELLED" {
+		t.Fatalf("order %s", st)
+	}
+	if k.runsOf("/TransOut") != 0 || k.runsOf("/TransIn") != 0 {
+		t.Fatalf("steps ran")
+	}
+	k.checkBalances(t, 0)
+
+	again, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
+	if err != nil || again.Status != txstatus.Succeed || again.GID == gid {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	k.checkBalances(t, amount)
+}
+
+// TestSubmitOnAHalfFenceRanNothing: the fence's abort is lost, leaving the fence's empty TCC prepared;
+// a late submit of the saga lands on it and DTM reports the gid succeed with no step run. The next
+// reconciler pass does not commit the record: it rolls it back.
+func TestSubmitOnAHalfFenceRanNothing(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	c := newCall()
+	init := *k.init
+	init.Wait = 0
+	gid := txstatus.NewGID()
+	lost := dtmserver.NewProxy(t, k.srv, onPost("submit", dtmserver.ProxyAction{Drop: true}, nil))
+	init.Server, init.Status = lost.URL(), &txstatus.Client{Server: lost.URL()}
+	if _, err := init.Submit(ctxb, saga.SubmitParams{Call: c, GID: gid, Steps: k.addSteps, Result: []byte("ok")}); err == nil {
+		t.Fatal("a dropped submit reported no error")
+	}
+	rc := k.reconciler()
+	noAbort := dtmserver.NewProxy(t, k.srv, onPost("abort", dtmserver.ProxyAction{Drop: true}, nil))
+	rc.Manager = &txstatus.Client{Server: noAbort.URL()}
+	if n, err := rc.RunOnce(ctxb, time.Now().Add(time.Hour), 10); n != 0 || err == nil {
+		t.Fatalf("a fence whose abort was lost: settled %d, %v", n, err)
+	}
+	s := dtmcli.NewSaga(k.srv.URL(), gid)
+	k.addSteps(s)
+	if err := s.Submit(); err != nil { // the late submit
+		t.Fatal(err)
+	}
+	if tr := waitTrans(t, k.srv, gid); tr.Status != dtmcli.StatusSucceed || len(tr.Branches) != 0 {
+		t.Fatalf("DTM holds %s as %s %s with %d branches", gid, tr.TransType, tr.Status, len(tr.Branches))
+	}
+	if n, _ := k.reconcileLate(t); n != 1 {
+		t.Fatalf("second pass settled %d", n)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
+		t.Fatalf("record %s %q", rec.Status, rec.Error)
+	}
+	if st := k.orderStatus(t, gid); st != "CANCELLED" || k.runsOf("/TransOut") != 0 {
+		t.Fatalf("order %s, TransOut ran %d times", st, k.runsOf("/TransOut"))
+	}
+}
+
+// TestSubmitOfAReusedGIDNeverStarts: a new key's saga with the gid of a saga that succeeded: DTM
+// refuses the submit, so nothing of it started. The record is rolled back, the commit hook does not run
+// for it, and Submit reports Failed, not the other saga's success.
+func TestSubmitOfAReusedGIDNeverStarts(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	gid := txstatus.NewGID()
+	if out, err := k.init.Submit(ctxb, saga.SubmitParams{Call: newCall(), GID: gid, Steps: k.addSteps, Result: []byte("one")}); err != nil || out.Status != txstatus.Succeed {
+		t.Fatalf("first = %+v, %v", out, err)
+	}
+	lc := *k.lc
+	lc.Before = nil // the harness's Before inserts the order row keyed by gid
+	var committed []string
+	lc.OnCommit = hooks.CommitFunc(func(_ context.Context, t *hooks.Txn, _ []byte) error {
+		committed = append(committed, t.GID)
+		return nil
+	})
+	init := *k.init
+	init.Lifecycle = &lc
+	c := newCall()
+	out, err := init.Submit(ctxb, saga.SubmitParams{Call: c, GID: gid, Steps: k.addSteps, Result: []byte("two")})
+	if err != nil || out.Status != txstatus.Failed || out.Result != nil || !errors.Is(out.Reason, txstatus.ErrRefused) {
+		t.Fatalf("reused gid = %+v, %v; want Failed, refused", out, err)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
+		t.Fatalf("record %s %q", rec.Status, rec.Error)
+	}
+	if len(committed) != 0 {
+		t.Fatalf("commit hook ran for %q", committed)
+	}
+	k.checkBalances(t, amount)
+
+	// A saga without steps is not submitted either.
+	c = newCall()
+	out, err = k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: func(*dtmcli.Saga) {}})
+	if err != nil || out.Status != txstatus.Failed || !errors.Is(out.Reason, txstatus.ErrRefused) {
+		t.Fatalf("empty saga = %+v, %v", out, err)
+	}
+	if st, _ := (&txstatus.Client{Server: k.srv.URL()}).Status(ctxb, out.GID); st != txstatus.Unknown {
+		t.Fatalf("DTM holds the empty saga as %q", st)
+	}
+}

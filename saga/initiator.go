@@ -50,7 +50,14 @@ type SubmitParams struct {
 // The submit is posted with ctx through Status's HTTP client. Only DTM's own refusal (409 FAILURE)
 // rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM
 // leaves the record PROCESSING for the reconciler, since DTM may have accepted the saga. A rolled-back
-// saga reports DTM's rollback reason (the failing step's message) in Outcome.Reason.
+// saga reports DTM's rollback reason (the failing step's message) in Outcome.Reason; its record is
+// FAILED, on the first call as on a replay (a step's failure is never REJECTED: a retry with the key
+// runs a new saga). A saga whose Steps add no step is not submitted: the record is rolled back.
+//
+// A submit that lands on the gid after a Reconciler fenced it — between the fence's prepare and abort,
+// when DTM v1.19 accepts it onto the fence's empty transaction and reports it succeeded without running
+// any step — is reported Failed, never started, and the record rolled back, by Submit as by the
+// Reconciler (see txstatus.Client.Fence).
 func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, error) {
 	if i.Server == "" || i.Lifecycle == nil || p.Steps == nil {
 		return hooks.Outcome{}, errors.New("saga: Initiator needs Server and Lifecycle, SubmitParams needs Steps")
@@ -66,6 +73,11 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 		Start: func(ctx context.Context, gid string) error {
 			s := dtmcli.NewSaga(i.Server, gid)
 			p.Steps(s)
+			if len(s.Steps) == 0 {
+				// Nothing to run; and a saga that succeeded without a branch is how DTM reports a submit
+				// that landed on a fence's empty transaction (see txstatus.Info.RanNothingFor).
+				return &txstatus.RefusedError{Op: "submit", GID: gid, Message: "saga: a saga without steps is not submitted"}
+			}
 			s.BuildCustomOptions() // what dtmcli's Submit does before it posts
 			return status.Call(ctx, "submit", gid, &s.TransBase)
 		},

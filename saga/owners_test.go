@@ -2,6 +2,8 @@ package saga_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -53,8 +55,9 @@ func newApp(t *testing.T, name string, store *record.Store, namespace, scope, dt
 	return a
 }
 
-// startAndDie claims key, submits an empty saga (DTM succeeds it at once) and detaches, as an
-// initiator that died after its submit; it returns the gid.
+// startAndDie claims key, submits a saga of one step that succeeds at once and detaches, as an
+// initiator that died after its submit; it returns the gid. (A saga without steps would look like a
+// submit that landed on a reconciler's fence, which ran nothing: see txstatus.Info.RanNothingFor.)
 func (a *app) startAndDie(t *testing.T, key string) string {
 	t.Helper()
 	gid := txstatus.NewGID()
@@ -62,7 +65,12 @@ func (a *app) startAndDie(t *testing.T, key string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&txstatus.Client{Server: a.dtm}).Call(ctxb, "submit", gid, &dtmcli.NewSaga(a.dtm, gid).TransBase); err != nil {
+	step := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
+	}))
+	t.Cleanup(step.Close)
+	s := dtmcli.NewSaga(a.dtm, gid).Add(step.URL+"/action", step.URL+"/compensate", nil)
+	if err := (&txstatus.Client{Server: a.dtm}).Call(ctxb, "submit", gid, &s.TransBase); err != nil {
 		t.Fatal(err)
 	}
 	a.lc.Detach(ctxb, txn)

@@ -2,6 +2,7 @@ package tcc_test
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +130,104 @@ func TestGlobalDuplicateOfRunningIsInFlight(t *testing.T) {
 	k.checkBalances(t, amount)
 	if rec := k.record(t, c); rec.Status != idemkit.StatusSucceeded || rec.GID != first.out.GID {
 		t.Fatalf("record %s gid %q", rec.Status, rec.GID)
+	}
+}
+
+// TestGlobalPermanentTryErrorHasOneShape: Tries fails with an error marked idemkit.Permanent after the
+// branches were tried. DTM cancels them; the record is REJECTED, and the first call returns, beside
+// the Outcome with Status Failed, the *idemkit.RejectedError every replay returns. DTM's rollback
+// reason carries hooks.PermanentReason, so a Reconciler settling the record would reject it too.
+func TestGlobalPermanentTryErrorHasOneShape(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	c := newCall()
+	p := k.runParams(c)
+	tries := p.Tries
+	errCheck := errors.New("post-try check refused")
+	p.Tries = func(tc *dtmcli.Tcc) error {
+		if err := tries(tc); err != nil {
+			return err
+		}
+		return idemkit.Permanent(errCheck)
+	}
+	out, first := k.global.Run(ctxb, p)
+	if out.Status != txstatus.Failed || out.Result != nil || !errors.Is(out.Reason, errCheck) {
+		t.Fatalf("Run = %+v, %v", out, first)
+	}
+	tr := waitTrans(t, k.srv, out.GID)
+	if tr.Status != dtmcli.StatusFailed || tr.RollbackReason != hooks.PermanentReason+errCheck.Error() {
+		t.Fatalf("TCC %s, reason %q", tr.Status, tr.RollbackReason)
+	}
+	k.expectEvents(t, out.GID, "01 try:200:proceed", "02 try:200:proceed", "02 cancel:200:proceed", "01 cancel:200:proceed")
+	k.checkBalances(t, 0)
+	replayed, replay := k.global.Run(ctxb, k.runParams(c))
+	var r1, r2 *idemkit.RejectedError
+	if !errors.As(first, &r1) || !errors.As(replay, &r2) || !replayed.Replayed {
+		t.Fatalf("first %v (%T), replay %v (%T): want *idemkit.RejectedError both times", first, first, replay, replay)
+	}
+	if r1.Message != r2.Message || first.Error() != replay.Error() || !errors.Is(first, errCheck) {
+		t.Fatalf("first %q, replay %q", first, replay)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusRejected || rec.GID != out.GID {
+		t.Fatalf("record %s gid %q", rec.Status, rec.GID)
+	}
+}
+
+// TestGlobalReusedGIDNeverStarts: a new key's TCC with the gid of one that succeeded: DTM refuses the
+// prepare, so nothing of it started (no try ran). The record is rolled back and Run reports Failed,
+// not the other transaction's success.
+func TestGlobalReusedGIDNeverStarts(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	out1, err := k.global.Run(ctxb, k.runParams(newCall()))
+	if err != nil || out1.Status != txstatus.Succeed {
+		t.Fatalf("first = %+v, %v", out1, err)
+	}
+	tried := k.tryCount()
+	c := newCall()
+	p := k.runParams(c)
+	p.GID = out1.GID
+	out, err := k.global.Run(ctxb, p)
+	if err != nil || out.Status != txstatus.Failed || out.Result != nil || !errors.Is(out.Reason, txstatus.ErrRefused) {
+		t.Fatalf("reused gid = %+v, %v; want Failed, refused", out, err)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
+		t.Fatalf("record %s %q", rec.Status, rec.Error)
+	}
+	if k.tryCount() != tried {
+		t.Fatalf("tries ran %d times; want the first transaction's %d", k.tryCount(), tried)
+	}
+	k.checkBalances(t, amount)
+}
+
+// TestGlobalRefusedSubmitFollowsTheTransaction: DTM refuses the submit after the tries, because the
+// transaction was aborted meanwhile (as a timeout or a reconciler's fence would). The transaction
+// exists and its tries ran: Run does not take the refusal for "never started" but follows its status —
+// DTM cancels the tried branches and the record is FAILED with DTM's reason.
+func TestGlobalRefusedSubmitFollowsTheTransaction(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	c := newCall()
+	p := k.runParams(c)
+	tries := p.Tries
+	p.Tries = func(tc *dtmcli.Tcc) error {
+		if err := tries(tc); err != nil {
+			return err
+		}
+		abort := map[string]any{"gid": tc.Gid, "trans_type": "tcc", "rollback_reason": "aborted under the initiator"}
+		if err := (&txstatus.Client{Server: k.srv.URL()}).Call(ctxb, "abort", tc.Gid, abort); err != nil {
+			t.Errorf("aborting under the initiator: %v", err)
+		}
+		return nil
+	}
+	out, err := k.global.Run(ctxb, p)
+	if err != nil || out.Status != txstatus.Failed || out.Reason == nil || errors.Is(out.Reason, txstatus.ErrRefused) ||
+		strings.Contains(out.Reason.Error(), "never started") {
+		t.Fatalf("Run = %+v, %v; want the aborted transaction followed to failed", out, err)
+	}
+	k.expectEvents(t, out.GID, "01 try:200:proceed", "02 try:200:proceed", "02 cancel:200:proceed", "01 cancel:200:proceed")
+	k.checkBalances(t, 0)
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed || strings.Contains(rec.Error, "never started") {
+		t.Fatalf("record %s %q", rec.Status, rec.Error)
 	}
 }

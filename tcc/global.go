@@ -55,7 +55,11 @@ type RunParams struct {
 // made by Tries, take no context). Only DTM's own refusal of the prepare (409 FAILURE) rolls the record
 // back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
 // PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
-// Outcome.Reason carries the try's error.
+// Outcome.Reason carries the try's error. The record is then FAILED (a retry with the key runs anew),
+// unless the error is marked idemkit.Permanent: the record is REJECTED, and Run returns, beside the
+// Outcome with Status Failed, the error every replay of the key returns — errors.As finds an
+// *idemkit.RejectedError (see [hooks.Lifecycle.Run]). A Reconciler that settles the record instead
+// (Wait ran out first) records it REJECTED too.
 func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
@@ -81,6 +85,14 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 // start prepares t, runs the tries and submits it, or aborts it when a try failed or panicked (the
 // panic then goes on): what dtmcli.TccGlobalTransaction2 does, with a context and answers that tell
 // DTM's refusal from silence.
+//
+// Only a refused prepare — the call that creates the transaction — is returned as an error matching
+// txstatus.ErrRefused (hooks.RunParams.Start's contract: nothing started). Once the prepare was
+// accepted the transaction exists, and a refusal of a later call (the submit of a transaction DTM is
+// already aborting after its timeout, or that a Reconciler's fence aborted; an abort after one of
+// those) is returned without ErrRefused, so the caller follows the transaction's status. A try error
+// marked idemkit.Permanent is given to DTM as a rollback reason starting with hooks.PermanentReason,
+// so a Reconciler that settles the record records it REJECTED as the initiator does.
 func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error) (err error) {
 	if err := status.Call(ctx, "prepare", t.Gid, &t.TransBase); err != nil {
 		return err
@@ -94,13 +106,40 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	}()
 	tryErr := tries(t)
 	panicked = false
+	if errors.Is(tryErr, txstatus.ErrRefused) {
+		// Not a refusal of the prepare (a try that returned one of DTM's refusals): the transaction exists.
+		tryErr = &laterRefusal{op: "trying", gid: t.Gid, msg: tryErr.Error()}
+	}
 	if tryErr == nil {
-		return status.Call(ctx, "submit", t.Gid, &t.TransBase)
+		if err := status.Call(ctx, "submit", t.Gid, &t.TransBase); err != nil {
+			return exists("submitting", t.Gid, err)
+		}
+		return nil
 	}
 	t.RollbackReason = tryErr.Error()
+	if idemkit.IsPermanent(tryErr) {
+		t.RollbackReason = hooks.PermanentReason + tryErr.Error()
+	}
 	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {
 		// DTM aborts a TCC left prepared past its TimeoutToFail anyway.
-		return fmt.Errorf("%w (and aborting: %w)", tryErr, err)
+		return fmt.Errorf("%w (and aborting: %w)", tryErr, exists("aborting", t.Gid, err))
 	}
 	return tryErr
+}
+
+// exists returns the error of a call on the transaction gid made after its prepare was accepted: a
+// refusal no longer says the transaction did not start, so it is returned without ErrRefused.
+func exists(op, gid string, err error) error {
+	if errors.Is(err, txstatus.ErrRefused) {
+		return &laterRefusal{op: op, gid: gid, msg: err.Error()}
+	}
+	return fmt.Errorf("tcc: %s %s: %w", op, gid, err)
+}
+
+// laterRefusal is DTM's refusal of a call on a transaction that exists (its prepare was accepted). It
+// does not match txstatus.ErrRefused.
+type laterRefusal struct{ op, gid, msg string }
+
+func (e *laterRefusal) Error() string {
+	return fmt.Sprintf("tcc: %s %s after its prepare was accepted: %s (the transaction exists: follow its status)", e.op, e.gid, e.msg)
 }

@@ -164,3 +164,56 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceRaceSagaSubmitRanNothing: a saga's submit that lands between the fence's prepare and its
+// abort is accepted by DTM v1.19 onto the fence's empty TCC, which it then reports succeed with none of
+// the saga's steps stored or run; the fence's abort is refused and Fence reports that Succeed.
+// Info.RanNothingFor tells it from the saga the initiator submitted; a TCC that joined the fence and
+// submitted is the initiator's.
+func TestFenceRaceSagaSubmitRanNothing(t *testing.T) {
+	srv := shared.Get(t)
+	ctx := context.Background()
+	direct := &Client{Server: srv.URL()}
+	gid := NewGID()
+	late := func() {
+		s := saga(srv.URL(), gid).Add("http://127.0.0.1:1/never-called", "http://127.0.0.1:1/never-called", nil)
+		if err := direct.Call(ctx, "submit", gid, &s.TransBase); err != nil {
+			t.Errorf("the late submit: %v", err)
+		}
+	}
+	c := &Client{Server: srv.URL(), HTTP: &http.Client{Transport: beforeAbort{late}, Timeout: 10 * time.Second},
+		PollInterval: 20 * time.Millisecond}
+	info, err := c.Fence(ctx, gid)
+	if err != nil || info.Status != Succeed {
+		t.Fatalf("Fence with a saga submit between prepare and abort = %+v, %v; want DTM's succeed", info, err)
+	}
+	if info.TransType == "" || info.Branches != 0 || !info.RanNothingFor("saga") || !info.RanNothingFor("") {
+		t.Fatalf("the hijacked fence: %+v; want it told from the saga (RanNothingFor)", info)
+	}
+
+	// A TCC that prepares on the fence's prepared gid and submits before the abort is genuine.
+	gid = NewGID()
+	tcc := &dtmcli.Tcc{TransBase: *dtmimp.NewTransBase(gid, "tcc", srv.URL(), "")}
+	joined := func() {
+		if err := direct.Call(ctx, "prepare", gid, &tcc.TransBase); err != nil {
+			t.Errorf("the TCC's prepare on the fence: %v", err)
+		}
+		if err := direct.Call(ctx, "submit", gid, &tcc.TransBase); err != nil {
+			t.Errorf("the TCC's submit: %v", err)
+		}
+	}
+	c.HTTP = &http.Client{Transport: beforeAbort{joined}, Timeout: 10 * time.Second}
+	if info, err = c.Fence(ctx, gid); err != nil || info.Status != Succeed || info.RanNothingFor("tcc") {
+		t.Fatalf("Fence with a TCC submitted between prepare and abort = %+v, %v", info, err)
+	}
+}
+
+// beforeAbort runs f before it forwards a POST to DTM's abort endpoint.
+type beforeAbort struct{ f func() }
+
+func (b beforeAbort) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/abort") {
+		b.f()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}

@@ -70,6 +70,40 @@ type Info struct {
 	// RollbackReason is why the server rolled the transaction back, when it says: the message of the
 	// branch that failed, a timeout, or the reason an initiator gave when it aborted. Empty otherwise.
 	RollbackReason string
+	// TransType is the type the server stores the transaction under ("saga", "tcc", "msg"...); "" when
+	// the answer does not say (a server that is not DTM, a stub).
+	TransType string
+	// Branches is the number of branch operations the server holds for the transaction (two per saga
+	// step: action and compensation; two per registered TCC branch: confirm and cancel). It is
+	// meaningful only when TransType is set.
+	Branches int
+}
+
+// RanNothingFor reports whether the transaction the server reports, which an initiator of transType
+// ("saga" or "tcc"; "" when unknown) started, is not that initiator's transaction but one holding its
+// gid, so nothing that initiator asked for ran on it. DTM v1.19 accepts a saga's submit for a gid it
+// holds as a prepared transaction of any type — such as the empty TCC of a [Client.Fence] — flips that
+// transaction to submitted and runs the branches already stored with it (the fence's: none), then
+// reports the gid succeed: on a SQL store the stored transaction keeps the fence's type ("tcc"), on
+// boltdb and Redis it takes the saga's type but keeps the fence's branches, none. So, when the answer
+// names the stored type:
+//   - a transaction stored under another type than transType is not the initiator's;
+//   - a saga with no branch is not the initiator's (an initiator never submits a saga without steps);
+//   - with transType unknown, a transaction with no branch ran nothing.
+//
+// A TCC that joins a gid held by a fence's prepared TCC is the initiator's own: its branches are
+// registered on it, and the fence's abort cancels them or its submit confirms them.
+func (i Info) RanNothingFor(transType string) bool {
+	switch {
+	case i.TransType == "" || i.Status == Unknown:
+		return false
+	case transType == "":
+		return i.Branches == 0
+	case i.TransType != transType:
+		return true
+	default:
+		return transType == "saga" && i.Branches == 0
+	}
 }
 
 // Status returns the global transaction's status, Unknown when the server has no transaction with gid,
@@ -114,11 +148,13 @@ func parse(body []byte) (Status, error) {
 }
 
 // parseInfo reads the query API's answer: {"branches":[...],"transaction":{"status":"...",
-// "rollback_reason":"..."}} or a null transaction for an unknown gid.
+// "trans_type":"...","rollback_reason":"..."}} or a null transaction for an unknown gid.
 func parseInfo(body []byte) (Info, error) {
 	var ans struct {
+		Branches    []json.RawMessage `json:"branches"`
 		Transaction *struct {
 			Status         string `json:"status"`
+			TransType      string `json:"trans_type"`
 			RollbackReason string `json:"rollback_reason"`
 		} `json:"transaction"`
 	}
@@ -130,7 +166,8 @@ func parseInfo(body []byte) (Info, error) {
 	}
 	switch st := Status(ans.Transaction.Status); st {
 	case Prepared, Submitted, Aborting, Succeed, Failed:
-		return Info{Status: st, RollbackReason: ans.Transaction.RollbackReason}, nil
+		return Info{Status: st, RollbackReason: ans.Transaction.RollbackReason, TransType: ans.Transaction.TransType,
+			Branches: len(ans.Branches)}, nil
 	default:
 		return Info{}, fmt.Errorf("txstatus: unexpected transaction status %q", ans.Transaction.Status)
 	}
@@ -140,27 +177,33 @@ func parseInfo(body []byte) (Info, error) {
 // the last status seen; when ctx ends first it returns that status (not final) and no error, so a caller
 // can tell "still running" from "could not ask".
 func (c *Client) Wait(ctx context.Context, gid string) (Status, error) {
+	info, err := c.WaitInfo(ctx, gid)
+	return info.Status, err
+}
+
+// WaitInfo is [Client.Wait] returning the last [Info] seen rather than only its status.
+func (c *Client) WaitInfo(ctx context.Context, gid string) (Info, error) {
 	poll := cmp.Or(c.PollInterval, DefaultPollInterval)
 	t := time.NewTimer(0)
 	defer t.Stop()
-	last := Unknown
+	var last Info
 	for {
 		select {
 		case <-ctx.Done():
 			return last, nil
 		case <-t.C:
 		}
-		st, err := c.Status(ctx, gid)
+		info, err := c.Query(ctx, gid)
 		if err != nil {
 			if ctx.Err() != nil {
 				return last, nil
 			}
 			return last, err
 		}
-		if st.Final() {
-			return st, nil
+		if info.Status.Final() {
+			return info, nil
 		}
-		last = st
+		last = info
 		t.Reset(poll)
 	}
 }

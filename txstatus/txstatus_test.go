@@ -31,6 +31,36 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseInfo: the stored type and the number of branch operations come with the status, and
+// RanNothingFor judges only answers that name the type.
+func TestParseInfo(t *testing.T) {
+	info, err := parseInfo([]byte(`{"branches":[{"op":"action"},{"op":"compensate"}],"transaction":{"status":"succeed","trans_type":"saga"}}`))
+	if err != nil || info != (Info{Status: Succeed, TransType: "saga", Branches: 2}) {
+		t.Fatalf("parseInfo = %+v, %v", info, err)
+	}
+	for _, tc := range []struct {
+		info      Info
+		transType string
+		want      bool
+	}{
+		{Info{Status: Succeed, TransType: "saga", Branches: 2}, "saga", false},
+		{Info{Status: Succeed, TransType: "saga", Branches: 0}, "saga", true}, // boltdb, Redis: the saga's type, the fence's branches
+		{Info{Status: Succeed, TransType: "tcc", Branches: 0}, "saga", true},  // a SQL store: the fence's type
+		{Info{Status: Succeed, TransType: "tcc", Branches: 4}, "saga", true},
+		{Info{Status: Succeed, TransType: "tcc", Branches: 0}, "tcc", false}, // a TCC that joined the fence, with no branch
+		{Info{Status: Succeed, TransType: "tcc", Branches: 4}, "tcc", false},
+		{Info{Status: Succeed, TransType: "saga", Branches: 2}, "tcc", true},
+		{Info{Status: Succeed, TransType: "tcc", Branches: 0}, "", true},
+		{Info{Status: Succeed, TransType: "tcc", Branches: 2}, "", false},
+		{Info{Status: Succeed}, "saga", false}, // the answer does not say: not judged
+		{Info{}, "saga", false},
+	} {
+		if got := tc.info.RanNothingFor(tc.transType); got != tc.want {
+			t.Errorf("%+v.RanNothingFor(%q) = %v", tc.info, tc.transType, got)
+		}
+	}
+}
+
 func TestWaitPollsUntilFinal(t *testing.T) {
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
