@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/dtmmsg"
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/chaosdtmmsg"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -162,6 +163,43 @@ func TestBackCheck(t *testing.T) {
 	}
 	if code, _ := get(""); code != http.StatusBadRequest {
 		t.Fatalf("no gid: %d", code)
+	}
+	// ';', CR and LF are removed from the gid, as dtmcli's back-check (and dtmhttp) removes them.
+	if code, body := get("commit%3Bt%0D%0Aed"); code != http.StatusOK || !strings.Contains(body, `"dtm_result":"SUCCESS"`) {
+		t.Fatalf("committed, with ';', CR and LF in the gid: %d %s", code, body)
+	}
+}
+
+// TestReconcilerCommitsWithTheStoredResult: a publication whose initiator stopped waiting is settled by
+// the Reconciler, whose Commit hook gets the result the publisher stored with the claim, as
+// hooks.Reconciler passes it.
+func TestReconcilerCommitsWithTheStoredResult(t *testing.T) {
+	e := setup(t)
+	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
+	out, err := e.w.PublishOrder(ctxb, pub, e.svc, "r1", 3, nil)
+	if err != nil || out.Status != txstatus.Submitted {
+		t.Fatalf("publish: %+v %v", out, err)
+	}
+	status := &txstatus.Client{Server: e.dtm.URL()}
+	wctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+	if st, err := status.Wait(wctx, out.GID); err != nil || st != txstatus.Succeed {
+		t.Fatalf("message %s: %v", st, err)
+	}
+	var got []string
+	lc := &hooks.Lifecycle{Guard: e.w.Guard, OnCommit: hooks.CommitFunc(func(_ context.Context, _ *hooks.Txn, result []byte) error {
+		got = append(got, string(result))
+		return nil
+	})}
+	r := &dtmmsg.Reconciler{Lifecycle: lc, Barrier: e.w.Barrier, Status: status.Status,
+		Pending: func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+			return e.w.Guard.Pending(ctx, now.Add(time.Hour), limit, chaosdtmmsg.Scope)
+		}}
+	if n, err := r.RunOnce(ctxb, time.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v", n, err)
+	}
+	if len(got) != 1 || got[0] != `{"order":"r1"}` {
+		t.Fatalf("Commit hook got %q; want the stored result", got)
 	}
 }
 

@@ -79,7 +79,7 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 			continue
 		}
 		t := &hooks.Txn{TransType: TransType, GID: rec.GID, Record: *rec}
-		switch err := r.Lifecycle.Conclude(ctx, t, st, nil); {
+		switch err := r.Lifecycle.Conclude(ctx, t, st, rec.Response); { // the result stored with the claim
 		case err == nil:
 			settled++
 		case errors.Is(err, idemkit.ErrFenced):
