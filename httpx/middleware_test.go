@@ -134,11 +134,16 @@ func TestStatusTable(t *testing.T) {
 			{req: post("k", `{}`), status: 201, calls: 3},
 			{req: post("k", `{}`), status: 201, replay: true, calls: 3},
 		}},
-		{name: "408 and 429 release the claim", steps: []step{
+		{name: "401, 408 and 429 release the claim", steps: []step{
 			{req: post("k", `{}`, "X-Test-Status", "408"), status: 408, calls: 1},
 			{req: post("k", `{}`, "X-Test-Status", "429"), status: 429, calls: 2},
-			{req: post("k", `{}`, "X-Test-Status", "202"), status: 202, calls: 3},
-			{req: post("k", `{}`), status: 202, replay: true, calls: 3},
+			{req: post("k", `{}`, "X-Test-Status", "401"), status: 401, calls: 3},
+			{req: post("k", `{}`, "X-Test-Status", "202"), status: 202, calls: 4},
+			{req: post("k", `{}`), status: 202, replay: true, calls: 4},
+		}},
+		{name: "403 is stored and replayed", steps: []step{
+			{req: post("k", `{}`, "X-Test-Status", "403"), status: 403, calls: 1},
+			{req: post("k", `{}`), status: 403, replay: true, calls: 1, sameAs: 1},
 		}},
 		{name: "4xx is stored and replayed", steps: []step{
 			{req: post("k", `{}`, "X-Test-Status", "422"), status: 422, calls: 1},

@@ -80,10 +80,16 @@ func neverStored(name string) bool {
 }
 
 // DefaultStorePolicy reports whether a response with status is stored and replayed: 2xx, 3xx and
-// 4xx except 408 Request Timeout and 429 Too Many Requests. 5xx (and anything else) releases the
-// claim as a retryable failure so the next retry runs again.
+// 4xx except 401 Unauthorized, 408 Request Timeout and 429 Too Many Requests. 5xx (and anything
+// else) releases the claim as a retryable failure so the next retry runs again. 401 is not stored
+// because the same request with fresh credentials may succeed (grpcx treats UNAUTHENTICATED alike);
+// 403, a refusal of the caller as authenticated, is.
 func DefaultStorePolicy(status int) bool {
-	return status >= 200 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+	switch status {
+	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 500
 }
 
 // Options configure [Middleware]. The zero value works: the Idempotency-Key header is required on
@@ -127,7 +133,7 @@ type Options struct {
 	MaxResponseBytes int
 	// StorePolicy reports whether a response status is stored and replayed; for other statuses the
 	// response goes to the client and the claim finishes as a retryable failure. Defaults to
-	// [DefaultStorePolicy] (2xx–4xx except 408 and 429).
+	// [DefaultStorePolicy] (2xx–4xx except 401, 408 and 429).
 	StorePolicy func(status int) bool
 	// ReplayHeaders are the response headers stored and replayed, besides status and body; only
 	// the values the handler set are stored, not those outer middleware put on the response.
