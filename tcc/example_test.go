@@ -32,7 +32,7 @@ func ExampleGlobal_Run() {
 		Options: func(t *dtmcli.Tcc) { t.TimeoutToFail = 60 },
 		Tries: func(t *dtmcli.Tcc) error {
 			if _, err := t.CallBranch(req, "http://accounts/OutTry", "http://accounts/OutConfirm", "http://accounts/OutCancel"); err != nil {
-				return err // Run aborts: DTM cancels what was tried, the record is FAILED
+				return err // Run aborts: DTM cancels what was tried, the record is FAILED (REJECTED for an idemkit.Permanent error)
 			}
 			_, err := t.CallBranch(req, "http://wallet/InTry", "http://wallet/InConfirm", "http://wallet/InCancel")
 			return err
