@@ -45,14 +45,23 @@
 //	no key, key invalid or too long           Poison      DeadLetter, not run      none
 //	key reused with another payload           Poison      DeadLetter, not run      unchanged
 //	  (Options.Fingerprint set)
+//	queue unusable as the scope, MaxAttempts  Failed      Retry, not run; the      none
+//	  above 2 on a queue without a delivery   (Err wraps  adapter stops consuming
+//	  count (ErrMisconfigured)                ErrMisconfigured)
 //
+// A failure is Rejected or GaveUp only when the handler's error was recorded (REJECTED, FAILED): when
+// the outcome's write fails — the store unavailable, a deadline on a hung database, the claim fenced
+// — the delivery is Failed and retried, whatever the handler returned.
 // Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
 // process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
 // as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to
-// Options.MaxRetryDelay (1m); an InFlight delay never exceeds the holder's remaining lease. Dead
-// letters are at least once: a rejected message published twice may reach the dead-letter queue
-// twice (the JetStream adapter's dead-letter publish carries the message id, so a dead-letter stream
-// deduplicates within its window).
+// Options.MaxRetryDelay (1m); an InFlight delay never exceeds the holder's remaining lease. Where the
+// broker keeps no delivery count (a RabbitMQ classic queue: Message.AttemptsUncounted) the delay
+// cannot grow, so redeliveries wait MaxRetryDelay, and MaxAttempts above 2 is refused
+// (ErrMisconfigured): use a quorum queue. Dead letters are at least once: each message dead-lettered
+// is one dead letter (a rejected message published twice is two), and the JetStream adapter names its
+// dead-letter publish after the message's place in the stream, so a dead-letter stream deduplicates
+// only a repeat of the same dead-lettering.
 //
 // # Keys and poison
 //
@@ -60,7 +69,10 @@
 // from the message; the scope is the queue ("<stream>/<consumer>", or the AMQP queue) unless
 // Options.Scope is set. A message without a usable key cannot be deduplicated: it is dead-lettered
 // (Poison) and logged, never run and never dropped silently. Publishers must therefore set a message
-// id that stays the same when they publish again, and a different one for each new message.
+// id that stays the same when they publish again, and a different one for each new message. A scope
+// that cannot be one is a configuration error, not a message's: New refuses an invalid
+// Options.Scope (checked with the idemkit Guard's Options.MaxKeyLen), and a queue name unusable as
+// the scope (empty, too long) makes the adapters stop with ErrMisconfigured at its first message.
 //
 // # Ordering and concurrency
 //

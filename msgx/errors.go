@@ -9,6 +9,15 @@ import (
 // message is dead-lettered without running: it could not be deduplicated.
 var ErrNoKey = errors.New("msgx: message has no idempotency key")
 
+// ErrMisconfigured: a delivery showed that the consumer is misconfigured, so that every message
+// would fail the same way — its queue cannot be the record's scope (empty, or longer than the
+// idemkit Guard's Options.MaxKeyLen: set Options.Scope), or Options.MaxAttempts is above 2 on a
+// queue that keeps no delivery count (a RabbitMQ classic queue). The message is not run and not
+// dead-lettered: the Decision is Retry (after Options.MaxRetryDelay, outcome Failed) with an error
+// wrapping ErrMisconfigured, and the adapters (msgx/natsjs, msgx/amqp) give the message back and stop
+// consuming with that error. Options.Scope is checked by New already.
+var ErrMisconfigured = errors.New("msgx: consumer misconfigured")
+
 // PanicError is a handler's panic, recovered and treated as a retryable failure (the message is
 // redelivered, and dead-lettered once Options.MaxAttempts is reached).
 type PanicError struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -20,6 +21,7 @@ import (
 type Guard struct {
 	guard *idemkit.Guard
 	opts  Options
+	scope atomic.Pointer[string] // the last queue found to be a valid scope (see call)
 }
 
 // New returns a Guard over guard, configured by opts (nil for defaults). It returns an error when
@@ -31,6 +33,13 @@ func New(guard *idemkit.Guard, opts *Options) (*Guard, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if o.Scope != "" {
+		// Checked with the Guard's own limits (Options.MaxKeyLen): a scope it refuses would make
+		// every message Poison.
+		if _, err := guard.Address(o.Scope, "k"); err != nil {
+			return nil, fmt.Errorf("msgx: invalid options: Scope: %w", err)
+		}
 	}
 	return &Guard{guard: guard, opts: o}, nil
 }
@@ -52,10 +61,19 @@ func (g *Guard) Execute(h Handler) HandleFunc {
 			return d
 		}
 		var herr error
+		ran := false
 		res, err := g.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+			ran = true
 			herr = g.safely(func() error { return h(ctx, m) })
 			return nil, herr
 		})
+		if ran && !sameError(err, herr) {
+			// Do returns h's error as it is (nil on success) only when that is the recorded
+			// outcome. Anything else — the finish failed (ErrStoreUnavailable, or a deadline on a
+			// hung database), the claim was fenced — left the record unfinished: h's error, even a
+			// permanent one, is not this delivery's outcome, and it is retried (as runTx does).
+			return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
+		}
 		return g.decide(m, res, err, herr)
 	}
 }
@@ -86,8 +104,24 @@ func (g *Guard) Tx(db *gorm.DB, records *record.Store, h TxHandler) HandleFunc {
 	}
 }
 
-// call builds the guarded call of m, or the Poison decision when m has no usable key.
+// call builds the guarded call of m, or the decision without running: Poison when m has no usable
+// key, a misconfiguration (see [ErrMisconfigured]) when its queue cannot be the scope or the broker
+// cannot count the attempts Options.MaxAttempts needs.
 func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
+	if m.AttemptsUncounted && g.opts.MaxAttempts > 2 {
+		return idemkit.Call{}, g.misconfigured(m, fmt.Errorf("%w: queue %q keeps no delivery count (a RabbitMQ classic queue?): "+
+			"MaxAttempts %d cannot be enforced there; use a quorum queue, or MaxAttempts 0, 1 or 2", ErrMisconfigured, m.Queue, g.opts.MaxAttempts)), false
+	}
+	scope := g.opts.Scope
+	if scope == "" {
+		scope = m.Queue
+		if last := g.scope.Load(); last == nil || *last != scope {
+			if _, err := g.guard.Address(scope, "k"); err != nil {
+				return idemkit.Call{}, g.misconfigured(m, fmt.Errorf("%w: the queue %q cannot be the scope (set Options.Scope): %w", ErrMisconfigured, scope, err)), false
+			}
+			g.scope.Store(&scope)
+		}
+	}
 	key := m.ID
 	var err error
 	if g.opts.Key != nil {
@@ -103,14 +137,18 @@ func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
 		g.opts.Logger.Warn("msgx: message without a usable key, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
 		return idemkit.Call{}, Decision{Action: DeadLetter, Outcome: Poison, Err: err}, false
 	}
-	c := idemkit.Call{Scope: g.opts.Scope, Key: key}
-	if c.Scope == "" {
-		c.Scope = m.Queue
-	}
+	c := idemkit.Call{Scope: scope, Key: key}
 	if g.opts.Fingerprint != nil {
 		c.Fingerprint = g.opts.Fingerprint(m)
 	}
 	return c, Decision{}, true
+}
+
+// misconfigured is the decision for a delivery that shows the consumer is misconfigured: it is not
+// run and not dead-lettered — the adapters give it back to the broker and stop consuming.
+func (g *Guard) misconfigured(m *Message, err error) Decision {
+	g.opts.Logger.Error("msgx: consumer misconfigured, not handling the message", "queue", m.Queue, "subject", m.Subject, "error", err)
+	return Decision{Action: Retry, Outcome: Failed, Delay: g.opts.MaxRetryDelay, Err: err}
 }
 
 // safely runs f, turning a panic into a *PanicError.
@@ -143,14 +181,14 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 		if errors.As(err, &ife) {
 			hold = ife.RetryAfter
 		}
-		return Decision{Action: Retry, Outcome: InFlight, Delay: min(max(hold, g.opts.RetryDelay), g.backoff(m.Attempt)), Err: err}
+		return Decision{Action: Retry, Outcome: InFlight, Delay: min(max(hold, g.opts.RetryDelay), g.backoff(m)), Err: err}
 	case herr == nil && (errors.Is(err, idemkit.ErrPayloadMismatch) || errors.Is(err, idemkit.ErrInvalidKey)):
 		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
 		return Decision{Action: DeadLetter, Outcome: Poison, Err: err}
 	case herr != nil && !notRecorded && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
 		return Decision{Action: DeadLetter, Outcome: GaveUp, Err: err}
 	default: // a retryable handler error, an outcome that could not be recorded, cancellation
-		return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m.Attempt), Err: err}
+		return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
 	}
 }
 
@@ -162,10 +200,15 @@ func (g *Guard) rejected(err error, replayed bool) Decision {
 	return Decision{Action: a, Outcome: Rejected, Replayed: replayed, Err: err}
 }
 
-// backoff is the retry delay of a delivery attempt: RetryDelay doubled per earlier attempt, capped.
-func (g *Guard) backoff(attempt int) time.Duration {
+// backoff is the retry delay of m's delivery attempt: RetryDelay doubled per earlier attempt, capped
+// by MaxRetryDelay — MaxRetryDelay itself for a redelivery whose attempts the broker does not count
+// (its Attempt stays 2, so the delay could never grow).
+func (g *Guard) backoff(m *Message) time.Duration {
+	if m.AttemptsUncounted {
+		return g.opts.MaxRetryDelay
+	}
 	d := g.opts.RetryDelay
-	for i := 1; i < attempt && d < g.opts.MaxRetryDelay; i++ {
+	for i := 1; i < m.Attempt && d < g.opts.MaxRetryDelay; i++ {
 		d *= 2
 	}
 	return min(d, g.opts.MaxRetryDelay)

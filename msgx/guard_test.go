@@ -3,6 +3,7 @@ package msgx_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -245,6 +246,108 @@ func TestStoreFailureRetriesAndRunsNothing(t *testing.T) {
 	}
 }
 
+// hangingStore is a memory Store whose record updates (the finish after the handler) hang until
+// their context ends while hang is set: a database that stopped answering.
+type hangingStore struct {
+	*memory.Store
+	hang atomic.Bool
+}
+
+func (s *hangingStore) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if s.hang.Load() {
+		<-ctx.Done()
+		return fmt.Errorf("store: updating: %w", ctx.Err()) // what a driver returns: not ErrStoreUnavailable
+	}
+	return s.Store.Update(ctx, rec, prev)
+}
+
+// The handler's error is the delivery's outcome only when it was recorded: a permanent error whose
+// finish timed out on a hung database was dead-lettered as Rejected with the record PROCESSING, and a
+// retryable one on the last attempt as GaveUp. Both are Failed, retried.
+func TestExecuteOutcomeNotRecordedIsRetried(t *testing.T) {
+	st := &hangingStore{Store: memory.NewStore()}
+	g, err := idemkit.New(st, &idemkit.Options{FinishTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mg, err := msgx.New(g, &msgx.Options{MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, herr := range map[string]error{"perm": idemkit.Permanent(errBoom), "last-attempt": errBoom, "ok": nil} {
+		m := msg(id)
+		m.Attempt = 2
+		ctx, cancel := context.WithCancel(context.Background()) // a consumer's: FinishTimeout bounds the finish
+		d := mg.Execute(func(context.Context, *msgx.Message) error {
+			st.hang.Store(true)
+			return herr
+		})(ctx, m)
+		cancel()
+		st.hang.Store(false)
+		want(t, d, msgx.Retry, msgx.Failed)
+		if d.Delay != 2*time.Second {
+			t.Errorf("%s: delay %s, want the backoff of attempt 2", id, d.Delay)
+		}
+		rec, err := g.Get(context.Background(), "orders/worker", id)
+		if err != nil || rec.Status != idemkit.StatusProcessing {
+			t.Errorf("%s: record %+v, %v; want it PROCESSING (the finish never landed)", id, rec, err)
+		}
+	}
+}
+
+// A redelivery from a queue that keeps no delivery count (a RabbitMQ classic queue: Attempt stays 2)
+// backs off by MaxRetryDelay; MaxAttempts 2 still gives up, a larger one could never be reached and
+// is a misconfiguration: the message is not run and not dead-lettered (it looped every 2×RetryDelay).
+func TestUncountedAttempts(t *testing.T) {
+	uncounted := func(id string) *msgx.Message {
+		m := msg(id)
+		m.Attempt, m.AttemptsUncounted = 2, true
+		return m
+	}
+	f := newExec(t, nil, &msgx.Options{RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 5 * time.Second})
+	d := f.handle(uncounted("u1"), errBoom)
+	want(t, d, msgx.Retry, msgx.Failed)
+	if d.Delay != 5*time.Second {
+		t.Errorf("no limit: delay %s, want MaxRetryDelay", d.Delay)
+	}
+	f = newExec(t, nil, &msgx.Options{MaxAttempts: 2})
+	want(t, f.handle(uncounted("u2"), errBoom), msgx.DeadLetter, msgx.GaveUp)
+	f = newExec(t, nil, &msgx.Options{MaxAttempts: 3, MaxRetryDelay: 5 * time.Second})
+	m := msg("u3")
+	want(t, f.handle(m, errBoom), msgx.Retry, msgx.Failed) // a first delivery tells nothing
+	d = f.handle(uncounted("u3"), errBoom)
+	want(t, d, msgx.Retry, msgx.Failed)
+	if !errors.Is(d.Err, msgx.ErrMisconfigured) || d.Delay != 5*time.Second {
+		t.Errorf("MaxAttempts 3: %v, want ErrMisconfigured after MaxRetryDelay", d)
+	}
+	if n := f.runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want once (not on the uncounted redelivery)", n)
+	}
+}
+
+// A queue that cannot be the scope is the consumer's misconfiguration, not the message's: it was
+// dead-lettered as Poison, every message alike.
+func TestQueueThatCannotBeTheScope(t *testing.T) {
+	f := newExec(t, &idemkit.Options{MaxKeyLen: 20}, nil)
+	for _, q := range []string{"", strings.Repeat("q", 21), "bad\x00queue"} {
+		m := msg("m1")
+		m.Queue = q
+		d := f.handle(m, nil)
+		want(t, d, msgx.Retry, msgx.Failed)
+		if !errors.Is(d.Err, msgx.ErrMisconfigured) || !errors.Is(d.Err, idemkit.ErrInvalidKey) {
+			t.Errorf("queue %q: %v, want ErrMisconfigured", q, d)
+		}
+	}
+	if n := f.runs.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	want(t, f.handle(msg("m1"), nil), msgx.Ack, msgx.Processed)
+	m := msg("m2")
+	m.Queue = "other"
+	want(t, f.handle(m, nil), msgx.Ack, msgx.Processed) // the queue's check is cached, not its answer
+	want(t, f.handle(msg("m3"), nil), msgx.Ack, msgx.Processed)
+}
+
 func TestNewValidates(t *testing.T) {
 	g, err := idemkit.New(memory.NewStore(), nil)
 	if err != nil {
@@ -262,6 +365,19 @@ func TestNewValidates(t *testing.T) {
 		if _, err := msgx.New(g, &o); err == nil || !strings.HasPrefix(err.Error(), "msgx: invalid options") {
 			t.Errorf("%+v: %v, want an invalid options error", o, err)
 		}
+	}
+	// The scope as the Guard checks it (its MaxKeyLen, 20 here): every message would be Poison.
+	short, err := idemkit.New(memory.NewStore(), &idemkit.Options{MaxKeyLen: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{strings.Repeat("s", 21), "billing\n"} {
+		if _, err := msgx.New(short, &msgx.Options{Scope: scope}); !errors.Is(err, idemkit.ErrInvalidKey) || !strings.HasPrefix(err.Error(), "msgx: invalid options") {
+			t.Errorf("Scope %q: %v, want an invalid options error", scope, err)
+		}
+	}
+	if _, err := msgx.New(short, &msgx.Options{Scope: strings.Repeat("s", 20)}); err != nil {
+		t.Errorf("a scope of MaxKeyLen bytes: %v", err)
 	}
 	opts := &msgx.Options{}
 	if _, err := msgx.New(g, opts); err != nil || opts.RetryDelay != 0 || opts.Logger != nil {

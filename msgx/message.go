@@ -25,6 +25,12 @@ type Message struct {
 	// one (JetStream; x-delivery-count on RabbitMQ quorum queues), else 2 for a message the broker
 	// flags as redelivered and 1 otherwise.
 	Attempt int
+	// AttemptsUncounted is set by the adapter on a redelivery whose broker keeps no delivery count
+	// (a RabbitMQ classic queue): Attempt is 2 however many deliveries there were. The Guard then
+	// retries after Options.MaxRetryDelay (the backoff cannot grow) and, when Options.MaxAttempts is
+	// above 2 (which it could never reach), does not handle the message: the decision's error wraps
+	// ErrMisconfigured and the adapter stops consuming.
+	AttemptsUncounted bool
 	// Redelivered is the broker's redelivery flag (AMQP) or Attempt > 1 (JetStream). A duplicate
 	// published twice is not redelivered: never skip the guard because this is false.
 	Redelivered bool

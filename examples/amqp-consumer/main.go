@@ -5,7 +5,7 @@
 //	go run ./examples/amqp-consumer                    # RabbitMQ 127.0.0.1:5672, MariaDB 127.0.0.1:3306, Redis 127.0.0.1:6379
 //	go run ./examples/amqp-consumer -n 200 -workers 8 -keep
 //
-// It declares a queue with a dead-letter exchange and queue, and tables, with names unique to the
+// It declares a quorum queue with a dead-letter exchange and queue, and tables, with names unique to the
 // run, publishes -n persistent payments with publisher confirms (a third of them twice with the same
 // message-id: RabbitMQ has no publish-side deduplication), one payment without a message-id and one
 // with an invalid amount, consumes them with msgx in Tx mode (the credit and the record commit
@@ -61,8 +61,9 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	}
 	defer demo.Close(ctx)
 
-	// The broker: a durable queue whose dead letters go to <queue>.dlx → <queue>.dlq, a confirming
-	// channel to publish on and one to consume from.
+	// The broker: a durable quorum queue (it counts deliveries, so msgx's retry backoff grows and
+	// MaxAttempts works) whose dead letters go to <queue>.dlx → <queue>.dlq, a confirming channel to
+	// publish on and one to consume from.
 	conn, err := amqp091.Dial(c.AMQP)
 	if err != nil {
 		return err
@@ -72,7 +73,7 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	topo, err := amqp.Declare(pub, demo.Run, nil)
+	topo, err := amqp.Declare(pub, demo.Run, amqp091.Table{"x-queue-type": "quorum"})
 	if err != nil {
 		return err
 	}

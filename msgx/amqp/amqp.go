@@ -49,12 +49,19 @@ var ErrChannelClosed = errors.New("amqp: channel closed while consuming")
 // It blocks until ctx is done or the channel closes. On ctx's end it cancels the consumer, requeues
 // deliveries not yet handled and those waiting out a delay, waits for running handlers (their
 // context is ctx) and returns nil; it returns an error wrapping ErrChannelClosed when the channel
-// closed first. It sets the channel's prefetch (basic.qos). ch must not be used by another consumer;
-// close it after Consume returns, so that the broker requeues any delivery the client library had
-// buffered when the consumer was cancelled.
+// closed first. A decision whose error wraps msgx.ErrMisconfigured (the queue cannot be the record's
+// scope; msgx.Options.MaxAttempts above 2 on a classic queue, which keeps no delivery count — see the
+// package doc) stops it the same way, the delivery requeued, and Consume returns that error. It
+// returns an error at once for an empty queue name. It sets the channel's prefetch (basic.qos). ch
+// must not be used by another consumer; close it after Consume returns, so that the broker requeues
+// any delivery the client library had buffered when the consumer was cancelled.
 func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.HandleFunc, opts *Options) error {
 	if ch == nil || h == nil {
 		return errors.New("amqp: nil channel or handler")
+	}
+	if queue == "" {
+		// RabbitMQ would consume the channel's last declared queue, and "" is no record scope.
+		return errors.New("amqp: Consume needs a queue name")
 	}
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -68,8 +75,11 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 		return fmt.Errorf("amqp: consuming %s: %w", queue, err)
 	}
 	c := &consumer{queue: queue, opts: &o, flush: make(chan struct{})}
+	// stopping ends when ctx does, or when a decision says the consumer is misconfigured.
+	stopping, misconfigured := context.WithCancelCause(ctx)
+	defer misconfigured(nil)
 	cancelled := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
+	stop := context.AfterFunc(stopping, func() {
 		defer close(cancelled)
 		if err := ch.Cancel(o.ConsumerTag, false); err != nil {
 			o.Logger.Warn("amqp: cancelling consumer", "queue", queue, "error", err)
@@ -80,7 +90,7 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 	for range o.Workers {
 		workers.Go(func() {
 			for d := range deliveries {
-				if ctx.Err() != nil { // stopping: give it back at once
+				if stopping.Err() != nil { // stopping: give it back at once
 					c.nack(&d, true)
 					continue
 				}
@@ -88,6 +98,11 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 				dec := h(ctx, m)
 				if o.Observe != nil {
 					o.Observe(m, dec)
+				}
+				if errors.Is(dec.Err, msgx.ErrMisconfigured) {
+					c.nack(&d, true)
+					misconfigured(fmt.Errorf("amqp: consuming %s: %w", queue, dec.Err))
+					continue
 				}
 				c.settle(&d, m, dec)
 			}
@@ -100,6 +115,9 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 		return fmt.Errorf("%w (queue %s)", ErrChannelClosed, queue)
 	}
 	<-cancelled
+	if err := context.Cause(stopping); errors.Is(err, msgx.ErrMisconfigured) {
+		return err
+	}
 	return nil
 }
 
@@ -126,7 +144,8 @@ func (o *Options) withDefaults() (Options, error) {
 
 // Message converts a delivery from queue to a msgx.Message: ID from the message-id property, Queue
 // the queue, Subject the routing key, Attempt from the x-delivery-count header (quorum queues) or
-// the redelivered flag. Header values that are not strings are formatted with fmt.Sprint.
+// the redelivered flag (2 when set, with AttemptsUncounted: a classic queue keeps no count). Header
+// values that are not strings are formatted with fmt.Sprint.
 func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	m := &msgx.Message{
 		ID:          d.MessageId,
@@ -155,8 +174,9 @@ func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	case int:
 		m.Attempt = n + 1
 	default:
-		if d.Redelivered {
+		if d.Redelivered { // a queue that keeps no count (classic): at least the second delivery
 			m.Attempt = 2
+			m.AttemptsUncounted = true
 		}
 	}
 	return m

@@ -74,7 +74,7 @@ func (f *fixture) handler() msgx.HandleFunc {
 		switch {
 		case m.Header.Get("kind") == "perm":
 			return idemkit.Permanent(errors.New("order is invalid"))
-		case m.Header.Get("kind") == "flaky" && m.Attempt == 1:
+		case m.Header.Get("kind") == "flaky" && m.Attempt == 1, m.Header.Get("kind") == "fail":
 			return errFlaky
 		}
 		return nil
@@ -227,7 +227,7 @@ func TestConsumeReportsAClosedChannel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Consume did not return after the channel closed")
 	}
-	if err := amqp.Consume(context.Background(), ch, "", f.handler(), &amqp.Options{Workers: -1}); err == nil {
+	if err := amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), &amqp.Options{Workers: -1}); err == nil {
 		t.Error("negative Workers accepted")
 	}
 	if err := amqp.Consume(context.Background(), nil, f.topo.Queue, f.handler(), nil); err == nil {
@@ -247,4 +247,87 @@ func TestDeclareValidates(t *testing.T) {
 	if _, err := amqp.Declare(f.pub, f.topo.Queue, nil); err != nil {
 		t.Errorf("declaring again: %v", err)
 	}
+}
+
+// An empty queue name is refused: RabbitMQ consumed the channel's last declared queue, and every
+// message was dead-lettered as Poison ("" is no record scope).
+func TestConsumeRefusesAnEmptyQueueName(t *testing.T) {
+	f := setup(t, nil, nil)
+	ch := testbroker.Channel(t, f.conn)
+	if _, err := ch.QueueDeclare("", false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := amqp.Consume(ctx, ch, "", f.handler(), nil); err == nil || ctx.Err() != nil {
+		t.Fatalf("Consume on \"\": %v, want an error at once", err)
+	}
+}
+
+// MaxAttempts on each queue type. A quorum queue counts deliveries (x-delivery-count): the backoff
+// grows and the message gives up on attempt 3. A classic queue does not: every redelivery was Attempt
+// 2, so MaxAttempts 3 never gave up and the message looped every 2×RetryDelay; MaxAttempts 2 works
+// there, a larger one stops Consume with msgx.ErrMisconfigured at the first redelivery, the message
+// back in the queue.
+func TestMaxAttemptsByQueueType(t *testing.T) {
+	opts := func(max int) *msgx.Options {
+		return &msgx.Options{RetryDelay: 20 * time.Millisecond, MaxRetryDelay: time.Second, MaxAttempts: max}
+	}
+	gaveUp := func(t *testing.T, f *fixture, attempts int) {
+		t.Helper()
+		f.publish(t, "fail-1", "fail")
+		ds := f.run(t, attempts, nil)
+		for i, d := range ds {
+			if d.m.Attempt != i+1 {
+				t.Errorf("delivery %d: Attempt %d", i+1, d.m.Attempt)
+			}
+			if i < attempts-1 && (d.d.Outcome != msgx.Failed || d.d.Delay != 20*time.Millisecond<<i) {
+				t.Errorf("delivery %d: %v, want Failed after %s", i+1, d.d, 20*time.Millisecond<<i)
+			}
+		}
+		if last := ds[attempts-1].d; last.Action != msgx.DeadLetter || last.Outcome != msgx.GaveUp {
+			t.Errorf("delivery %d: %v, want GaveUp", attempts, last)
+		}
+		f.eventually(t, f.topo.DeadLetterQueue, 1)
+	}
+	t.Run("quorum", func(t *testing.T) { gaveUp(t, setup(t, opts(3), amqp091.Table{"x-queue-type": "quorum"}), 3) })
+	t.Run("classic, MaxAttempts 2", func(t *testing.T) { gaveUp(t, setup(t, opts(2), nil), 2) })
+	t.Run("classic, MaxAttempts 3", func(t *testing.T) {
+		f := setup(t, opts(3), nil)
+		f.publish(t, "fail-1", "fail")
+		ch := testbroker.Channel(t, f.conn)
+		var mu sync.Mutex
+		var seen []msgx.Decision
+		done := make(chan error, 1)
+		go func() {
+			done <- amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), &amqp.Options{Observe: func(m *msgx.Message, d msgx.Decision) {
+				mu.Lock()
+				defer mu.Unlock()
+				seen = append(seen, d)
+			}})
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, msgx.ErrMisconfigured) {
+				t.Fatalf("Consume: %v, want ErrMisconfigured", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Consume did not stop")
+		}
+		_ = ch.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != 2 || seen[0].Outcome != msgx.Failed || !errors.Is(seen[1].Err, msgx.ErrMisconfigured) {
+			t.Errorf("decisions %v, want Failed, then the misconfiguration", seen)
+		}
+		f.mu.Lock()
+		if f.runs["fail-1"] != 1 {
+			t.Errorf("handler ran %d times, want once", f.runs["fail-1"])
+		}
+		f.mu.Unlock()
+		f.eventually(t, f.topo.Queue, 1)
+		if n := f.count(t, f.topo.DeadLetterQueue); n != 0 {
+			t.Errorf("%d messages dead-lettered", n)
+		}
+	})
 }

@@ -1,12 +1,12 @@
 // Package amqp runs an idempotent message handler (package msgx) on a RabbitMQ queue with manual
 // acknowledgements (github.com/rabbitmq/amqp091-go).
 //
-//	topo, err := amqp.Declare(ch, "orders", nil) // orders, orders.dlx → orders.dlq
+//	topo, err := amqp.Declare(ch, "orders", amqp091.Table{"x-queue-type": "quorum"}) // orders, orders.dlx → orders.dlq
 //	err = amqp.Consume(ctx, ch, topo.Queue, handle, &amqp.Options{Workers: 4})
 //
 // Each delivery becomes a msgx.Message: ID is the message-id property, Queue the queue, Subject the
 // routing key, Redelivered the broker's flag, Attempt the x-delivery-count header of quorum queues plus
-// one (else 2 when redelivered, 1 otherwise). Decisions are settled as
+// one (else 2 when redelivered, with AttemptsUncounted, and 1 otherwise). Decisions are settled as
 //
 //	msgx.Ack         basic.ack (after the outcome is durable)
 //	msgx.Retry       the delivery is held unacknowledged for the delay, then basic.nack with requeue:
@@ -20,6 +20,18 @@
 // requeued it); a message published twice arrives twice with the flag unset. So the guard checks every
 // delivery, flagged or not. RabbitMQ has no publish-side deduplication: publishers that retry publish
 // duplicates, which the guard acknowledges without running.
+//
+// # Queue types
+//
+// Use quorum queues ("x-queue-type": "quorum" in [Declare]'s args). They count deliveries, so
+// Attempt is exact, retry delays grow from msgx.Options.RetryDelay to MaxRetryDelay and any
+// msgx.Options.MaxAttempts works. Classic queues keep no count: every redelivery is Attempt 2. There,
+// a retry after a redelivery waits MaxRetryDelay (the backoff cannot grow), MaxAttempts 0 (no limit),
+// 1 and 2 work, and a larger MaxAttempts — which could never be reached — is refused at the queue's
+// first redelivery: the delivery is requeued and Consume returns an error wrapping
+// msgx.ErrMisconfigured. (RabbitMQ reports the count only on redeliveries, so the queue type cannot be
+// told before one.) A quorum queue's own x-delivery-limit, if set, drops or dead-letters a message
+// past it: keep MaxAttempts below it.
 //
 // A queue without a dead-letter exchange drops what is dead-lettered; [Declare] sets one up. Publish
 // persistent messages with publisher confirms for them to survive a broker restart.

@@ -60,7 +60,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer ch.Close()
-	topo, err := amqp.Declare(ch, "payments", nil) // payments, with payments.dlx → payments.dlq
+	// A quorum queue counts deliveries: msgx's backoff grows and MaxAttempts works (see the package doc).
+	topo, err := amqp.Declare(ch, "payments", amqp091.Table{"x-queue-type": "quorum"}) // payments, with payments.dlx → payments.dlq
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,7 +16,8 @@ type Topology struct {
 
 // Declare declares, on ch, a durable queue named queue whose rejected messages go to a durable fanout
 // exchange "<queue>.dlx" and from there to a durable queue "<queue>.dlq". args are further queue
-// arguments (for example "x-queue-type": "quorum"); an x-dead-letter-exchange in them is an error.
+// arguments ("x-queue-type": "quorum" is recommended: see Queue types in the package doc); an
+// x-dead-letter-exchange in them is an error.
 // Declaring again with the same arguments changes nothing; with different ones RabbitMQ closes the
 // channel with PRECONDITION_FAILED.
 func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, error) {

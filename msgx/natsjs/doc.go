@@ -14,6 +14,13 @@
 //	msgx.DeadLetter  a copy published to Options.DeadLetterSubject (awaiting the stream's ack), then
 //	                 Term; without a dead-letter subject only Term (an advisory reports it)
 //
+// The copy keeps the data and headers, with the original's Nats-* headers renamed Idemkit-Orig-*
+// (Nats-Msg-Id becomes Idemkit-Orig-Msg-Id): JetStream would act on them when the copy is published
+// (a Nats-Expected-Stream made the dead-letter stream refuse it). Its own Nats-Msg-Id names the
+// dead-lettering — consumer, stream sequence, stored time, outcome — so that the dead-letter stream
+// deduplicates a publish repeated after a lost ack and nothing else; a duplicate ack is taken for the
+// stored dead letter only when the message under that id is the same dead-lettering.
+//
 // The consumer must use AckPolicy explicit; its AckWait must exceed the handler's longest run plus the
 // time a message waits in the client's buffer (Options.MaxMessages), or the server redelivers it while
 // it is still running (harmless: the guard answers InFlight or Duplicate, but it costs work).

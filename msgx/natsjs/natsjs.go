@@ -3,10 +3,13 @@ package natsjs
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,12 +27,21 @@ const (
 
 // Headers the adapter sets on a dead-lettered copy.
 const (
-	HeaderOutcome       = "Idemkit-Outcome"    // the msgx.Outcome: rejected, poison, gave-up
-	HeaderError         = "Idemkit-Error"      // the error, at most 1 KiB
-	HeaderSubject       = "Idemkit-Subject"    // the subject the message was published to
-	HeaderStreamSeq     = "Idemkit-Stream-Seq" // its sequence in the stream
-	HeaderQueue         = "Idemkit-Queue"      // "<stream>/<consumer>"
-	maxDeadLetterErrLen = 1024
+	HeaderOutcome   = "Idemkit-Outcome"    // the msgx.Outcome: rejected, poison, gave-up
+	HeaderError     = "Idemkit-Error"      // the error, at most 1 KiB
+	HeaderSubject   = "Idemkit-Subject"    // the subject the message was published to
+	HeaderStreamSeq = "Idemkit-Stream-Seq" // its sequence in the stream
+	HeaderQueue     = "Idemkit-Queue"      // "<stream>/<consumer>"
+	// HeaderOriginalPrefix replaces the "Nats-" of the original's Nats-* headers on the copy:
+	// Nats-Msg-Id becomes Idemkit-Orig-Msg-Id, Nats-Expected-Stream Idemkit-Orig-Expected-Stream.
+	// JetStream acts on Nats-* headers when a message is published (Nats-Msg-Id,
+	// Nats-Expected-Stream, Nats-Expected-Last-Sequence, Nats-Rollup, Nats-TTL, …): copied as they
+	// are they would make the dead-letter stream refuse or deduplicate the copy, or act on its other
+	// messages. The new name does not contain the old one: a server before 2.10 looks a header up by
+	// its first occurrence in the header block, so Idemkit-Orig-Nats-Msg-Id could hide the copy's own
+	// Nats-Msg-Id.
+	HeaderOriginalPrefix = "Idemkit-Orig-"
+	maxDeadLetterErrLen  = 1024
 )
 
 // Options configure [Consume]. The zero value works: one worker, dead-lettered messages terminated
@@ -42,12 +54,16 @@ type Options struct {
 	// the workers. Messages waiting for a worker count against the consumer's AckWait, so keep it
 	// small. Defaults to Workers.
 	MaxMessages int
-	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (with its headers,
-	// the Nats-Msg-Id of the original or "<stream>:<seq>", and the Idemkit-* headers saying why),
-	// published through JetStream and acknowledged by a stream before the original is terminated.
-	// A stream must capture the subject. Defaults to "": the message is only terminated (Term), which
-	// JetStream reports on $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>; it stays
-	// in a limits-retention stream but leaves a work-queue stream.
+	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (its data, its
+	// headers — Nats-* ones renamed, see HeaderOriginalPrefix — and the Idemkit-* headers saying
+	// why), published through JetStream and acknowledged by a stream before the original is
+	// terminated. A stream must capture the subject. The copy's Nats-Msg-Id names this dead-lettering
+	// ("<stream>/<consumer>:<stream seq>:<stored time>:<outcome>"): a publish repeated after a lost
+	// ack, or the same message dead-lettered again after a lost Term, is deduplicated by the
+	// dead-letter stream, while another message with the same id is a dead letter of its own.
+	// Defaults to "": the message is only terminated (Term), which JetStream reports on
+	// $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>; it stays in a limits-retention
+	// stream but leaves a work-queue stream.
 	DeadLetterSubject string
 	// PublishTimeout bounds a dead-letter publish. Defaults to DefaultPublishTimeout (5s).
 	PublishTimeout time.Duration
@@ -70,8 +86,11 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // It blocks until ctx is done or the consumer stops (deleted, connection closed), waits for the
 // handlers that are running (their context is ctx), and returns nil when ctx ended it, otherwise the
 // error that stopped it; other pull failures (a missed heartbeat, a timeout) are logged and retried.
-// Messages fetched and not handled are redelivered by the server after the consumer's AckWait. It
-// returns ErrAckPolicy when cons does not use explicit acks and an error for invalid options.
+// A decision whose error wraps msgx.ErrMisconfigured (the queue "<stream>/<consumer>" cannot be the
+// record's scope: set msgx.Options.Scope) stops it too: that message is given back with
+// NakWithDelay, and Consume returns the error. Messages fetched and not handled are redelivered by
+// the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit
+// acks and an error for invalid options.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
 	if cons == nil || h == nil {
 		return errors.New("natsjs: nil consumer or handler")
@@ -94,6 +113,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	// next batch is asked for once this one is handed out, so at most MaxMessages wait for a worker. Fetch rather than the Messages iterator: under load
 	// the iterator can skip refilling its pull request and stall until the request expires (30s).
 	work := make(chan jetstream.Msg)
+	// stopping ends when ctx does, or when a decision says the consumer is misconfigured.
+	stopping, misconfigured := context.WithCancelCause(ctx)
+	defer misconfigured(nil)
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Go(func() {
@@ -104,12 +126,18 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 					o.Observe(m, d)
 				}
 				s.settle(jm, m, d)
+				if errors.Is(d.Err, msgx.ErrMisconfigured) {
+					misconfigured(fmt.Errorf("natsjs: consuming %s: %w", s.queue, d.Err))
+				}
 			}
 		})
 	}
-	err = s.pull(ctx, cons, work)
+	err = s.pull(stopping, cons, work)
 	close(work)
 	wg.Wait()
+	if cause := context.Cause(stopping); errors.Is(cause, msgx.ErrMisconfigured) {
+		return cause
+	}
 	return err
 }
 
@@ -224,8 +252,9 @@ func (s *settler) settle(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) {
 // deadLetter publishes a copy to the dead-letter subject (when configured) and terminates jm. When
 // the copy cannot be published, jm is redelivered later instead, so it is never lost.
 func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) error {
+	md, mderr := jm.Metadata()
 	seq := ""
-	if md, err := jm.Metadata(); err == nil {
+	if mderr == nil {
 		seq = strconv.FormatUint(md.Sequence.Stream, 10)
 	}
 	reason := ""
@@ -243,11 +272,20 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 	out := nats.NewMsg(s.opts.DeadLetterSubject)
 	out.Data = jm.Data()
 	for k, v := range jm.Headers() {
-		out.Header[k] = append([]string(nil), v...)
+		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
+			k = HeaderOriginalPrefix + k[5:]
+		}
+		out.Header[k] = append(out.Header[k], v...)
 	}
-	id := m.ID
-	if id == "" {
-		id = s.queue + ":" + seq
+	// The copy's id names this dead-lettering: the consumer, the message's place in its stream (its
+	// stored time tells a recreated stream's sequence apart) and the outcome.
+	id := ""
+	if mderr == nil {
+		id = fmt.Sprintf("%s:%d:%d:%s", s.queue, md.Sequence.Stream, md.Timestamp.UnixNano(), d.Outcome)
+	} else {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id = s.queue + ":" + hex.EncodeToString(b[:]) // no metadata: unique, never deduplicated
 	}
 	out.Header.Set(jetstream.MsgIDHeader, id)
 	out.Header.Set(HeaderOutcome, d.Outcome.String())
@@ -257,12 +295,43 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 	out.Header.Set(HeaderQueue, s.queue)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.PublishTimeout)
 	defer cancel()
-	if _, err := s.js.PublishMsg(ctx, out); err != nil {
+	ack, err := s.js.PublishMsg(ctx, out)
+	if err == nil && ack.Duplicate {
+		err = s.sameDeadLetter(ctx, ack, out)
+	}
+	if err != nil {
 		delay := max(d.Delay, time.Second)
 		return errors.Join(fmt.Errorf("publishing to dead-letter subject %s, redelivering in %s: %w", s.opts.DeadLetterSubject, delay, err),
 			jm.NakWithDelay(delay))
 	}
 	s.opts.Logger.Warn("natsjs: message dead-lettered", "queue", s.queue, "subject", m.Subject, "to", s.opts.DeadLetterSubject,
-		"stream_seq", seq, "outcome", d.Outcome.String(), "error", reason)
+		"stream_seq", seq, "outcome", d.Outcome.String(), "error", reason, "duplicate", ack.Duplicate)
 	return jm.Term()
+}
+
+// sameDeadLetter checks a dead letter the stream acknowledged as a duplicate of its id: it stands for
+// out only when the stored message is the same dead-lettering (a publish of ours repeated after a
+// lost ack, or the message dead-lettered again after a lost Term): same consumer, stream sequence
+// and outcome. One gone since (a work-queue stream consumed it, limits removed it) was ours too: the
+// id is unique to this dead-lettering. Anything else, including a failure to read it, is an error,
+// and the original is redelivered rather than terminated.
+func (s *settler) sameDeadLetter(ctx context.Context, ack *jetstream.PubAck, out *nats.Msg) error {
+	stream, err := s.js.Stream(ctx, ack.Stream)
+	if err != nil {
+		return fmt.Errorf("dead letter %q acknowledged as a duplicate, reading stream %s: %w", out.Header.Get(jetstream.MsgIDHeader), ack.Stream, err)
+	}
+	stored, err := stream.GetMsg(ctx, ack.Sequence)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("dead letter %q acknowledged as a duplicate of %s:%d, reading it: %w", out.Header.Get(jetstream.MsgIDHeader), ack.Stream, ack.Sequence, err)
+	}
+	for _, h := range [...]string{HeaderQueue, HeaderStreamSeq, HeaderOutcome} {
+		if stored.Header.Get(h) != out.Header.Get(h) {
+			return fmt.Errorf("dead letter %q acknowledged as a duplicate of %s:%d, another message (%s %q, not %q)",
+				out.Header.Get(jetstream.MsgIDHeader), ack.Stream, ack.Sequence, h, stored.Header.Get(h), out.Header.Get(h))
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -184,14 +185,14 @@ func TestConsumeSettlesEveryOutcome(t *testing.T) {
 	f.mu.Unlock()
 	f.drained(t)
 
-	// The dead-letter stream holds the rejected message (its duplicate deduplicated by the dead-letter
-	// stream's own window, as both carry its id) and the poison one, with the reasons.
+	// The dead-letter stream holds both copies of the rejected message (two messages in the stream,
+	// two dead letters, though they share an id) and the poison one, with the reasons.
 	info, err := f.dlqS.Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 2 {
-		t.Fatalf("dead-letter stream holds %d messages, want 2", info.State.Msgs)
+	if info.State.Msgs != 3 {
+		t.Fatalf("dead-letter stream holds %d messages, want 3", info.State.Msgs)
 	}
 	outcomes := map[string]string{}
 	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
@@ -199,13 +200,201 @@ func TestConsumeSettlesEveryOutcome(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outcomes[raw.Header.Get(natsjs.HeaderOutcome)] = raw.Header.Get(natsjs.HeaderError)
+		if o := raw.Header.Get(natsjs.HeaderOutcome); outcomes[o] == "" {
+			outcomes[o] = raw.Header.Get(natsjs.HeaderError) // the first of each
+		}
 		if raw.Header.Get(natsjs.HeaderSubject) != f.stream+".orders" || raw.Header.Get(natsjs.HeaderStreamSeq) == "" {
 			t.Errorf("dead letter headers %v", raw.Header)
 		}
 	}
 	if outcomes["rejected"] != "order is invalid" || outcomes["poison"] != msgx.ErrNoKey.Error() {
 		t.Errorf("dead letters: %v", outcomes)
+	}
+}
+
+// dead returns the dead-letter stream's messages.
+func (f *fixture) dead(t *testing.T) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	info, err := f.dlqS.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		raw, err := f.dlqS.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, raw)
+	}
+	return out
+}
+
+// The original's JetStream headers (publish expectations, its Nats-Msg-Id) are kept on the dead
+// letter under Idemkit-Orig- names: copied as they are, Nats-Expected-Stream made the dead-letter
+// stream refuse every copy (error 10060) and the message loop through NakWithDelay.
+func TestDeadLetterRenamesJetStreamHeaders(t *testing.T) {
+	f := setup(t, nil)
+	m := nats.NewMsg(f.stream + ".orders")
+	m.Data = []byte("order exp-1")
+	m.Header.Set("Kind", "perm")
+	m.Header.Set("Nats-Expected-Last-Subject-Sequence", "0")
+	if _, err := f.js.PublishMsg(context.Background(), m, jetstream.WithMsgID("exp-1"), jetstream.WithExpectStream(f.stream)); err != nil {
+		t.Fatal(err)
+	}
+	ds := f.run(t, 1, &natsjs.Options{DeadLetterSubject: f.dlq})
+	if ds[0].d.Outcome != msgx.Rejected {
+		t.Fatalf("decision %v", ds[0].d)
+	}
+	f.drained(t)
+	dead := f.dead(t)
+	if len(dead) != 1 {
+		t.Fatalf("dead-letter stream holds %d messages, want 1", len(dead))
+	}
+	h := dead[0].Header
+	for name, want := range map[string]string{
+		"Kind":                         "perm",
+		"Idemkit-Orig-Msg-Id":          "exp-1",
+		"Idemkit-Orig-Expected-Stream": f.stream,
+		"Idemkit-Orig-Expected-Last-Subject-Sequence": "0",
+		"Nats-Expected-Stream":                        "",
+		"Nats-Expected-Last-Subject-Sequence":         "",
+		natsjs.HeaderOutcome:                          "rejected",
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("dead letter header %s = %q, want %q (headers %v)", name, got, want, h)
+		}
+	}
+	if id := h.Get(jetstream.MsgIDHeader); id == "exp-1" || id == "" {
+		t.Errorf("dead letter's Nats-Msg-Id %q, want its own", id)
+	}
+}
+
+// A message id reused for another message is dead-lettered again: the first dead letter's id in
+// the dead-letter stream's duplicate window silently swallowed the second (the original terminated,
+// nothing stored).
+func TestDeadLetterPerMessageNotPerID(t *testing.T) {
+	f := setup(t, &msgx.Options{Fingerprint: msgx.DataFingerprint})
+	f.publish(t, "x-1", "perm")
+	time.Sleep(150 * time.Millisecond) // past the stream's duplicate window
+	m := nats.NewMsg(f.stream + ".orders")
+	m.Data = []byte("another payload")
+	if _, err := f.js.PublishMsg(context.Background(), m, jetstream.WithMsgID("x-1")); err != nil {
+		t.Fatal(err)
+	}
+	var outs []msgx.Outcome
+	for _, d := range f.run(t, 2, &natsjs.Options{DeadLetterSubject: f.dlq}) {
+		outs = append(outs, d.d.Outcome)
+	}
+	if len(outs) != 2 || outs[0] != msgx.Rejected || outs[1] != msgx.Poison {
+		t.Fatalf("outcomes %v, want rejected then poison", outs)
+	}
+	f.drained(t)
+	dead := f.dead(t)
+	if len(dead) != 2 {
+		t.Fatalf("dead-letter stream holds %d messages, want 2", len(dead))
+	}
+	for i, o := range []string{"rejected", "poison"} {
+		if got := dead[i].Header.Get(natsjs.HeaderOutcome); got != o || dead[i].Header.Get("Idemkit-Orig-Msg-Id") != "x-1" {
+			t.Errorf("dead letter %d: %v, want %s of x-1", i, dead[i].Header, o)
+		}
+	}
+}
+
+// A dead letter the dead-letter stream reports as a duplicate counts as stored only when it is the
+// same dead-lettering (a publish of ours repeated after a lost ack): the same message of the same
+// consumer, with the same outcome. Another message stored under its id is not: the original is
+// redelivered rather than terminated.
+func TestDeadLetterDuplicateMustBeTheSameDeadLetter(t *testing.T) {
+	f := setup(t, nil)
+	ctx := context.Background()
+	f.publish(t, "dup-1", "perm")
+	f.publish(t, "dup-2", "perm")
+	stream, err := f.js.Stream(ctx, f.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := f.stream + "/worker"
+	// What the adapter publishes for each (the id names the consumer, the stream sequence and stored
+	// time, and the outcome): dup-1's as if an earlier publish of ours was stored and its ack lost,
+	// dup-2's id taken by another message.
+	for seq, h := range map[uint64]nats.Header{
+		1: {natsjs.HeaderQueue: {queue}, natsjs.HeaderStreamSeq: {"1"}, natsjs.HeaderOutcome: {"rejected"}},
+		2: {"Other": {"yes"}},
+	} {
+		raw, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(f.dlq)
+		m.Header = h
+		id := fmt.Sprintf("%s:%d:%d:rejected", queue, seq, raw.Time.UnixNano())
+		ack, err := f.js.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.Duplicate {
+			t.Fatalf("%s: a duplicate", id)
+		}
+	}
+	ds := f.run(t, 3, &natsjs.Options{DeadLetterSubject: f.dlq})
+	attempts := map[string][]int{}
+	for _, d := range ds {
+		if d.d.Outcome != msgx.Rejected {
+			t.Errorf("decision %v", d.d)
+		}
+		attempts[d.m.ID] = append(attempts[d.m.ID], d.m.Attempt)
+	}
+	// dup-1: terminated on its first delivery; dup-2: redelivered (NakWithDelay 1s), not terminated.
+	if len(attempts["dup-1"]) != 1 || len(attempts["dup-2"]) != 2 || attempts["dup-2"][1] != 2 {
+		t.Errorf("attempts %v, want dup-1 once and dup-2 redelivered", attempts)
+	}
+	if n := len(f.dead(t)); n != 2 {
+		t.Errorf("dead-letter stream holds %d messages, want the 2 published before", n)
+	}
+}
+
+// A consumer whose "<stream>/<consumer>" cannot be the record's scope (longer than the Guard's
+// MaxKeyLen) stops at its first message, which is given back: it made every message Poison and
+// dead-lettered them all.
+func TestConsumeStopsWhenTheQueueCannotBeTheScope(t *testing.T) {
+	f := setup(t, nil)
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{MaxKeyLen: len(f.stream) + 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.mg, err = msgx.New(g, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.publish(t, "cfg-1", "")
+	f.publish(t, "cfg-2", "")
+	done := make(chan error, 1)
+	go func() {
+		done <- natsjs.Consume(context.Background(), f.js, f.cons, f.handler(), &natsjs.Options{DeadLetterSubject: f.dlq})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, msgx.ErrMisconfigured) {
+			t.Fatalf("Consume: %v, want ErrMisconfigured", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not stop")
+	}
+	f.mu.Lock()
+	if len(f.runs) != 0 {
+		t.Errorf("handler runs %v, want none", f.runs)
+	}
+	f.mu.Unlock()
+	if n := len(f.dead(t)); n != 0 {
+		t.Errorf("%d messages dead-lettered, want none", n)
+	}
+	info, err := f.cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending+uint64(info.NumAckPending) != 2 {
+		t.Errorf("consumer has %d undelivered and %d unacknowledged messages, want both messages kept", info.NumPending, info.NumAckPending)
 	}
 }
 
