@@ -124,13 +124,16 @@ func (b *natsBroker) deadLetters(ctx context.Context) ([]deadLetter, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, parseDeadLetter(raw.Header.Get(jetstream.MsgIDHeader), raw.Data, raw.Header.Get(natsjs.HeaderOutcome)))
+		// The copy has a Nats-Msg-Id of its own (one per dead-lettering); the original's is kept
+		// under natsjs.HeaderOriginalPrefix.
+		id := raw.Header.Get(natsjs.HeaderOriginalPrefix + "Msg-Id")
+		out = append(out, parseDeadLetter(id, raw.Data, raw.Header.Get(natsjs.HeaderOutcome)))
 	}
 	return out, nil
 }
 
-// parseDeadLetter identifies a dead letter: a poison message by its body (the adapter gives it a
-// "<stream>/<consumer>:<seq>" id), others by their id.
+// parseDeadLetter identifies a dead letter: a poison message by its body (it may have no id of its
+// own, or one the adapter gave it, "<stream>/<consumer>:<seq>"), others by their id.
 func parseDeadLetter(id string, payload []byte, outcome string) deadLetter {
 	var bd body
 	_ = json.Unmarshal(payload, &bd)
