@@ -41,9 +41,9 @@ type captureWriter struct {
 	// lost is the first error writing the body to the client; nothing more is sent to it then.
 	lost error
 	// sniff: the handler set no Content-Type (nor Transfer-Encoding) by the time it sent the status,
-	// so the type is sniffed from the body as net/http does, from the bytes written before the first
-	// flush; typed: that was done.
-	sniff, typed bool
+	// and the type is still to be sniffed from the body as net/http does, from the bytes written
+	// before the first flush (settleType clears it).
+	sniff bool
 }
 
 // start records the allow-listed header fields outer middleware set before the handler runs.
@@ -144,8 +144,8 @@ func (cw *captureWriter) FlushError() error {
 	header, encoded := cw.changes()
 	err := http.NewResponseController(cw.w).Flush()
 	if err == nil {
-		// Headers sent with no body: net/http sniffs no type from nothing.
-		cw.wrote, cw.status, cw.header, cw.encoded, cw.typed = true, http.StatusOK, header, encoded, true
+		// Headers sent with no body: net/http sniffs no type from nothing (sniff stays unset).
+		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, header, encoded
 	}
 	return err
 }
@@ -174,10 +174,10 @@ func (cw *captureWriter) commit(code int) {
 // bytes written before the first flush (or the end), when there are any. The middleware leaves the
 // client's response to net/http, so the client and the replays get the same type.
 func (cw *captureWriter) settleType() {
-	if !cw.sniff || cw.typed {
+	if !cw.sniff {
 		return
 	}
-	cw.typed = true
+	cw.sniff = false
 	if len(cw.body) > 0 && bodyAllowed(cw.status) {
 		cw.header = append(cw.header, headerField{name: "Content-Type", value: http.DetectContentType(cw.body)})
 	}
