@@ -81,6 +81,18 @@ type submitted struct {
 	err error
 }
 
+// heldSubmit starts a saga whose submit a gateway holds until release is closed, and returns once the
+// submit is at the gateway: the call, its outcome to come and its record's gid.
+func (k *bank) heldSubmit(t *testing.T) (release chan struct{}, c idemkit.Call, done <-chan submitted, gid string) {
+	t.Helper()
+	release, seen := make(chan struct{}), make(chan string, 1)
+	p := dtmserver.NewProxy(t, k.srv, onPost("submit", dtmserver.ProxyAction{Hold: release}, seen))
+	c = newCall()
+	done = k.submitAsync(k.via(p.URL()), c)
+	wait(t, "the submit at the gateway", seen)
+	return release, c, done, k.record(t, c).GID
+}
+
 func (k *bank) submitAsync(init *saga.Initiator, c idemkit.Call) <-chan submitted {
 	done := make(chan submitted, 1)
 	go func() {
@@ -109,12 +121,7 @@ func wait[T any](t *testing.T, what string, ch <-chan T) T {
 func TestLateSubmitAfterFenceIsRefused(t *testing.T) {
 	t.Parallel()
 	k := newBank(t, nil)
-	release, seen := make(chan struct{}), make(chan string, 1)
-	p := dtmserver.NewProxy(t, k.srv, onPost("submit", dtmserver.ProxyAction{Hold: release}, seen))
-	c := newCall()
-	done := k.submitAsync(k.via(p.URL()), c)
-	wait(t, "the submit at the gateway", seen)
-	gid := k.record(t, c).GID
+	release, c, done, gid := k.heldSubmit(t)
 
 	n, events := k.reconcileLate(t)
 	if n != 1 || len(events) != 1 || !events[0].Fenced || events[0].Status != txstatus.Failed {
@@ -356,12 +363,7 @@ func (b *beforeAbort) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestSubmitBetweenFencePrepareAndAbortRanNothing(t *testing.T) {
 	t.Parallel()
 	k := newBank(t, nil)
-	release, seen := make(chan struct{}), make(chan string, 1)
-	p := dtmserver.NewProxy(t, k.srv, onPost("submit", dtmserver.ProxyAction{Hold: release}, seen))
-	c := newCall()
-	done := k.submitAsync(k.via(p.URL()), c)
-	wait(t, "the submit at the gateway", seen)
-	gid := k.record(t, c).GID
+	release, c, done, gid := k.heldSubmit(t)
 
 	rc := k.reconciler()
 	rc.Manager = &txstatus.Client{Server: k.srv.URL(), PollInterval: 50 * time.Millisecond, HTTP: &http.Client{Timeout: settleTimeout,
