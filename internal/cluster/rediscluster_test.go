@@ -76,15 +76,18 @@ func (w *slotWatch) check(t *testing.T, want int64) {
 	}
 }
 
-// counter is an idemkit.Observer counting outcomes and fail-open events.
+// counter is an idemkit.Observer counting outcomes, fail-open events and ErrLockUnavailable answers.
 type counter struct {
-	failOpen, cached, executed, replayed, conflicts atomic.Int64
+	failOpen, lockErrs, cached, executed, replayed, conflicts atomic.Int64
 }
 
 func (c *counter) Start(ctx context.Context, _ idemkit.Mode, _ string) (context.Context, func(*idemkit.Event)) {
 	return ctx, func(ev *idemkit.Event) {
 		if ev.FailOpen {
 			c.failOpen.Add(1)
+		}
+		if errors.Is(ev.Err, idemkit.ErrLockUnavailable) {
+			c.lockErrs.Add(1)
 		}
 		if ev.Conflict {
 			c.conflicts.Add(1)
@@ -319,7 +322,19 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 	var mu sync.Mutex
 	runs := map[string]int{}
 	var seq atomic.Int64
-	var failovers []time.Duration
+	var failovers, holds []time.Duration
+	// met counts the calls that met a dead master: fail-open calls, or ErrLockUnavailable answers
+	// without FailOpen.
+	met := func() int64 {
+		if failOpen {
+			return obs.failOpen.Load()
+		}
+		return obs.lockErrs.Load()
+	}
+	// A round holds the replica back until wantMet calls have met the dead master (the first do
+	// 1.3–2.5 s after the kill here), at most maxHold: well within the 20 s past which the replica
+	// would refuse to be elected (see HoldFailover).
+	const wantMet, maxHold = 5, 12 * time.Second
 	s := storm{
 		Procs: procs, Dup: 4, Workers: 16,
 		Before: sc.pick(150, 1500), After: sc.pick(150, 3000),
@@ -340,7 +355,12 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 			return classify(err)
 		},
 		// One failover in the quick run; at full scale every master in turn (the last one
-		// killed is a replica promoted by an earlier failover).
+		// killed is a replica promoted by an earlier failover). The victim's replica is held back
+		// until the Guards have met the dead master: go-redis retries a command for about as long
+		// as a 1 s cluster-node-timeout failover takes (dial retries × redirects), so left alone a
+		// replica can take over before any call sees an error, and the storm proves nothing about
+		// a Redis failure. In production the detection alone (cluster-node-timeout, 15 s by
+		// default) outlasts those retries.
 		Fault: func(ctx context.Context) error {
 			for round := range sc.pick(1, 3) {
 				roles, err := c.Topology(ctx)
@@ -356,17 +376,32 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 						}
 					}
 				}
-				t0 := time.Now()
-				if err := victim.Kill(); err != nil {
-					return err
-				}
 				fctx, cancel := context.WithTimeout(ctx, time.Minute)
 				defer cancel()
+				release, err := c.HoldFailover(fctx, victim)
+				if err != nil {
+					return err
+				}
+				t0 := time.Now()
+				before := met()
+				if err := victim.Kill(); err != nil {
+					return errors.Join(err, release(fctx))
+				}
+				for met()-before < wantMet && time.Since(t0) < maxHold {
+					time.Sleep(20 * time.Millisecond)
+				}
+				held := time.Since(t0)
+				holds = append(holds, held.Round(time.Millisecond))
+				if err := release(fctx); err != nil {
+					return err
+				}
+				if held >= maxHold {
+					return fmt.Errorf("round %d: %d calls met the dead master %s in %s, want %d", round, met()-before, victim.Addr(), maxHold, wantMet)
+				}
 				if err := c.WaitFailover(fctx, victim); err != nil {
 					return err
 				}
-				took := time.Since(t0)
-				failovers = append(failovers, took.Round(time.Millisecond))
+				failovers = append(failovers, time.Since(t0).Round(time.Millisecond))
 				if err := victim.Restart(fctx); err != nil {
 					return err
 				}
@@ -378,7 +413,7 @@ func testFailoverStorm(t *testing.T, c *cluster.RedisCluster, newClient func(*te
 		},
 	}
 	res := s.run(t, "k")
-	t.Logf("%s; failovers (kill -9 of a master to a healthy cluster): %v", res, failovers)
+	t.Logf("%s; failovers (kill -9 of a master to a healthy cluster): %v, the replica held for the first %v", res, failovers, holds)
 	t.Logf("executed %d, replayed %d (%d from the cache), insert conflicts %d, fail-open events %d",
 		obs.executed.Load(), obs.replayed.Load(), obs.cached.Load(), obs.conflicts.Load(), obs.failOpen.Load())
 

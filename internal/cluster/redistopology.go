@@ -261,6 +261,34 @@ func (c *RedisCluster) WaitFailover(ctx context.Context, failed *RedisNode) erro
 	}
 }
 
+// HoldFailover stops master's replicas from taking its slots over on their own
+// (cluster-replica-no-failover yes), so a killed master stays down until the caller has seen what it
+// waits for; the returned release lets them again, and the first of them elected takes over. Keep the
+// hold short: a replica whose master has been silent for longer than ten cluster-node-timeouts
+// (cluster-replica-validity-factor) plus repl-ping-replica-period (10 s) refuses to be elected.
+func (c *RedisCluster) HoldFailover(ctx context.Context, master *RedisNode) (release func(context.Context) error, err error) {
+	replicas, err := c.ReplicasOf(ctx, master)
+	if err != nil {
+		return nil, err
+	}
+	if len(replicas) == 0 {
+		return nil, fmt.Errorf("cluster: %s has no running replica", master.Addr())
+	}
+	set := func(ctx context.Context, v string) error {
+		var errs []error
+		for _, r := range replicas {
+			if _, err := r.Do(ctx, "CONFIG", "SET", "cluster-replica-no-failover", v); err != nil {
+				errs = append(errs, fmt.Errorf("cluster: %s: CONFIG SET cluster-replica-no-failover %s: %w", r.Addr(), v, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if err := set(ctx, "yes"); err != nil {
+		return nil, errors.Join(err, set(context.WithoutCancel(ctx), "no"))
+	}
+	return func(ctx context.Context) error { return set(ctx, "no") }, nil
+}
+
 // Failover asks replica to take its master's slots over with CLUSTER FAILOVER (a coordinated
 // switch: the master stops writes until the replica caught up, so nothing acknowledged is lost) and
 // waits until it serves them and the cluster is healthy.
