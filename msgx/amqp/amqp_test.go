@@ -217,7 +217,19 @@ func TestConsumeReportsAClosedChannel(t *testing.T) {
 	ch := testbroker.Channel(t, f.conn)
 	done := make(chan error, 1)
 	go func() { done <- amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), nil) }()
-	time.Sleep(100 * time.Millisecond)
+	// Closed once Consume consumes (closed before, its Qos or Consume call fails instead).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		q, err := f.pub.QueueDeclarePassive(f.topo.Queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Consumers == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue has %d consumers 10 s after Consume started, want 1", q.Consumers)
+		}
+	}
 	_ = ch.Close()
 	select {
 	case err := <-done:

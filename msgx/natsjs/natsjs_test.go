@@ -84,21 +84,48 @@ func (f *fixture) handler() msgx.HandleFunc {
 
 func (f *fixture) publish(t *testing.T, id, kind string) {
 	t.Helper()
-	m := nats.NewMsg(f.stream + ".orders")
-	m.Data = []byte("order " + id)
-	if kind != "" {
-		m.Header.Set("Kind", kind)
-	}
-	var opts []jetstream.PublishOpt
-	if id != "" {
-		opts = append(opts, jetstream.WithMsgID(id))
-	}
-	ack, err := f.js.PublishMsg(context.Background(), m, opts...)
+	ack, err := f.js.PublishMsg(context.Background(), f.msg(id, kind), f.msgID(id)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ack.Duplicate {
 		t.Fatalf("JetStream dropped %s as a duplicate inside its window", id)
+	}
+}
+
+func (f *fixture) msg(id, kind string) *nats.Msg {
+	m := nats.NewMsg(f.stream + ".orders")
+	m.Data = []byte("order " + id)
+	if kind != "" {
+		m.Header.Set("Kind", kind)
+	}
+	return m
+}
+
+func (f *fixture) msgID(id string) []jetstream.PublishOpt {
+	if id == "" {
+		return nil
+	}
+	return []jetstream.PublishOpt{jetstream.WithMsgID(id)}
+}
+
+// publishAgain publishes m under an id published before, once the stream's duplicate window (100
+// ms) has let the id go. The server forgets ids on a purge timer, not on lookup, so a publish well
+// past the window can still be answered Duplicate (nothing stored): it is published again until
+// stored, for at most 10 s.
+func (f *fixture) publishAgain(t *testing.T, m *nats.Msg, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+		ack, err := f.js.PublishMsg(context.Background(), m, f.msgID(id)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ack.Duplicate {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream still holds %s as a duplicate 10 s after its 100 ms window", id)
+		}
 	}
 }
 
@@ -157,9 +184,9 @@ func TestConsumeSettlesEveryOutcome(t *testing.T) {
 	f.publish(t, "perm-1", "perm")
 	f.publish(t, "", "") // no Nats-Msg-Id: poison
 	f.publish(t, "flaky-1", "flaky")
-	time.Sleep(150 * time.Millisecond) // past JetStream's duplicate window
-	f.publish(t, "ok-1", "")           // the same id again: idemkit's duplicate
-	f.publish(t, "perm-1", "perm")
+	// The same ids again, past JetStream's duplicate window: idemkit's duplicates.
+	f.publishAgain(t, f.msg("ok-1", ""), "ok-1")
+	f.publishAgain(t, f.msg("perm-1", "perm"), "perm-1")
 
 	got := map[string][]msgx.Outcome{}
 	for _, d := range f.run(t, 7, &natsjs.Options{Workers: 2, DeadLetterSubject: f.dlq}) {
@@ -277,12 +304,9 @@ func TestDeadLetterRenamesJetStreamHeaders(t *testing.T) {
 func TestDeadLetterPerMessageNotPerID(t *testing.T) {
 	f := setup(t, &msgx.Options{Fingerprint: msgx.DataFingerprint})
 	f.publish(t, "x-1", "perm")
-	time.Sleep(150 * time.Millisecond) // past the stream's duplicate window
 	m := nats.NewMsg(f.stream + ".orders")
 	m.Data = []byte("another payload")
-	if _, err := f.js.PublishMsg(context.Background(), m, jetstream.WithMsgID("x-1")); err != nil {
-		t.Fatal(err)
-	}
+	f.publishAgain(t, m, "x-1") // past the stream's duplicate window
 	var outs []msgx.Outcome
 	for _, d := range f.run(t, 2, &natsjs.Options{DeadLetterSubject: f.dlq}) {
 		outs = append(outs, d.d.Outcome)
@@ -441,8 +465,7 @@ func TestPublishDedupeWindowAgainstIdemkit(t *testing.T) {
 	if a1.Duplicate || !a2.Duplicate || a2.Sequence != a1.Sequence {
 		t.Fatalf("inside the window: acks %+v %+v, want the second dropped as a duplicate", a1, a2)
 	}
-	time.Sleep(150 * time.Millisecond)
-	f.publish(t, "w-1", "") // after the window JetStream stores it again
+	f.publishAgain(t, f.msg("w-1", ""), "w-1") // after the window JetStream stores it again
 	var outs []msgx.Outcome
 	for _, d := range f.run(t, 2, nil) {
 		outs = append(outs, d.d.Outcome)
