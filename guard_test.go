@@ -348,9 +348,11 @@ func TestEventsCoverOutcomes(t *testing.T) {
 // TestWatchdogKeepsClaim: with the watchdog on, a function running several leases keeps its claim:
 // duplicates stay in flight and its result is recorded, not fenced.
 func TestWatchdogKeepsClaim(t *testing.T) {
+	t.Parallel()
 	store := memory.NewStore()
-	// Generous times: the watchdog renews every Lease/3, and a loaded CI machine can delay it.
-	g, err := idemkit.New(store, &idemkit.Options{Locker: memory.NewLocker(nil), Lease: 1500 * time.Millisecond, Watchdog: true})
+	// Generous times: the watchdog renews every Lease/3, and a loaded CI machine can delay it (the
+	// claim is lost only past a 2 s stall).
+	g, err := idemkit.New(store, &idemkit.Options{Locker: memory.NewLocker(nil), Lease: 3 * time.Second, Watchdog: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,10 +367,10 @@ func TestWatchdogKeepsClaim(t *testing.T) {
 		done <- err
 	}()
 	// Probe until well past several leases; the watchdog must keep the claim each time.
-	deadline := time.Now().Add(4 * time.Second)
+	deadline := time.Now().Add(8 * time.Second)
 	probes := 0
 	for time.Now().Before(deadline) {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		if _, err := g.Do(ctxb, call, ok("dup")); !errors.Is(err, idemkit.ErrInFlight) {
 			t.Fatalf("probe %d: %v, want ErrInFlight", probes, err)
 		}
@@ -439,9 +441,11 @@ func TestTakeoverKeepsFingerprint(t *testing.T) {
 // watchdog keeps the lock itself, not only the record's lease: another token can never take the lock
 // while the function runs (issue 11, item 8).
 func TestWatchdogRenewsLockAndLease(t *testing.T) {
+	t.Parallel()
 	locker := memory.NewLocker(nil)
+	// The claim is lost only past a 1.3 s stall of the watchdog (it renews every LockTTL/3).
 	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{
-		Locker: locker, Watchdog: true, LockTTL: time.Second, Lease: 2 * time.Second,
+		Locker: locker, Watchdog: true, LockTTL: 2 * time.Second, Lease: 4 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -449,8 +453,8 @@ func TestWatchdogRenewsLockAndLease(t *testing.T) {
 	call := idemkit.Call{Scope: "s", Key: "k"}
 	lockKey := "1:s:k" // the Guard's lock key for scope "s", key "k"
 	_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
-		for i := range 10 { // 4s: four lock TTLs, two leases
-			time.Sleep(400 * time.Millisecond)
+		for i := range 10 { // 8s: four lock TTLs, two leases
+			time.Sleep(800 * time.Millisecond)
 			if _, err := locker.Acquire(ctxb, lockKey, "intruder", time.Second); !errors.Is(err, idemkit.ErrLocked) {
 				return nil, fmt.Errorf("probe %d: another token got the lock (%v) while the function runs", i, err)
 			}
@@ -470,8 +474,10 @@ func TestWatchdogRenewsLockAndLease(t *testing.T) {
 // keeps its claim: renewals move the expiry with the lease, so neither a duplicate (without a Locker,
 // nothing else stands in its way) nor the sweeper takes a live claim for an expired one.
 func TestWatchdogKeepsClaimPastTTL(t *testing.T) {
+	t.Parallel()
 	store := memory.NewStore()
-	g, err := idemkit.New(store, &idemkit.Options{Lease: time.Second, TTL: time.Second, Watchdog: true})
+	// The claim is lost only past a 1.3 s stall of the watchdog (it renews every Lease/3).
+	g, err := idemkit.New(store, &idemkit.Options{Lease: 2 * time.Second, TTL: 2 * time.Second, Watchdog: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,8 +493,8 @@ func TestWatchdogKeepsClaimPastTTL(t *testing.T) {
 		})
 		done <- err
 	}()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(250 * time.Millisecond)
+	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
 		if n, err := store.DeleteExpired(ctxb, time.Now(), 10); err != nil || n != 0 {
 			t.Fatalf("sweeper: %d deleted, %v; the claim is alive", n, err)
 		}

@@ -89,12 +89,12 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 
 	t.Run("RefreshExtends", func(t *testing.T) {
 		l := newLocker(t)
-		short := 400 * time.Millisecond
+		short := time.Second // two round trips must fit in it, on a loaded machine too
 		_, err := l.Acquire(ctxb, "k", "tok-1", short)
 		must(t, err)
 		wantErr(t, l.Refresh(ctxb, "k", "tok-2", ttl), idemkit.ErrLockNotHeld)
 		must(t, l.Refresh(ctxb, "k", "tok-1", ttl))
-		time.Sleep(2 * short) // past the original TTL
+		time.Sleep(short + short/2) // past the original TTL
 		wantLocked(t, l, "k", ttl)
 		must(t, l.Release(ctxb, "k", "tok-1", nil, 0))
 	})
@@ -190,7 +190,7 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 
 	t.Run("RetryAfterFollowsRefresh", func(t *testing.T) {
 		l := newLocker(t)
-		_, err := l.Acquire(ctxb, "k", "tok-1", time.Second)
+		_, err := l.Acquire(ctxb, "k", "tok-1", 10*time.Second)
 		must(t, err)
 		must(t, l.Refresh(ctxb, "k", "tok-1", time.Hour))
 		_, err = l.Acquire(ctxb, "k", "tok-2", ttl)

@@ -70,7 +70,9 @@ func TestRoundTripBudget(t *testing.T) {
 // loses it when the watchdog is off (a taker runs, the stale finish gets ErrFenced, the taker wins).
 // Sleeps only let time pass; no duration is asserted, and channels order the steps.
 func TestWatchdog(t *testing.T) {
-	const ttl = 500 * time.Millisecond
+	// The watchdog renews every ttl/3: the claim is lost only if the process stalls past 2/3 of ttl
+	// (1.3 s, not 333 ms — a -race run on a busy 2-core machine can stall that long).
+	const ttl = 2 * time.Second
 	var b *bundle
 	setupGuards := func(t *testing.T, watchdog bool) (redisGuard, storeGuard *idemkit.Guard) {
 		var l *lock.Locker
