@@ -1,6 +1,11 @@
 // Package redistoken is a Redis-backed [httpx.TokenStore] for one-time idempotency tokens: Put is
 // SET NX PX, Take is GETDEL (Redis 6.2 or later), so a token is consumed atomically by exactly one
 // request across every process sharing the Redis. Only token hashes reach Redis.
+//
+// A Take whose reply is lost (a read timeout) and that the go-redis client retries finds the token
+// already consumed by its first attempt: the request is refused (httpx.ErrTokenInvalid) and its
+// client needs a new token. A token is never accepted twice, but a slow Redis can refuse one; keep
+// the client's ReadTimeout well above Redis's latency, or set MaxRetries -1 to see the timeout itself.
 package redistoken
 
 import (

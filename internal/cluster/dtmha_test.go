@@ -267,6 +267,17 @@ func TestDTMHA(t *testing.T) {
 			return ""
 		},
 		Fault: func(ctx context.Context) error {
+			// Kill while transactions are open (the workers may all be between two orders for an
+			// instant): wait until the store holds one not final yet, at most 30 s.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				var open int64
+				if err := dtmStore.Raw("SELECT COUNT(*) FROM trans_global WHERE status NOT IN ('succeed', 'failed')").Scan(&open).Error; err != nil {
+					return err
+				}
+				if open > 0 || time.Now().After(deadline) {
+					break
+				}
+			}
 			if err := victim.Kill(); err != nil {
 				return err
 			}
