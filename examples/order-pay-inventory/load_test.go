@@ -119,6 +119,13 @@ func runLoad(t *testing.T, svc *Services, spec loadSpec) (pending int) {
 			},
 		}
 	}
+	// Every path is sure to be exercised, whatever the draw: the first saga and TCC pay (a rich user,
+	// a plenty SKU), the next two fail (the broke user never pays).
+	for i, user := range []string{"rich0", "rich0", "broke", "broke"} {
+		if i < len(work) {
+			work[i].body.UserID, work[i].body.SKU = user, "plenty0"
+		}
+	}
 
 	start := time.Now()
 	var stats loadStats

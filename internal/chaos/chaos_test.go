@@ -66,7 +66,7 @@ func TestChaos(t *testing.T) {
 	}
 	refused := 0
 	for _, f := range rep.Faults {
-		if f.Kind == FaultWorkerStall && f.StaleOutcome == string(bizStale) {
+		if f.Kind == FaultWorkerStall && f.Shown() {
 			refused++
 		}
 	}

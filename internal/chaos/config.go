@@ -90,8 +90,8 @@ const (
 // Config configures [Run]. The zero value works: a 30s run with three workers, eight clients and
 // every fault.
 type Config struct {
-	// Duration of the load phase; faults are injected during its first 80%. Defaults to
-	// DefaultDuration (30s).
+	// Duration of the load phase; faults are injected during its first 80%, and after it only a kind
+	// that has not shown its effect yet (see [FaultRecord.Shown]). Defaults to DefaultDuration (30s).
 	Duration time.Duration
 	// Workers is the number of worker processes. Defaults to DefaultWorkers (3); at least 2 (a stall
 	// needs another worker to take over).

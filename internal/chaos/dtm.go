@@ -57,6 +57,9 @@ type DTMConfig struct {
 	Mode DTMMode
 	// Duration of the storm; the service is killed during all of it. Defaults to DefaultDTMDuration.
 	Duration time.Duration
+	// MinKills makes the storm go on past Duration until the service was killed that many times
+	// (restarts on a loaded machine can eat the time between kills). Defaults to 0.
+	MinKills int
 	// Clients is the number of concurrent clients. Defaults to DefaultDTMClients.
 	Clients int
 	// Dup is how many identical requests each new key gets at once. Defaults to DefaultDTMDup.
@@ -231,7 +234,7 @@ func RunDTM(ctx context.Context, cfg *DTMConfig) (rep *DTMReport, err error) {
 	if err := lg.setupStock(ctx); err != nil {
 		return nil, err
 	}
-	load, stopLoad := context.WithTimeout(ctx, c.Duration)
+	load, stopLoad := context.WithCancel(ctx) // the kill loop ends the storm
 	defer stopLoad()
 	var harnessErrs []string
 	var kills, inFlight int
@@ -240,7 +243,8 @@ func RunDTM(ctx context.Context, cfg *DTMConfig) (rep *DTMReport, err error) {
 	go func() { defer wg.Done(); lg.storm(load) }()
 	go func() {
 		defer wg.Done()
-		kills, inFlight, harnessErrs = killLoop(load, ctx, c, svc, st, rng)
+		defer stopLoad()
+		kills, inFlight, harnessErrs = killLoop(ctx, c, svc, st, rng)
 	}()
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -284,18 +288,25 @@ func RunDTM(ctx context.Context, cfg *DTMConfig) (rep *DTMReport, err error) {
 	return rep, nil
 }
 
-// killLoop SIGKILLs the service at jittered intervals until load ends, restarting it each time after a
-// short pause. It returns the number of kills, the orders that were PENDING (their global transaction
-// in flight) a moment before each kill, summed, and the restarts that failed.
-func killLoop(load, ctx context.Context, c DTMConfig, svc *orderService, st tables, rng *lockedRand) (kills, inFlight int, errs []string) {
+// killLoop SIGKILLs the service at jittered intervals for c.Duration, and past it until c.MinKills
+// kills, restarting it each time after a short pause; the storm ends when it returns. It returns the
+// number of kills, the orders that were PENDING (their global transaction in flight) a moment before
+// each kill, summed, and the restarts that failed.
+func killLoop(ctx context.Context, c DTMConfig, svc *orderService, st tables, rng *lockedRand) (kills, inFlight int, errs []string) {
 	db, err := st.open()
 	if err != nil {
 		return 0, 0, []string{"opening the tables: " + err.Error()}
 	}
 	defer closeGorm(db)
+	end := time.Now().Add(c.Duration)
 	for {
-		sleepCtx(load, c.KillEvery/2+time.Duration(rng.IntN(int(c.KillEvery))))
-		if load.Err() != nil {
+		next := time.Now().Add(c.KillEvery/2 + time.Duration(rng.IntN(int(c.KillEvery))))
+		if next.After(end) && kills >= c.MinKills {
+			sleepCtx(ctx, time.Until(end))
+			return kills, inFlight, errs
+		}
+		sleepCtx(ctx, time.Until(next))
+		if ctx.Err() != nil {
 			return kills, inFlight, errs
 		}
 		var pending int64

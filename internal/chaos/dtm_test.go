@@ -34,7 +34,7 @@ func TestChaosDTM(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			rep, err := RunDTM(ctx, &DTMConfig{Mode: mode, ServiceBinary: bin, Duration: 20 * time.Second, KillEvery: 4 * time.Second, Clients: 5, Logf: t.Logf})
+			rep, err := RunDTM(ctx, &DTMConfig{Mode: mode, ServiceBinary: bin, Duration: 20 * time.Second, MinKills: 2, KillEvery: 4 * time.Second, Clients: 5, Logf: t.Logf})
 			if err != nil {
 				t.Fatalf("the harness could not run: %v", err)
 			}

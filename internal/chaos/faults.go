@@ -39,6 +39,12 @@ type FaultRecord struct {
 	StaleOutcome  string `json:"stale_outcome,omitempty"`
 }
 
+// Shown tells whether the fault did what it is there for: it was injected, and a stall also showed
+// the fence refusing the frozen attempt's business write once a takeover had applied the effect.
+func (r *FaultRecord) Shown() bool {
+	return r.Injected && (r.Kind != FaultWorkerStall || r.StaleOutcome == string(bizStale))
+}
+
 // faultRunner injects faults one at a time.
 type faultRunner struct {
 	cfg    Config
@@ -56,8 +62,10 @@ type faultRunner struct {
 }
 
 // run injects cfg.Faults in turn every FaultInterval, starting after one interval (at most a fifth
-// of the load) and never after 80% of the load, so the end of the load runs undisturbed. It returns
-// when the schedule is done or load ends, with every fault undone.
+// of the load), and after 80% of the load only a kind that has not shown its effect yet (see
+// [FaultRecord.Shown]) — a slow fault or a trap that did not fire must not leave a kind untried,
+// while the end of the load otherwise runs undisturbed. It returns when the schedule is done or load
+// ends, with every fault undone.
 func (f *faultRunner) run(load context.Context) {
 	if len(f.cfg.Faults) == 0 {
 		return
@@ -65,15 +73,25 @@ func (f *faultRunner) run(load context.Context) {
 	first := min(f.cfg.FaultInterval, f.cfg.Duration/5)
 	last := f.cfg.Duration * 8 / 10
 	next := first
+	shown := map[FaultKind]bool{}
 	for i := 0; f.cfg.MaxFaults == 0 || i < f.cfg.MaxFaults; i++ {
+		kind := f.cfg.Faults[i%len(f.cfg.Faults)]
 		if next > last {
-			return
+			kind = ""
+			for _, k := range f.cfg.Faults {
+				if !shown[k] {
+					kind = k
+					break
+				}
+			}
+			if kind == "" {
+				return
+			}
 		}
 		sleepCtx(load, time.Until(f.start.Add(next)))
 		if load.Err() != nil {
 			return
 		}
-		kind := f.cfg.Faults[i%len(f.cfg.Faults)]
 		rec := FaultRecord{Kind: kind, At: time.Since(f.start)}
 		t0 := time.Now()
 		// Faults run to completion even when the load ends meanwhile: a half-done fault (a frozen
@@ -90,6 +108,7 @@ func (f *faultRunner) run(load context.Context) {
 			f.workerStall(ctx, &rec)
 		}
 		rec.Took = time.Since(t0)
+		shown[kind] = shown[kind] || rec.Shown()
 		f.records = append(f.records, rec)
 		b, _ := json.Marshal(rec)
 		f.logf("fault: %s", b)
