@@ -213,7 +213,7 @@ func TestPlansUseStatusIndex(t *testing.T) {
 			q, a = adm.q.page(f(Filter{Stuck: true}), nil, pageSize)
 			add("list stuck", false, q, a)
 			var w where
-			w.add(condExpired, millis(now))
+			w.add(condExpired, millis(now), millis(now))
 			q, a = adm.q.sweepList(w, "status, expires_at", 100)
 			add("sweep plan, expired", true, q, a)
 			for _, c := range cases {

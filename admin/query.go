@@ -299,7 +299,7 @@ func (a *Admin) PlanSweep(ctx context.Context, limit int) (*SweepPlan, error) {
 		list  *[]*Entry
 		total *int64
 	}{
-		{condExpired, []any{ms}, "status, expires_at", &p.Expired, &p.ExpiredTotal},
+		{condExpired, []any{ms, ms}, "status, expires_at", &p.Expired, &p.ExpiredTotal},
 		{condStale, []any{ms, ms}, "lease_until", &p.Stale, &p.StaleTotal},
 		{condPending, []any{ms}, "lease_until", &p.Pending, &p.PendingTotal},
 	}

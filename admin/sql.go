@@ -30,10 +30,10 @@ import (
 // The sweeper's conditions below must select what record.Store.DeleteExpired, RecoverStale and
 // Pending select; TestSweepPlanMatchesSweeper runs both on the same records and compares.
 const (
-	// condExpired: records the sweeper deletes. A PROCESSING record with a gid never expires. The
-	// status list covers every state; it is there for the index.
+	// condExpired: records the sweeper deletes. A PROCESSING record with a gid never expires, nor
+	// does one whose lease is live. The status list covers every state; it is there for the index.
 	condExpired = "status IN ('SUCCEEDED', 'REJECTED', 'FAILED', 'PROCESSING') AND expires_at <> 0 AND expires_at <= ? " +
-		"AND (status <> 'PROCESSING' OR gid = '')"
+		"AND (status <> 'PROCESSING' OR (gid = '' AND lease_until <= ?))"
 	// condStale: claims the sweeper recovers (FAILED, fence + 1): lease run out, no gid, not expired.
 	condStale = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
 	// condPending: claims tied to a global transaction whose lease ran out: the reconciler's.
@@ -142,7 +142,7 @@ func (q *sqlTexts) stats(w where, nowMS int64) (string, []any) {
 		" SUM(CASE WHEN " + condExpired + " THEN 1 ELSE 0 END)," +
 		" MIN(CASE WHEN status = 'PROCESSING' THEN created_at END)" +
 		" FROM " + q.table + w.sql() + " GROUP BY scope ORDER BY scope"
-	return s, append([]any{nowMS, nowMS}, w.args...)
+	return s, append([]any{nowMS, nowMS, nowMS}, w.args...) // condStuck's, condExpired's two
 }
 
 // claims aggregates the PROCESSING records per scope: count, stuck, oldest created_at. It reads the

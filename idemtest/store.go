@@ -290,6 +290,10 @@ func runSweeper(t *testing.T, newStore NewStore) {
 	stale2 := put("stale2", func(r *idemkit.Record) { r.LeaseUntil = now.Add(-time.Hour) })
 	withGID := put("gid", func(r *idemkit.Record) { r.LeaseUntil, r.GID = now.Add(-time.Second), "gid-1" })
 	leased := put("leased", func(r *idemkit.Record) {})
+	// A claim whose lease is live is in flight whatever its expiry (a record written before renewals
+	// moved the expiry with the lease): never deleted. Once its lease ran out too, it goes.
+	liveClaimExpired := put("live-claim-expired", func(r *idemkit.Record) { r.ExpiresAt = now.Add(-time.Minute) })
+	put("dead-claim-expired", func(r *idemkit.Record) { r.LeaseUntil, r.ExpiresAt = now.Add(-time.Second), now.Add(-time.Minute) })
 
 	total := 0
 	for range 10 {
@@ -303,8 +307,8 @@ func runSweeper(t *testing.T, newStore NewStore) {
 			break
 		}
 	}
-	if total != 5 {
-		t.Fatalf("DeleteExpired deleted %d records in all, want 5", total)
+	if total != 6 {
+		t.Fatalf("DeleteExpired deleted %d records in all, want 6", total)
 	}
 	got, err := s.Get(ctxb, "sweep", "live")
 	must(t, err)
@@ -331,7 +335,7 @@ func runSweeper(t *testing.T, newStore NewStore) {
 		done.Status = idemkit.StatusSucceeded
 		wantErr(t, s.Update(ctxb, &done, r.Version()), idemkit.ErrFenced)
 	}
-	for _, r := range []*idemkit.Record{withGID, leased} {
+	for _, r := range []*idemkit.Record{withGID, leased, liveClaimExpired} {
 		got, err := s.Get(ctxb, "sweep", r.Key)
 		must(t, err)
 		RequireSameRecord(t, r, got)

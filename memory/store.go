@@ -136,7 +136,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 		if n >= limit {
 			break
 		}
-		if r.Expired(now) && !unsettled(r) {
+		if r.Expired(now) && !unsettled(r) && !(r.Status == idemkit.StatusProcessing && !r.LeaseExpired(now)) {
 			delete(s.records, k)
 			n++
 		}

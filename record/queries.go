@@ -64,10 +64,12 @@ const condVersion = "scope = ? AND idem_key = ? AND fence = ? AND owner = ? AND 
 // (status, expires_at <= now) for every status, RecoverStale and Pending over the PROCESSING
 // entries only (the claims in flight, a small part of the table). A record tied to a global
 // transaction nobody settled yet (PROCESSING with a gid) never expires: the reconciler lists it
-// whatever its expiry, and the sweeper leaves it alone until it is settled.
+// whatever its expiry, and the sweeper leaves it alone until it is settled. Nor does a claim whose
+// lease is live (a record written before Extend moved the expiry with the lease): its attempt runs,
+// and the Guard answers its duplicates in flight.
 const (
 	condExpired = "status IN ('SUCCEEDED', 'REJECTED', 'FAILED', 'PROCESSING') AND expires_at <> 0 AND expires_at <= ? " +
-		"AND (status <> 'PROCESSING' OR gid = '')"
+		"AND (status <> 'PROCESSING' OR (gid = '' AND lease_until <= ?))"
 	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
 	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
 )

@@ -13,18 +13,18 @@ const RecoveredError = "idemkit: lease expired; recovered by sweeper"
 // maxBatch bounds the rows of one statement; larger limits run in several batches.
 const maxBatch = 500
 
-// DeleteExpired deletes up to limit records whose expiry is not after now (records without one, and
-// records tied to a global transaction nobody settled yet — PROCESSING with a GID — never expire) and
-// returns how many it deleted. It deletes in batches of at most 500 rows, each one statement that
+// DeleteExpired deletes up to limit records whose expiry is not after now (records without one,
+// records tied to a global transaction nobody settled yet — PROCESSING with a GID — and claims whose
+// lease is live never expire) and returns how many it deleted. It deletes in batches of at most 500 rows, each one statement that
 // commits on its own: DELETE ... LIMIT on MySQL, a DELETE of the primary keys a LIMIT subquery selects
 // elsewhere, re-checking the expiry on every row. The (status, expires_at) index serves it. A limit
 // below 1 deletes nothing. It is a hook for a sweeper; safe for concurrent use, though one sweeper at a
 // time is enough.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	ms := millis(now)
-	args := []any{ms}
+	args := []any{ms, ms} // condExpired's
 	if s.q.dialect != dialectMySQL {
-		args = append(args, ms)
+		args = append(args, ms, ms) // and again in the subquery
 	}
 	return s.batch(ctx, limit, "deleting expired records from", s.q.delExpired, args)
 }
