@@ -91,7 +91,7 @@ func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.R
 		case rec.Status == idemkit.StatusProcessing && rec.LeaseExpired(now):
 			status += " (stuck: its lease ran out)"
 		}
-		if rec.Expired(now) && !(rec.Status == idemkit.StatusProcessing && rec.GID != "") {
+		if rec.Expired(now) && (rec.Status != idemkit.StatusProcessing || rec.GID == "" && rec.LeaseExpired(now)) {
 			status += " (expired: counts as absent)"
 		}
 		t.row("status", status)
@@ -149,14 +149,14 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 		return "runs: a new key"
 	case rec.Status == idemkit.StatusProcessing && rec.GID != "":
 		return fmt.Sprintf("409/425 in flight until the global transaction's outcome is recorded (idemctl dtm %s)", rec.GID)
+	case rec.Status == idemkit.StatusProcessing && !rec.LeaseExpired(now):
+		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now)))
 	case rec.Expired(now):
 		return fmt.Sprintf("runs again: the record expired and is taken over (fence %d)", rec.Fence+1)
 	case rec.Status == idemkit.StatusSucceeded:
 		return "the stored result is replayed (a different payload gets 422)"
 	case rec.Status == idemkit.StatusRejected:
 		return "the stored rejection is replayed (a different payload gets 422)"
-	case rec.Status == idemkit.StatusProcessing && !rec.LeaseExpired(now):
-		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now)))
 	case rec.Status == idemkit.StatusProcessing:
 		return fmt.Sprintf("runs again: the stuck claim is taken over (fence %d); the sweeper would recover it first", rec.Fence+1)
 	default:
