@@ -326,3 +326,134 @@ func TestRedisCleanupFollowsLocker(t *testing.T) {
 		t.Fatalf("Purge took another attempt's lock: %+v", s)
 	}
 }
+
+// TestReleaseAndPurgeSeeARenewal: a claim read while its lease had run out, then renewed by its
+// holder (a watchdog's Extend: the lease moves, the version does not) before the operator's release
+// or purge is written, is refused as live, and its holder finishes it. Before, both checked the
+// lease of the record as read and ended a live claim.
+func TestReleaseAndPurgeSeeARenewal(t *testing.T) {
+	for name, open := range dialects {
+		t.Run(name, func(t *testing.T) {
+			db := open(t, nil)
+			st, tbl := table(t, db)
+			clock := idemtest.NewClock()
+			g, err := idemkit.New(st, &idemkit.Options{Lease: time.Minute, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			adm, err := admin.New(db, &admin.Options{Table: tbl, Now: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, op := range []string{"release", "purge"} {
+				call := idemkit.Call{Scope: "s", Key: op}
+				claim, _, err := g.Begin(ctx, call)
+				if err != nil || claim == nil {
+					t.Fatalf("Begin: %v", err)
+				}
+				clock.Advance(2 * time.Minute) // the lease ran out: the operator reads a stuck claim
+				rec, err := adm.Get(ctx, call.Scope, call.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := adm.CanRelease(rec, admin.ReleaseOptions{}); err != nil {
+					t.Fatalf("the claim as read is not releasable: %v", err)
+				}
+				if err := claim.Extend(ctx); err != nil { // the holder was alive after all
+					t.Fatal(err)
+				}
+				if op == "release" {
+					_, err = adm.Release(ctx, rec, admin.ReleaseOptions{By: "test"})
+				} else {
+					err = adm.Purge(ctx, rec, admin.PurgeOptions{})
+				}
+				if !errors.Is(err, admin.ErrRefused) {
+					t.Fatalf("%s of a claim renewed since it was read: %v, want ErrRefused", op, err)
+				}
+				if res, err := claim.Finish(ctx, []byte("done"), nil); err != nil || string(res.Value) != "done" {
+					t.Fatalf("%s: the holder's finish: %+v, %v", op, res, err)
+				}
+			}
+		})
+	}
+}
+
+// TestPurgeKeepsARunningMarkLock: Mark mode records SUCCEEDED when it claims and runs its function
+// under the Redis lock. Purging that record drops the record and any cached result, but not the
+// running owner's lock: duplicates stay in flight until the function ends, never run beside it.
+func TestPurgeKeepsARunningMarkLock(t *testing.T) {
+	db := testsvc.SQLite(t, nil)
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("admin-test-") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	st, tbl := table(t, db)
+	g, err := idemkit.New(st, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: prefix}), Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(db, &admin.Options{Table: tbl, Redis: rdb, RedisPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	call := idemkit.Call{Scope: "m", Key: "k"}
+	inside, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Mark(ctx, call, func(context.Context) error { close(inside); <-finish; return nil })
+	}()
+	<-inside
+	rec, err := adm.Get(ctx, call.Scope, call.Key)
+	if err != nil || rec.Status != idemkit.StatusSucceeded {
+		t.Fatalf("Mark's record while it runs: %+v, %v", rec, err)
+	}
+	if err := adm.Purge(ctx, rec, admin.PurgeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	err = g.Mark(ctx, call, func(context.Context) error { ran = true; return nil })
+	if ran || !errors.Is(err, idemkit.ErrInFlight) {
+		t.Fatalf("a duplicate after the purge, while the first runs: ran=%v, %v; want ErrInFlight", ran, err)
+	}
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseChecksBy: a release reason the error column cannot hold, or that would garble listings,
+// is refused before anything is written (MariaDB refused invalid UTF-8 with a raw driver error).
+func TestReleaseChecksBy(t *testing.T) {
+	db := testsvc.MySQL(t, nil)
+	st, tbl := table(t, db)
+	clock := idemtest.NewClock()
+	g, err := idemkit.New(st, &idemkit.Options{Lease: time.Minute, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(db, &admin.Options{Table: tbl, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := g.Begin(ctx, idemkit.Call{Scope: "s", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Minute)
+	rec, err := adm.Get(ctx, "s", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, by := range []string{"bad \xff", "a\nb", "nul\x00", string(make([]byte, admin.MaxBy+1))} {
+		if _, err := adm.Release(ctx, rec, admin.ReleaseOptions{By: by}); err == nil || errors.Is(err, admin.ErrRefused) {
+			t.Errorf("By %q: %v, want a reason error", by, err)
+		}
+	}
+	if got, err := adm.Get(ctx, "s", "k"); err != nil || got.Version() != rec.Version() {
+		t.Fatalf("a refused reason changed the record: %+v, %v", got, err)
+	}
+	if _, err := adm.Release(ctx, rec, admin.ReleaseOptions{By: "ops: stuck since the deploy"}); err != nil {
+		t.Fatal(err)
+	}
+}

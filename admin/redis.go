@@ -66,10 +66,17 @@ func (a *Admin) releaseLock(ctx context.Context, rec *idemkit.Record) error {
 	return nil
 }
 
-// forget deletes rec's cached result, or its holder's lock if rec's owner still holds it, so that no
-// duplicate is answered from the cache after the record is gone. Another attempt's lock stays.
+// forget deletes rec's cached result, and for a claim (PROCESSING) its holder's lock if rec's owner
+// still holds it, so that no duplicate is answered from the cache after the record is gone. Another
+// attempt's lock stays, and so does the lock of a finished record's owner: in Mark mode the record is
+// SUCCEEDED while its function still runs under that lock, and deleting it would let a duplicate run
+// beside it.
 func (a *Admin) forget(ctx context.Context, rec *idemkit.Record) error {
-	if _, err := a.lk.Forget(ctx, idemkit.LockKey(rec.Scope, rec.Key), rec.Owner); err != nil {
+	owner := ""
+	if rec.Status == idemkit.StatusProcessing {
+		owner = rec.Owner
+	}
+	if _, err := a.lk.Forget(ctx, idemkit.LockKey(rec.Scope, rec.Key), owner); err != nil {
 		return fmt.Errorf("admin: clearing Redis: %w", err)
 	}
 	return nil

@@ -5,9 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/record"
 )
 
 // ReleaseOptions configure [Admin.Release].
@@ -28,6 +33,24 @@ type ReleaseOptions struct {
 // ReleasedError starts the error a released record gets.
 const ReleasedError = "idemkit: claim released by "
 
+// MaxBy bounds ReleaseOptions.By, in bytes.
+const MaxBy = 512
+
+// CheckBy returns an error when by cannot be ReleaseOptions.By: longer than MaxBy bytes, not valid
+// UTF-8, or holding a NUL byte or a line break (the record's error column would refuse some, and the
+// rest would garble listings).
+func CheckBy(by string) error {
+	switch {
+	case len(by) > MaxBy:
+		return fmt.Errorf("admin: release reason: %d bytes, at most %d", len(by), MaxBy)
+	case !utf8.ValidString(by):
+		return errors.New("admin: release reason: not valid UTF-8")
+	case strings.ContainsAny(by, "\x00\r\n"):
+		return errors.New("admin: release reason: holds a NUL byte or a line break")
+	}
+	return nil
+}
+
 // Release ends a stuck claim the way the sweeper recovers one: rec (as read with [Admin.Get] or
 // [Admin.List]) becomes FAILED with fence + 1, no owner and an error saying who released it. Its
 // holder can then no longer finish it (its fenced write fails with idemkit.ErrFenced) and the next
@@ -42,6 +65,9 @@ func (a *Admin) Release(ctx context.Context, rec *idemkit.Record, opts ReleaseOp
 	if rec == nil {
 		return nil, errors.New("admin: Release: nil record")
 	}
+	if err := CheckBy(opts.By); err != nil {
+		return nil, err
+	}
 	if err := a.CanRelease(rec, opts); err != nil {
 		return nil, err
 	}
@@ -55,7 +81,9 @@ func (a *Admin) Release(ctx context.Context, rec *idemkit.Record, opts ReleaseOp
 	if next.ExpiresAt.IsZero() {
 		next.ExpiresAt = now.Add(cmp.Or(opts.TTL, idemkit.DefaultTTL))
 	}
-	if err := a.store.Update(ctx, &next, rec.Version()); err != nil {
+	err := a.writeChecked(ctx, rec, !opts.Force, func(cur *idemkit.Record) error { return a.CanRelease(cur, opts) },
+		func(st *record.Store) error { return st.Update(ctx, &next, rec.Version()) })
+	if err != nil {
 		return nil, err
 	}
 	if a.lk != nil {
@@ -104,7 +132,9 @@ func (a *Admin) Purge(ctx context.Context, rec *idemkit.Record, opts PurgeOption
 	if err := a.CanPurge(rec, opts); err != nil {
 		return err
 	}
-	if err := a.store.Delete(ctx, rec.Scope, rec.Key, rec.Version()); err != nil {
+	err := a.writeChecked(ctx, rec, !opts.Force && rec.Status == idemkit.StatusProcessing, func(cur *idemkit.Record) error { return a.CanPurge(cur, opts) },
+		func(st *record.Store) error { return st.Delete(ctx, rec.Scope, rec.Key, rec.Version()) })
+	if err != nil {
 		return err
 	}
 	if a.lk != nil {
@@ -127,4 +157,33 @@ func (a *Admin) CanPurge(rec *idemkit.Record, opts PurgeOptions) error {
 		return fmt.Errorf("%w: a live claim (lease until %s): its holder may still be running; purge only with force", ErrRefused, rec.LeaseUntil.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// writeChecked runs write, a fenced write of rec (conditioned on its version), on the record store.
+// With check it first locks rec's row in a transaction (SELECT ... FOR UPDATE; on SQLite the
+// transaction itself serialises writers) and, if the row is still at rec's version, checks it again
+// with can, then writes in that transaction: a renewal the holder wrote since rec was read (it moves
+// the lease, not the version) is then seen and refused, and one that comes after waits for the
+// write and finds the claim fenced. Without the lock, a release or purge confirmed by an operator
+// minutes after the read could end a claim whose holder is alive.
+func (a *Admin) writeChecked(ctx context.Context, rec *idemkit.Record, check bool, can func(*idemkit.Record) error, write func(*record.Store) error) error {
+	if !check {
+		return write(a.store)
+	}
+	return a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if a.q.dialect != "sqlite" {
+			var fence int64
+			if err := tx.Raw("SELECT fence FROM "+a.q.table+" WHERE scope = ? AND idem_key = ? FOR UPDATE", rec.Scope, rec.Key).Scan(&fence).Error; err != nil {
+				return fmt.Errorf("admin: locking the record: %w", err)
+			}
+		}
+		st := a.store.WithTx(tx)
+		cur, err := st.Get(ctx, rec.Scope, rec.Key)
+		if err == nil && cur.Version() == rec.Version() {
+			if err := can(cur); err != nil {
+				return err
+			}
+		} // changed or gone: the fenced write answers for it
+		return write(st)
+	})
 }
