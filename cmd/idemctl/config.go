@@ -53,6 +53,10 @@ type cli struct {
 	rdb redis.UniversalClient
 	// printed: a JSON document was written to stdout; an error then goes to stderr only.
 	printed bool
+	// base is the command's context without --timeout (cancelled by an interrupt); cancels end the
+	// timed contexts made from it.
+	base    context.Context
+	cancels []context.CancelFunc
 }
 
 // flagSet returns the flags of cmd: the connection flags (defaults from the environment) and its own.
@@ -135,6 +139,11 @@ func (c *cli) validate(cmd *command, pos []string) error {
 		return usagef("--limit must be positive, got %d", o.filter.Limit)
 	case o.preview < 0:
 		return usagef("--preview must not be negative, got %d", o.preview)
+	}
+	if o.reason != "" {
+		if err := admin.CheckBy(c.who()); err != nil { // "idemctl (user@host): <reason>", as Release gets it
+			return usagef("--reason: %v", err)
+		}
 	}
 	if o.status != "" {
 		st := idemkit.Status(strings.ToUpper(o.status))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/admin"
@@ -416,4 +417,65 @@ func TestSweepDoesWhatDryRunSaid(t *testing.T) {
 			t.Fatalf("dry run after the sweep: %+v", plan)
 		}
 	})
+}
+
+// TestNextAttemptFollowsTheGuard: what inspect says a new attempt gets follows the Guard's judge,
+// including a claim whose lease is live past its record's expiry (in flight, not "runs again").
+func TestNextAttemptFollowsTheGuard(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	claim := func(lease, expiry time.Duration) *idemkit.Record {
+		return &idemkit.Record{Status: idemkit.StatusProcessing, Fence: 1, Owner: "o", LeaseUntil: now.Add(lease), ExpiresAt: now.Add(expiry)}
+	}
+	for _, tc := range []struct {
+		name string
+		rec  *idemkit.Record
+		want string
+	}{
+		{"live claim", claim(time.Minute, time.Hour), "409 in flight"},
+		{"live claim past its expiry", claim(time.Minute, -time.Hour), "409 in flight"},
+		{"stuck claim", claim(-time.Minute, time.Hour), "runs again: the stuck claim"},
+		{"dead claim past its expiry", claim(-time.Minute, -time.Hour), "runs again: the record expired"},
+	} {
+		if got := nextAttempt(tc.rec, nil, now); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want it to start with %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// blockingAnswer is a stdin whose first read runs before, then blocks until unblock is closed.
+type blockingAnswer struct {
+	before  func()
+	unblock chan struct{}
+}
+
+func (b *blockingAnswer) Read(p []byte) (int, error) {
+	b.before()
+	<-b.unblock
+	return 0, io.EOF
+}
+
+// TestConfirmationIsNotTimed: the question does not count against --timeout (an answer after it
+// still releases, with a fresh timeout for the write), and an interrupt while idemctl waits for the
+// answer ends it at once, with nothing changed (exit 4).
+func TestConfirmationIsNotTimed(t *testing.T) {
+	f := setup(t, "sqlite")
+	s := f.populate(t)
+	in := &answerAfter{r: strings.NewReader("y\n"), change: func() { time.Sleep(3 * time.Second) }}
+	f.want(t, exitOK, in, []string{"release", "--timeout", "2s", scopeA, s.stuck}, "released")
+
+	before := f.snapshot(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stdin := &blockingAnswer{before: cancel, unblock: make(chan struct{})}
+	defer close(stdin.unblock)
+	var out, errb strings.Builder
+	code := runEnv(ctx, args{
+		argv: []string{"purge", scopeA, s.failed}, stdin: stdin, stdout: &out, stderr: &errb,
+		getenv: func(k string) string { return f.env[k] }, now: f.clock.Now,
+	})
+	if code != exitRefused || !strings.Contains(errb.String(), "not confirmed") {
+		t.Fatalf("interrupted at the question: exit %d, %s; want %d, not confirmed", code, errb.String(), exitRefused)
+	}
+	if after := f.snapshot(t); after != before {
+		t.Fatalf("an interrupted purge changed something:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
 }

@@ -227,8 +227,13 @@ func runEnv(ctx context.Context, a args) int {
 	if err := c.validate(cmd, pos); err != nil {
 		return c.fail(cmd, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.o.timeout)
-	defer cancel()
+	c.base = ctx
+	defer func() {
+		for _, cancel := range c.cancels {
+			cancel()
+		}
+	}()
+	ctx = c.timed()
 	if !cmd.noDB {
 		if err := c.connect(ctx); err != nil {
 			return c.fail(cmd, err)

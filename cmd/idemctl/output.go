@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -194,19 +195,40 @@ func (c *cli) entriesTable(w io.Writer, entries []*admin.Entry, now time.Time) {
 	t.flush()
 }
 
-// confirm asks question on stderr and reads the answer from stdin: "y" or "yes" confirms.
-func (c *cli) confirm(question string) error {
+// confirm asks question on stderr and reads the answer from stdin: "y" or "yes" confirms. The
+// question does not count against --timeout: once confirmed, it returns a context with a fresh one
+// for the writes that follow (the operator may take longer than the timeout to read a purge list). An
+// interrupt (Ctrl-C) while it waits ends the command with nothing changed.
+func (c *cli) confirm(question string) (context.Context, error) {
 	if c.o.yes {
-		return nil
+		return c.timed(), nil
 	}
 	fmt.Fprintf(c.stderr, "%s [y/N] ", question)
-	line, _ := bufio.NewReader(c.stdin).ReadString('\n')
+	answer := make(chan string, 1)
+	go func() { // left blocked on stdin after an interrupt: the command ends right after
+		line, _ := bufio.NewReader(c.stdin).ReadString('\n')
+		answer <- line
+	}()
+	var line string
+	select {
+	case line = <-answer:
+	case <-c.base.Done():
+		fmt.Fprintln(c.stderr)
+		return nil, fmt.Errorf("%w (%w)", errNotConfirmed, context.Cause(c.base))
+	}
 	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "y", "yes":
-		return nil
+		return c.timed(), nil
 	}
 	if line == "" {
 		fmt.Fprintln(c.stderr)
 	}
-	return errNotConfirmed
+	return nil, errNotConfirmed
+}
+
+// timed returns a context bounded by --timeout from now, cancelled when the command ends.
+func (c *cli) timed() context.Context {
+	ctx, cancel := context.WithTimeout(c.base, c.o.timeout)
+	c.cancels = append(c.cancels, cancel)
+	return ctx
 }

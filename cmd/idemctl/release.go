@@ -38,7 +38,8 @@ func (c *cli) release(ctx context.Context, pos []string) error {
 	}
 	q := fmt.Sprintf("Release the claim on %q / %q (PROCESSING, fence %d, owner %s, claimed %s)? It becomes FAILED with fence %d and the next attempt runs again.",
 		scope, key, rec.Fence, cell(rec.Owner), ago(c.now(), rec.CreatedAt), rec.Fence+1)
-	if err := c.confirm(q); err != nil {
+	ctx, err = c.confirm(q) // a fresh --timeout for what follows
+	if err != nil {
 		return err
 	}
 	next, err := c.adm.Release(ctx, rec, opts)
@@ -103,7 +104,8 @@ func (c *cli) purgeOne(ctx context.Context, scope, key string) error {
 	if c.rdb == nil {
 		q += " Without --redis a cached result may still be replayed until it expires."
 	}
-	if err := c.confirm(q); err != nil {
+	ctx, err = c.confirm(q) // a fresh --timeout for what follows
+	if err != nil {
 		return err
 	}
 	err = c.adm.Purge(ctx, rec, opts)
@@ -162,7 +164,8 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	if len(entries) == c.o.filter.Limit {
 		q += fmt.Sprintf(" (--limit %d reached: more may match)", c.o.filter.Limit)
 	}
-	if err := c.confirm(q); err != nil {
+	ctx, err = c.confirm(q) // a fresh --timeout for what follows
+	if err != nil {
 		return err
 	}
 	deleted, changed := 0, 0

@@ -64,7 +64,8 @@ func (c *cli) sweep(ctx context.Context, _ []string) error {
 func (c *cli) sweepNow(ctx context.Context) error {
 	q := fmt.Sprintf("Run a sweeper pass over table %s: delete up to %d expired records and recover up to %d stuck claims?",
 		c.adm.Table(), c.o.filter.Limit, c.o.filter.Limit)
-	if err := c.confirm(q); err != nil {
+	ctx, err := c.confirm(q) // a fresh --timeout for what follows
+	if err != nil {
 		return err
 	}
 	deleted, recovered, err := c.adm.Sweep(ctx, c.o.filter.Limit)
