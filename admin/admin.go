@@ -152,18 +152,46 @@ func (a *Admin) DisplayScope(stored string) string {
 // Get returns the record of scope and key (given as in idemkit.Call), with its result, or
 // idemkit.ErrNotFound; ErrUnknownScope when no record has that scope; idemkit.ErrInvalidKey for a
 // malformed scope or key.
+//
+// A scope or key given in its hashed stored form ("sha256:" and 64 hex digits, as listings show a
+// long one) is also looked up as it is: the application's own value is not needed to reach its
+// record. (No literal value can be stored so: one starting with "sha256:" is always hashed.)
 func (a *Admin) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
 	ad, err := a.Address(scope, key)
 	if err != nil {
 		return nil, err
 	}
 	rec, err := a.store.Get(ctx, ad.Scope, ad.Key)
+	if errors.Is(err, idemkit.ErrNotFound) && (isHashedForm(scope) || isHashedForm(key)) {
+		if isHashedForm(scope) {
+			ad.Scope = scope
+		}
+		if isHashedForm(key) {
+			ad.Key = key
+		}
+		rec, err = a.store.Get(ctx, ad.Scope, ad.Key)
+	}
 	if errors.Is(err, idemkit.ErrNotFound) {
 		if err := a.requireScope(ctx, ad.Scope, scope); err != nil {
 			return nil, err
 		}
 	}
 	return rec, err
+}
+
+// isHashedForm tells whether s is what idemkit.HashedForm returns: "sha256:" and 64 lowercase hex
+// digits.
+func isHashedForm(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for i := range len(h) {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // requireScope returns ErrUnknownScope when no record has the stored scope.

@@ -479,3 +479,33 @@ func TestConfirmationIsNotTimed(t *testing.T) {
 		t.Fatalf("an interrupted purge changed something:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// TestInspectWhatListingsShow: a key listings show hashed (its own value over 128 bytes) is
+// inspected and purged by that hashed form; and a key whose only trace is in Redis — the first call
+// of a new scope in flight in Tx mode, which writes its record at the end — is inspected with
+// --redis (the lock is shown, then "unknown scope", exit 3), where inspect stopped at the scope.
+func TestInspectWhatListingsShow(t *testing.T) {
+	f := setup(t, "sqlite")
+	f.populate(t)
+	ctx := context.Background()
+	long := strings.Repeat("L", 200)
+	if _, err := f.guard.Do(ctx, idemkit.Call{Scope: scopeA, Key: long}, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	hashed := idemkit.HashedForm(long)
+	f.want(t, exitOK, nil, []string{"inspect", scopeA, hashed}, "SUCCEEDED")
+	f.want(t, exitOK, nil, []string{"purge", "--yes", scopeA, hashed}, "deleted")
+	f.want(t, exitNotFound, nil, []string{"inspect", scopeA, hashed}, "no record")
+
+	ad, err := f.guard.Address("POST /new-scope", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.New(f.rdb, &lock.Options{Prefix: f.prefix}).Acquire(ctx, ad.LockKey, "tok-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r := f.want(t, exitNotFound, nil, []string{"inspect", "POST /new-scope", "k1"}, "unknown scope")
+	if !strings.Contains(r.stdout, "409 in flight: the Redis lock is held") {
+		t.Fatalf("inspect of a key known to Redis only: %s; want the lock shown", r)
+	}
+}

@@ -39,9 +39,17 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 	if err != nil {
 		return err
 	}
-	rec, err := c.adm.Get(ctx, scope, key)
-	if err != nil && !errors.Is(err, idemkit.ErrNotFound) {
-		return err
+	rec, getErr := c.adm.Get(ctx, scope, key)
+	switch {
+	case getErr == nil:
+		// Found, perhaps by its hashed stored form: Redis holds it under the record's own address.
+		ad.Scope, ad.Key, ad.LockKey = rec.Scope, rec.Key, idemkit.LockKey(rec.Scope, rec.Key)
+	case errors.Is(getErr, idemkit.ErrNotFound):
+	case errors.Is(getErr, admin.ErrUnknownScope) && c.rdb != nil:
+		// No record, but Redis may still hold a lock (the first call of a new scope, in flight) or
+		// a cached result (its record purged without --redis): shown, then the error.
+	default:
+		return getErr
 	}
 	var rs *admin.RedisState
 	if c.rdb != nil {
@@ -66,7 +74,10 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 	} else {
 		c.printInspect(scope, key, ad, rec, rs, now, next)
 	}
-	if rec == nil {
+	switch {
+	case errors.Is(getErr, admin.ErrUnknownScope):
+		return getErr
+	case rec == nil:
 		return fmt.Errorf("%w: no record for key %q in scope %q (table %s)", idemkit.ErrNotFound, key, scope, c.adm.Table())
 	}
 	return nil
