@@ -55,8 +55,9 @@ type Options struct {
 	// MaxBatches bounds the batches of one task in one pass. Defaults to DefaultMaxBatches (100).
 	MaxBatches int
 	// Locker, when set, makes passes exclusive across every sweeper sharing it and LockKey: a pass
-	// that finds the lock held is skipped. Defaults to none (every instance sweeps; still correct,
-	// since every statement re-checks its conditions, only wasteful).
+	// that finds the lock held is skipped; one that cannot reach the Locker sweeps without it (logged
+	// at warn). Defaults to none (every instance sweeps; still correct, since every statement
+	// re-checks its conditions, only wasteful).
 	Locker idemkit.Locker
 	// LockKey names the lock. Defaults to DefaultLockKey.
 	LockKey string
@@ -125,17 +126,22 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
 		token := hex.EncodeToString(b[:])
-		if _, err := lk.Acquire(ctx, s.opts.LockKey, token, s.opts.Interval); err != nil {
-			if errors.Is(err, idemkit.ErrLocked) {
-				return nil, ErrSkipped
-			}
+		switch _, err := lk.Acquire(ctx, s.opts.LockKey, token, s.opts.Interval); {
+		case errors.Is(err, idemkit.ErrLocked):
+			return nil, ErrSkipped
+		case err != nil && ctx.Err() != nil:
 			return nil, fmt.Errorf("sweep: taking the sweeper lock: %w", err)
+		case err != nil:
+			// The lock only saves work (every statement re-checks its conditions): a Redis outage
+			// must not stop stuck claims from being recovered. Sweep without it.
+			s.opts.Logger.WarnContext(ctx, "idemkit sweep: the sweeper lock is unavailable; sweeping without it", "error", err)
+		default:
+			defer func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = lk.Release(rctx, s.opts.LockKey, token, nil, 0)
+			}()
 		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = lk.Release(rctx, s.opts.LockKey, token, nil, 0)
-		}()
 	}
 	stats := make(Stats, len(s.tasks))
 	var errs []error

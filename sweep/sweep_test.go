@@ -168,3 +168,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// downLocker is a Locker whose Redis is down.
+type downLocker struct{}
+
+var errRedisDown = errors.New("dial tcp 127.0.0.1:6379: connection refused")
+
+func (downLocker) Acquire(context.Context, string, string, time.Duration) ([]byte, error) {
+	return nil, errRedisDown
+}
+func (downLocker) Refresh(context.Context, string, string, time.Duration) error { return errRedisDown }
+func (downLocker) Release(context.Context, string, string, []byte, time.Duration) error {
+	return errRedisDown
+}
+
+// TestSweeperRunsWithoutItsLock: the lock only saves work, so a pass that cannot reach the Locker
+// sweeps anyway — stuck claims are recovered through a Redis outage (every pass failed before).
+func TestSweeperRunsWithoutItsLock(t *testing.T) {
+	var calls atomic.Int32
+	task := sweep.Task{Name: "t", Run: func(context.Context, time.Time, int) (int, error) { calls.Add(1); return 1, nil }}
+	s, err := sweep.New(&sweep.Options{Locker: downLocker{}}, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := s.RunOnce(context.Background())
+	if err != nil || calls.Load() != 1 || stats["t"] != 1 {
+		t.Fatalf("a pass with the Locker down: %v, %v, %d calls; want it to sweep", stats, err, calls.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.RunOnce(ctx); err == nil {
+		t.Fatal("a cancelled pass swept")
+	}
+}
