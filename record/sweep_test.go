@@ -190,7 +190,7 @@ func TestSweepInTransaction(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		f := newSweepFixture(t, b)
 		for i := range 3 {
-			f.put("exp"+string(rune('a'+i)), func(r *idemkit.Record) { r.ExpiresAt = f.now.Add(-time.Minute) })
+			f.put("exp"+string(rune('a'+i)), func(r *idemkit.Record) { r.Status, r.ExpiresAt = idemkit.StatusSucceeded, f.now.Add(-time.Minute) })
 			f.put("stale"+string(rune('a'+i)), func(r *idemkit.Record) { r.LeaseUntil = f.now.Add(-time.Minute) })
 			f.put("pend"+string(rune('a'+i)), func(r *idemkit.Record) { r.LeaseUntil, r.GID = f.now.Add(-time.Minute), "g" })
 		}
