@@ -81,7 +81,9 @@ func buildDialect(name, table string) (d *dialect, err error) {
 		t := quoteParts(parts, "`")
 		d = &dialect{
 			insert: "INSERT IGNORE INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?)",
-			reason: "SELECT reason FROM " + t + " WHERE gid = ? AND branch_id = ? AND op = ? AND barrier_id = ?",
+			// A locking read sees the row committed last, not the caller's snapshot (REPEATABLE READ
+			// after an earlier read): a cancel committed since is Hanging, not "no row".
+			reason: "SELECT reason FROM " + t + " WHERE gid = ? AND branch_id = ? AND op = ? AND barrier_id = ? LOCK IN SHARE MODE",
 			// create_time holds the session's local time (DEFAULT now()); compare in that zone.
 			deleteOlder: "DELETE FROM " + t + " WHERE create_time < CONVERT_TZ(?, '+00:00', @@session.time_zone) ORDER BY create_time LIMIT ?",
 			beforeArg:   utcText,
@@ -90,8 +92,12 @@ func buildDialect(name, table string) (d *dialect, err error) {
 		t := quoteParts(parts, `"`)
 		d = &dialect{
 			// DTM's PostgreSQL table has no default for create_time: set it so DeleteOlder can see the row.
-			insert: "INSERT INTO " + t + " (" + cols + ", create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, now(), now()) ON CONFLICT DO NOTHING",
-			reason: "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4",
+			// Only the branch's own unique key is a repeated delivery: any other conflict (the id
+			// sequence behind the rows, after a data-only copy or a logical-replication failover)
+			// fails the insert, as dtmcli's ON CONFLICT ON CONSTRAINT uniq_barrier does.
+			insert: "INSERT INTO " + t + " (" + cols + ", create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, now(), now()) " +
+				"ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING",
+			reason: "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4 FOR SHARE",
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },
@@ -99,7 +105,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 	case "sqlite":
 		t := quoteParts(parts, `"`)
 		d = &dialect{
-			insert: "INSERT INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+			insert: "INSERT INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING",
 			reason: "SELECT reason FROM " + t + " WHERE gid = ? AND branch_id = ? AND op = ? AND barrier_id = ?",
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < ? ORDER BY create_time LIMIT ?)",

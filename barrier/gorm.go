@@ -81,8 +81,10 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // db.Transaction, with or without PrepareStmt); Enter never commits or rolls it back. Statements run on
 // tx's connection with ctx and bypass gorm's callbacks. For a compensating op Enter inserts the origin
 // row and the current row with two statements, as DTM does; otherwise one. Only a repeated delivery
-// costs one more statement, to tell Duplicate from Hanging. A PostgreSQL transaction is never aborted
-// by a conflicting insert (ON CONFLICT DO NOTHING).
+// costs one more statement, to tell Duplicate from Hanging (a locking read: it sees a row committed after
+// the caller's snapshot). A PostgreSQL transaction is never aborted by an insert conflicting on the
+// branch's unique key (ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING); any other conflict
+// is an error, never taken for a repeated delivery.
 //
 // Enter returns ErrInvalidBranch, ErrNoTransaction, ErrDuplicate (with Duplicate) for a repeated msg op,
 // or the database error.
@@ -117,7 +119,10 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, erro
 	err = pool.QueryRowContext(ctx, g.d.reason, b.Gid, b.BranchID, b.Op, bid).Scan(&reason)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return Duplicate, nil // committed after this transaction's snapshot: it exists, reason unknown
+		// The insert stored nothing, yet no row holds the branch's key (the read locks, so it sees
+		// the latest commit): the insert was refused by something else. Never a Duplicate, which
+		// would skip a business that never ran and answer DTM success.
+		return 0, fmt.Errorf("barrier: the %s row of %s was not inserted, yet no such row exists: the insert met another conflict or error (one MySQL's INSERT IGNORE ignores)", b.Op, b)
 	case err != nil:
 		return 0, fmt.Errorf("barrier: reading barrier row of %s: %w", b, err)
 	case reason != "" && reason != b.Op:

@@ -339,3 +339,55 @@ func TestDDLFiles(t *testing.T) {
 		}
 	})
 }
+
+// TestGormPostgresSequenceBehind: with the table's id sequence behind its rows (a data-only copy, a
+// logical-replication failover), a new branch's insert conflicts on the primary key. That is an
+// error (DTM retries; every failed insert moves the sequence on), never a repeated delivery: before,
+// ON CONFLICT DO NOTHING without a target took it for one, and the business was skipped and answered
+// success.
+func TestGormPostgresSequenceBehind(t *testing.T) {
+	db := testsvc.Postgres(t, nil)
+	ctx := context.Background()
+	g := newGormTable(t, db)
+	for range 3 {
+		b, _ := NewBranch(TransSaga, testsvc.Name("old-"), "01", OpAction)
+		if err := g.Transaction(ctx, b, func(*gorm.DB) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Exec("SELECT setval(pg_get_serial_sequence(?, 'id'), 1, false)", g.Table()).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{OpAction, OpCompensate} {
+		b, _ := NewBranch(TransSaga, testsvc.Name("new-"), "01", op)
+		ran := false
+		out, err := g.TransactionOutcome(ctx, b, func(*gorm.DB) error { ran = true; return nil })
+		if err == nil || ran || out == Duplicate {
+			t.Fatalf("%s on a sequence behind the rows: %s, %v, ran=%v; want an error, nothing run", op, out, err, ran)
+		}
+	}
+}
+
+// TestGormHangingSeenFromASnapshot: a try delivered after its cancel committed is Hanging even in a
+// caller's transaction whose snapshot predates the cancel (MySQL REPEATABLE READ after a first read):
+// the reason is read with a locking read. It was reported Duplicate (the business skipped all the same).
+func TestGormHangingSeenFromASnapshot(t *testing.T) {
+	db := testsvc.MySQL(t, nil)
+	ctx := context.Background()
+	g := newGormTable(t, db)
+	gid := testsvc.Name("gid-")
+	tx := db.Begin()
+	defer tx.Rollback()
+	var n int64
+	if err := tx.Raw("SELECT COUNT(*) FROM " + g.Table()).Scan(&n).Error; err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	cancel, _ := NewBranch(TransTCC, gid, "01", OpCancel)
+	if out, err := g.TransactionOutcome(ctx, cancel, func(*gorm.DB) error { return nil }); err != nil || out != NullCompensation {
+		t.Fatalf("cancel first: %s, %v", out, err)
+	}
+	try, _ := NewBranch(TransTCC, gid, "01", OpTry)
+	if out, err := g.Enter(ctx, tx, try); err != nil || out != Hanging {
+		t.Fatalf("the late try in an older snapshot: %s, %v; want Hanging", out, err)
+	}
+}
