@@ -64,6 +64,9 @@ func (b *Branches) judge(ev *Event, err error) verdict {
 		return failure()
 	case errors.Is(err, dtmimp.ErrOngoing):
 		return verdict{status: http.StatusTooEarly, result: resultOngoing}
+	case errors.Is(err, ErrMalformedPayload), errors.Is(err, barrier.ErrBusinessFailure):
+		// The package's own permanent failures, whatever a custom IsPermanent says of other errors.
+		return failure()
 	case b.opts.IsPermanent(err):
 		return failure()
 	default:

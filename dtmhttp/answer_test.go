@@ -205,3 +205,26 @@ func TestLockKeyIsUnambiguous(t *testing.T) {
 		t.Fatalf("nil Branches LockKey = %q", got)
 	}
 }
+
+// TestJudgeCustomIsPermanentKeepsOwnFailures: a custom IsPermanent that knows only the business's
+// errors still gets 409 for the package's own permanent failures (a malformed payload, a Redis
+// business's FAILURE reply); they were 500 and retried by DTM forever.
+func TestJudgeCustomIsPermanentKeepsOwnFailures(t *testing.T) {
+	errInsufficient := errors.New("insufficient")
+	b, err := New(&Options{IsPermanent: func(e error) bool { return errors.Is(e, errInsufficient) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []error{
+		idemkit.Permanent(fmt.Errorf("%w: bad json", ErrMalformedPayload)),
+		idemkit.Permanent(fmt.Errorf("%w: FAILURE: no stock", barrier.ErrBusinessFailure)),
+		errInsufficient,
+	} {
+		if v := b.judge(&Event{TransType: barrier.TransSaga, Op: barrier.OpAction}, e); v.status != http.StatusConflict {
+			t.Errorf("%v: %d, want 409", e, v.status)
+		}
+	}
+	if v := b.judge(&Event{TransType: barrier.TransSaga, Op: barrier.OpAction}, errors.New("db down")); v.status != http.StatusInternalServerError {
+		t.Errorf("an infrastructure error: %d, want 500", v.status)
+	}
+}

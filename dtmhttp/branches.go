@@ -54,7 +54,8 @@ type Options struct {
 	MaxBody int64
 	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
 	// an op that may fail), false an infrastructure error (500). Defaults to idemkit.IsPermanent.
-	// Errors wrapping dtmcli.ErrFailure or dtmcli.ErrOngoing are classified before it is asked.
+	// Errors wrapping dtmcli.ErrFailure, dtmcli.ErrOngoing, ErrMalformedPayload or
+	// barrier.ErrBusinessFailure are classified before it is asked (a custom one need not know them).
 	IsPermanent func(error) bool
 	// Logger receives a debug line per answer, a warning per 500 and an error for a permanent failure
 	// of an op that must not fail. Defaults to discarding.
