@@ -142,9 +142,10 @@ func TestOutcomeString(t *testing.T) {
 }
 
 func TestTableNameValidation(t *testing.T) {
-	good := []string{"barrier", "dtm_barrier.barrier", "B_1", "_x.y"}
+	good := []string{"barrier", "dtm_barrier.barrier", "B_1", "_x.y", strings.Repeat("x", 51), strings.Repeat("s", 63) + ".barrier"}
 	bad := []string{"", "a.b.c", "bar rier", "barrier;drop table x", "a`b", `a"b`, "1abc", "a.", ".a",
-		"barrier--", strings.Repeat("x", 64)}
+		"barrier--", strings.Repeat("x", 64),
+		strings.Repeat("x", 52), "s." + strings.Repeat("x", 52)} // over 51: its index name would be cut at 63 on PostgreSQL
 	for _, name := range good {
 		for _, d := range []string{"mysql", "postgres", "sqlite"} {
 			if _, err := newDialect(d, name); err != nil {

@@ -30,7 +30,11 @@ type dialect struct {
 	deleteOlder string // delete at most N rows created before T: args T, N
 	ddl         []string
 	beforeArg   func(time.Time) any
+	noNUL       bool // the database's text refuses NUL bytes (PostgreSQL)
 }
+
+// maxTableBase bounds the table's own name (without its schema): 63 bytes less "_create_time".
+const maxTableBase = 63 - len("_create_time")
 
 // splitTable validates a table name ("table" or "schema.table").
 func splitTable(table string) ([]string, error) {
@@ -42,6 +46,11 @@ func splitTable(table string) ([]string, error) {
 		if !tablePart.MatchString(p) {
 			return nil, fmt.Errorf("barrier: table %q: each part must match %s", table, tablePart)
 		}
+	}
+	if base := parts[len(parts)-1]; len(base) > maxTableBase {
+		// Its index is <table>_create_time and its unique constraint uniq_<table>: PostgreSQL cuts
+		// names at 63 bytes, so two long tables would share (or silently skip) them.
+		return nil, fmt.Errorf("barrier: table %q: at most %d bytes, so the names of its index and constraint fit in 63", base, maxTableBase)
 	}
 	return parts, nil
 }
@@ -98,6 +107,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			insert: "INSERT INTO " + t + " (" + cols + ", create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, now(), now()) " +
 				"ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING",
 			reason: "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4 FOR SHARE",
+			noNUL:  true,
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -13,9 +14,11 @@ import (
 // GormOptions configure a [Gorm] barrier. The zero value works.
 type GormOptions struct {
 	// Table is the barrier table, "table" or "schema.table", each part an unquoted SQL identifier
-	// (letters, digits, underscore; at most 63 bytes). Defaults to DefaultTable ("dtm_barrier.barrier") on
-	// MySQL/MariaDB and PostgreSQL and DefaultSQLiteTable ("barrier") on SQLite. Keep it lowercase to
-	// share the table with dtmcli, which does not quote it.
+	// (letters, digits, underscore; at most 63 bytes, the table itself at most 51). Defaults to
+	// DefaultTable ("dtm_barrier.barrier") on MySQL/MariaDB and PostgreSQL and DefaultSQLiteTable
+	// ("barrier") on SQLite. To share the table with dtmcli, keep it lowercase (dtmcli does not quote
+	// it), and on PostgreSQL name it "barrier" in its schema: CreateTable names the unique constraint
+	// uniq_<table>, and dtmcli's insert names uniq_barrier.
 	Table string
 }
 
@@ -91,6 +94,10 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, error) {
 	if err := b.Validate(); err != nil {
 		return 0, err
+	}
+	if g.d.noNUL && strings.IndexByte(b.TransType+b.Gid+b.BranchID+b.Op, 0) >= 0 {
+		// PostgreSQL text refuses NUL in every insert: an error each delivery would be retried forever.
+		return 0, fmt.Errorf("%w: %s holds a NUL byte, which PostgreSQL text refuses", ErrInvalidBranch, b)
 	}
 	pool, err := txPool(tx)
 	if err != nil {
@@ -173,13 +180,26 @@ func (g *Gorm) Transaction(ctx context.Context, b *Branch, fn func(tx *gorm.DB) 
 }
 
 // TransactionOutcome is [Gorm.Transaction] that also reports the barrier's decision.
+//
+// When it returns an error, b's barrier count is as it was before the call, so a retry of the call
+// with the same b (a transient error, retried within the request) uses the same barrier id: its
+// rows, rolled back, are written again — or, if a lost COMMIT had stored them, found — and a later
+// redelivery, whose new Branch starts from the first id, meets them. Counted on, the retry would
+// commit under the next id and the redelivery run the business a second time.
 func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *gorm.DB) error) (Outcome, error) {
 	var out Outcome
+	calls := 0
+	if b != nil {
+		calls = b.calls
+	}
 	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		out, err = g.CallOutcome(ctx, tx, b, fn)
 		return err
 	})
+	if err != nil && b != nil {
+		b.calls = calls
+	}
 	return out, err
 }
 

@@ -391,3 +391,43 @@ func TestGormHangingSeenFromASnapshot(t *testing.T) {
 		t.Fatalf("the late try in an older snapshot: %s, %v; want Hanging", out, err)
 	}
 }
+
+// TestGormRetryWithTheSameBranch: a transaction retried with the same Branch after a transient error
+// (rolled back) uses the same barrier id, so a later redelivery — a new Branch — finds its rows and
+// does not run the business again. The retry committed under the next id, and the business ran twice.
+func TestGormRetryWithTheSameBranch(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		ctx := context.Background()
+		g := newGormTable(t, db)
+		gid := testsvc.Name("gid-")
+		runs := 0
+		b, _ := NewBranch(TransSaga, gid, "01", OpAction)
+		transient := errors.New("deadlock, try again")
+		if err := g.Transaction(ctx, b, func(*gorm.DB) error { return transient }); !errors.Is(err, transient) {
+			t.Fatal(err)
+		}
+		if err := g.Transaction(ctx, b, func(*gorm.DB) error { runs++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		redelivery, _ := NewBranch(TransSaga, gid, "01", OpAction)
+		out, err := g.TransactionOutcome(ctx, redelivery, func(*gorm.DB) error { runs++; return nil })
+		if err != nil || out != Duplicate || runs != 1 {
+			t.Fatalf("redelivery after a retried call: %s, %v, business ran %d times; want Duplicate, once", out, err, runs)
+		}
+	})
+}
+
+// TestGormPostgresRefusesNUL: PostgreSQL text refuses NUL in every insert, so a branch holding one is
+// ErrInvalidBranch at once (an answer DTM does not retry as a 500), not a database error each time.
+// MySQL stores it (TestDifferentialDTMCli's "tab and nul").
+func TestGormPostgresRefusesNUL(t *testing.T) {
+	db := testsvc.Postgres(t, nil)
+	g := newGormTable(t, db)
+	b, err := NewBranch(TransSaga, "a\x00b", "01", OpAction)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.TransactionOutcome(context.Background(), b, func(*gorm.DB) error { return nil }); !errors.Is(err, ErrInvalidBranch) {
+		t.Fatalf("a gid with NUL on PostgreSQL: %v, want ErrInvalidBranch", err)
+	}
+}
