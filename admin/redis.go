@@ -52,6 +52,20 @@ func (a *Admin) Redis(ctx context.Context, storedScope, storedKey string) (*Redi
 	return st, nil
 }
 
+// ForgetCached deletes the cached result Redis holds for the record at storedScope and storedKey,
+// leaving a lock alone (an attempt running under it), and reports whether it deleted one. It is for a
+// result whose record is already gone (purged without Redis): [Admin.Purge] clears a record's own.
+func (a *Admin) ForgetCached(ctx context.Context, storedScope, storedKey string) (bool, error) {
+	if a.lk == nil {
+		return false, errors.New("admin: no Redis client configured")
+	}
+	ok, err := a.lk.Forget(ctx, idemkit.LockKey(storedScope, storedKey), "") // no token holds a lock
+	if err != nil {
+		return false, fmt.Errorf("admin: clearing Redis: %w", err)
+	}
+	return ok, nil
+}
+
 // releaseLock deletes the lock of rec's holder if that holder (rec's owner) still holds it, so that
 // the next attempt is not turned away as in flight. Another attempt's lock, or a cached result,
 // stays.

@@ -509,3 +509,40 @@ func TestInspectWhatListingsShow(t *testing.T) {
 		t.Fatalf("inspect of a key known to Redis only: %s; want the lock shown", r)
 	}
 }
+
+// TestPurgeLeftoverCachedResult: a record purged without --redis leaves its cached result, which
+// answers duplicates until it expires; purge with Redis of the key without a record deletes it
+// (it answered "unknown scope" or "no record" and never looked at Redis), and a lock stays.
+func TestPurgeLeftoverCachedResult(t *testing.T) {
+	f := setup(t, "sqlite")
+	f.populate(t)
+	ctx := context.Background()
+	call := idemkit.Call{Scope: "POST /lonely", Key: "k1"}
+	if _, err := f.guard.Do(ctx, call, func(context.Context) ([]byte, error) { return []byte("first"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	redisAddr := f.env["IDEMCTL_REDIS"]
+	f.env["IDEMCTL_REDIS"] = ""
+	f.want(t, exitOK, nil, []string{"purge", "--yes", call.Scope, call.Key}, "deleted")
+	f.env["IDEMCTL_REDIS"] = redisAddr
+	if res, err := f.guard.Do(ctx, call, func(context.Context) ([]byte, error) { return []byte("second"), nil }); err != nil || string(res.Value) != "first" {
+		t.Fatalf("before: %+v, %v; want the leftover cached result replayed", res, err)
+	}
+	f.want(t, exitOK, strings.NewReader("y\n"), []string{"purge", call.Scope, call.Key}, "still holds its cached result", "deleted the cached result")
+	ran := false
+	if res, err := f.guard.Do(ctx, call, func(context.Context) ([]byte, error) { ran = true; return []byte("second"), nil }); err != nil || !ran || string(res.Value) != "second" {
+		t.Fatalf("after: %+v, %v, ran=%v; want the key to run again", res, err, ran)
+	}
+	// A lock (an attempt in flight, no record yet) is left alone.
+	ad, err := f.guard.Address("POST /lonely", "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.New(f.rdb, &lock.Options{Prefix: f.prefix}).Acquire(ctx, ad.LockKey, "tok-1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	f.want(t, exitNotFound, nil, []string{"purge", "--yes", "POST /lonely", "k2"}, "attempt in flight")
+	if rs, err := lock.New(f.rdb, &lock.Options{Prefix: f.prefix}).State(ctx, ad.LockKey); err != nil || !rs.Locked {
+		t.Fatalf("the lock after purge: %+v, %v; want it held", rs, err)
+	}
+}

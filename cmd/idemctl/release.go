@@ -93,6 +93,9 @@ func (c *cli) purge(ctx context.Context, pos []string) error {
 
 func (c *cli) purgeOne(ctx context.Context, scope, key string) error {
 	rec, err := c.adm.Get(ctx, scope, key)
+	if (errors.Is(err, idemkit.ErrNotFound) || errors.Is(err, admin.ErrUnknownScope)) && c.rdb != nil {
+		return c.purgeCachedOnly(ctx, scope, key, err)
+	}
 	if err != nil {
 		return notFoundKey(err, scope, key)
 	}
@@ -121,6 +124,44 @@ func (c *cli) purgeOne(ctx context.Context, scope, key string) error {
 		fmt.Fprintf(c.stdout, "deleted %q / %q (%s, fence %d)\n", scope, key, rec.Status, rec.Fence)
 	}
 	return err
+}
+
+// purgeCachedOnly handles purge --redis of a key without a record: a cached result its record left
+// behind (purged without --redis) would answer duplicates until it expires, so it is deleted, after
+// confirmation. A lock (an attempt in flight) is left alone. notFound is the lookup's error, returned
+// when Redis holds nothing to delete.
+func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound error) error {
+	ad, err := c.adm.Address(scope, key)
+	if err != nil {
+		return err
+	}
+	rs, err := c.adm.Redis(ctx, ad.Scope, ad.Key)
+	if err != nil {
+		return err
+	}
+	if !rs.Cached {
+		if rs.Locked {
+			return fmt.Errorf("%w (Redis holds the lock of an attempt in flight, %s left: nothing to purge)", notFoundKey(notFound, scope, key), roundDur(rs.LockTTL))
+		}
+		return notFoundKey(notFound, scope, key)
+	}
+	q := fmt.Sprintf("No record of %q / %q, but Redis still holds its cached result (%d bytes, %s left), which answers its duplicates. Delete it?",
+		scope, key, rs.CachedSize, roundDur(rs.CacheTTL))
+	if ctx, err = c.confirm(q); err != nil {
+		return err
+	}
+	deleted, err := c.adm.ForgetCached(ctx, ad.Scope, ad.Key)
+	if err != nil {
+		return err
+	}
+	if c.o.json {
+		c.writeJSON(map[string]any{"deleted": 0, "cached_result_deleted": deleted})
+	} else if deleted {
+		fmt.Fprintf(c.stdout, "no record; deleted the cached result of %q / %q\n", scope, key)
+	} else {
+		fmt.Fprintf(c.stdout, "no record; the cached result of %q / %q was gone already\n", scope, key)
+	}
+	return nil
 }
 
 func (c *cli) purgeMany(ctx context.Context) error {
