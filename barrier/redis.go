@@ -189,11 +189,19 @@ type Result struct {
 // Call returns ErrInvalidBranch (also, with LayoutDTMCli, for a branch_id or op containing '-'),
 // ErrCrossSlot, an error matching ErrBusinessFailure (wrapped in idemkit.Permanent, with Outcome
 // Proceed) for a "FAILURE..." error reply of the business, ErrDuplicate for a repeated msg op, or the
-// Redis error, wrapped.
-func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (Result, error) {
+// Redis error, wrapped. When it returns an error, b's barrier count is as it was (see
+// [Gorm.TransactionOutcome]): a retry with the same b — after a lost reply, say, when the script may
+// have run — uses the same barrier id and finds the keys the first attempt set.
+func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (res Result, err error) {
 	if err := b.Validate(); err != nil {
 		return Result{}, err
 	}
+	calls := b.calls
+	defer func() {
+		if err != nil {
+			b.calls = calls
+		}
+	}()
 	if call == nil || call.Script == nil {
 		return Result{}, errors.New("barrier: RedisCall without a Script")
 	}

@@ -244,3 +244,31 @@ func TestNewRedisValidation(t *testing.T) {
 		t.Error("call without a script accepted")
 	}
 }
+
+// TestRedisRetryWithTheSameBranch: a call retried with the same Branch after an error uses the same
+// barrier id, so a later redelivery finds the keys the successful retry set and skips the business.
+// The retry used the next id, and the redelivery (a new Branch, the first id) ran the business again.
+func TestRedisRetryWithTheSameBranch(t *testing.T) {
+	rdb := testsvc.Redis(t)
+	ctx := context.Background()
+	r, _ := NewRedis(rdb, nil)
+	tag := testsvc.Name("x_")
+	t.Cleanup(func() { deleteTagged(context.Background(), rdb, tag) })
+	key := "{" + tag + "}:k"
+	s := NewScript(`
+if ARGV[1] == 'error' then return redis.error_reply('ERR try again') end
+return redis.call('INCR', KEYS[1])`)
+	gid := testsvc.Name("gid-")
+	b, _ := NewBranch(TransSaga, gid, "01", OpAction)
+	if _, err := r.Call(ctx, b, &RedisCall{Script: s, Keys: []string{key}, Args: []any{"error"}}); err == nil {
+		t.Fatal("no error")
+	}
+	if got, err := r.Call(ctx, b, &RedisCall{Script: s, Keys: []string{key}, Args: []any{"ok"}}); err != nil || got.Outcome != Proceed {
+		t.Fatalf("the retry: %+v, %v", got, err)
+	}
+	redelivery, _ := NewBranch(TransSaga, gid, "01", OpAction)
+	got, err := r.Call(ctx, redelivery, &RedisCall{Script: s, Keys: []string{key}, Args: []any{"ok"}})
+	if n, _ := rdb.Get(ctx, key).Int(); err != nil || got.Outcome != Duplicate || n != 1 {
+		t.Fatalf("redelivery: %+v, %v, business ran %d times; want Duplicate, once", got, err, n)
+	}
+}
