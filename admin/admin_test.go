@@ -37,6 +37,23 @@ func table(t *testing.T, db *gorm.DB) (*record.Store, string) {
 	return st, name
 }
 
+// clocked returns a Guard (one-minute lease, no Locker) and an Admin on a fresh record table of db,
+// both on one test clock.
+func clocked(t *testing.T, db *gorm.DB) (*idemkit.Guard, *admin.Admin, *idemtest.Clock) {
+	t.Helper()
+	st, tbl := table(t, db)
+	clock := idemtest.NewClock()
+	g, err := idemkit.New(st, &idemkit.Options{Lease: time.Minute, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := admin.New(db, &admin.Options{Table: tbl, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, adm, clock
+}
+
 // TestSweepPlanMatchesSweeper: on records in every combination of state, lease, expiry and gid,
 // what PlanSweep says a sweeper pass deletes, recovers and leaves to a reconciler is exactly what
 // record.Store's DeleteExpired, RecoverStale and Pending do and list.
@@ -334,17 +351,7 @@ func TestRedisCleanupFollowsLocker(t *testing.T) {
 func TestReleaseAndPurgeSeeARenewal(t *testing.T) {
 	for name, open := range dialects {
 		t.Run(name, func(t *testing.T) {
-			db := open(t, nil)
-			st, tbl := table(t, db)
-			clock := idemtest.NewClock()
-			g, err := idemkit.New(st, &idemkit.Options{Lease: time.Minute, Now: clock.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			adm, err := admin.New(db, &admin.Options{Table: tbl, Now: clock.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, adm, clock := clocked(t, open(t, nil))
 			ctx := context.Background()
 			for _, op := range []string{"release", "purge"} {
 				call := idemkit.Call{Scope: "s", Key: op}
@@ -425,17 +432,7 @@ func TestPurgeKeepsARunningMarkLock(t *testing.T) {
 // TestReleaseChecksBy: a release reason the error column cannot hold, or that would garble listings,
 // is refused before anything is written (MariaDB refused invalid UTF-8 with a raw driver error).
 func TestReleaseChecksBy(t *testing.T) {
-	db := testsvc.MySQL(t, nil)
-	st, tbl := table(t, db)
-	clock := idemtest.NewClock()
-	g, err := idemkit.New(st, &idemkit.Options{Lease: time.Minute, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := admin.New(db, &admin.Options{Table: tbl, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, adm, clock := clocked(t, testsvc.MySQL(t, nil))
 	ctx := context.Background()
 	if _, _, err := g.Begin(ctx, idemkit.Call{Scope: "s", Key: "k"}); err != nil {
 		t.Fatal(err)

@@ -148,13 +148,23 @@ return 'status=' .. ARGV[1]`)
 
 // TestRedisBusinessErrors: a FAILURE reply is a permanent failure; another error reply or a Lua error
 // is a plain error; neither sets the barrier keys, so the next delivery runs the business again.
-func TestRedisBusinessErrors(t *testing.T) {
+// redisKeyed returns a barrier on the test Redis and a business key of a fresh hash tag, deleted
+// with the tag's barrier keys when the test ends.
+func redisKeyed(t *testing.T) (*redis.Client, *Redis, string) {
+	t.Helper()
 	rdb := testsvc.Redis(t)
-	ctx := context.Background()
-	r, _ := NewRedis(rdb, nil)
+	r, err := NewRedis(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tag := testsvc.Name("x_")
 	t.Cleanup(func() { deleteTagged(context.Background(), rdb, tag) })
-	key := "{" + tag + "}:k"
+	return rdb, r, "{" + tag + "}:k"
+}
+
+func TestRedisBusinessErrors(t *testing.T) {
+	_, r, key := redisKeyed(t)
+	ctx := context.Background()
 	// Fails while ARGV[1] says so; counts its successful runs.
 	s := NewScript(`
 if ARGV[1] == 'failure' then return redis.error_reply('FAILURE: refused') end
@@ -249,12 +259,8 @@ func TestNewRedisValidation(t *testing.T) {
 // barrier id, so a later redelivery finds the keys the successful retry set and skips the business.
 // The retry used the next id, and the redelivery (a new Branch, the first id) ran the business again.
 func TestRedisRetryWithTheSameBranch(t *testing.T) {
-	rdb := testsvc.Redis(t)
+	rdb, r, key := redisKeyed(t)
 	ctx := context.Background()
-	r, _ := NewRedis(rdb, nil)
-	tag := testsvc.Name("x_")
-	t.Cleanup(func() { deleteTagged(context.Background(), rdb, tag) })
-	key := "{" + tag + "}:k"
 	s := NewScript(`
 if ARGV[1] == 'error' then return redis.error_reply('ERR try again') end
 return redis.call('INCR', KEYS[1])`)
