@@ -82,9 +82,7 @@ func holdRoundTrip(t *testing.T, b *batcher, g *gate) <-chan error {
 func waitQueued(t *testing.T, b *batcher, n int) {
 	t.Helper()
 	for i := 0; ; i++ {
-		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
+		q := b.Waiting()
 		if q == n {
 			return
 		}
@@ -146,10 +144,8 @@ func TestBatcherPipelinesWhatWaited(t *testing.T) {
 			t.Errorf("key %d holds %q, %v", i, v, err)
 		}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.inFlight != 0 || len(b.queue) != 0 {
-		t.Fatalf("after the round trips: %d in flight, %d queued", b.inFlight, len(b.queue))
+	if b.InFlight() != 0 || b.Waiting() != 0 {
+		t.Fatalf("after the round trips: %d in flight, %d queued", b.InFlight(), b.Waiting())
 	}
 }
 
@@ -268,7 +264,7 @@ func TestBatcherOnlyOnGoRedisClients(t *testing.T) {
 	if New(wrapped{rdb}, nil).batch != nil {
 		t.Error("batching on a wrapper: its Process would miss the batched commands")
 	}
-	if l := New(rdb, &Options{MaxInFlight: 3}); l.batch == nil || l.batch.max != 3 {
+	if l := New(rdb, &Options{MaxInFlight: 3}); l.batch == nil || l.batch.Max() != 3 {
 		t.Error("MaxInFlight 3 not applied")
 	}
 }
@@ -394,10 +390,8 @@ func TestBatcherSurvivesAPanickingSender(t *testing.T) {
 	if err := b.do(ctx, after); err != nil || after.Val() != "OK" {
 		t.Fatalf("after the panic: %q, %v", after.Val(), err)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.inFlight != 0 || len(b.queue) != 0 {
-		t.Fatalf("after the panic: %d in flight, %d queued", b.inFlight, len(b.queue))
+	if b.InFlight() != 0 || b.Waiting() != 0 {
+		t.Fatalf("after the panic: %d in flight, %d queued", b.InFlight(), b.Waiting())
 	}
 }
 

@@ -494,41 +494,52 @@ func (m *multiStore) InsertCommit(ctx context.Context, rec *idemkit.Record) erro
 
 // insertCommit returns the INSERT-and-COMMIT packet for rec (see the top of this file).
 func (q *queries) insertCommit(rec *idemkit.Record) string {
+	var b strings.Builder
+	b.Grow(len(q.insertCommitPfx) + len(insertCommitSfx) + valuesLen(rec))
+	b.WriteString(q.insertCommitPfx)
+	writeValues(&b, rec)
+	b.WriteString(insertCommitSfx)
+	return b.String()
+}
+
+// valuesLen bounds the length of rec's values as writeValues writes them.
+func valuesLen(rec *idemkit.Record) int {
 	const (
 		perText = len("_utf8mb4 X''")
 		perInt  = 20 // digits of an int64
 		perSep  = len(", ")
 	)
-	var b strings.Builder
-	b.Grow(len(q.insertCommitPfx) + len(insertCommitSfx) + 14*perSep + 8*perText + 5*perInt +
+	return 14*perSep + 8*perText + 5*perInt +
 		2*(len(rec.Scope)+len(rec.Key)+len(rec.Status)+len(rec.Owner)+len(rec.Fingerprint)+len(rec.GID)+
-			len(rec.BranchID)+len(rec.Response)+len(rec.Error)))
-	b.WriteString(q.insertCommitPfx)
-	hexLiteral(&b, "", rec.Scope)
+			len(rec.BranchID)+len(rec.Response)+len(rec.Error))
+}
+
+// writeValues writes rec's values as literals, in the order of the columns constant after scope and
+// idem_key, without parentheses.
+func writeValues(b *strings.Builder, rec *idemkit.Record) {
+	hexLiteral(b, "", rec.Scope)
 	b.WriteString(", ")
-	hexLiteral(&b, "", rec.Key)
+	hexLiteral(b, "", rec.Key)
 	b.WriteString(", ")
-	hexLiteral(&b, textIntroducer, string(rec.Status))
+	hexLiteral(b, textIntroducer, string(rec.Status))
 	b.WriteString(", ")
-	writeInt(&b, rec.Fence)
+	writeInt(b, rec.Fence)
 	for _, s := range [...]string{rec.Owner, rec.Fingerprint, rec.GID, rec.BranchID} {
 		b.WriteString(", ")
-		hexLiteral(&b, textIntroducer, s)
+		hexLiteral(b, textIntroducer, s)
 	}
 	b.WriteString(", ")
 	if len(rec.Response) == 0 {
 		b.WriteString("NULL")
 	} else {
-		hexLiteral(&b, "", rec.Response)
+		hexLiteral(b, "", rec.Response)
 	}
 	b.WriteString(", ")
-	hexLiteral(&b, textIntroducer, rec.Error)
+	hexLiteral(b, textIntroducer, rec.Error)
 	for _, t := range [...]time.Time{rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt} {
 		b.WriteString(", ")
-		writeInt(&b, millis(t))
+		writeInt(b, millis(t))
 	}
-	b.WriteString(insertCommitSfx)
-	return b.String()
 }
 
 // insertCommitSfx ends the INSERT-and-COMMIT packet: a duplicate overflows the fence (error 1690)

@@ -94,14 +94,16 @@ type queries struct {
 	// rollbackGetPfx starts the packet of ROLLBACK and the read of a record the probe found, up to the
 	// scope's value (MySQL; see multi.go).
 	rollbackGetPfx string
-	plainInsert    string // INSERT without conflict handling (tests of interpretError)
-	get            string
-	getLocked      string // get with a locking read, for transaction-bound stores
-	update         string
-	finish         string // update of a claim's own columns (status, result, times), same fence and owner
-	confirm        string // MySQL: does the versioned row exist? (rows changed was 0)
-	confirmLock    string // confirm with a locking read, for transaction-bound stores
-	delete         string
+	// finishPfx starts a finish written with literals, up to the status's value (MySQL; see batch.go).
+	finishPfx   string
+	plainInsert string // INSERT without conflict handling (tests of interpretError)
+	get         string
+	getLocked   string // get with a locking read, for transaction-bound stores
+	update      string
+	finish      string // update of a claim's own columns (status, result, times), same fence and owner
+	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
+	confirmLock string // confirm with a locking read, for transaction-bound stores
+	delete      string
 
 	delExpired string // now, limit
 	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)
@@ -127,6 +129,7 @@ func buildQueries(dialect, schema, table string) *queries {
 		q.insertCommitPfx = "INSERT INTO " + t + " (" + cols + ") VALUES ("
 		q.beginProbePfx = "START TRANSACTION; SELECT 1 FROM " + t + " WHERE scope = "
 		q.rollbackGetPfx = "ROLLBACK; SELECT " + columns + " FROM " + t + " WHERE scope = "
+		q.finishPfx = "UPDATE " + t + " SET status = "
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
 	}

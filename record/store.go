@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/batch"
 )
 
 // DefaultTable is the record table's name when Options.Table is empty; the DDL files of package
@@ -43,6 +44,13 @@ type Options struct {
 	// COMMIT in one packet: one round trip fewer per guarded transaction (see [Store.BeginTx]). The
 	// Store finds out once whether the connection allows it, and never does it on a Galera node.
 	NoMultiStatements bool
+
+	// NoBatch sends every claim and finish on its own. By default, on MySQL and MariaDB, writes the
+	// Store makes outside a transaction (the claims and finishes of Execute and Mark modes) are
+	// group-committed under concurrency: the claims that come while one is in flight leave together
+	// as one multi-row INSERT, and the finishes as one transaction (with multiStatements, as for
+	// NoMultiStatements). Every write keeps its own outcome; see the package documentation.
+	NoBatch bool
 }
 
 // Store is an [idemkit.Store] on a gorm database: MySQL/MariaDB (gorm.io/driver/mysql), PostgreSQL
@@ -65,6 +73,10 @@ type Store struct {
 	// multi is what the pool allows (multiUnknown, multiOn, multiOff), shared by bound Stores; nil
 	// when multi-statement transactions are off (not MySQL, or Options.NoMultiStatements).
 	multi *atomic.Int32
+	// claims and finishes group-commit the base Store's claims and finishes (MySQL; see batch.go);
+	// nil when off. Bound Stores never use them.
+	claims   *batch.Batcher[*claimOp]
+	finishes *batch.Batcher[*finishOp]
 }
 
 // New returns a Store on db, whose dialect (db.Dialector.Name()) must be mysql, postgres or sqlite,
@@ -130,6 +142,9 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 		s.c = dbConn{db: sdb, ps: s.ps}
 	} else {
 		s.c = poolConn{p: db.Statement.ConnPool}
+	}
+	if q.dialect == dialectMySQL && !o.NoBatch && s.sdb != nil {
+		s.newBatchers()
 	}
 	return s, nil
 }
@@ -237,6 +252,18 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
+	if s.claims != nil && rec.Owner != "" && s.batchable(rec) {
+		op := &claimOp{rec: rec}
+		if err := s.claims.Do(ctx, op); err != nil {
+			return s.q.interpretError("inserting into", err)
+		}
+		return op.err
+	}
+	return s.insertAlone(ctx, rec)
+}
+
+// insertAlone is Insert in a statement of its own.
+func (s *Store) insertAlone(ctx context.Context, rec *idemkit.Record) error {
 	n, err := s.exec(ctx, s.q.insert, rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint,
 		rec.GID, rec.BranchID, response(rec.Response), rec.Error,
 		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt))
@@ -292,12 +319,15 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 	}
 	var n int64
 	var err error
-	if rec.Fence == prev.Fence && rec.Owner == prev.Owner {
-		// A claim's own write (finish, renewal, settlement): only these columns can have changed.
-		n, err = s.exec(ctx, s.q.finish, string(rec.Status), response(rec.Response), rec.Error,
-			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.UpdatedAt),
-			rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
-	} else {
+	switch {
+	case rec.Fence == prev.Fence && rec.Owner == prev.Owner && s.finishes != nil && s.batchable(rec):
+		op := &finishOp{rec: rec, prev: prev}
+		if err = s.finishes.Do(ctx, op); err == nil {
+			n, err = op.n, op.err
+		}
+	case rec.Fence == prev.Fence && rec.Owner == prev.Owner:
+		n, err = s.finishAlone(ctx, rec, prev)
+	default:
 		n, err = s.exec(ctx, s.q.update, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint, rec.GID,
 			rec.BranchID, response(rec.Response), rec.Error,
 			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt),
@@ -313,6 +343,14 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 		return s.confirm(ctx, rec.Scope, rec.Key, prev)
 	}
 	return idemkit.ErrFenced
+}
+
+// finishAlone runs a claim's own write (finish, renewal, settlement) in a statement of its own and
+// returns the rows changed: only these columns can have changed.
+func (s *Store) finishAlone(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) (int64, error) {
+	return s.exec(ctx, s.q.finish, string(rec.Status), response(rec.Response), rec.Error,
+		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.UpdatedAt),
+		rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
 }
 
 // confirm runs after a MySQL UPDATE changed no row: if the row with prev's version exists, the update

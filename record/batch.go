@@ -1,0 +1,330 @@
+package record
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/batch"
+)
+
+// Group commit of claims and finishes (MySQL and MariaDB only).
+//
+// Execute and Mark modes write their record outside the business's transaction: a claim (INSERT)
+// before the work and a finish (UPDATE) after it, each its own transaction — a statement, a round trip
+// and a commit each. Under concurrency a Store sends them the way the Locker sends its Redis commands
+// (package internal/batch): a write goes out at once while none is in flight; the writes that came
+// meanwhile leave together when it returns.
+//
+//   - Claims: one multi-row INSERT … ON DUPLICATE KEY UPDATE scope = scope, one statement and one
+//     commit for all. When it inserts fewer rows than it carries (a record existed, or two callers
+//     claimed one key in the same batch), each claim asks whether the row carries its own owner token
+//     (random per attempt, see Record.Owner): only the claim that inserted it finds it.
+//   - Finishes (a claim's own write: same fence and owner; on a multi-statement pool, see
+//     Options.NoMultiStatements): one packet "START TRANSACTION; UPDATE …; SET @idemkit_n<i> =
+//     ROW_COUNT(); …; SELECT @idemkit_n0, …; COMMIT" on a connection the Store holds: one round trip
+//     and one commit for all, and each finish's own count of changed rows, read as Update reads its
+//     own. The server stops a packet at its first error, so an error it answers means nothing was
+//     committed (the COMMIT did not run, or refused).
+//
+// Either way every write keeps its own outcome and its own conditions: nothing a caller sees differs
+// from its statement run alone. When the batch statement fails (a deadlock, a data error, the server's
+// refusal of the COMMIT) nothing of it was committed, and each write runs again on its own. When its
+// outcome is not known (the connection broke after the statement was sent), each claim runs again on
+// its own and is its own when the row carries its token; each finish gets the error, as after a lost
+// reply. Values are written as literals (as in the INSERT-and-COMMIT packet of multi.go), so no
+// statement is prepared per batch size; a result larger than maxInlineResult is written alone.
+//
+// Inserts and updates in a caller's transaction (a Store bound with WithTx, Tx mode) never batch: they
+// belong to that transaction. Options.NoBatch turns group commit off.
+
+// claimOp is a claim waiting for its batch.
+type claimOp struct {
+	rec *idemkit.Record
+	err error
+}
+
+// finishOp is a finish waiting for its batch. Its outcome is that of its statement alone: the rows
+// it changed (MySQL counts changed rows) or the database's error, for Update to interpret.
+type finishOp struct {
+	rec  *idemkit.Record
+	prev idemkit.Version
+	n    int64
+	err  error
+}
+
+// newBatchers sets up s's group commit.
+func (s *Store) newBatchers() {
+	s.claims = batch.New(1, batch.Funcs[*claimOp]{
+		One:  func(ctx context.Context, op *claimOp) { op.err = s.insertAlone(ctx, op.rec) },
+		Many: s.insertMany,
+		Fail: func(op *claimOp, err error) {
+			op.err = cmp.Or(op.err, s.q.interpretError("inserting into", &batchError{err}))
+		},
+	})
+	if s.multiCapable() {
+		s.finishes = batch.New(1, batch.Funcs[*finishOp]{
+			One:  func(ctx context.Context, op *finishOp) { op.n, op.err = s.finishAlone(ctx, op.rec, op.prev) },
+			Many: s.finishMany,
+			Fail: func(op *finishOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+		})
+	}
+}
+
+// batchError is the error of a write whose batch was abandoned by a panicking sender.
+type batchError struct{ err error }
+
+func (e *batchError) Error() string { return "record: " + e.err.Error() }
+func (e *batchError) Unwrap() error { return e.err }
+
+// batchable reports whether rec may be written in a batch: by the Store itself (not a transaction's),
+// with a result small enough to write as a literal.
+func (s *Store) batchable(rec *idemkit.Record) bool {
+	return !s.inTx && len(rec.Response) <= maxInlineResult
+}
+
+// Bounds of one batch statement: a larger batch is sent as several (max_allowed_packet is 16 MiB by
+// default on MariaDB, 64 MiB on MySQL; a result is at most maxInlineResult, twice that in hexadecimal).
+const (
+	maxBatchRows  = 256
+	maxBatchBytes = 1 << 20
+)
+
+// chunks calls f with consecutive parts of ops of at most maxBatchRows and, but for a lone op,
+// maxBatchBytes as size measures them.
+func chunks[T any](ops []T, size func(T) int, f func([]T)) {
+	for len(ops) > 0 {
+		n, bytes := 1, size(ops[0])
+		for n < len(ops) && n < maxBatchRows && bytes+size(ops[n]) <= maxBatchBytes {
+			bytes += size(ops[n])
+			n++
+		}
+		f(ops[:n])
+		ops = ops[n:]
+	}
+}
+
+// insertMany inserts the claims of ops in one statement per chunk.
+func (s *Store) insertMany(ctx context.Context, ops []*claimOp) {
+	chunks(ops, func(op *claimOp) int { return valuesLen(op.rec) }, func(ops []*claimOp) { s.insertChunk(ctx, ops) })
+}
+
+// insertChunk inserts the claims of ops in one statement (see the top of this file).
+func (s *Store) insertChunk(ctx context.Context, ops []*claimOp) {
+	if len(ops) == 1 {
+		ops[0].err = s.insertAlone(ctx, ops[0].rec)
+		return
+	}
+	slices.SortFunc(ops, func(a, b *claimOp) int { // one lock order for every batch
+		return cmp.Or(strings.Compare(a.rec.Scope, b.rec.Scope), strings.Compare(a.rec.Key, b.rec.Key))
+	})
+	n, err := s.c.exec(ctx, s.q.insertRows(ops))
+	switch {
+	case err == nil && n == int64(len(ops)):
+		return
+	case err == nil:
+		for _, op := range ops {
+			op.err = s.claimed(ctx, op.rec, idemkit.ErrExists)
+		}
+	default:
+		for _, op := range ops {
+			op.err = s.insertAlone(ctx, op.rec)
+			if errors.Is(op.err, idemkit.ErrExists) {
+				// The batch may have inserted it before its connection broke.
+				op.err = s.claimed(ctx, op.rec, op.err)
+			}
+		}
+	}
+}
+
+// claimed returns nil when the record of rec carries rec's version (its owner token: the claim that
+// inserted it), and notFound otherwise.
+func (s *Store) claimed(ctx context.Context, rec *idemkit.Record, notFound error) error {
+	switch err := s.confirm(ctx, rec.Scope, rec.Key, rec.Version()); {
+	case err == nil:
+		return nil
+	case errors.Is(err, idemkit.ErrFenced):
+		return notFound
+	default:
+		return err
+	}
+}
+
+// insertRows returns the multi-row INSERT of the claims of ops.
+func (q *queries) insertRows(ops []*claimOp) string {
+	size := len(q.insertCommitPfx) + len(insertRowsSfx)
+	for _, op := range ops {
+		size += valuesLen(op.rec) + len("), (")
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(q.insertCommitPfx)
+	for i, op := range ops {
+		if i > 0 {
+			b.WriteString("), (")
+		}
+		writeValues(&b, op.rec)
+	}
+	b.WriteString(insertRowsSfx)
+	return b.String()
+}
+
+// insertRowsSfx ends a multi-row INSERT of claims: a row whose key exists is left unchanged, and
+// not counted.
+const insertRowsSfx = ") ON DUPLICATE KEY UPDATE scope = scope"
+
+// finishMany writes the finishes of ops in one transaction per chunk.
+func (s *Store) finishMany(ctx context.Context, ops []*finishOp) {
+	chunks(ops, finishLen, func(ops []*finishOp) { s.finishChunk(ctx, ops) })
+}
+
+// finishChunk writes the finishes of ops in one transaction (see the top of this file).
+func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
+	alone := func() {
+		for _, op := range ops {
+			op.n, op.err = s.finishAlone(ctx, op.rec, op.prev)
+		}
+	}
+	if len(ops) == 1 {
+		alone()
+		return
+	}
+	c, err := s.multiConnection(ctx)
+	if c == nil || err != nil {
+		alone()
+		return
+	}
+	slices.SortFunc(ops, func(a, b *finishOp) int {
+		return cmp.Or(strings.Compare(a.rec.Scope, b.rec.Scope), strings.Compare(a.rec.Key, b.rec.Key))
+	})
+	var my *mysql.MySQLError
+	switch committed, err := s.sendFinishes(ctx, c, ops); {
+	case err == nil:
+		_ = c.Close()
+	case errors.As(err, &my):
+		// The server stopped at a failing statement before the COMMIT, or refused the COMMIT:
+		// nothing was committed.
+		s.endBatch(ctx, c)
+		alone()
+	case !committed || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrPktTooLarge):
+		// Nothing was sent (a context that ended first, a connection found broken before writing,
+		// a packet over max_allowed_packet): nothing ran.
+		discard(c)
+		alone()
+	default:
+		// The packet's COMMIT may have run: each finish's outcome is unknown, as after a lost reply.
+		discard(c)
+		for _, op := range ops {
+			op.n, op.err = 0, err
+		}
+	}
+}
+
+// sendFinishes sends the packet of ops' finishes on c and reads each one's count of changed rows.
+// When it fails it reports whether the COMMIT may have run: the packet was written (not when the
+// server's error came, which stops the packet before the COMMIT, nor when nothing was sent).
+func (s *Store) sendFinishes(ctx context.Context, c *sql.Conn, ops []*finishOp) (mayHaveCommitted bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	rows, err := c.QueryContext(ctx, s.q.finishRows(ops))
+	if err != nil {
+		return true, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return true, cmp.Or(rows.Err(), errors.New("the counts of changed rows did not come"))
+	}
+	counts := make([]any, len(ops))
+	for i, op := range ops {
+		counts[i] = &op.n
+	}
+	if err := rows.Scan(counts...); err != nil {
+		return true, err
+	}
+	// The COMMIT's answer comes after the counts.
+	return true, rows.Close()
+}
+
+// endBatch rolls back the batch's transaction on c and returns c to the pool, or closes it when the
+// server does not answer.
+func (s *Store) endBatch(ctx context.Context, c *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if _, err := c.ExecContext(ctx, "ROLLBACK"); err != nil {
+		discard(c)
+		return
+	}
+	_ = c.Close()
+}
+
+// finishRows returns the packet of the finishes of ops: START TRANSACTION, each UPDATE followed by
+// the saving of its count of changed rows, the SELECT of the counts, and COMMIT.
+func (q *queries) finishRows(ops []*finishOp) string {
+	size := len(beginPrefix) + len("SELECT ; COMMIT")
+	for _, op := range ops {
+		size += len(q.finishPfx) + finishLen(op)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(beginPrefix)
+	for i, op := range ops {
+		r := op.rec
+		b.WriteString(q.finishPfx)
+		hexLiteral(&b, textIntroducer, string(r.Status))
+		b.WriteString(", response = ")
+		if len(r.Response) == 0 {
+			b.WriteString("NULL")
+		} else {
+			hexLiteral(&b, "", r.Response)
+		}
+		b.WriteString(", error = ")
+		hexLiteral(&b, textIntroducer, r.Error)
+		b.WriteString(", lease_until = ")
+		writeInt(&b, millis(r.LeaseUntil))
+		b.WriteString(", expires_at = ")
+		writeInt(&b, millis(r.ExpiresAt))
+		b.WriteString(", updated_at = ")
+		writeInt(&b, millis(r.UpdatedAt))
+		b.WriteString(" WHERE scope = ")
+		hexLiteral(&b, "", r.Scope)
+		b.WriteString(" AND idem_key = ")
+		hexLiteral(&b, "", r.Key)
+		b.WriteString(" AND fence = ")
+		writeInt(&b, op.prev.Fence)
+		b.WriteString(" AND owner = ")
+		hexLiteral(&b, textIntroducer, op.prev.Owner)
+		b.WriteString(" AND status = ")
+		hexLiteral(&b, textIntroducer, string(op.prev.Status))
+		b.WriteString("; SET @idemkit_n")
+		writeInt(&b, int64(i))
+		b.WriteString(" = ROW_COUNT(); ")
+	}
+	b.WriteString("SELECT ")
+	for i := range ops {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("@idemkit_n")
+		writeInt(&b, int64(i))
+	}
+	b.WriteString("; COMMIT")
+	return b.String()
+}
+
+// finishLen bounds the length of op's part of a finish packet, after finishPfx.
+func finishLen(op *finishOp) int {
+	return len(finishLiteralCols) + 2*(len(op.rec.Status)+len(op.rec.Response)+len(op.rec.Error)+
+		len(op.rec.Scope)+len(op.rec.Key)+len(op.prev.Owner)+len(op.prev.Status)) + 6*len("_utf8mb4 X''") + 4*20 +
+		2*len("; SET @idemkit_n0000 = ROW_COUNT(); ")
+}
+
+// finishLiteralCols is the fixed text of a finish after finishPfx, for sizing.
+const finishLiteralCols = ", response = , error = , lease_until = , expires_at = , updated_at =  WHERE scope =  AND idem_key =  AND fence =  AND owner =  AND status = "

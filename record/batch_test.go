@@ -1,0 +1,287 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+)
+
+const batchScope = "batch"
+
+// claimRec is a new claim of key by owner, as the Guard writes it.
+func claimRec(key, owner string) *idemkit.Record {
+	now := time.Now()
+	return &idemkit.Record{Scope: batchScope, Key: key, Status: idemkit.StatusProcessing, Fence: 1, Owner: owner,
+		LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
+}
+
+// holdRow makes the next write of key through s wait: a transaction on db inserts its record
+// (insert) or locks it (an existing record), uncommitted. The returned func rolls it back.
+func holdRow(t *testing.T, db *gorm.DB, s *Store, key string, insert bool) (release func()) {
+	t.Helper()
+	tx := db.Begin()
+	must(t, tx.Error)
+	if insert {
+		must(t, s.WithTx(tx).Insert(ctxb, claimRec(key, "holder")))
+	} else {
+		_, err := s.WithTx(tx).Get(ctxb, batchScope, key)
+		must(t, err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { must(t, tx.Rollback().Error) }) }
+	t.Cleanup(func() { once.Do(func() { tx.Rollback() }) }) // a test that failed holding it
+	return release
+}
+
+// waitAtServer waits until a statement on s's table runs in the server (other than the held
+// transaction, which is idle): the write that waits for the held row.
+func waitAtServer(t *testing.T, db *gorm.DB, s *Store) {
+	t.Helper()
+	for i := 0; ; i++ {
+		var n int64
+		must(t, db.Raw("SELECT COUNT(*) FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND info LIKE ?",
+			"%"+s.Table()+"%").Scan(&n).Error)
+		if n > 0 {
+			return
+		}
+		if i > 3000 {
+			t.Fatal("no write reached the server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitQueued waits until n writes wait in b's queue (a Batcher's Waiting).
+func waitQueued(t *testing.T, waiting func() int, n int) {
+	t.Helper()
+	for i := 0; waiting() != n; i++ {
+		if i > 3000 {
+			t.Fatalf("%d writes queued, want %d", waiting(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBatchedClaims: claims that come while one is in flight leave together as one INSERT, and each
+// gets what it would alone — its claim, or ErrExists for a key claimed before or by another claim of
+// the same batch (the row is the first one's, with its owner).
+func TestBatchedClaims(t *testing.T) {
+	for _, b := range []backend{backends[0], multiBackend} {
+		t.Run(b.name, func(t *testing.T) {
+			db, n := countedDB(t, b, nil)
+			s := newTable(t, db)
+			if s.claims == nil {
+				t.Fatal("no group commit of claims on MySQL")
+			}
+			must(t, s.Insert(ctxb, claimRec("exists", "earlier")))
+
+			run := func(recs ...*idemkit.Record) (errs []error, sent int64) {
+				release := holdRow(t, db, s, "held-"+recs[0].Key, true)
+				first := make(chan error, 1)
+				go func() { first <- s.Insert(ctxb, claimRec("held-"+recs[0].Key, "first")) }()
+				waitAtServer(t, db, s)
+				done := make([]chan error, len(recs))
+				for i, r := range recs {
+					done[i] = make(chan error, 1)
+					go func() { done[i] <- s.Insert(ctxb, r) }()
+					waitQueued(t, s.claims.Waiting, i+1)
+				}
+				before := n.Counts()
+				release()
+				must(t, <-first)
+				for _, c := range done {
+					errs = append(errs, <-c)
+				}
+				return errs, n.Counts().Sub(before).Statements
+			}
+
+			errs, sent := run(claimRec("a", "oa"), claimRec("b", "ob"), claimRec("c", "oc"), claimRec("d", "od"))
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("new claim %d: %v", i, err)
+				}
+			}
+			if sent > 2 { // the batch's INSERT, and the held claim's when it counts on its return
+				t.Errorf("4 new claims in a batch: %d statements, want one INSERT", sent)
+			}
+
+			errs, _ = run(claimRec("e", "oe"), claimRec("dup", "d1"), claimRec("dup", "d2"), claimRec("exists", "late"))
+			if errs[0] != nil {
+				t.Errorf("new claim beside duplicates: %v", errs[0])
+			}
+			if !errors.Is(errs[3], idemkit.ErrExists) {
+				t.Errorf("claim of an existing record: %v, want ErrExists", errs[3])
+			}
+			won := ""
+			for i, owner := range []string{"d1", "d2"} {
+				switch err := errs[1+i]; {
+				case err == nil && won == "":
+					won = owner
+				case err == nil:
+					t.Error("both claims of one key in a batch won")
+				case !errors.Is(err, idemkit.ErrExists):
+					t.Errorf("claim %s: %v", owner, err)
+				}
+			}
+			for key, owner := range map[string]string{"a": "oa", "d": "od", "e": "oe", "dup": won, "exists": "earlier"} {
+				rec, err := s.Get(ctxb, batchScope, key)
+				must(t, err)
+				if owner == "" || rec.Owner != owner {
+					t.Errorf("record %s: owner %q, want %q", key, rec.Owner, owner)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchedFinishes: finishes that come while one is in flight leave together in one transaction,
+// and each gets what it would alone: written, fenced (another owner), or confirmed unchanged.
+func TestBatchedFinishes(t *testing.T) {
+	db, n := countedDB(t, multiBackend, nil)
+	s := newTable(t, db)
+	recs := map[string]*idemkit.Record{}
+	for _, k := range []string{"held", "a", "b", "same", "other"} {
+		recs[k] = claimRec(k, "owner-"+k)
+		must(t, s.Insert(ctxb, recs[k]))
+	}
+	finished := func(k string) *idemkit.Record {
+		r := *recs[k]
+		r.Status, r.Response, r.LeaseUntil, r.UpdatedAt = idemkit.StatusSucceeded, []byte("result of "+k), time.Time{}, time.Now()
+		return &r
+	}
+	tx, err := s.BeginTx(ctxb) // the Store finds out once whether the pool takes multi-statement packets
+	must(t, err)
+	must(t, tx.Rollback())
+	release := holdRow(t, db, s, "held", false)
+	first := make(chan error, 1)
+	go func() { first <- s.Update(ctxb, finished("held"), recs["held"].Version()) }()
+	waitAtServer(t, db, s)
+	if s.finishes == nil {
+		t.Fatal("no group commit of finishes on a multi-statement pool")
+	}
+	// "other" was taken over (its lease ran out, say): its first claim's finish is fenced.
+	taken := *recs["other"]
+	taken.Fence, taken.Owner = 2, "new owner"
+	must(t, s.Update(ctxb, &taken, recs["other"].Version()))
+	writes := []struct {
+		rec  *idemkit.Record
+		prev idemkit.Version
+		want error
+	}{
+		{finished("a"), recs["a"].Version(), nil},
+		{finished("b"), recs["b"].Version(), nil},
+		{recs["same"], recs["same"].Version(), nil}, // changes nothing: confirmed
+		{finished("other"), recs["other"].Version(), idemkit.ErrFenced},
+	}
+	done := make([]chan error, len(writes))
+	for i, w := range writes {
+		done[i] = make(chan error, 1)
+		go func() { done[i] <- s.Update(ctxb, w.rec, w.prev) }()
+		waitQueued(t, s.finishes.Waiting, i+1)
+	}
+	before := n.Counts()
+	release()
+	must(t, <-first)
+	for i, w := range writes {
+		if err := <-done[i]; !errors.Is(err, w.want) || (w.want == nil && err != nil) {
+			t.Errorf("finish %s: %v, want %v", w.rec.Key, err, w.want)
+		}
+	}
+	// The held finish, the ROLLBACK releasing it, the batch's one packet (through its COMMIT), and the
+	// confirmations of the two finishes that changed nothing ("same", "other"): 5 (8 alone).
+	if d := n.Counts().Sub(before); d.Commits != 1 || d.Begins != 1 || d.RoundTrips != 5 {
+		t.Errorf("4 finishes in a batch: %+v; want one transaction, 5 round trips", d)
+	}
+	for _, k := range []string{"held", "a", "b"} {
+		rec, err := s.Get(ctxb, batchScope, k)
+		must(t, err)
+		if rec.Status != idemkit.StatusSucceeded || string(rec.Response) != "result of "+k {
+			t.Errorf("record %s: %s %q", k, rec.Status, rec.Response)
+		}
+	}
+	if rec, err := s.Get(ctxb, batchScope, "other"); err != nil || rec.Owner != "new owner" || rec.Status != idemkit.StatusProcessing {
+		t.Errorf("fenced record: %v, %v", rec, err)
+	}
+	noOpenTransaction(t, db, maxConns)
+}
+
+// TestBatchFailureRunsEachAlone: when a batch statement fails (here a value the server refuses: text
+// that is not UTF-8), nothing of it stays and each write runs alone: the others succeed, the bad one
+// gets its own error. No connection is left inside a transaction.
+func TestBatchFailureRunsEachAlone(t *testing.T) {
+	db, _ := countedDB(t, multiBackend, nil)
+	s := newTable(t, db)
+	bad := func(r *idemkit.Record) *idemkit.Record { r.Error = "\xff\xfe not UTF-8"; return r }
+
+	release := holdRow(t, db, s, "held", true)
+	first := make(chan error, 1)
+	go func() { first <- s.Insert(ctxb, claimRec("held", "first")) }()
+	waitAtServer(t, db, s)
+	claims := []*idemkit.Record{claimRec("a", "oa"), bad(claimRec("bad", "ob")), claimRec("c", "oc")}
+	done := make([]chan error, len(claims))
+	for i, r := range claims {
+		done[i] = make(chan error, 1)
+		go func() { done[i] <- s.Insert(ctxb, r) }()
+		waitQueued(t, s.claims.Waiting, i+1)
+	}
+	release()
+	must(t, <-first)
+	for i, r := range claims {
+		err := <-done[i]
+		if r.Key == "bad" {
+			if !errors.Is(err, idemkit.ErrUnstorable) {
+				t.Errorf("bad claim: %v, want ErrUnstorable", err)
+			}
+		} else if err != nil {
+			t.Errorf("claim %s beside a bad one: %v", r.Key, err)
+		}
+	}
+
+	recs := map[string]*idemkit.Record{}
+	for _, k := range []string{"held2", "x", "y", "z"} {
+		recs[k] = claimRec(k, "owner-"+k)
+		must(t, s.Insert(ctxb, recs[k]))
+	}
+	finished := func(k string) *idemkit.Record {
+		r := *recs[k]
+		r.Status, r.Response = idemkit.StatusSucceeded, []byte(fmt.Sprint("result of ", k))
+		return &r
+	}
+	release = holdRow(t, db, s, "held2", false)
+	go func() { first <- s.Update(ctxb, finished("held2"), recs["held2"].Version()) }()
+	waitAtServer(t, db, s)
+	writes := []*idemkit.Record{finished("x"), bad(finished("y")), finished("z")}
+	for i, r := range writes {
+		go func() { done[i] <- s.Update(ctxb, r, recs[r.Key].Version()) }()
+		waitQueued(t, s.finishes.Waiting, i+1)
+	}
+	release()
+	must(t, <-first)
+	for i, r := range writes {
+		err := <-done[i]
+		if r.Key == "y" {
+			if !errors.Is(err, idemkit.ErrUnstorable) {
+				t.Errorf("bad finish: %v, want ErrUnstorable", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("finish %s beside a bad one: %v", r.Key, err)
+		}
+		rec, err := s.Get(ctxb, batchScope, r.Key)
+		must(t, err)
+		if rec.Status != idemkit.StatusSucceeded {
+			t.Errorf("record %s after its batch failed: %s", r.Key, rec.Status)
+		}
+	}
+	if rec, err := s.Get(ctxb, batchScope, "y"); err != nil || rec.Status != idemkit.StatusProcessing {
+		t.Errorf("record y after its finish was refused: %v, %v", rec, err)
+	}
+	noOpenTransaction(t, db, maxConns)
+}
