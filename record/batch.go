@@ -15,13 +15,14 @@ import (
 	"github.com/idemkit/idemkit/internal/batch"
 )
 
-// Group commit of claims and finishes (MySQL and MariaDB only).
+// Group commit of claims, finishes and reads (MySQL and MariaDB only).
 //
 // Execute and Mark modes write their record outside the business's transaction: a claim (INSERT)
 // before the work and a finish (UPDATE) after it, each its own transaction — a statement, a round trip
-// and a commit each. Under concurrency a Store sends them the way the Locker sends its Redis commands
-// (package internal/batch): a write goes out at once while none is in flight; the writes that came
-// meanwhile leave together when it returns.
+// and a commit each. Tx mode without a Locker reads the record before the function. Under concurrency
+// a Store sends these the way the Locker sends its Redis commands (package internal/batch): one goes
+// out at once while none of its kind is in flight; those that came meanwhile leave together when it
+// returns.
 //
 //   - Claims: one multi-row INSERT … ON DUPLICATE KEY UPDATE scope = scope, one statement and one
 //     commit for all. When it inserts fewer rows than it carries (a record existed, or two callers
@@ -33,6 +34,9 @@ import (
 //     and one commit for all, and each finish's own count of changed rows, read as Update reads its
 //     own. The server stops a packet at its first error, so an error it answers means nothing was
 //     committed (the COMMIT did not run, or refused).
+//   - Reads before a Tx-mode function (BeginTxGet, on a multi-statement pool): one SELECT of the
+//     records by primary key, outside any transaction, instead of a probe in each transaction (see
+//     probeMany). A lone read keeps the probe that leaves with START TRANSACTION.
 //
 // Either way every write keeps its own outcome and its own conditions: nothing a caller sees differs
 // from its statement run alone. When the batch statement fails (a deadlock, a data error, the server's
@@ -42,8 +46,17 @@ import (
 // reply. Values are written as literals (as in the INSERT-and-COMMIT packet of multi.go), so no
 // statement is prepared per batch size; a result larger than maxInlineResult is written alone.
 //
-// Inserts and updates in a caller's transaction (a Store bound with WithTx, Tx mode) never batch: they
-// belong to that transaction. Options.NoBatch turns group commit off.
+// Statements in a transaction (a Store bound with WithTx, the record's INSERT in Tx mode) never batch:
+// they belong to that transaction. Options.NoBatch turns group commit off.
+
+// probeOp is a read before a Tx-mode function (BeginTxGet) waiting for its batch. Its outcome is
+// BeginTxGet's.
+type probeOp struct {
+	scope, key string
+	tx         idemkit.TxStore
+	rec        *idemkit.Record
+	err        error
+}
 
 // claimOp is a claim waiting for its batch.
 type claimOp struct {
@@ -70,6 +83,11 @@ func (s *Store) newBatchers() {
 		},
 	})
 	if s.multiCapable() {
+		s.probes = batch.New(1, batch.Funcs[*probeOp]{
+			One:  func(ctx context.Context, op *probeOp) { op.tx, op.rec, op.err = s.beginProbe(ctx, op.scope, op.key) },
+			Many: s.probeMany,
+			Fail: func(op *probeOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+		})
 		s.finishes = batch.New(1, batch.Funcs[*finishOp]{
 			One:  func(ctx context.Context, op *finishOp) { op.n, op.err = s.finishAlone(ctx, op.rec, op.prev) },
 			Many: s.finishMany,
@@ -252,6 +270,83 @@ func (s *Store) sendFinishes(ctx context.Context, c *sql.Conn, ops []*finishOp) 
 	// The COMMIT's answer comes after the counts.
 	return true, rows.Close()
 }
+
+// probeMany reads the records of ops in one statement per chunk, outside any transaction: what
+// BeginTxGet reads in the transaction it begins when alone. A record found is the op's; for a key
+// without one the op gets idemkit.ErrNotFound and no transaction, and the Guard begins it (with
+// BeginTx, whose START TRANSACTION leaves with the function's first statement). The read comes
+// before the transaction rather than in it, which changes nothing the Guard relies on: a record
+// committed after it is met by the record's INSERT at the commit, as one committed after the read in
+// the transaction is.
+func (s *Store) probeMany(ctx context.Context, ops []*probeOp) {
+	chunks(ops, func(op *probeOp) int { return 2*(len(op.scope)+len(op.key)) + len(probeOr) }, func(ops []*probeOp) {
+		if len(ops) == 1 {
+			ops[0].tx, ops[0].rec, ops[0].err = s.beginProbe(ctx, ops[0].scope, ops[0].key)
+			return
+		}
+		if err := s.readMany(ctx, ops); err != nil {
+			for _, op := range ops {
+				op.err = s.q.interpretError("reading", err)
+			}
+		}
+	})
+}
+
+// readMany reads the records of ops in one statement and gives each op its own.
+func (s *Store) readMany(ctx context.Context, ops []*probeOp) error {
+	rows, err := s.c.query(ctx, s.q.readRows(ops))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	found := make(map[[2]string]*idemkit.Record, len(ops))
+	for rows.Next() {
+		rec := new(idemkit.Record)
+		var c recordColumns
+		if err := rows.Scan(append([]any{&rec.Scope, &rec.Key}, c.dest(rec)...)...); err != nil {
+			return err
+		}
+		c.fill(rec)
+		found[[2]string{rec.Scope, rec.Key}] = rec
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if rec, ok := found[[2]string{op.scope, op.key}]; ok {
+			cp := *rec // each op its own copy: duplicates may share a batch
+			op.rec = &cp
+		} else {
+			op.err = idemkit.ErrNotFound
+		}
+	}
+	return nil
+}
+
+// readRows returns the read of the records of ops by primary key.
+func (q *queries) readRows(ops []*probeOp) string {
+	size := len(q.readRowsPfx)
+	for _, op := range ops {
+		size += 2*(len(op.scope)+len(op.key)) + len(probeOr)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(q.readRowsPfx)
+	for i, op := range ops {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(scope = ")
+		hexLiteral(&b, "", op.scope)
+		b.WriteString(" AND idem_key = ")
+		hexLiteral(&b, "", op.key)
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// probeOr is the fixed text of one key in readRows, for sizing.
+const probeOr = " OR (scope = X'' AND idem_key = X'')"
 
 // endBatch rolls back the batch's transaction on c and returns c to the pool, or closes it when the
 // server does not answer.

@@ -285,3 +285,83 @@ func TestBatchFailureRunsEachAlone(t *testing.T) {
 	}
 	noOpenTransaction(t, db, maxConns)
 }
+
+// TestBatchedReads: the reads before Tx-mode functions that come while one is in flight leave
+// together as one SELECT, outside any transaction: each gets the record of its key (copies of one
+// record for duplicates) or ErrNotFound and no transaction (the Guard then begins one).
+func TestBatchedReads(t *testing.T) {
+	db, n := countedDB(t, multiBackend, nil)
+	s := newTable(t, db)
+	done := claimRec("done", "o")
+	done.Status, done.Response = idemkit.StatusSucceeded, []byte("stored")
+	must(t, s.Insert(ctxb, done))
+	tx, _, err := s.BeginTxGet(ctxb, batchScope, "warm") // finds out about multi-statement packets
+	if !errors.Is(err, idemkit.ErrNotFound) || tx == nil {
+		t.Fatalf("lone read of a new key: %v, %v", tx, err)
+	}
+	must(t, tx.Rollback())
+
+	lock, err := db.DB()
+	must(t, err)
+	c, err := lock.Conn(ctxb)
+	must(t, err)
+	defer c.Close()
+	_, err = c.ExecContext(ctxb, "LOCK TABLES "+s.q.quoted+" WRITE") // every read of the table waits
+	must(t, err)
+	type answer struct {
+		tx  idemkit.TxStore
+		rec *idemkit.Record
+		err error
+	}
+	first := make(chan answer, 1)
+	go func() {
+		tx, rec, err := s.BeginTxGet(ctxb, batchScope, "first")
+		first <- answer{tx, rec, err}
+	}()
+	waitAtServer(t, db, s)
+	keys := []string{"new1", "dup", "done", "dup", "done", "new2"}
+	answers := make([]chan answer, len(keys))
+	for i, k := range keys {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			tx, rec, err := s.BeginTxGet(ctxb, batchScope, k)
+			answers[i] <- answer{tx, rec, err}
+		}()
+		waitQueued(t, s.probes.Waiting, i+1)
+	}
+	before := n.Counts()
+	_, err = c.ExecContext(ctxb, "UNLOCK TABLES")
+	must(t, err)
+	a := <-first
+	if a.tx == nil || !errors.Is(a.err, idemkit.ErrNotFound) {
+		t.Fatalf("lone read: %v, %v", a.tx, a.err)
+	}
+	must(t, a.tx.Rollback())
+	var recs []*idemkit.Record
+	for i, k := range keys {
+		a := <-answers[i]
+		if a.tx != nil {
+			t.Errorf("read %s in a batch: a transaction", k)
+			must(t, a.tx.Rollback())
+		}
+		if k != "done" {
+			if !errors.Is(a.err, idemkit.ErrNotFound) {
+				t.Errorf("read %s: %v, want ErrNotFound", k, a.err)
+			}
+			continue
+		}
+		if a.err != nil || a.rec == nil || a.rec.Status != idemkit.StatusSucceeded || string(a.rec.Response) != "stored" {
+			t.Errorf("read of a finished record: %+v, %v", a.rec, a.err)
+		}
+		recs = append(recs, a.rec)
+	}
+	if len(recs) != 2 || recs[0] == recs[1] {
+		t.Errorf("two reads of one record share it: %p %p", recs[0], recs[1])
+	}
+	// The lone read's packet and its ROLLBACK, and one SELECT for the six others.
+	if d := n.Counts().Sub(before); d.Statements > 3 {
+		t.Errorf("6 reads in a batch: %+v, want one SELECT", d)
+	}
+	must(t, c.Close())
+	noOpenTransaction(t, db, maxConns)
+}

@@ -68,6 +68,22 @@
 // aborted packet's INSERT was seen committed on its own); Options.NoMultiStatements turns this off, and
 // [Store.SQLTx], bound Stores and gorm's PrepareStmt mode never use it.
 //
+// # Group commit
+//
+// On MySQL and MariaDB the statements a Store runs on its own, outside a transaction, are sent like
+// the Locker's Redis commands under concurrency: one goes out at once while none of its kind is in
+// flight, and those that come meanwhile leave together when it returns. The claims of Execute and Mark
+// modes leave as one multi-row INSERT (one commit for all; when it inserts fewer rows than it carries,
+// each claim finds out whether the row is its own by its owner token); their finishes, on a
+// multi-statement pool, as one packet of START TRANSACTION, the UPDATEs with their counts of changed
+// rows, and COMMIT; the reads before Tx-mode functions without a Locker, on a multi-statement pool, as
+// one SELECT by primary key outside any transaction (a lone read keeps the probe sent with START
+// TRANSACTION). Every statement keeps its own conditions and outcome. A batch the server refuses (a
+// deadlock, a value it rejects) committed nothing, and each statement then runs alone; a batch whose
+// outcome is unknown (the connection broke after sending it) gives each claim its row if it carries
+// its token, and each finish the error, as a lost reply would. A lone caller never waits.
+// Options.NoBatch turns this off.
+//
 // # Transactions
 //
 // [Store.Tx] (gorm) and [Store.SQLTx] (database/sql) run a function in a transaction the Guard begins,

@@ -140,33 +140,48 @@ func (s *Store) BeginTxGet(ctx context.Context, scope, key string) (idemkit.TxSt
 	if s.inTx || s.gdb == nil {
 		return nil, nil, errors.New("record: BeginTxGet on a Store bound to a transaction")
 	}
-	if s.multiCapable() {
-		c, err := s.multiConnection(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		if c != nil {
-			rec := &idemkit.Record{Scope: scope, Key: key}
-			found, err := s.probe(ctx, c, rec)
-			if err == nil && !found {
-				return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
-			}
-			if err == nil {
-				found, err = s.readEnding(ctx, c, rec)
-			}
-			if err != nil {
-				discard(c) // whether the transaction began, or ended, is not known
-				return nil, nil, s.q.interpretError("reading", err)
-			}
-			_ = c.Close() // the transaction ended with the read
-			if !found {
-				return nil, nil, idemkit.ErrNotFound
-			}
-			return nil, rec, nil
-		}
+	if !s.multiCapable() {
+		rec, err := s.Get(ctx, scope, key)
+		return nil, rec, err
 	}
-	rec, err := s.Get(ctx, scope, key)
-	return nil, rec, err
+	if s.probes != nil && s.multi.Load() == multiOn {
+		op := &probeOp{scope: scope, key: key}
+		if err := s.probes.Do(ctx, op); err != nil {
+			return nil, nil, s.q.interpretError("reading", err)
+		}
+		return op.tx, op.rec, op.err
+	}
+	return s.beginProbe(ctx, scope, key)
+}
+
+// beginProbe is BeginTxGet on a multi-statement pool, alone: START TRANSACTION and the probe in one
+// packet on a connection it takes.
+func (s *Store) beginProbe(ctx context.Context, scope, key string) (idemkit.TxStore, *idemkit.Record, error) {
+	c, err := s.multiConnection(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c == nil {
+		rec, err := s.Get(ctx, scope, key)
+		return nil, rec, err
+	}
+	rec := &idemkit.Record{Scope: scope, Key: key}
+	found, err := s.probe(ctx, c, rec)
+	if err == nil && !found {
+		return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
+	}
+	if err == nil {
+		found, err = s.readEnding(ctx, c, rec)
+	}
+	if err != nil {
+		discard(c) // whether the transaction began, or ended, is not known
+		return nil, nil, s.q.interpretError("reading", err)
+	}
+	_ = c.Close() // the transaction ended with the read
+	if !found {
+		return nil, nil, idemkit.ErrNotFound
+	}
+	return nil, rec, nil
 }
 
 // probe sends START TRANSACTION and a probe for rec's record in one packet on c, and reports whether

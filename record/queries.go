@@ -94,6 +94,9 @@ type queries struct {
 	// rollbackGetPfx starts the packet of ROLLBACK and the read of a record the probe found, up to the
 	// scope's value (MySQL; see multi.go).
 	rollbackGetPfx string
+	// readRowsPfx starts the read of several records by primary key, up to the condition (MySQL;
+	// see batch.go).
+	readRowsPfx string
 	// finishPfx starts a finish written with literals, up to the status's value (MySQL; see batch.go).
 	finishPfx   string
 	plainInsert string // INSERT without conflict handling (tests of interpretError)
@@ -130,6 +133,7 @@ func buildQueries(dialect, schema, table string) *queries {
 		q.beginProbePfx = "START TRANSACTION; SELECT 1 FROM " + t + " WHERE scope = "
 		q.rollbackGetPfx = "ROLLBACK; SELECT " + columns + " FROM " + t + " WHERE scope = "
 		q.finishPfx = "UPDATE " + t + " SET status = "
+		q.readRowsPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE "
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
 	}

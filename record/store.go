@@ -45,11 +45,12 @@ type Options struct {
 	// Store finds out once whether the connection allows it, and never does it on a Galera node.
 	NoMultiStatements bool
 
-	// NoBatch sends every claim and finish on its own. By default, on MySQL and MariaDB, writes the
-	// Store makes outside a transaction (the claims and finishes of Execute and Mark modes) are
-	// group-committed under concurrency: the claims that come while one is in flight leave together
-	// as one multi-row INSERT, and the finishes as one transaction (with multiStatements, as for
-	// NoMultiStatements). Every write keeps its own outcome; see the package documentation.
+	// NoBatch sends every claim, finish and read on its own. By default, on MySQL and MariaDB, the
+	// statements the Store runs outside a transaction are group-committed under concurrency: the
+	// claims of Execute and Mark modes that come while one is in flight leave together as one
+	// multi-row INSERT, their finishes as one transaction, and the reads before Tx-mode functions
+	// without a Locker as one SELECT (these two with multiStatements, as for NoMultiStatements). Each
+	// keeps its own outcome; see the package documentation.
 	NoBatch bool
 }
 
@@ -77,6 +78,7 @@ type Store struct {
 	// nil when off. Bound Stores never use them.
 	claims   *batch.Batcher[*claimOp]
 	finishes *batch.Batcher[*finishOp]
+	probes   *batch.Batcher[*probeOp] // the reads before Tx-mode functions (BeginTxGet)
 }
 
 // New returns a Store on db, whose dialect (db.Dialector.Name()) must be mysql, postgres or sqlite,
