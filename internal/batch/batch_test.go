@@ -1,0 +1,157 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// op is an operation whose outcome is the size of the batch that ran it.
+type op struct {
+	id   int
+	size int
+	err  error
+}
+
+// fixture is a Batcher whose lone operations block until released, recording the batches it ran.
+type fixture struct {
+	b       *Batcher[*op]
+	release chan struct{}
+	entered chan struct{}
+
+	mu      sync.Mutex
+	batches [][]int
+	panicOn int // Many panics on a batch holding this id
+}
+
+func newFixture() *fixture {
+	f := &fixture{release: make(chan struct{}), entered: make(chan struct{}, 16)}
+	f.b = New(1, Funcs[*op]{
+		One: func(ctx context.Context, o *op) {
+			f.entered <- struct{}{}
+			<-f.release
+			o.size = 1
+		},
+		Many: func(ctx context.Context, ops []*op) {
+			if _, ok := ctx.Deadline(); ok {
+				panic("a batch of callers without deadlines has one")
+			}
+			ids := make([]int, len(ops))
+			for i, o := range ops {
+				ids[i] = o.id
+				if o.id == f.panicOn {
+					panic("boom")
+				}
+				o.size = len(ops)
+			}
+			f.mu.Lock()
+			f.batches = append(f.batches, ids)
+			f.mu.Unlock()
+		},
+		Fail: func(o *op, err error) {
+			if o.err == nil {
+				o.err = err
+			}
+		},
+	})
+	return f
+}
+
+// hold starts a lone operation and returns once it runs, holding the one slot in flight.
+func (f *fixture) hold(t *testing.T) <-chan error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- f.b.Do(context.Background(), &op{id: -1}) }()
+	select {
+	case <-f.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lone operation never ran")
+	}
+	return errc
+}
+
+func (f *fixture) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; f.b.Waiting() != n; i++ {
+		if i > 10000 {
+			t.Fatalf("%d waiting, want %d", f.b.Waiting(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBatchesWhatWaited: operations that come while one is in flight leave together when it returns,
+// and each gets its outcome; a withdrawn one (its context ended while it waited) is never run.
+func TestBatchesWhatWaited(t *testing.T) {
+	f := newFixture()
+	held := f.hold(t)
+	ops := []*op{{id: 1}, {id: 2}, {id: 3}}
+	errs := make([]chan error, len(ops))
+	for i, o := range ops {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- f.b.Do(context.Background(), o) }()
+		f.waitQueued(t, i+1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	withdrawn := &op{id: 4}
+	werr := make(chan error, 1)
+	go func() { werr <- f.b.Do(ctx, withdrawn) }()
+	f.waitQueued(t, 4)
+	cancel()
+	if err := <-werr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("withdrawn operation: %v", err)
+	}
+	f.waitQueued(t, 3)
+	close(f.release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range ops {
+		if err := <-errs[i]; err != nil || o.size != 3 {
+			t.Errorf("operation %d: %v, batch of %d; want a batch of 3", o.id, err, o.size)
+		}
+	}
+	if withdrawn.size != 0 || len(f.batches) != 1 {
+		t.Errorf("batches %v; the withdrawn operation ran in a batch of %d", f.batches, withdrawn.size)
+	}
+	if f.b.InFlight() != 0 || f.b.Waiting() != 0 {
+		t.Errorf("after: %d in flight, %d waiting", f.b.InFlight(), f.b.Waiting())
+	}
+}
+
+// TestPanickingBatch: when Many panics, the sender's caller sees the panic, every other operation of
+// the batch gets an error (never a silent success), and the Batcher goes on.
+func TestPanickingBatch(t *testing.T) {
+	f := newFixture()
+	f.panicOn = 1
+	held := f.hold(t)
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = f.b.Do(context.Background(), &op{id: 1})
+	}()
+	f.waitQueued(t, 1)
+	other := &op{id: 2}
+	errc := make(chan error, 1)
+	go func() { errc <- f.b.Do(context.Background(), other) }()
+	f.waitQueued(t, 2)
+	close(f.release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if r := <-panicked; r == nil {
+		t.Fatal("the sender's caller did not see the panic")
+	}
+	if err := <-errc; err != nil || other.err == nil {
+		t.Fatalf("the other operation: Do %v, outcome %v; want an error outcome", err, other.err)
+	}
+	after := &op{id: 3}
+	if err := f.b.Do(context.Background(), after); err != nil || after.size != 1 {
+		t.Fatalf("after the panic: %v, %d", err, after.size)
+	}
+	if f.b.InFlight() != 0 || f.b.Waiting() != 0 {
+		t.Errorf("after: %d in flight, %d waiting", f.b.InFlight(), f.b.Waiting())
+	}
+}
