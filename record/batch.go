@@ -223,7 +223,7 @@ func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
 		return cmp.Or(strings.Compare(a.rec.Scope, b.rec.Scope), strings.Compare(a.rec.Key, b.rec.Key))
 	})
 	var my *mysql.MySQLError
-	switch committed, err := s.sendFinishes(ctx, c, ops); {
+	switch mayHaveRun, err := s.sendFinishes(ctx, c, ops); {
 	case err == nil:
 		_ = c.Close()
 	case errors.As(err, &my):
@@ -231,7 +231,7 @@ func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
 		// nothing was committed.
 		s.endBatch(ctx, c)
 		alone()
-	case !committed || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrPktTooLarge):
+	case !mayHaveRun || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrPktTooLarge):
 		// Nothing was sent (a context that ended first, a connection found broken before writing,
 		// a packet over max_allowed_packet): nothing ran.
 		discard(c)
@@ -248,7 +248,7 @@ func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
 // sendFinishes sends the packet of ops' finishes on c and reads each one's count of changed rows.
 // When it fails it reports whether the COMMIT may have run: the packet was written (not when the
 // server's error came, which stops the packet before the COMMIT, nor when nothing was sent).
-func (s *Store) sendFinishes(ctx context.Context, c *sql.Conn, ops []*finishOp) (mayHaveCommitted bool, err error) {
+func (s *Store) sendFinishes(ctx context.Context, c *sql.Conn, ops []*finishOp) (mayHaveRun bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -279,11 +279,9 @@ func (s *Store) sendFinishes(ctx context.Context, c *sql.Conn, ops []*finishOp) 
 // committed after it is met by the record's INSERT at the commit, as one committed after the read in
 // the transaction is.
 func (s *Store) probeMany(ctx context.Context, ops []*probeOp) {
+	// Even a chunk of one is read here, without a transaction: a caller whose context ended may have
+	// left already, and would leave a transaction begun for it open.
 	chunks(ops, func(op *probeOp) int { return 2*(len(op.scope)+len(op.key)) + len(probeOr) }, func(ops []*probeOp) {
-		if len(ops) == 1 {
-			ops[0].tx, ops[0].rec, ops[0].err = s.beginProbe(ctx, ops[0].scope, ops[0].key)
-			return
-		}
 		if err := s.readMany(ctx, ops); err != nil {
 			for _, op := range ops {
 				op.err = s.q.interpretError("reading", err)
