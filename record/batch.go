@@ -1,6 +1,7 @@
 package record
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -58,16 +59,19 @@ type probeOp struct {
 	err        error
 }
 
-// claimOp is a claim waiting for its batch.
+// claimOp is a claim waiting for its batch. It holds a copy of the caller's record: a caller whose
+// context ended returns while its claim may still be out in a batch.
 type claimOp struct {
-	rec *idemkit.Record
+	rec *idemkit.Record // &own
+	own idemkit.Record
 	err error
 }
 
 // finishOp is a finish waiting for its batch. Its outcome is that of its statement alone: the rows
 // it changed (MySQL counts changed rows) or the database's error, for Update to interpret.
 type finishOp struct {
-	rec  *idemkit.Record
+	rec  *idemkit.Record // &own, a copy of the caller's record (see claimOp)
+	own  idemkit.Record
 	prev idemkit.Version
 	n    int64
 	err  error
@@ -219,11 +223,19 @@ func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
 		alone()
 		return
 	}
+	handled := false
+	defer func() {
+		if !handled { // a panic below: the connection may hold the batch's open transaction
+			discard(c)
+		}
+	}()
 	slices.SortFunc(ops, func(a, b *finishOp) int {
 		return cmp.Or(strings.Compare(a.rec.Scope, b.rec.Scope), strings.Compare(a.rec.Key, b.rec.Key))
 	})
+	mayHaveRun, err := s.sendFinishes(ctx, c, ops)
+	handled = true
 	var my *mysql.MySQLError
-	switch mayHaveRun, err := s.sendFinishes(ctx, c, ops); {
+	switch {
 	case err == nil:
 		_ = c.Close()
 	case errors.As(err, &my):
@@ -267,8 +279,9 @@ func (s *Store) sendFinishes(ctx context.Context, c *sql.Conn, ops []*finishOp) 
 	if err := rows.Scan(counts...); err != nil {
 		return true, err
 	}
-	// The COMMIT's answer comes after the counts.
-	return true, rows.Close()
+	// The COMMIT's answer comes after the counts. When the deadline closed the rows first, Close
+	// says nothing and Err has the error: the COMMIT's outcome is then unknown.
+	return true, cmp.Or(rows.Close(), rows.Err())
 }
 
 // probeMany reads the records of ops in one statement per chunk, outside any transaction: what
@@ -307,12 +320,15 @@ func (s *Store) readMany(ctx context.Context, ops []*probeOp) error {
 		c.fill(rec)
 		found[[2]string{rec.Scope, rec.Key}] = rec
 	}
-	if err := rows.Close(); err != nil {
+	// A read cut short (an error mid-result, the deadline) must not leave the keys not read yet
+	// "not found": their businesses would run before their records are seen.
+	if err := cmp.Or(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
 	for _, op := range ops {
 		if rec, ok := found[[2]string{op.scope, op.key}]; ok {
 			cp := *rec // each op its own copy: duplicates may share a batch
+			cp.Response = bytes.Clone(rec.Response)
 			op.rec = &cp
 		} else {
 			op.err = idemkit.ErrNotFound

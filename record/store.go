@@ -255,7 +255,8 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 		return err
 	}
 	if s.claims != nil && rec.Owner != "" && s.batchable(rec) {
-		op := &claimOp{rec: rec}
+		op := &claimOp{own: *rec}
+		op.rec = &op.own
 		if err := s.claims.Do(ctx, op); err != nil {
 			return s.q.interpretError("inserting into", err)
 		}
@@ -323,7 +324,8 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 	var err error
 	switch {
 	case rec.Fence == prev.Fence && rec.Owner == prev.Owner && s.finishes != nil && s.batchable(rec):
-		op := &finishOp{rec: rec, prev: prev}
+		op := &finishOp{own: *rec, prev: prev}
+		op.rec = &op.own
 		if err = s.finishes.Do(ctx, op); err == nil {
 			n, err = op.n, op.err
 		}
