@@ -60,9 +60,10 @@ type Options struct {
 // run on the database/sql pool or transaction underneath, without gorm's callbacks, logger or
 // reflection (see the package documentation).
 //
-// Writes are insert-first and compare-and-swap: Insert never reads, Update and Delete are conditioned
-// on the record's version (fence, owner and status). A Store is safe for concurrent use; one bound to
-// a transaction is as safe as the transaction.
+// Writes are insert-first and compare-and-swap: Insert reads only when a batch of claims inserted
+// fewer rows than it carried (see "Group commit" in the package documentation), Update and Delete are
+// conditioned on the record's version (fence, owner and status). A Store is safe for concurrent use;
+// one bound to a transaction is as safe as the transaction.
 type Store struct {
 	q    *queries
 	c    conn
