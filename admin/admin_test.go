@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
@@ -39,6 +40,15 @@ func table(t *testing.T, db *gorm.DB) (*record.Store, string) {
 
 // clocked returns a Guard (one-minute lease, no Locker) and an Admin on a fresh record table of db,
 // both on one test clock.
+// cleanRedis returns the test Redis and a key prefix of the test's own, its keys deleted when t ends.
+func cleanRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("admin-test-") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	return rdb, prefix
+}
+
 func clocked(t *testing.T, db *gorm.DB) (*idemkit.Guard, *admin.Admin, *idemtest.Clock) {
 	t.Helper()
 	st, tbl := table(t, db)
@@ -162,9 +172,7 @@ func TestSweepPlanMatchesSweeper(t *testing.T) {
 // and its holder's token, the cached result — and the one-key layout is read the same way.
 func TestRedisStateFollowsLocker(t *testing.T) {
 	db := testsvc.SQLite(t, nil)
-	rdb := testsvc.Redis(t)
-	prefix := testsvc.Name("admin-test-") + ":"
-	testsvc.CleanRedis(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	_, tbl := table(t, db)
 	adm, err := admin.New(db, &admin.Options{Table: tbl, Redis: rdb, RedisPrefix: prefix, Namespace: "ns"})
 	if err != nil {
@@ -243,9 +251,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // touches the lock of another attempt that is running.
 func TestRedisCleanupFollowsLocker(t *testing.T) {
 	db := testsvc.SQLite(t, nil)
-	rdb := testsvc.Redis(t)
-	prefix := testsvc.Name("admin-test-") + ":"
-	testsvc.CleanRedis(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	st, tbl := table(t, db)
 	clock := idemtest.NewClock()
 	lk := lock.New(rdb, &lock.Options{Prefix: prefix})
@@ -391,9 +397,7 @@ func TestReleaseAndPurgeSeeARenewal(t *testing.T) {
 // running owner's lock: duplicates stay in flight until the function ends, never run beside it.
 func TestPurgeKeepsARunningMarkLock(t *testing.T) {
 	db := testsvc.SQLite(t, nil)
-	rdb := testsvc.Redis(t)
-	prefix := testsvc.Name("admin-test-") + ":"
-	testsvc.CleanRedis(t, rdb, prefix)
+	rdb, prefix := cleanRedis(t)
 	st, tbl := table(t, db)
 	g, err := idemkit.New(st, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: prefix}), Lease: time.Minute})
 	if err != nil {
