@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/sqlcount"
 )
 
 const batchScope = "batch"
@@ -68,6 +69,24 @@ func waitQueued(t *testing.T, waiting func() int, n int) {
 	}
 }
 
+// inBatch starts each call once the one before it waits in a batcher (waiting counts its waiters),
+// runs release (which lets the call in flight, and so the batch, go), and returns the calls' results.
+func inBatch[T any](t *testing.T, waiting func() int, release func(), calls ...func() T) []T {
+	t.Helper()
+	done := make([]chan T, len(calls))
+	for i, call := range calls {
+		done[i] = make(chan T, 1)
+		go func() { done[i] <- call() }()
+		waitQueued(t, waiting, i+1)
+	}
+	release()
+	out := make([]T, len(calls))
+	for i, c := range done {
+		out[i] = <-c
+	}
+	return out
+}
+
 // TestBatchedClaims: claims that come while one is in flight leave together as one INSERT, and each
 // gets what it would alone — its claim, or ErrExists for a key claimed before or by another claim of
 // the same batch (the row is the first one's, with its owner).
@@ -86,18 +105,12 @@ func TestBatchedClaims(t *testing.T) {
 				first := make(chan error, 1)
 				go func() { first <- s.Insert(ctxb, claimRec("held-"+recs[0].Key, "first")) }()
 				waitAtServer(t, db, s)
-				done := make([]chan error, len(recs))
+				calls := make([]func() error, len(recs))
 				for i, r := range recs {
-					done[i] = make(chan error, 1)
-					go func() { done[i] <- s.Insert(ctxb, r) }()
-					waitQueued(t, s.claims.Waiting, i+1)
+					calls[i] = func() error { return s.Insert(ctxb, r) }
 				}
-				before := n.Counts()
-				release()
-				must(t, <-first)
-				for _, c := range done {
-					errs = append(errs, <-c)
-				}
+				var before sqlcount.Counts
+				errs = inBatch(t, s.claims.Waiting, func() { before = n.Counts(); release(); must(t, <-first) }, calls...)
 				return errs, n.Counts().Sub(before).Statements
 			}
 
@@ -179,17 +192,14 @@ func TestBatchedFinishes(t *testing.T) {
 		{recs["same"], recs["same"].Version(), nil}, // changes nothing: confirmed
 		{finished("other"), recs["other"].Version(), idemkit.ErrFenced},
 	}
-	done := make([]chan error, len(writes))
+	calls := make([]func() error, len(writes))
 	for i, w := range writes {
-		done[i] = make(chan error, 1)
-		go func() { done[i] <- s.Update(ctxb, w.rec, w.prev) }()
-		waitQueued(t, s.finishes.Waiting, i+1)
+		calls[i] = func() error { return s.Update(ctxb, w.rec, w.prev) }
 	}
-	before := n.Counts()
-	release()
-	must(t, <-first)
+	var before sqlcount.Counts
+	errs := inBatch(t, s.finishes.Waiting, func() { before = n.Counts(); release(); must(t, <-first) }, calls...)
 	for i, w := range writes {
-		if err := <-done[i]; !errors.Is(err, w.want) || (w.want == nil && err != nil) {
+		if err := errs[i]; !errors.Is(err, w.want) || (w.want == nil && err != nil) {
 			t.Errorf("finish %s: %v, want %v", w.rec.Key, err, w.want)
 		}
 	}
@@ -224,16 +234,13 @@ func TestBatchFailureRunsEachAlone(t *testing.T) {
 	go func() { first <- s.Insert(ctxb, claimRec("held", "first")) }()
 	waitAtServer(t, db, s)
 	claims := []*idemkit.Record{claimRec("a", "oa"), bad(claimRec("bad", "ob")), claimRec("c", "oc")}
-	done := make([]chan error, len(claims))
+	calls := make([]func() error, len(claims))
 	for i, r := range claims {
-		done[i] = make(chan error, 1)
-		go func() { done[i] <- s.Insert(ctxb, r) }()
-		waitQueued(t, s.claims.Waiting, i+1)
+		calls[i] = func() error { return s.Insert(ctxb, r) }
 	}
-	release()
-	must(t, <-first)
+	errs := inBatch(t, s.claims.Waiting, func() { release(); must(t, <-first) }, calls...)
 	for i, r := range claims {
-		err := <-done[i]
+		err := errs[i]
 		if r.Key == "bad" {
 			if !errors.Is(err, idemkit.ErrUnstorable) {
 				t.Errorf("bad claim: %v, want ErrUnstorable", err)
@@ -257,14 +264,13 @@ func TestBatchFailureRunsEachAlone(t *testing.T) {
 	go func() { first <- s.Update(ctxb, finished("held2"), recs["held2"].Version()) }()
 	waitAtServer(t, db, s)
 	writes := []*idemkit.Record{finished("x"), bad(finished("y")), finished("z")}
+	calls = make([]func() error, len(writes))
 	for i, r := range writes {
-		go func() { done[i] <- s.Update(ctxb, r, recs[r.Key].Version()) }()
-		waitQueued(t, s.finishes.Waiting, i+1)
+		calls[i] = func() error { return s.Update(ctxb, r, recs[r.Key].Version()) }
 	}
-	release()
-	must(t, <-first)
+	errs = inBatch(t, s.finishes.Waiting, func() { release(); must(t, <-first) }, calls...)
 	for i, r := range writes {
-		err := <-done[i]
+		err := errs[i]
 		if r.Key == "y" {
 			if !errors.Is(err, idemkit.ErrUnstorable) {
 				t.Errorf("bad finish: %v, want ErrUnstorable", err)
@@ -320,18 +326,19 @@ func TestBatchedReads(t *testing.T) {
 	}()
 	waitAtServer(t, db, s)
 	keys := []string{"new1", "dup", "done", "dup", "done", "new2"}
-	answers := make([]chan answer, len(keys))
+	calls := make([]func() answer, len(keys))
 	for i, k := range keys {
-		answers[i] = make(chan answer, 1)
-		go func() {
+		calls[i] = func() answer {
 			tx, rec, err := s.BeginTxGet(ctxb, batchScope, k)
-			answers[i] <- answer{tx, rec, err}
-		}()
-		waitQueued(t, s.probes.Waiting, i+1)
+			return answer{tx, rec, err}
+		}
 	}
-	before := n.Counts()
-	_, err = c.ExecContext(ctxb, "UNLOCK TABLES")
-	must(t, err)
+	var before sqlcount.Counts
+	answers := inBatch(t, s.probes.Waiting, func() {
+		before = n.Counts()
+		_, err := c.ExecContext(ctxb, "UNLOCK TABLES")
+		must(t, err)
+	}, calls...)
 	a := <-first
 	if a.tx == nil || !errors.Is(a.err, idemkit.ErrNotFound) {
 		t.Fatalf("lone read: %v, %v", a.tx, a.err)
@@ -339,7 +346,7 @@ func TestBatchedReads(t *testing.T) {
 	must(t, a.tx.Rollback())
 	var recs []*idemkit.Record
 	for i, k := range keys {
-		a := <-answers[i]
+		a := answers[i]
 		if a.tx != nil {
 			t.Errorf("read %s in a batch: a transaction", k)
 			must(t, a.tx.Rollback())
