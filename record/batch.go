@@ -106,11 +106,9 @@ type batchError struct{ err error }
 func (e *batchError) Error() string { return "record: " + e.err.Error() }
 func (e *batchError) Unwrap() error { return e.err }
 
-// batchable reports whether rec may be written in a batch: by the Store itself (not a transaction's),
-// with a result small enough to write as a literal.
-func (s *Store) batchable(rec *idemkit.Record) bool {
-	return !s.inTx && len(rec.Response) <= maxInlineResult
-}
+// batchable reports whether rec may be written in a batch: its result is small enough to write as a
+// literal. (Only a base Store has batchers: a Store bound to a transaction never batches.)
+func batchable(rec *idemkit.Record) bool { return len(rec.Response) <= maxInlineResult }
 
 // Bounds of one batch statement: a larger batch is sent as several (max_allowed_packet is 16 MiB by
 // default on MariaDB, 64 MiB on MySQL; a result is at most maxInlineResult, twice that in hexadecimal).

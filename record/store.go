@@ -255,7 +255,7 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
-	if s.claims != nil && rec.Owner != "" && s.batchable(rec) {
+	if s.claims != nil && rec.Owner != "" && batchable(rec) {
 		op := &claimOp{own: *rec}
 		op.rec = &op.own
 		if err := s.claims.Do(ctx, op); err != nil {
@@ -324,7 +324,7 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 	var n int64
 	var err error
 	switch {
-	case rec.Fence == prev.Fence && rec.Owner == prev.Owner && s.finishes != nil && s.batchable(rec):
+	case rec.Fence == prev.Fence && rec.Owner == prev.Owner && s.finishes != nil && batchable(rec):
 		op := &finishOp{own: *rec, prev: prev}
 		op.rec = &op.own
 		if err = s.finishes.Do(ctx, op); err == nil {
