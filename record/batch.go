@@ -383,33 +383,7 @@ func (q *queries) finishRows(ops []*finishOp) string {
 	b.Grow(size)
 	b.WriteString(beginPrefix)
 	for i, op := range ops {
-		r := op.rec
-		b.WriteString(q.finishPfx)
-		hexLiteral(&b, textIntroducer, string(r.Status))
-		b.WriteString(", response = ")
-		if len(r.Response) == 0 {
-			b.WriteString("NULL")
-		} else {
-			hexLiteral(&b, "", r.Response)
-		}
-		b.WriteString(", error = ")
-		hexLiteral(&b, textIntroducer, r.Error)
-		b.WriteString(", lease_until = ")
-		writeInt(&b, millis(r.LeaseUntil))
-		b.WriteString(", expires_at = ")
-		writeInt(&b, millis(r.ExpiresAt))
-		b.WriteString(", updated_at = ")
-		writeInt(&b, millis(r.UpdatedAt))
-		b.WriteString(" WHERE scope = ")
-		hexLiteral(&b, "", r.Scope)
-		b.WriteString(" AND idem_key = ")
-		hexLiteral(&b, "", r.Key)
-		b.WriteString(" AND fence = ")
-		writeInt(&b, op.prev.Fence)
-		b.WriteString(" AND owner = ")
-		hexLiteral(&b, textIntroducer, op.prev.Owner)
-		b.WriteString(" AND status = ")
-		hexLiteral(&b, textIntroducer, string(op.prev.Status))
+		q.writeFinish(&b, op.rec, op.prev)
 		b.WriteString("; SET @idemkit_n")
 		writeInt(&b, int64(i))
 		b.WriteString(" = ROW_COUNT(); ")
@@ -426,10 +400,53 @@ func (q *queries) finishRows(ops []*finishOp) string {
 	return b.String()
 }
 
+// writeFinish writes the UPDATE of a claim's own write of rec over prev (see [Store.finishAlone]) with
+// literals.
+func (q *queries) writeFinish(b *strings.Builder, r *idemkit.Record, prev idemkit.Version) {
+	b.WriteString(q.finishPfx)
+	hexLiteral(b, textIntroducer, string(r.Status))
+	b.WriteString(", response = ")
+	if len(r.Response) == 0 {
+		b.WriteString("NULL")
+	} else {
+		hexLiteral(b, "", r.Response)
+	}
+	b.WriteString(", error = ")
+	hexLiteral(b, textIntroducer, r.Error)
+	b.WriteString(", lease_until = ")
+	writeInt(b, millis(r.LeaseUntil))
+	b.WriteString(", expires_at = ")
+	writeInt(b, millis(r.ExpiresAt))
+	b.WriteString(", updated_at = ")
+	writeInt(b, millis(r.UpdatedAt))
+	b.WriteString(" WHERE scope = ")
+	hexLiteral(b, "", r.Scope)
+	b.WriteString(" AND idem_key = ")
+	hexLiteral(b, "", r.Key)
+	b.WriteString(" AND fence = ")
+	writeInt(b, prev.Fence)
+	b.WriteString(" AND owner = ")
+	hexLiteral(b, textIntroducer, prev.Owner)
+	b.WriteString(" AND status = ")
+	hexLiteral(b, textIntroducer, string(prev.Status))
+}
+
+// finishOne returns the UPDATE of one claim's own write, with literals.
+func (q *queries) finishOne(rec *idemkit.Record, prev idemkit.Version) string {
+	var b strings.Builder
+	b.Grow(len(q.finishPfx) + finishSize(rec, prev))
+	q.writeFinish(&b, rec, prev)
+	return b.String()
+}
+
 // finishLen bounds the length of op's part of a finish packet, after finishPfx.
-func finishLen(op *finishOp) int {
-	return len(finishLiteralCols) + 2*(len(op.rec.Status)+len(op.rec.Response)+len(op.rec.Error)+
-		len(op.rec.Scope)+len(op.rec.Key)+len(op.prev.Owner)+len(op.prev.Status)) + 6*len("_utf8mb4 X''") + 4*20 +
+func finishLen(op *finishOp) int { return finishSize(op.rec, op.prev) }
+
+// finishSize bounds the length of the finish of rec over prev as writeFinish writes it, after
+// finishPfx, and of what a finish packet adds to it.
+func finishSize(rec *idemkit.Record, prev idemkit.Version) int {
+	return len(finishLiteralCols) + 2*(len(rec.Status)+len(rec.Response)+len(rec.Error)+
+		len(rec.Scope)+len(rec.Key)+len(prev.Owner)+len(prev.Status)) + 6*len("_utf8mb4 X''") + 4*20 +
 		2*len("; SET @idemkit_n0000 = ROW_COUNT(); ")
 }
 

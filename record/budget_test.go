@@ -25,7 +25,7 @@ import (
 // countedDB opens b on a pool whose driver counts every statement (package sqlcount): what the
 // server receives, whoever sends it. On MySQL the DSN does not set interpolateParams, so the Store
 // runs on prepared statements.
-func countedDB(t *testing.T, b backend, cfg *gorm.Config) (*gorm.DB, *sqlcount.Counter) {
+func countedDB(t testing.TB, b backend, cfg *gorm.Config) (*gorm.DB, *sqlcount.Counter) {
 	t.Helper()
 	b.db(t, nil) // creates the test database, or skips/fails when the service is missing
 	var (

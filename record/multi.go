@@ -508,12 +508,15 @@ func (m *multiStore) InsertCommit(ctx context.Context, rec *idemkit.Record) erro
 }
 
 // insertCommit returns the INSERT-and-COMMIT packet for rec (see the top of this file).
-func (q *queries) insertCommit(rec *idemkit.Record) string {
+func (q *queries) insertCommit(rec *idemkit.Record) string { return q.insertOne(rec, insertCommitSfx) }
+
+// insertOne returns the INSERT of rec with literals, followed by sfx, in one allocation.
+func (q *queries) insertOne(rec *idemkit.Record, sfx string) string {
 	var b strings.Builder
-	b.Grow(len(q.insertCommitPfx) + len(insertCommitSfx) + valuesLen(rec))
+	b.Grow(len(q.insertCommitPfx) + len(sfx) + valuesLen(rec))
 	b.WriteString(q.insertCommitPfx)
 	writeValues(&b, rec)
-	b.WriteString(insertCommitSfx)
+	b.WriteString(sfx)
 	return b.String()
 }
 

@@ -268,9 +268,15 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 
 // insertAlone is Insert in a statement of its own.
 func (s *Store) insertAlone(ctx context.Context, rec *idemkit.Record) error {
-	n, err := s.exec(ctx, s.q.insert, rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint,
-		rec.GID, rec.BranchID, response(rec.Response), rec.Error,
-		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt))
+	var n int64
+	var err error
+	if s.literals(rec) {
+		n, err = s.exec(ctx, s.q.insertOne(rec, insertRowsSfx))
+	} else {
+		n, err = s.exec(ctx, s.q.insert, rec.Scope, rec.Key, string(rec.Status), rec.Fence, rec.Owner, rec.Fingerprint,
+			rec.GID, rec.BranchID, response(rec.Response), rec.Error,
+			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt))
+	}
 	if err != nil {
 		return s.q.interpretError("inserting into", err)
 	}
@@ -353,9 +359,22 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 // finishAlone runs a claim's own write (finish, renewal, settlement) in a statement of its own and
 // returns the rows changed: only these columns can have changed.
 func (s *Store) finishAlone(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) (int64, error) {
+	if s.literals(rec) {
+		return s.exec(ctx, s.q.finishOne(rec, prev))
+	}
 	return s.exec(ctx, s.q.finish, string(rec.Status), response(rec.Response), rec.Error,
 		millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.UpdatedAt),
 		rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
+}
+
+// literals reports whether a lone insert or finish of rec is sent as one statement with its values
+// written as literals (MySQL; a result small enough), rather than with arguments: no argument is boxed,
+// converted or interpolated (about a dozen allocations fewer per statement), and a pool without
+// interpolateParams needs no prepared statement for it. The literals are hexadecimal, so no value is
+// ever parsed as SQL; text columns get the utf8mb4 introducer, so the server checks their encoding
+// as it checks a parameter's.
+func (s *Store) literals(rec *idemkit.Record) bool {
+	return s.q.dialect == dialectMySQL && batchable(rec)
 }
 
 // confirm runs after a MySQL UPDATE changed no row: if the row with prev's version exists, the update
