@@ -16,7 +16,8 @@ import (
 	"github.com/idemkit/idemkit/internal/batch"
 )
 
-// Group commit of claims, finishes and reads (MySQL and MariaDB only).
+// Group commit of claims, finishes and reads (MySQL and MariaDB; PostgreSQL's statements are in
+// batch_postgres.go).
 //
 // Execute and Mark modes write their record outside the business's transaction: a claim (INSERT)
 // before the work and a finish (UPDATE) after it, each its own transaction — a statement, a round trip
@@ -86,17 +87,23 @@ func (s *Store) newBatchers() {
 			op.err = cmp.Or(op.err, s.q.interpretError("inserting into", &batchError{err}))
 		},
 	})
-	if s.multiCapable() {
+	finishes := func(many func(context.Context, []*finishOp)) *batch.Batcher[*finishOp] {
+		return batch.New(1, batch.Funcs[*finishOp]{
+			One:  func(ctx context.Context, op *finishOp) { op.n, op.err = s.finishAlone(ctx, op.rec, op.prev) },
+			Many: many,
+			Fail: func(op *finishOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+		})
+	}
+	switch {
+	case s.q.dialect == dialectPostgres:
+		s.finishes = finishes(s.finishesPostgres)
+	case s.multiCapable():
 		s.probes = batch.New(1, batch.Funcs[*probeOp]{
 			One:  func(ctx context.Context, op *probeOp) { op.tx, op.rec, op.err = s.beginProbe(ctx, op.scope, op.key) },
 			Many: s.probeMany,
 			Fail: func(op *probeOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
 		})
-		s.finishes = batch.New(1, batch.Funcs[*finishOp]{
-			One:  func(ctx context.Context, op *finishOp) { op.n, op.err = s.finishAlone(ctx, op.rec, op.prev) },
-			Many: s.finishMany,
-			Fail: func(op *finishOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
-		})
+		s.finishes = finishes(s.finishMany)
 	}
 }
 
@@ -145,7 +152,8 @@ func (s *Store) insertChunk(ctx context.Context, ops []*claimOp) {
 	slices.SortFunc(ops, func(a, b *claimOp) int { // one lock order for every batch
 		return cmp.Or(strings.Compare(a.rec.Scope, b.rec.Scope), strings.Compare(a.rec.Key, b.rec.Key))
 	})
-	n, err := s.c.exec(ctx, s.q.insertRows(ops))
+	query, args := s.claimsBuilt(ops)
+	n, err := s.c.exec(ctx, query, args...)
 	switch {
 	case err == nil && n == int64(len(ops)):
 		return

@@ -46,8 +46,11 @@ func waitAtServer(t *testing.T, db *gorm.DB, s *Store) {
 	t.Helper()
 	for i := 0; ; i++ {
 		var n int64
-		must(t, db.Raw("SELECT COUNT(*) FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND info LIKE ?",
-			"%"+s.Table()+"%").Scan(&n).Error)
+		query := "SELECT COUNT(*) FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND info LIKE ?"
+		if s.Dialect() == dialectPostgres {
+			query = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE ?"
+		}
+		must(t, db.Raw(query, "%"+s.Table()+"%").Scan(&n).Error)
 		if n > 0 {
 			return
 		}
@@ -91,12 +94,12 @@ func inBatch[T any](t *testing.T, waiting func() int, release func(), calls ...f
 // gets what it would alone — its claim, or ErrExists for a key claimed before or by another claim of
 // the same batch (the row is the first one's, with its owner).
 func TestBatchedClaims(t *testing.T) {
-	for _, b := range []backend{backends[0], multiBackend} {
+	for _, b := range []backend{backends[0], multiBackend, backends[1]} {
 		t.Run(b.name, func(t *testing.T) {
 			db, n := countedDB(t, b, nil)
 			s := newTable(t, db)
 			if s.claims == nil {
-				t.Fatal("no group commit of claims on MySQL")
+				t.Fatalf("no group commit of claims on %s", b.name)
 			}
 			must(t, s.Insert(ctxb, claimRec("exists", "earlier")))
 

@@ -70,10 +70,10 @@
 //
 // # Group commit
 //
-// On MySQL and MariaDB the statements a Store runs on its own, outside a transaction, are sent like
-// the Locker's Redis commands under concurrency: one goes out at once while none of its kind is in
-// flight, and those that come meanwhile leave together when it returns. The claims of Execute and Mark
-// modes leave as one multi-row INSERT (one commit for all; when it inserts fewer rows than it carries,
+// On MySQL, MariaDB and PostgreSQL the statements a Store runs on its own, outside a transaction,
+// are sent like the Locker's Redis commands under concurrency: one goes out at once while none of its
+// kind is in flight, and those that come meanwhile leave together when it returns. On MySQL and
+// MariaDB the claims of Execute and Mark modes leave as one multi-row INSERT (one commit for all; when it inserts fewer rows than it carries,
 // each claim finds out whether the row is its own by its owner token); their finishes, on a
 // multi-statement pool, as one packet of START TRANSACTION, the UPDATEs with their counts of changed
 // rows, and COMMIT; the reads before Tx-mode functions without a Locker, on a multi-statement pool, as
@@ -82,6 +82,9 @@
 // deadlock, a value it rejects) committed nothing, and each statement then runs alone; a batch whose
 // outcome is unknown (the connection broke after sending it) gives each claim its row if it carries
 // its token, and each finish the error, as a lost reply would. A lone caller never waits.
+// On PostgreSQL the claims leave as one multi-row INSERT … ON CONFLICT DO NOTHING with bound
+// parameters, and the finishes as one UPDATE … FROM (VALUES …) RETURNING the keys it changed (a key
+// finished twice in one batch goes in once, the other write alone after it); reads do not batch there.
 // Options.NoBatch turns this off.
 //
 // # Transactions

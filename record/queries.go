@@ -98,15 +98,19 @@ type queries struct {
 	// see batch.go).
 	readRowsPfx string
 	// finishPfx starts a finish written with literals, up to the status's value (MySQL; see batch.go).
-	finishPfx   string
-	plainInsert string // INSERT without conflict handling (tests of interpretError)
-	get         string
-	getLocked   string // get with a locking read, for transaction-bound stores
-	update      string
-	finish      string // update of a claim's own columns (status, result, times), same fence and owner
-	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
-	confirmLock string // confirm with a locking read, for transaction-bound stores
-	delete      string
+	finishPfx string
+	// valuesPfx starts a multi-row INSERT with bound parameters, up to its first row; finishRowsPfx
+	// starts a multi-row finish, up to its first row, and finishRowsSfx ends it (PostgreSQL; see
+	// batch_postgres.go).
+	valuesPfx, finishRowsPfx, finishRowsSfx string
+	plainInsert                             string // INSERT without conflict handling (tests of interpretError)
+	get                                     string
+	getLocked                               string // get with a locking read, for transaction-bound stores
+	update                                  string
+	finish                                  string // update of a claim's own columns (status, result, times), same fence and owner
+	confirm                                 string // MySQL: does the versioned row exist? (rows changed was 0)
+	confirmLock                             string // confirm with a locking read, for transaction-bound stores
+	delete                                  string
 
 	delExpired string // now, limit
 	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)
@@ -136,6 +140,12 @@ func buildQueries(dialect, schema, table string) *queries {
 		q.readRowsPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE "
 	default:
 		q.insert = q.plainInsert + " ON CONFLICT (scope, idem_key) DO NOTHING"
+		q.valuesPfx = "INSERT INTO " + t + " (" + cols + ") VALUES "
+		q.finishRowsPfx = "UPDATE " + t + " AS t SET status = v.status, response = v.response, error = v.error, " +
+			"lease_until = v.lease_until, expires_at = v.expires_at, updated_at = v.updated_at FROM (VALUES "
+		q.finishRowsSfx = ") AS v (scope, idem_key, fence, owner, prev_status, status, response, error, lease_until, expires_at, updated_at) " +
+			"WHERE t.scope = v.scope AND t.idem_key = v.idem_key AND t.fence = v.fence AND t.owner = v.owner AND t.status = v.prev_status " +
+			"RETURNING t.scope, t.idem_key"
 	}
 	q.get = "SELECT " + columns + " FROM " + t + " WHERE scope = ? AND idem_key = ?"
 	q.getLocked = q.get

@@ -45,12 +45,13 @@ type Options struct {
 	// Store finds out once whether the connection allows it, and never does it on a Galera node.
 	NoMultiStatements bool
 
-	// NoBatch sends every claim, finish and read on its own. By default, on MySQL and MariaDB, the
-	// statements the Store runs outside a transaction are group-committed under concurrency: the
-	// claims of Execute and Mark modes that come while one is in flight leave together as one
-	// multi-row INSERT, their finishes as one transaction, and the reads before Tx-mode functions
-	// without a Locker as one SELECT (these two with multiStatements, as for NoMultiStatements). Each
-	// keeps its own outcome; see the package documentation.
+	// NoBatch sends every claim, finish and read on its own. By default, on MySQL, MariaDB and
+	// PostgreSQL, the statements the Store runs outside a transaction are group-committed under
+	// concurrency: the claims of Execute and Mark modes that come while one is in flight leave
+	// together as one multi-row INSERT, their finishes as one transaction (MySQL, with
+	// multiStatements, as for NoMultiStatements) or one UPDATE (PostgreSQL), and the reads before
+	// Tx-mode functions without a Locker as one SELECT (MySQL, with multiStatements). Each keeps its
+	// own outcome; see the package documentation.
 	NoBatch bool
 }
 
@@ -146,7 +147,7 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 	} else {
 		s.c = poolConn{p: db.Statement.ConnPool}
 	}
-	if q.dialect == dialectMySQL && !o.NoBatch && s.sdb != nil {
+	if q.dialect != dialectSQLite && !o.NoBatch && s.sdb != nil {
 		s.newBatchers()
 	}
 	return s, nil
