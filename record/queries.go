@@ -102,15 +102,18 @@ type queries struct {
 	// valuesPfx starts a multi-row INSERT with bound parameters, up to its first row; finishRowsPfx
 	// starts a multi-row finish, up to its first row, and finishRowsSfx ends it (PostgreSQL; see
 	// batch_postgres.go).
-	valuesPfx, finishRowsPfx, finishRowsSfx string
-	plainInsert                             string // INSERT without conflict handling (tests of interpretError)
-	get                                     string
-	getLocked                               string // get with a locking read, for transaction-bound stores
-	update                                  string
-	finish                                  string // update of a claim's own columns (status, result, times), same fence and owner
-	confirm                                 string // MySQL: does the versioned row exist? (rows changed was 0)
-	confirmLock                             string // confirm with a locking read, for transaction-bound stores
-	delete                                  string
+	valuesPfx     string
+	finishRowsPfx string
+	finishRowsSfx string
+
+	plainInsert string // INSERT without conflict handling (tests of interpretError)
+	get         string
+	getLocked   string // get with a locking read, for transaction-bound stores
+	update      string
+	finish      string // update of a claim's own columns (status, result, times), same fence and owner
+	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
+	confirmLock string // confirm with a locking read, for transaction-bound stores
+	delete      string
 
 	delExpired string // now, limit
 	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)

@@ -373,9 +373,13 @@ func (s *Store) finishAlone(ctx context.Context, rec *idemkit.Record, prev idemk
 // converted or interpolated (about a dozen allocations fewer per statement), and a pool without
 // interpolateParams needs no prepared statement for it. The literals are hexadecimal, so no value is
 // ever parsed as SQL; text columns get the utf8mb4 introducer, so the server checks their encoding
-// as it checks a parameter's.
+// as it checks a parameter's. Only on database/sql's own pool or transaction: a gorm.ConnPool of
+// another kind (a plugin's) may prepare and keep a statement per text.
 func (s *Store) literals(rec *idemkit.Record) bool {
-	return s.q.dialect == dialectMySQL && batchable(rec)
+	if _, other := s.c.(poolConn); other || s.q.dialect != dialectMySQL {
+		return false
+	}
+	return batchable(rec)
 }
 
 // confirm runs after a MySQL UPDATE changed no row: if the row with prev's version exists, the update
