@@ -414,11 +414,7 @@ func (q *queries) writeFinish(b *strings.Builder, r *idemkit.Record, prev idemki
 	b.WriteString(q.finishPfx)
 	hexLiteral(b, textIntroducer, string(r.Status))
 	b.WriteString(", response = ")
-	if len(r.Response) == 0 {
-		b.WriteString("NULL")
-	} else {
-		hexLiteral(b, "", r.Response)
-	}
+	writeResponse(b, r.Response)
 	b.WriteString(", error = ")
 	hexLiteral(b, textIntroducer, r.Error)
 	b.WriteString(", lease_until = ")

@@ -2,7 +2,6 @@ package record
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -85,76 +84,5 @@ func TestBatchedFinishesPostgres(t *testing.T) {
 	}
 	if rec, err := s.Get(ctxb, batchScope, "other"); err != nil || rec.Owner != "new owner" || rec.Status != idemkit.StatusProcessing {
 		t.Errorf("fenced record: %v, %v", rec, err)
-	}
-}
-
-// TestBatchFailureRunsEachAlonePostgres: when PostgreSQL refuses a batch statement (here a value that
-// is not UTF-8), nothing of it stays and each write runs alone: the others succeed, the bad one gets
-// its own error.
-func TestBatchFailureRunsEachAlonePostgres(t *testing.T) {
-	db, _ := countedDB(t, backends[1], nil)
-	s := newTable(t, db)
-	bad := func(r *idemkit.Record) *idemkit.Record { r.Error = "\xff\xfe not UTF-8"; return r }
-
-	release := holdRow(t, db, s, "held", true)
-	first := make(chan error, 1)
-	go func() { first <- s.Insert(ctxb, claimRec("held", "first")) }()
-	waitAtServer(t, db, s)
-	claims := []*idemkit.Record{claimRec("a", "oa"), bad(claimRec("bad", "ob")), claimRec("c", "oc")}
-	calls := make([]func() error, len(claims))
-	for i, r := range claims {
-		calls[i] = func() error { return s.Insert(ctxb, r) }
-	}
-	errs := inBatch(t, s.claims.Waiting, func() { release(); must(t, <-first) }, calls...)
-	for i, r := range claims {
-		switch err := errs[i]; {
-		case r.Key == "bad" && !errors.Is(err, idemkit.ErrUnstorable):
-			t.Errorf("bad claim: %v, want ErrUnstorable", err)
-		case r.Key != "bad" && err != nil:
-			t.Errorf("claim %s beside a bad one: %v", r.Key, err)
-		}
-	}
-	if _, err := s.Get(ctxb, batchScope, "bad"); !errors.Is(err, idemkit.ErrNotFound) {
-		t.Errorf("refused claim stored: %v", err)
-	}
-
-	recs := map[string]*idemkit.Record{}
-	for _, k := range []string{"held2", "x", "y", "z"} {
-		recs[k] = claimRec(k, "owner-"+k)
-		must(t, s.Insert(ctxb, recs[k]))
-	}
-	finished := func(k string) *idemkit.Record {
-		r := *recs[k]
-		r.Status, r.Response = idemkit.StatusSucceeded, []byte(strings.Repeat(k, 3))
-		return &r
-	}
-	release = holdRow(t, db, s, "held2", false)
-	go func() { first <- s.Update(ctxb, finished("held2"), recs["held2"].Version()) }()
-	waitAtServer(t, db, s)
-	writes := []*idemkit.Record{finished("x"), bad(finished("y")), finished("z")}
-	calls = make([]func() error, len(writes))
-	for i, r := range writes {
-		calls[i] = func() error { return s.Update(ctxb, r, recs[r.Key].Version()) }
-	}
-	errs = inBatch(t, s.finishes.Waiting, func() { release(); must(t, <-first) }, calls...)
-	for i, r := range writes {
-		err := errs[i]
-		if r.Key == "y" {
-			if !errors.Is(err, idemkit.ErrUnstorable) {
-				t.Errorf("bad finish: %v, want ErrUnstorable", err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("finish %s beside a bad one: %v", r.Key, err)
-		}
-		rec, err := s.Get(ctxb, batchScope, r.Key)
-		must(t, err)
-		if rec.Status != idemkit.StatusSucceeded || string(rec.Response) != strings.Repeat(r.Key, 3) {
-			t.Errorf("record %s after its batch failed: %s %q", r.Key, rec.Status, rec.Response)
-		}
-	}
-	if rec, err := s.Get(ctxb, batchScope, "y"); err != nil || rec.Status != idemkit.StatusProcessing {
-		t.Errorf("record y after its finish was refused: %v, %v", rec, err)
 	}
 }

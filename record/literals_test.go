@@ -3,7 +3,6 @@ package record
 import (
 	"bytes"
 	"errors"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,13 +45,7 @@ func FuzzLoneLiterals(f *testing.F) {
 	must(f, err)
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, scope, key string, result []byte, text string) {
-		if scope == "" || len(scope) > idemkit.MaxStoredLen || len(result) > maxInlineResult || len(text) > 4096 {
-			t.Skip()
-		}
-		key = strconv.FormatInt(n.Add(1), 10) + "/" + key // each input once, whatever the fuzzer repeats
-		if len(key) > idemkit.MaxStoredLen {
-			key = key[:idemkit.MaxStoredLen]
-		}
+		key = fuzzInput(t, &n, scope, key, result, text)
 		gid := text
 		if len(gid) > maxText {
 			gid = gid[:maxText]

@@ -547,17 +547,22 @@ func writeValues(b *strings.Builder, rec *idemkit.Record) {
 		hexLiteral(b, textIntroducer, s)
 	}
 	b.WriteString(", ")
-	if len(rec.Response) == 0 {
-		b.WriteString("NULL")
-	} else {
-		hexLiteral(b, "", rec.Response)
-	}
+	writeResponse(b, rec.Response)
 	b.WriteString(", ")
 	hexLiteral(b, textIntroducer, rec.Error)
 	for _, t := range [...]time.Time{rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt} {
 		b.WriteString(", ")
 		writeInt(b, millis(t))
 	}
+}
+
+// writeResponse writes a result as a binary literal, or NULL when it is empty (as response stores it).
+func writeResponse(b *strings.Builder, resp []byte) {
+	if len(resp) == 0 {
+		b.WriteString("NULL")
+		return
+	}
+	hexLiteral(b, "", resp)
 }
 
 // insertCommitSfx ends the INSERT-and-COMMIT packet: a duplicate overflows the fence (error 1690)

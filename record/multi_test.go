@@ -577,6 +577,20 @@ func TestInsertCommitPacketOneAllocation(t *testing.T) {
 	}
 }
 
+// fuzzInput skips inputs the Store refuses before any statement (an empty or too long scope, a result
+// too large for a literal, a long text) and returns key made unique (each input once, whatever the
+// fuzzer repeats) and cut to what a key may hold.
+func fuzzInput(t *testing.T, n *atomic.Int64, scope, key string, result []byte, text string) string {
+	if scope == "" || len(scope) > idemkit.MaxStoredLen || len(result) > maxInlineResult || len(text) > 4096 {
+		t.Skip()
+	}
+	key = strconv.FormatInt(n.Add(1), 10) + "/" + key
+	if len(key) > idemkit.MaxStoredLen {
+		key = key[:idemkit.MaxStoredLen]
+	}
+	return key
+}
+
 // FuzzMultiStatementLiterals: whatever the scope, key, result and error text, the packets of a
 // multi-statement transaction store and read them back byte for byte — or, for text that is not
 // UTF-8, the INSERT is refused as unstorable and nothing commits.
@@ -588,13 +602,7 @@ func FuzzMultiStatementLiterals(f *testing.F) {
 	s := newTable(f, db)
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, scope, key string, result []byte, text string) {
-		if scope == "" || len(scope) > idemkit.MaxStoredLen || len(result) > maxInlineResult || len(text) > 4096 {
-			t.Skip()
-		}
-		key = strconv.FormatInt(n.Add(1), 10) + "/" + key // each input once, whatever the fuzzer repeats
-		if len(key) > idemkit.MaxStoredLen {
-			key = key[:idemkit.MaxStoredLen]
-		}
+		key = fuzzInput(t, &n, scope, key, result, text)
 		rec := &idemkit.Record{Scope: scope, Key: key, Status: idemkit.StatusSucceeded, Fence: 1, Owner: "o",
 			Response: result, Error: text, UpdatedAt: time.UnixMilli(1_700_000_000_000)}
 		tx, cur, err := s.BeginTxGet(ctxb, scope, key)
