@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Soak: idemkit's chaos harness for a long time, then the DTM scenario (the example's order service
-# SIGKILLed mid-storm, external and embedded DTM), then the message-consumer chaos run on NATS and
-# RabbitMQ (idemchaos msg), then every fuzz target of the repository for a set time each. Prints the
-# chaos figures (requests, duplicates, faults by kind, effects checked, violations) and one line per
-# fuzz target; exits non-zero if a checker found a violation or a fuzz target failed.
+# Soak: idemkit's chaos harness for a long time on MariaDB, then on PostgreSQL, then the DTM scenario
+# (the example's order service SIGKILLed mid-storm, external and embedded DTM), then the
+# message-consumer chaos run on NATS and RabbitMQ (idemchaos msg), then every fuzz target of the
+# repository for a set time each. Prints the chaos figures (requests, duplicates, faults by kind,
+# effects checked, violations) and one line per fuzz target; exits non-zero if a checker found a
+# violation or a fuzz target failed.
 #
-#   ./scripts/soak.sh                         10 minutes of chaos, then 1 minute per fuzz target
+#   ./scripts/soak.sh                         10 minutes of chaos per database, then 1 minute per fuzz target
 #   ./scripts/soak.sh -d 2h -f 10m            2 hours of chaos, 10 minutes per fuzz target
 #   ./scripts/soak.sh -d 30m --no-fuzz        chaos only
 #   ./scripts/soak.sh --no-chaos -f 5m        fuzzing only
@@ -13,7 +14,8 @@
 #   ./scripts/soak.sh --no-chaos --no-fuzz -D 10m        only the DTM scenario, 10 minutes per mode
 #
 # Options:
-#   -d, --duration D     load phase of the chaos run (Go duration: 90s, 10m, 2h). Default 10m.
+#   -d, --duration D     load phase of each chaos run (Go duration: 90s, 10m, 2h). Default 10m.
+#   --db LIST            databases of the chaos runs, one run each: mariadb, postgres. Default both.
 #   -f, --fuzztime T     time per fuzz target (go test -fuzztime). Default 1m.
 #   -i, --fault-interval I   time between two faults. Default 8s.
 #   -D, --dtm-duration D the DTM scenario's storm, per mode (external, embedded): the example's order
@@ -23,14 +25,14 @@
 #   -m, --msg-messages N     messages of the consumer chaos run, per broker. Default 10000 (200 batches, 30 kills).
 #   --no-chaos, --no-dtm, --no-msg, --no-fuzz    skip a part.
 #
-# Needs mariadbd, mariadb-install-db and redis-server (scripts/services.sh installs them); the
-# harness starts private instances on free loopback ports and stops them, so it may run beside the
-# test suite. The message-consumer run needs NATS with JetStream and RabbitMQ (scripts/services.sh
-# starts them). Fuzz targets are discovered with `go test -list '^Fuzz' ./...`.
+# Needs mariadbd, mariadb-install-db, PostgreSQL's initdb and postgres, and redis-server
+# (scripts/services.sh installs them); the harness starts private instances on free loopback ports
+# and stops them, so it may run beside the test suite. The message-consumer run needs NATS with
+# JetStream and RabbitMQ (scripts/services.sh starts them). Fuzz targets are discovered with `go test -list '^Fuzz' ./...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=10m fuzztime=1m interval=8s out="" chaos=1 fuzz=1 msg=1 msgs=10000 dtm=1 dtmduration=5m killevery=5s
+duration=10m fuzztime=1m interval=8s out="" dbs=mariadb,postgres chaos=1 fuzz=1 msg=1 msgs=10000 dtm=1 dtmduration=5m killevery=5s
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
     -f|--fuzztime) fuzztime=$2; shift 2 ;;
     -i|--fault-interval) interval=$2; shift 2 ;;
     -o|--out) out=$2; shift 2 ;;
+    --db) dbs=$2; shift 2 ;;
     -m|--msg-messages) msgs=$2; shift 2 ;;
     -D|--dtm-duration) dtmduration=$2; shift 2 ;;
     -k|--kill-every) killevery=$2; shift 2 ;;
@@ -46,7 +49,7 @@ while [ $# -gt 0 ]; do
     --no-dtm) dtm=0; shift ;;
     --no-fuzz) fuzz=0; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,22 +74,24 @@ status=0
 step() { printf '\n== %s\n' "$*"; }
 
 if [ "$chaos" = 1 ]; then
-  step "chaos: $duration of load, a fault every $interval (report in $out)"
   go build -o "$out/idemchaos" ./cmd/idemchaos
-  limit=$(( $(seconds "$duration") + 1200 )) # the load, then setup, settling and checking
-  set +e
-  timeout --signal=INT --kill-after=60 "$limit" "$out/idemchaos" -duration "$duration" -fault-interval "$interval" \
-    -json "$out/chaos.json" "${extra[@]}" > "$out/chaos.txt" 2> "$out/chaos.log"
-  rc=$?
-  set -e
-  # The summary, without the list of each fault (the JSON report has them all).
-  grep -v '^  [+-] ' "$out/chaos.txt" || true
-  echo "exact command: $out/idemchaos -duration $duration -fault-interval $interval -json $out/chaos.json ${extra[*]}"
-  case $rc in
-    0) echo "chaos: 0 violations" ;;
-    1) echo "chaos: VIOLATIONS found (see $out/chaos.txt)"; status=1 ;;
-    *) echo "chaos: the harness failed (exit $rc); log: $out/chaos.log"; tail -20 "$out/chaos.log"; status=1 ;;
-  esac
+  for db in ${dbs//,/ }; do
+    step "chaos on $db: $duration of load, a fault every $interval (report in $out)"
+    limit=$(( $(seconds "$duration") + 1200 )) # the load, then setup, settling and checking
+    set +e
+    timeout --signal=INT --kill-after=60 "$limit" "$out/idemchaos" -db "$db" -duration "$duration" -fault-interval "$interval" \
+      -json "$out/chaos-$db.json" "${extra[@]}" > "$out/chaos-$db.txt" 2> "$out/chaos-$db.log"
+    rc=$?
+    set -e
+    # The summary, without the list of each fault (the JSON report has them all).
+    grep -v '^  [+-] ' "$out/chaos-$db.txt" || true
+    echo "exact command: $out/idemchaos -db $db -duration $duration -fault-interval $interval -json $out/chaos-$db.json ${extra[*]}"
+    case $rc in
+      0) echo "chaos on $db: 0 violations" ;;
+      1) echo "chaos on $db: VIOLATIONS found (see $out/chaos-$db.txt)"; status=1 ;;
+      *) echo "chaos on $db: the harness failed (exit $rc); log: $out/chaos-$db.log"; tail -20 "$out/chaos-$db.log"; status=1 ;;
+    esac
+  done
 fi
 
 if [ "$dtm" = 1 ]; then

@@ -2,17 +2,19 @@
 
 // Command idemchaos runs idemkit's chaos harness: worker processes with their own Guards, gorm pools
 // and Redis clients serve Execute-mode, Tx-mode and HTTP (httpx) requests for a load generator that
-// hammers shared keys with duplicates, while Redis is killed and restarted empty, MariaDB is
-// restarted, workers are SIGKILLed inside business functions and frozen past their lease. An
+// hammers shared keys with duplicates, while Redis is killed and restarted empty, the database
+// (MariaDB, or PostgreSQL with -db postgres) is restarted, workers are SIGKILLed inside business functions and frozen past their lease. An
 // independent checker then reads the business tables and the record table and verifies that every
 // key took effect at most once (exactly once when answered with success), that the money is
 // conserved, that every answer matches the stored result, that nothing is stuck PROCESSING and
 // that no fenced write was lost or duplicated.
 //
-// It starts a private mariadbd and redis-server on free loopback ports (never the shared ones) and
-// stops every process it started, also on failure and on Ctrl-C.
+// It starts a private database server (mariadbd, or PostgreSQL run as the user postgres when root)
+// and redis-server on free loopback ports (never the shared ones) and stops every process it started,
+// also on failure and on Ctrl-C.
 //
 //	go run ./cmd/idemchaos                      # 30s of load, every fault
+//	go run ./cmd/idemchaos -db postgres         # the same on a private PostgreSQL
 //	go run ./cmd/idemchaos -duration 10m        # a soak (see scripts/soak.sh)
 //	go run ./cmd/idemchaos -sabotage drop-unique-index   # prove the checker catches duplicates
 //	go run ./cmd/idemchaos grpc                 # the gRPC interceptor under server kills (suites.go)
@@ -82,7 +84,8 @@ func run() int {
 	flag.DurationVar(&c.LockTTL, "lock-ttl", chaos.DefaultLockTTL, "idemkit Options.LockTTL of the workers")
 	flag.BoolVar(&c.Watchdog, "watchdog", false, "idemkit Options.Watchdog of the workers")
 	flag.DurationVar(&c.SweepInterval, "sweep-interval", chaos.DefaultSweepInterval, "the workers' sweeper interval")
-	flag.StringVar(&faults, "faults", "all", "faults to inject, in turn: all, none, or a comma-separated list of redis_restart, mariadb_restart, worker_kill, worker_stall")
+	flag.StringVar(&c.Database, "db", chaos.MariaDB, "database of the records and the business, a private server: mariadb or postgres")
+	flag.StringVar(&faults, "faults", "all", "faults to inject, in turn: all, none, or a comma-separated list of redis_restart, mariadb_restart (postgres_restart with -db postgres), worker_kill, worker_stall")
 	flag.DurationVar(&c.FaultInterval, "fault-interval", chaos.DefaultFaultInterval, "time between the starts of two faults")
 	flag.IntVar(&c.MaxFaults, "max-faults", 0, "bound on the number of faults (0: bounded by the duration)")
 	flag.Float64Var(&c.FlakyRate, "flaky", chaos.DefaultFlakyRate, "probability that a business function fails with a retryable error (negative: never)")
@@ -101,12 +104,14 @@ func run() int {
 		return runDTM(dtmModes, dc, jsonOut, quiet)
 	}
 
-	fs, err := chaos.ParseFaults(faults)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
+	if faults != "all" { // all: every fault of the database's run (Config's default)
+		fs, err := chaos.ParseFaults(faults)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		c.Faults = fs
 	}
-	c.Faults = fs
 	c.Sabotage = chaos.Sabotage(sabotage)
 	logger := log.New(os.Stderr, "idemchaos ", log.Ltime|log.Lmicroseconds)
 	if !quiet {

@@ -58,8 +58,8 @@ var (
 	errFlaky = errors.New("chaos: transient business failure (injected)")
 	// errStale: the fence register holds a newer fence; this attempt was taken over and must not write.
 	errStale = errors.New("chaos: business write refused by the fence: a newer attempt holds the key")
-	// errBizDB wraps a database error of the business's own statements (MariaDB restarting, a dropped
-	// connection): retryable, answered as unavailable.
+	// errBizDB wraps a database error of the business's own statements (the database restarting, a
+	// dropped connection): retryable, answered as unavailable.
 	errBizDB = errors.New("chaos: the business transaction failed")
 )
 
@@ -74,7 +74,7 @@ func bizValue(key string, ledgerID, fence, amount int64) []byte {
 // the result value.
 // Accounts are locked in id order, so transfers never deadlock on them. An overdraft is a permanent
 // failure and writes nothing.
-func (t Tables) applyTransfer(tx *gorm.DB, path, key, worker string, op Op, fence int64) (int64, []byte, error) {
+func (t Tables) applyTransfer(d *dialect, tx *gorm.DB, path, key, worker string, op Op, fence int64) (int64, []byte, error) {
 	lo, hi := min(op.Src, op.Dst), max(op.Src, op.Dst)
 	rows, err := tx.Raw("SELECT id, balance FROM "+t.Accounts+" WHERE id IN (?, ?) ORDER BY id FOR UPDATE", lo, hi).Rows()
 	if err != nil {
@@ -106,13 +106,20 @@ func (t Tables) applyTransfer(tx *gorm.DB, path, key, worker string, op Op, fenc
 	if err := tx.Exec("UPDATE "+t.Accounts+" SET balance = balance + ? WHERE id = ?", op.Amount, op.Dst).Error; err != nil {
 		return 0, nil, err
 	}
-	if err := tx.Exec("INSERT INTO "+t.Ledger+" (op_key, path, fence, src, dst, amount, worker, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-		key, path, fence, op.Src, op.Dst, op.Amount, worker, time.Now().UnixMilli()).Error; err != nil {
-		return 0, nil, err
-	}
 	var id int64
-	if err := tx.Raw("SELECT LAST_INSERT_ID()").Row().Scan(&id); err != nil {
-		return 0, nil, err
+	ins := "INSERT INTO " + t.Ledger + d.ledgerInsert
+	args := []any{key, path, fence, op.Src, op.Dst, op.Amount, worker, time.Now().UnixMilli()}
+	if d.lastID == "" {
+		if err := tx.Raw(ins, args...).Row().Scan(&id); err != nil {
+			return 0, nil, err
+		}
+	} else {
+		if err := tx.Exec(ins, args...).Error; err != nil {
+			return 0, nil, err
+		}
+		if err := tx.Raw(d.lastID).Row().Scan(&id); err != nil {
+			return 0, nil, err
+		}
 	}
 	return id, bizValue(key, id, fence, op.Amount), nil
 }
@@ -134,9 +141,10 @@ const (
 // business transaction is not the record's: in one transaction on the business database it
 //
 //  1. raises the key's fence register to this attempt's fence — the fence condition
-//     (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence)) — and reads it back with a
-//     row lock; if it holds a higher fence, a newer attempt took the key over: nothing is written
-//     (errStale), so a stale holder can never apply the transfer after its successor;
+//     (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence), or ON CONFLICT ... GREATEST
+//     on PostgreSQL) — and reads it back with a row lock; if it holds a higher fence, a newer
+//     attempt took the key over: nothing is written (errStale), so a stale holder can never apply
+//     the transfer after its successor;
 //  2. if the register already points at a ledger row, an earlier attempt applied the transfer and
 //     lost its finish (crash, database restart, lease expiry): the result is read back, not applied
 //     again;
@@ -170,8 +178,7 @@ func (w *worker) fencedTransfer(ctx context.Context, path, key string, op Op, ou
 	t := w.cfg.Tables
 	var value []byte
 	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec("INSERT INTO "+t.Gate+" (op_key, fence, ledger_id) VALUES (?, ?, 0) "+
-			"ON DUPLICATE KEY UPDATE fence = IF(fence < VALUES(fence), VALUES(fence), fence)", key, fence).Error; err != nil {
+		if err := tx.Exec("INSERT INTO "+t.Gate+w.d.gateRaise, key, fence).Error; err != nil {
 			return err
 		}
 		var gateFence, ledgerID int64
@@ -184,14 +191,14 @@ func (w *worker) fencedTransfer(ctx context.Context, path, key string, op Op, ou
 		}
 		if ledgerID != 0 {
 			var lf, amount int64
-			if err := tx.Raw("SELECT fence, amount FROM "+t.Ledger+" WHERE id = ? LOCK IN SHARE MODE", ledgerID).Row().Scan(&lf, &amount); err != nil {
+			if err := tx.Raw("SELECT fence, amount FROM "+t.Ledger+" WHERE id = ?"+w.d.shareLock, ledgerID).Row().Scan(&lf, &amount); err != nil {
 				return err
 			}
 			value = bizValue(key, ledgerID, lf, amount)
 			*out = bizAdopted
 			return nil
 		}
-		id, v, err := t.applyTransfer(tx, path, key, w.cfg.ID, op, fence)
+		id, v, err := t.applyTransfer(w.d, tx, path, key, w.cfg.ID, op, fence)
 		if err != nil {
 			if idemkit.IsPermanent(err) {
 				*out = bizRejected

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log"
@@ -23,11 +24,15 @@ func TestMain(m *testing.M) {
 }
 
 // requireServers skips (or, under IDEMKIT_REQUIRE_SERVICES=1, fails) when the binaries for the
-// private servers are missing.
-func requireServers(t *testing.T) {
+// private servers of a run on database db are missing.
+func requireServers(t *testing.T, db string) {
 	t.Helper()
-	if err := MariaDBAvailable(); err != nil {
-		testsvc.Unavailable(t, "mariadbd and mariadb-install-db", err)
+	d, err := dialectOf(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.available(); err != nil {
+		testsvc.Unavailable(t, "a private "+db+" server", err)
 	}
 	if err := RedisAvailable(); err != nil {
 		testsvc.Unavailable(t, "redis-server", err)
@@ -37,7 +42,7 @@ func requireServers(t *testing.T) {
 // runChaos runs the harness with cfg, bounded, logging progress to t.
 func runChaos(t *testing.T, cfg Config) *Report {
 	t.Helper()
-	requireServers(t)
+	requireServers(t, cmp.Or(cfg.Database, MariaDB))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cfg.Logf = t.Logf
@@ -55,11 +60,32 @@ func runChaos(t *testing.T, cfg Config) *Report {
 // stall must show the fence refusing the frozen attempt's business write.
 func TestChaos(t *testing.T) {
 	rep := runChaos(t, Config{Duration: 30 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second})
+	checkChaos(t, rep, MariaDB)
+	if rep.WorkerTotals.MultiTx == 0 {
+		t.Errorf("no Guard-owned transaction ran on multi-statement packets")
+	}
+}
+
+// TestChaosPostgres is TestChaos on a private PostgreSQL: the same paths, business and checker, the
+// database restarted by a fast shutdown and by SIGKILL of the server and its backends, and
+// PostgreSQL's group commit (claims in one INSERT … ON CONFLICT DO NOTHING, finishes in one
+// UPDATE … FROM VALUES) under every fault.
+func TestChaosPostgres(t *testing.T) {
+	rep := runChaos(t, Config{Database: Postgres, Duration: 25 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second,
+		// PostgreSQL restarted twice: a fast shutdown, then SIGKILL.
+		Faults: []FaultKind{FaultPostgresRestart, FaultWorkerKill, FaultRedisRestart, FaultWorkerStall, FaultPostgresRestart}})
+	checkChaos(t, rep, Postgres)
+}
+
+// checkChaos fails t unless rep, a run on database db with every fault, found no violation, injected
+// every fault kind, showed a stall refused by the fence, and checked effects and duplicates.
+func checkChaos(t *testing.T, rep *Report, db string) {
+	t.Helper()
 	t.Log("\n" + rep.Summary(20))
 	if v := rep.Violations(); len(v) > 0 {
 		t.Fatalf("%d violations (see the summary above)", len(v))
 	}
-	for _, k := range AllFaults() {
+	for _, k := range AllFaultsOn(db) {
 		if rep.FaultsByKind[k] == 0 {
 			t.Errorf("fault %s was never injected", k)
 		}
@@ -75,9 +101,6 @@ func TestChaos(t *testing.T) {
 	}
 	if rep.Check.Effects == 0 || rep.Duplicates == 0 {
 		t.Errorf("the run checked %d effects and sent %d duplicates; want both above zero", rep.Check.Effects, rep.Duplicates)
-	}
-	if rep.WorkerTotals.MultiTx == 0 {
-		t.Errorf("no Guard-owned transaction ran on multi-statement packets")
 	}
 }
 
@@ -95,16 +118,21 @@ func TestChaosCatchesDroppedUniqueIndex(t *testing.T) {
 
 // TestChaosCatchesIgnoredFence runs the harness with Stores that retry a fenced write on the
 // current version: when a frozen worker resumes, its finish overwrites the attempt that took its
-// key over, and the checker must report the lost write.
+// key over, and the checker must report the lost write — on MariaDB and on PostgreSQL, so that a
+// checker reading nothing on either could not pass.
 func TestChaosCatchesIgnoredFence(t *testing.T) {
-	rep := runChaos(t, Config{Duration: 6 * time.Second, Workers: 2, Clients: 4, Faults: []FaultKind{FaultWorkerStall},
-		FaultInterval: 2 * time.Second, Sabotage: SabotageIgnoreFence})
-	t.Log("\n" + rep.Summary(5))
-	if rep.FaultsByKind[FaultWorkerStall] == 0 {
-		t.Fatal("no stall was injected")
-	}
-	if n := countKind(rep, ViolationLostWrite) + countKind(rep, ViolationInconsistentAnswer); n == 0 {
-		t.Fatalf("the checker found no lost write with the fence check ignored (%d violations)", len(rep.Violations()))
+	for _, db := range []string{MariaDB, Postgres} {
+		t.Run(db, func(t *testing.T) {
+			rep := runChaos(t, Config{Database: db, Duration: 6 * time.Second, Workers: 2, Clients: 4, Faults: []FaultKind{FaultWorkerStall},
+				FaultInterval: 2 * time.Second, Sabotage: SabotageIgnoreFence})
+			t.Log("\n" + rep.Summary(5))
+			if rep.FaultsByKind[FaultWorkerStall] == 0 {
+				t.Fatal("no stall was injected")
+			}
+			if n := countKind(rep, ViolationLostWrite) + countKind(rep, ViolationInconsistentAnswer); n == 0 {
+				t.Fatalf("the checker found no lost write with the fence check ignored (%d violations)", len(rep.Violations()))
+			}
+		})
 	}
 }
 

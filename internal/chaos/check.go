@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -24,7 +25,9 @@ var checkScopes = map[string]string{PathExec: "chaos/exec", PathTx: "chaos/tx", 
 
 // CheckInput is what [Check] verifies.
 type CheckInput struct {
-	// DSN of the database holding Tables (go-sql-driver/mysql).
+	// Driver is the database/sql driver of DSN: "mysql" (go-sql-driver/mysql, the default) or "pgx".
+	Driver string
+	// DSN of the database holding Tables.
 	DSN    string
 	Tables Tables
 	// Accounts and InitialBalance of the business.
@@ -119,7 +122,7 @@ type chkValue struct {
 //
 // It returns an error only when it cannot read the database.
 func Check(ctx context.Context, in CheckInput) (*CheckResult, error) {
-	db, err := sql.Open("mysql", in.DSN)
+	db, err := sql.Open(cmp.Or(in.Driver, "mysql"), in.DSN)
 	if err != nil {
 		return nil, err
 	}
@@ -574,8 +577,8 @@ func readBalances(ctx context.Context, db *sql.DB, table string) (map[int]int64,
 }
 
 // countProcessing returns the records PROCESSING now, for the sweeper check.
-func countProcessing(ctx context.Context, dsn, table string) (int, error) {
-	db, err := sql.Open("mysql", dsn)
+func countProcessing(ctx context.Context, driver, dsn, table string) (int, error) {
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return 0, err
 	}

@@ -207,7 +207,18 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Duration != DefaultDuration || c.Workers != DefaultWorkers || len(c.Faults) != 4 || c.Seed == 0 || c.FlakyRate != DefaultFlakyRate {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	for _, bad := range []Config{{Workers: 1}, {Lease: -1}, {FlakyRate: 1}, {Sabotage: "x"}} {
+	if c.Database != MariaDB || !slices.Contains(c.Faults, FaultMariaDBRestart) {
+		t.Errorf("default database %q, faults %v; want MariaDB's", c.Database, c.Faults)
+	}
+	pg, err := (&Config{Database: Postgres}).withDefaults()
+	if err != nil || !slices.Equal(pg.Faults, AllFaultsOn(Postgres)) || !slices.Contains(pg.Faults, FaultPostgresRestart) {
+		t.Errorf("a run on PostgreSQL gets faults %v (%v); want its own restart", pg.Faults, err)
+	}
+	if fs, err := ParseFaults("postgres_restart"); err != nil || !slices.Equal(fs, []FaultKind{FaultPostgresRestart}) {
+		t.Errorf("postgres_restart: %v %v", fs, err)
+	}
+	for _, bad := range []Config{{Workers: 1}, {Lease: -1}, {FlakyRate: 1}, {Sabotage: "x"}, {Database: "sqlite"},
+		{Faults: []FaultKind{FaultPostgresRestart}}, {Database: Postgres, Faults: []FaultKind{FaultMariaDBRestart}}} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

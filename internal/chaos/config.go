@@ -37,6 +37,10 @@ const (
 	// FaultMariaDBRestart stops the private mariadbd (SIGTERM and SIGKILL alternately), keeps it down
 	// a moment and starts it on the same data.
 	FaultMariaDBRestart FaultKind = "mariadb_restart"
+	// FaultPostgresRestart stops the private PostgreSQL (a fast shutdown, SIGINT, and SIGKILL of the
+	// server and its backends alternately), keeps it down a moment and starts it on the same data:
+	// the runs on PostgreSQL ([Config.Database]) inject it instead of FaultMariaDBRestart.
+	FaultPostgresRestart FaultKind = "postgres_restart"
 	// FaultWorkerKill SIGKILLs a worker while it is inside a business function, after its writes and
 	// before its commit, then starts a replacement.
 	FaultWorkerKill FaultKind = "worker_kill"
@@ -46,12 +50,26 @@ const (
 	FaultWorkerStall FaultKind = "worker_stall"
 )
 
-// AllFaults returns every fault kind, in the order a run cycles through them by default.
-func AllFaults() []FaultKind {
-	return []FaultKind{FaultWorkerKill, FaultRedisRestart, FaultWorkerStall, FaultMariaDBRestart}
+// AllFaults returns every fault kind of a run on MariaDB, in the order a run cycles through them by
+// default. AllFaultsOn gives those of a run on either database.
+func AllFaults() []FaultKind { return AllFaultsOn(MariaDB) }
+
+// AllFaultsOn returns every fault kind of a run on database db (MariaDB or Postgres), in the order a
+// run cycles through them by default: the database's restart is its own.
+func AllFaultsOn(db string) []FaultKind {
+	return []FaultKind{FaultWorkerKill, FaultRedisRestart, FaultWorkerStall, restartOf(db)}
 }
 
-// ParseFaults parses a comma-separated list of fault kinds ("all" for every kind, "none" for none).
+// restartOf returns the fault restarting the server of database db.
+func restartOf(db string) FaultKind {
+	if db == Postgres {
+		return FaultPostgresRestart
+	}
+	return FaultMariaDBRestart
+}
+
+// ParseFaults parses a comma-separated list of fault kinds ("all" for every kind of a run on
+// MariaDB, "none" for none). A run on PostgreSQL with nil Faults gets its own by default.
 func ParseFaults(s string) ([]FaultKind, error) {
 	switch strings.TrimSpace(s) {
 	case "all", "":
@@ -63,10 +81,10 @@ func ParseFaults(s string) ([]FaultKind, error) {
 	for _, f := range strings.Split(s, ",") {
 		k := FaultKind(strings.TrimSpace(f))
 		switch k {
-		case FaultRedisRestart, FaultMariaDBRestart, FaultWorkerKill, FaultWorkerStall:
+		case FaultRedisRestart, FaultMariaDBRestart, FaultPostgresRestart, FaultWorkerKill, FaultWorkerStall:
 			out = append(out, k)
 		default:
-			return nil, fmt.Errorf("chaos: unknown fault %q (want %v, all or none)", f, AllFaults())
+			return nil, fmt.Errorf("chaos: unknown fault %q (want %v, %s, all or none)", f, AllFaults(), FaultPostgresRestart)
 		}
 	}
 	return out, nil
@@ -90,6 +108,9 @@ const (
 // Config configures [Run]. The zero value works: a 30s run with three workers, eight clients and
 // every fault.
 type Config struct {
+	// Database is the database the records and the business live on: MariaDB (the default) or
+	// Postgres, a private server of that kind.
+	Database string
 	// Duration of the load phase; faults are injected during its first 80%, and after it only a kind
 	// that has not shown its effect yet (see [FaultRecord.Shown]). Defaults to DefaultDuration (30s).
 	Duration time.Duration
@@ -154,8 +175,9 @@ func (c *Config) withDefaults() (Config, error) {
 	o.LockTTL = cmp.Or(o.LockTTL, DefaultLockTTL)
 	o.SweepInterval = cmp.Or(o.SweepInterval, DefaultSweepInterval)
 	o.FaultInterval = cmp.Or(o.FaultInterval, DefaultFaultInterval)
+	o.Database = cmp.Or(o.Database, MariaDB)
 	if o.Faults == nil {
-		o.Faults = AllFaults()
+		o.Faults = AllFaultsOn(o.Database)
 	}
 	if o.FlakyRate == 0 {
 		o.FlakyRate = DefaultFlakyRate
@@ -187,6 +209,14 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if o.FlakyRate >= 1 {
 		errs = append(errs, fmt.Errorf("FlakyRate must be below 1, got %g", o.FlakyRate))
+	}
+	if _, err := dialectOf(o.Database); err != nil {
+		errs = append(errs, err)
+	}
+	for _, k := range o.Faults {
+		if (k == FaultMariaDBRestart || k == FaultPostgresRestart) && k != restartOf(o.Database) {
+			errs = append(errs, fmt.Errorf("fault %s is not one of a run on %s (its restart is %s)", k, o.Database, restartOf(o.Database)))
+		}
 	}
 	switch o.Sabotage {
 	case SabotageNone, SabotageDropUniqueIndex, SabotageIgnoreFence:

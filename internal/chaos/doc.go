@@ -4,17 +4,18 @@
 //
 // [Run] starts, all on loopback:
 //
-//   - a private mariadbd (a fresh data directory from mariadb-install-db, its own port, socket and
-//     pid file) and a private redis-server without persistence, so the shared servers other tests
-//     use are never touched;
+//   - a private database server — mariadbd (a fresh data directory from mariadb-install-db, its own
+//     port, socket and pid file) or, with Config.Database = Postgres, PostgreSQL (initdb, its own
+//     port and socket directory, run as the user postgres when the harness is root) — and a private
+//     redis-server without persistence, so the shared servers other tests use are never touched;
 //   - Config.Workers worker processes — this executable re-run in worker mode (call
 //     [RunWorkerIfRequested] first thing in main or TestMain) — each with its own idemkit.Guard,
 //     gorm pool, go-redis client and sweeper (package sweep, short interval), serving three paths:
-//     Execute mode (guard.Do), Tx mode (the business write and the record in one MariaDB transaction:
+//     Execute mode (guard.Do), Tx mode (the business write and the record in one database transaction:
 //     record.Store.Tx, the Guard-owned transaction, with and without the Redis Locker, and guard.DoTx
 //     in the caller's db.Transaction, picked at random per request) and HTTP (the httpx middleware in
-//     front of a handler). Every other worker process (alternating per slot and restart) opens its
-//     pool with multiStatements=true, so its Guard-owned transactions run on a held connection and
+//     front of a handler). On MariaDB every other worker process (alternating per slot and restart)
+//     opens its pool with multiStatements=true, so its Guard-owned transactions run on a held connection and
 //     send the record's INSERT with the COMMIT (record.Store.BeginTx) — that path meets every fault too;
 //   - a load generator whose clients hammer a small window of shared keys with duplicates, some as
 //     concurrent bursts to different workers, and log every answer.
@@ -28,8 +29,8 @@
 //
 // On the fenced paths (Execute mode and HTTP), where the business commits apart from the record,
 // the business write is conditioned on the claim's fence through a per-key fence register
-// (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence), read back under a row
-// lock): an attempt that was taken over finds a higher fence and writes nothing. The register also
+// (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence), ON CONFLICT ... GREATEST on
+// PostgreSQL, read back under a row lock): an attempt that was taken over finds a higher fence and writes nothing. The register also
 // remembers the ledger row, so an attempt that runs again after an earlier one committed but lost
 // its finish (a crash or a database restart between the two) adopts that row instead of applying
 // the transfer twice — the fence alone cannot tell "my predecessor is stale" from "my predecessor
@@ -37,7 +38,8 @@
 // commit or roll back together.
 //
 // While the load runs, faults are injected one at a time, bounded in number and time
-// (see [FaultKind]): Redis SIGKILLed and restarted empty; MariaDB stopped (SIGTERM and SIGKILL
+// (see [FaultKind]): Redis SIGKILLed and restarted empty; the database stopped (MariaDB: SIGTERM and
+// SIGKILL alternately; PostgreSQL: a fast shutdown and SIGKILL of the server and its backends
 // alternately) and restarted; a worker SIGKILLed inside a business function after its writes and
 // before its commit (the worker reports "inside" on stdout and waits for the kill); a worker frozen
 // with SIGSTOP inside a business function before its business write, for longer than its lock TTL
@@ -52,8 +54,9 @@
 //
 // Every process is started in its own process group with a parent-death signal, tracked, and
 // killed when Run returns, on every path; workers also exit when their stdin, a pipe from the
-// harness, closes. The package needs a Unix system with mariadbd, mariadb-install-db (or mysqld,
-// mysql_install_db) and redis-server installed.
+// harness, closes. The package needs a Unix system with redis-server and mariadbd, mariadb-install-db
+// (or mysqld, mysql_install_db) installed — or, for a run on PostgreSQL, initdb and postgres (on PATH or
+// in /usr/lib/postgresql/<version>/bin).
 //
 // [RunDTM] is a second scenario, for the DTM integration end to end: the runnable example's order
 // service (examples/order-pay-inventory in serve mode, built by the harness) under duplicate storms

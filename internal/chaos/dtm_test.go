@@ -30,7 +30,7 @@ func TestChaosDTM(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			if mode == DTMExternal {
-				requireServers(t)
+				requireServers(t, MariaDB)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()

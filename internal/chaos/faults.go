@@ -12,7 +12,7 @@ import (
 
 // Bounds of the faults.
 const (
-	serviceDown       = time.Second      // how long Redis or MariaDB stays down
+	serviceDown       = time.Second      // how long Redis or the database stays down
 	trapWait          = 8 * time.Second  // longest wait for an armed trap to fire
 	takeoverWait      = 20 * time.Second // longest a stall's takeover may take
 	staleOutcomeWait  = 15 * time.Second // longest wait for the resumed worker's business outcome
@@ -52,7 +52,7 @@ type faultRunner struct {
 	lg     *loadGen
 	events *eventLog
 	redis  *redisServer
-	maria  *mariaDB
+	db     dbServer
 	rng    *lockedRand
 	start  time.Time
 	logf   func(string, ...any)
@@ -100,8 +100,8 @@ func (f *faultRunner) run(load context.Context) {
 		switch kind {
 		case FaultRedisRestart:
 			f.redisRestart(ctx, &rec)
-		case FaultMariaDBRestart:
-			f.mariadbRestart(ctx, &rec)
+		case FaultMariaDBRestart, FaultPostgresRestart:
+			f.databaseRestart(ctx, &rec)
 		case FaultWorkerKill:
 			f.workerKill(ctx, &rec)
 		case FaultWorkerStall:
@@ -125,14 +125,14 @@ func (f *faultRunner) redisRestart(ctx context.Context, rec *FaultRecord) {
 	rec.Detail = fmt.Sprintf("redis-server SIGKILLed, down %s, restarted empty", serviceDown)
 }
 
-func (f *faultRunner) mariadbRestart(ctx context.Context, rec *FaultRecord) {
-	how, err := f.maria.Restart(ctx, serviceDown)
+func (f *faultRunner) databaseRestart(ctx context.Context, rec *FaultRecord) {
+	how, err := f.db.Restart(ctx, serviceDown)
 	if err != nil {
 		rec.Detail = "restart failed: " + err.Error()
 		return
 	}
 	rec.Injected = true
-	rec.Detail = fmt.Sprintf("mariadbd stopped with %s, down %s, restarted", how, serviceDown)
+	rec.Detail = fmt.Sprintf("database server stopped with %s, down %s, restarted", how, serviceDown)
 }
 
 // arm arms a trap in a random live worker, for functions of path ("" for any), and waits for it to

@@ -169,7 +169,7 @@ func (m *mariaDB) startLocked(ctx context.Context) error {
 		return err
 	}
 	m.p = p
-	if err := waitSQL(ctx, m.DSN(""), p, mariadbStartTimeout); err != nil {
+	if err := waitSQL(ctx, "mysql", m.DSN(""), p, mariadbStartTimeout); err != nil {
 		p.kill()
 		m.procs.forget(p)
 		m.p = nil
@@ -178,9 +178,9 @@ func (m *mariaDB) startLocked(ctx context.Context) error {
 	return nil
 }
 
-// waitSQL waits until dsn answers SELECT 1, p exits, ctx ends or timeout passes.
-func waitSQL(ctx context.Context, dsn string, p *proc, timeout time.Duration) error {
-	db, err := sql.Open("mysql", dsn)
+// waitSQL waits until dsn (of driver) answers a ping, p exits, ctx ends or timeout passes.
+func waitSQL(ctx context.Context, driver, dsn string, p *proc, timeout time.Duration) error {
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return err
 	}
@@ -231,6 +231,9 @@ func (m *mariaDB) Restart(ctx context.Context, down time.Duration) (string, erro
 	// Start even when ctx is done: the run's checker still needs the database.
 	return how, m.startLocked(context.WithoutCancel(ctx))
 }
+
+// Addr implements dbServer.
+func (m *mariaDB) Addr() string { return "127.0.0.1:" + strconv.Itoa(m.port) }
 
 // Stop shuts the server down cleanly (bounded, then SIGKILL).
 func (m *mariaDB) Stop() {

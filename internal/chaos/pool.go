@@ -151,10 +151,10 @@ func (p *workerPool) spawn(ctx context.Context, s *workerSlot) error {
 	s.mu.Unlock()
 	cfg := p.base
 	cfg.ID = id
-	// Every other worker process allows multi-statement packets: its Guard-owned transactions then
-	// begin with the read (or, with the Locker, with the business's first statement) and end with the
-	// record's INSERT and the COMMIT in one packet.
-	cfg.MultiStatements = multi
+	// On MariaDB every other worker process allows multi-statement packets: its Guard-owned
+	// transactions then begin with the read (or, with the Locker, with the business's first
+	// statement) and end with the record's INSERT and the COMMIT in one packet.
+	cfg.MultiStatements = multi && cfg.Database == MariaDB
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return err

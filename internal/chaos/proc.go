@@ -39,8 +39,13 @@ type procSet struct {
 func newProcSet() *procSet { return &procSet{procs: make(map[*proc]struct{})} }
 
 // start starts cmd in a new process group that dies with this process (Pdeathsig) and tracks it.
+// A credential set on cmd.SysProcAttr is kept (the process runs as that user).
 func (s *procSet) start(name string, cmd *exec.Cmd) (*proc, error) {
-	cmd.SysProcAttr = sysProcAttr()
+	attr := sysProcAttr()
+	if cmd.SysProcAttr != nil {
+		attr.Credential = cmd.SysProcAttr.Credential
+	}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}

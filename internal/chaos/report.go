@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 // Report is what a run did and what the checker found.
 type Report struct {
+	Database      string        `json:"database"` // MariaDB or Postgres
 	Seed          int64         `json:"seed"`
 	Duration      time.Duration `json:"duration"` // the load phase, as configured
 	Elapsed       time.Duration `json:"elapsed"`  // the whole run, setup to check
@@ -63,8 +65,8 @@ func (r *Report) Violations() []Violation {
 func (r *Report) Summary(perKind int) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	p("idemchaos: %d workers, %d clients, load %s (run %s), lease %s, lock TTL %s, sweep every %s, seed %d",
-		r.Workers, r.Clients, r.Duration, r.Elapsed.Round(time.Second), r.Lease, r.LockTTL, r.SweepInterval, r.Seed)
+	p("idemchaos on %s: %d workers, %d clients, load %s (run %s), lease %s, lock TTL %s, sweep every %s, seed %d",
+		cmp.Or(r.Database, MariaDB), r.Workers, r.Clients, r.Duration, r.Elapsed.Round(time.Second), r.Lease, r.LockTTL, r.SweepInterval, r.Seed)
 	if r.Sabotage != SabotageNone {
 		p("SABOTAGE: %s (violations are expected)", r.Sabotage)
 	}
@@ -87,7 +89,9 @@ func (r *Report) Summary(perKind int) string {
 	p("workers:     %d processes; calls %d, executed %d, replayed %d (cached %d), in flight %d, unavailable %d, takeovers %d, fenced finishes %d, fail-open %d",
 		r.WorkersStarted, t.Calls, t.Executed, t.Replayed, t.Cached, t.InFlight, t.Unavailable, t.Takeovers, t.Fenced, t.FailOpen)
 	p("business:    applied %d, adopted after a lost finish %d, refused by the fence %d", t.Applied, t.Adopted, t.Stale)
-	p("multi-stmt:  %d Guard-owned Tx-mode calls on multi-statement packets (every other worker process)", t.MultiTx)
+	if r.Database == MariaDB {
+		p("multi-stmt:  %d Guard-owned Tx-mode calls on multi-statement packets (every other worker process)", t.MultiTx)
+	}
 	p("sweeper:     %d stale claims recovered; a lapsed claim stayed PROCESSING at most %s past its lease; none PROCESSING %s after the load",
 		t.Recovered, r.MaxOverdue.Round(10*time.Millisecond), r.SweptIn.Round(10*time.Millisecond))
 	if c := r.Check; c != nil {

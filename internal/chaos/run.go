@@ -20,8 +20,8 @@ const (
 	checkTimeout = 2 * time.Minute
 )
 
-// Run runs the chaos harness once and returns its report. It starts a private mariadbd and
-// redis-server on free loopback ports (the shared servers are never touched), cfg.Workers worker
+// Run runs the chaos harness once and returns its report. It starts a private database server
+// (mariadbd, or PostgreSQL: [Config.Database]) and redis-server on free loopback ports (the shared servers are never touched), cfg.Workers worker
 // processes (this executable re-run in worker mode: see [RunWorkerIfRequested]) and a load
 // generator; injects the faults while the load runs; lets the sweeper work; settles every key; stops
 // every process; and runs the checker ([Check]).
@@ -29,7 +29,7 @@ const (
 // It returns an error when the harness could not run (a service would not start, ctx was
 // cancelled); violations are in the report, not in the error. Every process it starts is stopped
 // before it returns, on every path. Run is safe to call from several goroutines, though each run
-// costs a MariaDB server.
+// costs a database server.
 func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -62,18 +62,19 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
-	maria, err := startMariaDB(sctx, procs, filepath.Join(dir, "mariadb"), logf)
+	d, _ := dialectOf(c.Database) // checked by withDefaults
+	server, err := d.start(sctx, procs, filepath.Join(dir, d.name), logf)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: private MariaDB: %w", err)
+		return nil, fmt.Errorf("chaos: private %s: %w", d.name, err)
 	}
 	rds, err := startRedis(sctx, procs, filepath.Join(dir, "redis"))
 	if err != nil {
 		return nil, fmt.Errorf("chaos: private Redis: %w", err)
 	}
-	logf("mariadb on port %d, redis on %s", maria.port, rds.addr)
+	logf("%s on %s, redis on %s", d.name, server.Addr(), rds.addr)
 	tables := DefaultTables()
-	dsn := maria.DSN(Database)
-	if err := setupSchema(sctx, maria.DSN(""), dsn, tables, c); err != nil {
+	dsn := server.DSN(Database)
+	if err := setupSchema(sctx, d, server.DSN(""), dsn, tables, c); err != nil {
 		return nil, fmt.Errorf("chaos: schema: %w", err)
 	}
 
@@ -83,7 +84,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 		return nil, err
 	}
 	pool := newWorkerPool(exe, workerConfig{
-		DSN: dsn, Tables: tables, RedisAddr: rds.addr, LockPrefix: "chaos:",
+		Database: d.name, DSN: dsn, Tables: tables, RedisAddr: rds.addr, LockPrefix: "chaos:",
 		Lease: c.Lease, LockTTL: c.LockTTL, SweepInterval: c.SweepInterval, Watchdog: c.Watchdog,
 		FlakyRate: c.FlakyRate, IgnoreFence: c.Sabotage == SabotageIgnoreFence,
 		StallMaxAmount: c.InitialBalance,
@@ -98,7 +99,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 	// Load and faults.
 	rng := newLockedRand(c.Seed)
 	lg := newLoadGen(c, pool, rng)
-	fr := &faultRunner{cfg: c, pool: pool, lg: lg, events: events, redis: rds, maria: maria, rng: rng, logf: logf}
+	fr := &faultRunner{cfg: c, pool: pool, lg: lg, events: events, redis: rds, db: server, rng: rng, logf: logf}
 	load, stopLoad := context.WithTimeout(ctx, c.Duration)
 	defer stopLoad()
 	fr.start = time.Now()
@@ -107,7 +108,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 	wg.Add(3)
 	go func() { defer wg.Done(); lg.run(load, ctx) }()
 	go func() { defer wg.Done(); fr.run(load) }()
-	go func() { defer wg.Done(); maxOverdue = watchOverdue(load, dsn, tables.Records) }()
+	go func() { defer wg.Done(); maxOverdue = watchOverdue(load, d.driver, dsn, tables.Records) }()
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -131,7 +132,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 	sweepLimit := c.Lease + 5*c.SweepInterval + 5*time.Second
 	var swept time.Duration
 	for {
-		n, err := countProcessing(ctx, dsn, tables.Records)
+		n, err := countProcessing(ctx, d.driver, dsn, tables.Records)
 		if err == nil && n == 0 {
 			swept = time.Since(sweepStart)
 			break
@@ -161,7 +162,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 	cctx, ccancel := context.WithTimeout(ctx, checkTimeout)
 	defer ccancel()
 	res, err := Check(cctx, CheckInput{
-		DSN: dsn, Tables: tables, Accounts: c.Accounts, InitialBalance: c.InitialBalance,
+		Driver: d.driver, DSN: dsn, Tables: tables, Accounts: c.Accounts, InitialBalance: c.InitialBalance,
 		Answers: answers, Events: events.snapshot(), Faults: fr.records,
 	})
 	if err != nil {
@@ -169,7 +170,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 	}
 	res.Violations = append(res.Violations, stuck...)
 	rep = &Report{
-		Seed: c.Seed, Duration: c.Duration, Workers: c.Workers, Clients: c.Clients, Lease: c.Lease, LockTTL: c.LockTTL,
+		Database: d.name, Seed: c.Seed, Duration: c.Duration, Workers: c.Workers, Clients: c.Clients, Lease: c.Lease, LockTTL: c.LockTTL,
 		SweepInterval: c.SweepInterval, Sabotage: c.Sabotage,
 		Requests: len(answers), Keys: nkeys, Duplicates: len(answers) - nkeys,
 		ByPath: map[string]int{}, ByPhase: map[string]int{}, Answers: map[string]int{},
@@ -203,7 +204,7 @@ func Run(ctx context.Context, cfg *Config) (rep *Report, err error) {
 func overdueLimit(c Config, faults []FaultRecord) time.Duration {
 	var down time.Duration
 	for _, f := range faults {
-		if f.Kind == FaultRedisRestart || f.Kind == FaultMariaDBRestart {
+		if f.Kind == FaultRedisRestart || f.Kind == FaultMariaDBRestart || f.Kind == FaultPostgresRestart {
 			down = max(down, f.Took)
 		}
 	}
@@ -213,8 +214,8 @@ func overdueLimit(c Config, faults []FaultRecord) time.Duration {
 // watchOverdue samples the record table until ctx ends and returns the longest time a PROCESSING
 // record was seen past its lease: how long a lapsed claim waits for a sweeper or a takeover.
 // Samples that fail (the database is down) are skipped.
-func watchOverdue(ctx context.Context, dsn, table string) time.Duration {
-	db, err := sql.Open("mysql", dsn)
+func watchOverdue(ctx context.Context, driver, dsn, table string) time.Duration {
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		return 0
 	}

@@ -6,54 +6,26 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
-	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/record"
 )
 
-// businessDDL creates the business tables. The ledger has no unique key on op_key on purpose: at
-// most one row per key is idemkit's promise (with the fence register's help on the fenced paths),
-// not the schema's, so the checker can see a broken promise.
-func (t Tables) businessDDL() []string {
-	return []string{
-		"CREATE TABLE " + t.Accounts + " (id INT NOT NULL PRIMARY KEY, balance BIGINT NOT NULL) ENGINE=InnoDB",
-		"CREATE TABLE " + t.Ledger + ` (
-			id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-			op_key VARBINARY(128) NOT NULL,
-			path VARCHAR(8) NOT NULL,
-			fence BIGINT NOT NULL,
-			src INT NOT NULL,
-			dst INT NOT NULL,
-			amount BIGINT NOT NULL,
-			worker VARCHAR(32) NOT NULL,
-			created_at BIGINT NOT NULL,
-			KEY idx_op_key (op_key)
-		) ENGINE=InnoDB`,
-		"CREATE TABLE " + t.Gate + ` (
-			op_key VARBINARY(128) NOT NULL PRIMARY KEY,
-			fence BIGINT NOT NULL,
-			ledger_id BIGINT NOT NULL DEFAULT 0
-		) ENGINE=InnoDB`,
-	}
-}
-
 // setupSchema creates the database, the record table (through record.Store.CreateTable, as users
 // do), the business tables and the accounts, then applies a schema sabotage if asked.
-func setupSchema(ctx context.Context, serverDSN, dbDSN string, t Tables, c Config) error {
-	admin, err := sql.Open("mysql", serverDSN)
+func setupSchema(ctx context.Context, d *dialect, serverDSN, dbDSN string, t Tables, c Config) error {
+	admin, err := sql.Open(d.driver, serverDSN)
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+Database); err != nil {
+	if _, err := admin.ExecContext(ctx, d.createDB); err != nil {
 		return fmt.Errorf("creating database: %w", err)
 	}
 
-	gdb, err := gorm.Open(mysql.Open(dbDSN), &gorm.Config{Logger: logger.Discard})
+	gdb, err := gorm.Open(d.open(dbDSN), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return err
 	}
@@ -68,30 +40,25 @@ func setupSchema(ctx context.Context, serverDSN, dbDSN string, t Tables, c Confi
 		return err
 	}
 
-	db, err := sql.Open("mysql", dbDSN)
+	db, err := sql.Open(d.driver, dbDSN)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	for _, stmt := range t.businessDDL() {
+	for _, stmt := range d.businessDDL(t) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("creating business tables: %w", err)
 		}
 	}
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + t.Accounts + " (id, balance) VALUES ")
-	args := make([]any, 0, 2*c.Accounts)
-	for i := 1; i <= c.Accounts; i++ {
-		if i > 1 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?)")
-		args = append(args, i, c.InitialBalance)
-	}
-	if _, err := db.ExecContext(ctx, b.String(), args...); err != nil {
+	if _, err := db.ExecContext(ctx, seedAccounts(t.Accounts, c.Accounts, c.InitialBalance)); err != nil {
 		return fmt.Errorf("seeding accounts: %w", err)
 	}
 	if c.Sabotage == SabotageDropUniqueIndex {
+		if d.name != MariaDB {
+			// PostgreSQL's INSERT … ON CONFLICT needs the unique index: without it every claim fails
+			// instead of duplicating, and there would be nothing for the checker to catch.
+			return fmt.Errorf("sabotage %s runs on %s only", c.Sabotage, MariaDB)
+		}
 		if err := dropUniqueIndex(ctx, db, t.Records); err != nil {
 			return err
 		}

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -48,6 +47,7 @@ const (
 // workerConfig is what the harness hands a worker process.
 type workerConfig struct {
 	ID            string        `json:"id"`
+	Database      string        `json:"database"` // MariaDB or Postgres
 	DSN           string        `json:"dsn"`
 	Tables        Tables        `json:"tables"`
 	RedisAddr     string        `json:"redis"`
@@ -59,7 +59,7 @@ type workerConfig struct {
 	FlakyRate     float64       `json:"flaky_rate"`
 	IgnoreFence   bool          `json:"ignore_fence"`
 	// MultiStatements opens the worker's pool with multiStatements=true and interpolateParams=true (see
-	// record.Store.BeginTx).
+	// record.Store.BeginTx). MariaDB only.
 	MultiStatements bool `json:"multi_statements"`
 	// StallMaxAmount keeps the stall trap off overdrafts: a stalled attempt must be one whose write
 	// would apply, or the fence has nothing to refuse.
@@ -80,6 +80,7 @@ func RunWorkerIfRequested() {
 // worker is one worker process: its own Guard, gorm pool, Redis client and sweeper.
 type worker struct {
 	cfg   workerConfig
+	d     *dialect
 	db    *gorm.DB
 	store *record.Store
 	guard *idemkit.Guard
@@ -121,15 +122,20 @@ func (w *worker) run() error {
 		cancel()
 	}()
 
+	d, err := dialectOf(w.cfg.Database)
+	if err != nil {
+		return err
+	}
+	w.d = d
 	dsn := w.cfg.DSN
-	if w.cfg.MultiStatements {
+	if w.cfg.MultiStatements && d.name == MariaDB {
 		// interpolateParams too: START TRANSACTION then leaves with the business's first statement,
 		// arguments and all (the other workers send their statements prepared, one per packet).
 		dsn += "&multiStatements=true&interpolateParams=true"
 	}
-	db, err := gorm.Open(mysql.Open(dsn), &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true})
+	db, err := gorm.Open(d.open(dsn), &gorm.Config{Logger: logger.Discard, SkipDefaultTransaction: true})
 	if err != nil {
-		return fmt.Errorf("opening MariaDB: %w", err)
+		return fmt.Errorf("opening %s: %w", d.name, err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -276,7 +282,7 @@ func (w *worker) doExec(ctx context.Context, req opRequest) opAnswer {
 	return answerOf(res, err, fence, biz)
 }
 
-// doTx is Tx mode, three ways picked at random per request, all in one MariaDB transaction with the
+// doTx is Tx mode, three ways picked at random per request, all in one database transaction with the
 // business writes: the Guard-owned transaction (record.Store.Tx) with the Redis Locker, the same
 // without a Locker (duplicates meet in the database only), and the caller's own transaction
 // (guard.DoTx in db.Transaction, rolled back whenever DoTx returns an error, as its contract says; a
@@ -296,7 +302,7 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 			biz = bizFlaky
 			return nil, errFlaky
 		}
-		_, v, err := w.cfg.Tables.applyTransfer(tx, PathTx, req.Key, w.cfg.ID, req.Op, fence)
+		_, v, err := w.cfg.Tables.applyTransfer(w.d, tx, PathTx, req.Key, w.cfg.ID, req.Op, fence)
 		switch {
 		case idemkit.IsPermanent(err):
 			biz = bizRejected
