@@ -218,7 +218,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("postgres_restart: %v %v", fs, err)
 	}
 	for _, bad := range []Config{{Workers: 1}, {Lease: -1}, {FlakyRate: 1}, {Sabotage: "x"}, {Database: "sqlite"},
-		{Faults: []FaultKind{FaultPostgresRestart}}, {Database: Postgres, Faults: []FaultKind{FaultMariaDBRestart}}} {
+		{Faults: []FaultKind{FaultPostgresRestart}}, {Database: Postgres, Faults: []FaultKind{FaultMariaDBRestart}},
+		{Database: Postgres, Sabotage: SabotageDropUniqueIndex}} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

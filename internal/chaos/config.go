@@ -219,7 +219,13 @@ func (c *Config) withDefaults() (Config, error) {
 		}
 	}
 	switch o.Sabotage {
-	case SabotageNone, SabotageDropUniqueIndex, SabotageIgnoreFence:
+	case SabotageDropUniqueIndex:
+		if o.Database != MariaDB {
+			// PostgreSQL's INSERT … ON CONFLICT needs the unique index: without it every claim fails
+			// instead of duplicating, and there would be nothing for the checker to catch.
+			errs = append(errs, fmt.Errorf("Sabotage %s runs on %s only", o.Sabotage, MariaDB))
+		}
+	case SabotageNone, SabotageIgnoreFence:
 	default:
 		errs = append(errs, fmt.Errorf("unknown Sabotage %q", o.Sabotage))
 	}

@@ -21,9 +21,9 @@ const (
 )
 
 // Run runs the chaos harness once and returns its report. It starts a private database server
-// (mariadbd, or PostgreSQL: [Config.Database]) and redis-server on free loopback ports (the shared servers are never touched), cfg.Workers worker
-// processes (this executable re-run in worker mode: see [RunWorkerIfRequested]) and a load
-// generator; injects the faults while the load runs; lets the sweeper work; settles every key; stops
+// (mariadbd, or PostgreSQL: [Config.Database]) and redis-server on free loopback ports (the shared
+// servers are never touched), cfg.Workers worker processes (this executable re-run in worker mode:
+// see [RunWorkerIfRequested]) and a load generator; injects the faults while the load runs; lets the sweeper work; settles every key; stops
 // every process; and runs the checker ([Check]).
 //
 // It returns an error when the harness could not run (a service would not start, ctx was
