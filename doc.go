@@ -26,7 +26,9 @@
 //     for work with effects outside the record's database.
 //   - [Guard.Mark] (Mark mode): only mark the key done; duplicates are rejected with [ErrDuplicate],
 //     nothing is replayed.
-//   - [Guard.MarkTx]: Mark inside the caller's transaction — one INSERT beside the business writes.
+//   - [Guard.TxMark]: Mark in a transaction the Guard begins and commits — one INSERT before the
+//     function's writes, committed with them; record.Store.TxMark is the gorm-typed form.
+//   - [Guard.MarkTx]: the same inside the caller's own transaction.
 //
 // [Guard.Begin] is the primitive under them for work that does not fit one call, such as a global
 // transaction whose outcome arrives later.

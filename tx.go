@@ -165,6 +165,85 @@ func (g *Guard) MarkTx(ctx context.Context, tx Store, c Call, fn func(ctx contex
 	return err
 }
 
+// TxMarkFunc is a function guarded by [Guard.TxMark]: it makes its writes in the transaction tx
+// (record.Store.TxMark hands it a *gorm.DB). Its context carries the fence.
+type TxMarkFunc func(ctx context.Context, tx TxStore) error
+
+// TxMark is MarkTx in a transaction the Guard begins on db, commits and owns: to MarkTx what Tx is to
+// DoTx, and the counterpart of DTM's barrier (BranchBarrier.CallWithDB, which owns its transaction too).
+// The mark is one INSERT at the start of the transaction — with record.Store on MySQL or MariaDB
+// allowing several statements in a packet, in the packet of START TRANSACTION — fn's writes follow,
+// and the Guard commits: three round trips where DTM's barrier takes four. The mark commits with fn's
+// writes or not at all, so it is crash-safe.
+//
+// A duplicate's INSERT waits for the transaction and then finds the mark: it gets ErrDuplicate and fn
+// does not run; nothing is replayed (a mark stores no result: use Tx for that). A failed, expired or
+// abandoned record is taken over in the same transaction.
+//
+// When fn fails or panics, its writes and the mark roll back: the key is free again and fn's error is
+// returned, retryable or permanent alike (a mark keeps no answer, so a permanent failure is not
+// stored; a retry runs fn again and fails the same way, its writes rolled back again). A commit that
+// fails returns ErrStoreUnavailable: the outcome is then unknown, and a retry gets ErrDuplicate or
+// runs. After the commit the lock is released and the mark cached, so a duplicate is answered by the
+// Locker alone.
+func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
+	if fn == nil {
+		return ErrNilFunc
+	}
+	if db == nil {
+		return errors.New("idemkit: nil TxBeginner")
+	}
+	cl, _, err := g.open(ctx, db, ModeMarkTx, &c)
+	if cl == nil {
+		return err
+	}
+	tx, err := db.BeginTx(cl.ctx)
+	if err != nil {
+		_, _, err = cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err))
+		return err
+	}
+	// The claim writes in tx, and until the commit nothing of it may be cached: as in a caller's
+	// transaction.
+	cl.st, cl.callerTx = tx, true
+	if _, _, err := cl.claim(&c); cl.done {
+		cl.rollback(tx)
+		return err
+	}
+	ctx = cl.Context(cl.ctx)
+	stop := func() {}
+	if g.opts.Watchdog {
+		ctx, stop = cl.watch(ctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			stop()
+			cl.rollback(tx)
+			cl.abort()
+		}
+	}()
+	ferr := fn(ctx, tx)
+	panicked = false
+	stop()
+	if ferr != nil {
+		cl.rollback(tx)
+		next := cl.rec
+		next.Status, next.Error = StatusFailed, errorText(ferr)
+		_, err := cl.finished(&next, nil, ferr, false)
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		// The commit may have happened or not: nothing is cached, a retry finds out.
+		_, _, err = cl.fail(OutcomeUnavailable, storeErr("committing transaction", err))
+		return err
+	}
+	cl.callerTx = false // committed: the mark may be cached
+	next := cl.rec
+	next.Response = nil
+	_, err = cl.finished(&next, nil, nil, true)
+	return err
+}
+
 // vouched reports whether the cache answers for the key: the lock was taken because the key held
 // neither a lock nor a cached result, and finished results stay cached as long as their records
 // count. A Tx-mode call then needs no read before its function.

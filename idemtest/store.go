@@ -27,6 +27,7 @@ func RunStore(t *testing.T, newStore NewStore) {
 	t.Run("Contract", func(t *testing.T) { runContract(t, newStore) })
 	t.Run("StateTable", func(t *testing.T) { runStateTable(t, newStore) })
 	t.Run("TxStateTable", func(t *testing.T) { runTxStateTable(t, newStore) })
+	t.Run("TxMark", func(t *testing.T) { runTxMark(t, newStore) })
 	t.Run("Sweeper", func(t *testing.T) { runSweeper(t, newStore) })
 	t.Run("Pending", func(t *testing.T) { runPending(t, newStore) })
 	t.Run("Storm", func(t *testing.T) {

@@ -191,6 +191,13 @@ func statementBudget(t *testing.T, b backend, cfg *gorm.Config) {
 	}))
 	want("MarkTx, new key (inside the transaction)", inTx, 1+1, 0)
 
+	// TxMark, guard-owned: the same two statements, in the transaction the Guard begins and commits.
+	want("TxMark, new key", delta(n, func() {
+		must(t, s.TxMark(ctxb, noLock, idemkit.Call{Scope: "budget", Key: "txmark"}, func(ctx context.Context, tx *gorm.DB) error {
+			return tx.Exec(insertBiz, "txmark", 1).Error
+		}))
+	}), 1+1, 1)
+
 	// On MySQL without interpolateParams the Store's statements are prepared once per connection, in
 	// a transaction as outside one: n new keys in Tx mode prepare the business's INSERT n times (the
 	// driver prepares every statement with arguments; gorm's PrepareStmt prepares it again in every

@@ -12,30 +12,44 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// TestMarkTx: the mark commits or rolls back with the business write. A committed key is a
-// duplicate; a failed or panicking function leaves neither mark nor business row, and a retry runs;
-// concurrent duplicates on separate transactions produce one business row.
+// TestMarkTx: the mark commits or rolls back with the business write, in the caller's transaction
+// (Guard.MarkTx) and in one the Guard owns (Store.TxMark). A committed key is a duplicate; a failed or
+// panicking function leaves neither mark nor business row, and a retry runs; concurrent duplicates on
+// separate transactions produce one business row.
 func TestMarkTx(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend) {
-		f := newTxFixture(t, b, nil)
-		var runs atomic.Int32
-		mark := func(key string, fail any) error {
-			return f.db.Transaction(func(tx *gorm.DB) error {
-				return f.guard.MarkTx(ctxb, f.store.WithTx(tx), idemkit.Call{Scope: "marktx", Key: key}, func(ctx context.Context) error {
-					runs.Add(1)
-					if err := tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, 1)", key).Error; err != nil {
-						return err
-					}
-					switch v := fail.(type) {
-					case error:
-						return v
-					case string:
-						panic(v)
-					}
-					return nil
-				})
-			})
+	for _, b := range append(backends[:len(backends):len(backends)], multiBackend) {
+		for _, owner := range []string{"caller", "guard"} {
+			t.Run(b.name+"/"+owner, func(t *testing.T) { testMarkTx(t, b, owner == "guard") })
 		}
+	}
+}
+
+func testMarkTx(t *testing.T, b backend, guardOwned bool) {
+	f := newTxFixture(t, b, nil)
+	var runs atomic.Int32
+	biz := func(tx *gorm.DB, key string, fail any) error {
+		runs.Add(1)
+		if err := tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, 1)", key).Error; err != nil {
+			return err
+		}
+		switch v := fail.(type) {
+		case error:
+			return v
+		case string:
+			panic(v)
+		}
+		return nil
+	}
+	mark := func(key string, fail any) error {
+		call := idemkit.Call{Scope: "marktx", Key: key}
+		if guardOwned {
+			return f.store.TxMark(ctxb, f.guard, call, func(ctx context.Context, tx *gorm.DB) error { return biz(tx, key, fail) })
+		}
+		return f.db.Transaction(func(tx *gorm.DB) error {
+			return f.guard.MarkTx(ctxb, f.store.WithTx(tx), call, func(ctx context.Context) error { return biz(tx, key, fail) })
+		})
+	}
+	{
 		must(t, mark("ok", nil))
 		if err := mark("ok", nil); !errors.Is(err, idemkit.ErrDuplicate) {
 			t.Fatalf("second mark: %v, want ErrDuplicate", err)
@@ -83,5 +97,5 @@ func TestMarkTx(t *testing.T) {
 		if n := bizRows(t, f.db, f.biz, "race"); n != 1 || dups.Load() != 7 {
 			t.Fatalf("race: %d business rows, %d duplicates; want 1 and 7", n, dups.Load())
 		}
-	})
+	}
 }

@@ -349,7 +349,8 @@ func TestMultiStatementLargeResult(t *testing.T) {
 // fewer per packet: with a Locker, START TRANSACTION-and-the-business, the INSERT-and-COMMIT (2
 // against 4: one fewer than the bare transaction); without, START TRANSACTION-and-read, the business,
 // INSERT-and-COMMIT (3 against 5 — the barrier's 4). A replay without a Locker probes in a
-// transaction, then reads and rolls back in one packet (2 against 1).
+// transaction, then reads and rolls back in one packet (2 against 1). A guard-owned mark (TxMark) is
+// START TRANSACTION-and-INSERT, the business, COMMIT (3 against the barrier's 4).
 func TestMultiStatementRoundTrips(t *testing.T) {
 	db, n := countedDB(t, multiBackend, nil)
 	s := newTable(t, db)
@@ -384,6 +385,26 @@ func TestMultiStatementRoundTrips(t *testing.T) {
 		must(t, err)
 	})
 	want("Tx with a Locker, new key", d, 2, 2)
+
+	// TxMark: START TRANSACTION-and-the-mark, the business, COMMIT (3 against the barrier's 4); a
+	// duplicate's mark conflicts, it reads the record and rolls back.
+	mark := func(key string) (sqlcount.Counts, error) {
+		var err error
+		d := delta(n, func() {
+			err = s.TxMark(ctxb, noLock, idemkit.Call{Scope: "trips", Key: key}, func(ctx context.Context, tx *gorm.DB) error {
+				return tx.Exec("INSERT INTO "+biz+" (k, fence) VALUES (?, ?)", key, 1).Error
+			})
+		})
+		return d, err
+	}
+	d, err = mark("mark")
+	must(t, err)
+	want("TxMark without a Locker, new key", d, 3, 2)
+	d, err = mark("mark")
+	if !errors.Is(err, idemkit.ErrDuplicate) {
+		t.Fatalf("TxMark duplicate: %v, want ErrDuplicate", err)
+	}
+	want("TxMark without a Locker, duplicate", d, 3, 2)
 }
 
 // TestMultiStatementDeferredBegin: START TRANSACTION leaves with the transaction's first statement,

@@ -39,6 +39,29 @@ func (s *Store) Tx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn TxF
 	})
 }
 
+// TxMarkFunc is a business function guarded by [Store.TxMark]: it makes its writes through tx, the
+// transaction the Guard began.
+type TxMarkFunc func(ctx context.Context, tx *gorm.DB) error
+
+// TxMark runs fn once for c with g in a gorm transaction g begins on the Store's database, commits and
+// owns ([idemkit.Guard.TxMark]): the mark is one INSERT at the start of the transaction — on MySQL and
+// MariaDB with multiStatements, in the packet of START TRANSACTION — then fn's writes, then the
+// COMMIT. Duplicates get idemkit.ErrDuplicate without running fn; nothing is replayed. When fn fails
+// its writes and the mark roll back and the key is free again. g must be a Guard over this Store (or
+// another Store on the same table).
+//
+//	err := store.TxMark(ctx, guard, call, func(ctx context.Context, tx *gorm.DB) error {
+//		return tx.Exec("UPDATE stock SET qty = qty - ? WHERE sku = ?", n, sku).Error
+//	})
+func (s *Store) TxMark(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn TxMarkFunc) error {
+	if fn == nil {
+		return idemkit.ErrNilFunc
+	}
+	return g.TxMark(ctx, s, c, func(ctx context.Context, tx idemkit.TxStore) error {
+		return fn(ctx, GormTx(tx))
+	})
+}
+
 // SQLTx is [Store.Tx] on a database/sql transaction begun on the pool under the Store's gorm.DB: for
 // business code written against database/sql. It returns an error when that pool is not a *sql.DB.
 func (s *Store) SQLTx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn SQLTxFunc) (idemkit.Result, error) {

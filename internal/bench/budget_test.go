@@ -184,10 +184,13 @@ func TestRoundTripBudget(t *testing.T) {
 	})
 
 	t.Run("MarkTx", func(t *testing.T) {
+		// Guard-owned (TxMark): START TRANSACTION and the mark in one packet, the business, COMMIT.
 		d, err := measure(e, op(VMarkTx, 0))
-		check(t, "MarkTx, new key", d, err, budget{redis: 2, scripts: 1, stmts: 1 + biz, inTx: 1 + biz, begins: 1, gorm: biz})
+		check(t, "TxMark, new key", d, err, budget{redis: 2, scripts: 0, stmts: 1 + biz, inTx: 1 + biz, begins: 1, trips: 1 + biz + 1, gorm: biz})
 		d, err = measure(e, op(VMarkTxNoLock, 0))
-		check(t, "MarkTx without Locker, new key", d, err, budget{redis: 0, scripts: 0, stmts: 1 + biz, inTx: 1 + biz, begins: 1, gorm: biz})
+		check(t, "TxMark without Locker, new key", d, err, budget{redis: 0, scripts: 0, stmts: 1 + biz, inTx: 1 + biz, begins: 1, trips: 1 + biz + 1, gorm: biz})
+		d, err = measure(e, op(VMarkTxCaller, 0))
+		check(t, "MarkTx in the caller's transaction, new key", d, err, budget{redis: 0, scripts: 0, stmts: 1 + biz, inTx: 1 + biz, begins: 1, trips: 2 + 1 + biz, gorm: biz})
 	})
 
 	t.Run("HTTP", func(t *testing.T) {

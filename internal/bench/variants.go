@@ -64,20 +64,21 @@ const (
 	VHTTPGuarded   = "http-guarded"
 	VHTTPReplay    = "http-replay"
 	// Optional variants, not in DefaultVariants.
-	VTxNoLock   = "tx-nolock"
-	VReplayDB   = "replay-uncached"
-	VBarePS     = "bare+ps"
-	VTxPS       = "tx+ps"
-	VExecutePS  = "execute+ps"
-	VClassicPS  = "classic+ps"
-	VReplayDBPS = "replay-uncached+ps"
-	VExecNoLock = "execute-nolock"
-	VExecLean   = "execute-lean"
-	VTxLean     = "tx-lean"
+	VTxNoLock     = "tx-nolock"
+	VReplayDB     = "replay-uncached"
+	VBarePS       = "bare+ps"
+	VTxPS         = "tx+ps"
+	VExecutePS    = "execute+ps"
+	VClassicPS    = "classic+ps"
+	VReplayDBPS   = "replay-uncached+ps"
+	VExecNoLock   = "execute-nolock"
+	VExecLean     = "execute-lean"
+	VTxLean       = "tx-lean"
+	VMarkTxCaller = "mark-tx-caller"
 )
 
 // DefaultVariants are run when the command is not told otherwise, in this order within each round.
-var DefaultVariants = []string{VBare, VBareSQL, VTx, VTxNoLock, VTxLean, VExecute, VExecLean, VMark, VMarkTx, VMarkTxNoLock, VDTM, VBarrier, VClassic,
+var DefaultVariants = []string{VBare, VBareSQL, VTx, VTxNoLock, VTxLean, VExecute, VExecLean, VMark, VMarkTx, VMarkTxNoLock, VMarkTxCaller, VDTM, VBarrier, VClassic,
 	VReplay, VClassicReplay, VHTTPBare, VHTTPGuarded, VHTTPReplay}
 
 // replayKeys is how many finished keys a replay variant cycles through.
@@ -163,7 +164,17 @@ func Variants(e *Env) (map[string]*Variant, error) {
 			})
 		}
 	}
+	// markTx is MarkTx in a transaction the Guard owns (store.TxMark), as DTM's barrier owns its own.
 	markTx := func(g *idemkit.Guard, scope string) Op {
+		return func(ctx context.Context, w *Worker) error {
+			key := w.Key()
+			return e.Store.TxMark(ctx, g, idemkit.Call{Scope: scope, Key: key}, func(ctx context.Context, tx *gorm.DB) error {
+				return tx.Exec(e.InsertBiz, key, amount).Error
+			})
+		}
+	}
+	// markTxCaller is MarkTx in the caller's gorm transaction.
+	markTxCaller := func(g *idemkit.Guard, scope string) Op {
 		return func(ctx context.Context, w *Worker) error {
 			key := w.Key()
 			return e.Gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -230,10 +241,12 @@ func Variants(e *Env) (map[string]*Variant, error) {
 			Op: txMode(gNoLock, e.Store, "bench/tx-nolock")},
 		{Name: VTxPS, Group: "write", What: "Tx mode, gorm PrepareStmt on",
 			Op: txMode(gExecPS, e.StorePS, "bench/tx-ps")},
-		{Name: VMarkTx, Group: "write", What: "idemkit MarkTx: the mark is one INSERT inside the business transaction (no stored result); Redis Locker",
+		{Name: VMarkTx, Group: "write", What: "idemkit TxMark: store.TxMark (guard-owned transaction), the mark one INSERT in it before the business (no stored result); Redis Locker",
 			Op: markTx(gExec, "bench/mark-tx")},
-		{Name: VMarkTxNoLock, Group: "write", What: "MarkTx without a Locker: the nearest idemkit has to DTM's barrier",
+		{Name: VMarkTxNoLock, Group: "write", What: "TxMark without a Locker: the nearest idemkit has to DTM's barrier (both own their transaction)",
 			Op: markTx(gNoLock, "bench/mark-tx-nolock")},
+		{Name: VMarkTxCaller, Group: "write", What: "MarkTx in the caller's transaction: guard.MarkTx(store.WithTx(tx)) in db.Transaction, without a Locker",
+			Op: markTxCaller(gNoLock, "bench/mark-tx-caller")},
 		{Name: VExecute, Group: "write", What: "idemkit Execute mode: guard.Do around the business transaction",
 			Op: execute(gExec, biz, "bench/execute")},
 		{Name: VExecLean, Group: "write", What: "Execute mode, the Store on server-side prepared statements (a pool without interpolateParams)",
