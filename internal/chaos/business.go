@@ -32,6 +32,7 @@ const (
 	PathExec = "exec" // RPC to a worker, guard.Do (Execute mode)
 	PathTx   = "tx"   // RPC to a worker, guard.DoTx in the business transaction (Tx mode)
 	PathHTTP = "http" // POST /pay with an Idempotency-Key header, through the httpx middleware
+	PathMark = "mark" // RPC to a worker, store.TxMark: the mark and the business in one Guard-owned transaction
 )
 
 // Scopes of the RPC paths (the HTTP path's scope is httpx's default, "POST /pay").
@@ -39,6 +40,7 @@ const (
 	scopeExec = "chaos/exec"
 	scopeTx   = "chaos/tx"
 	scopeHTTP = "POST /pay"
+	scopeMark = "chaos/mark"
 )
 
 // Op is the payload of an operation: move Amount from account Src to account Dst.

@@ -59,10 +59,24 @@ func runChaos(t *testing.T, cfg Config) *Report {
 // Redis again). The checker must find nothing, every fault kind must have been injected, and the
 // stall must show the fence refusing the frozen attempt's business write.
 func TestChaos(t *testing.T) {
-	rep := runChaos(t, Config{Duration: 30 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second})
+	// Every fault, and a worker killed inside the business of each database-transaction path in turn:
+	// Execute mode, Tx mode and the mark (TxMark), writes done and the commit pending.
+	rep := runChaos(t, Config{Duration: 30 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second,
+		Faults: []FaultKind{FaultWorkerKill, FaultWorkerKill, FaultRedisRestart, FaultWorkerKill, FaultWorkerStall, FaultMariaDBRestart}})
 	checkChaos(t, rep, MariaDB)
 	if rep.WorkerTotals.MultiTx == 0 {
 		t.Errorf("no Guard-owned transaction ran on multi-statement packets")
+	}
+	killed := map[string]bool{}
+	for _, f := range rep.Faults {
+		if f.Kind == FaultWorkerKill && f.Injected {
+			killed[f.Path] = true
+		}
+	}
+	for _, p := range []string{PathExec, PathTx, PathMark} {
+		if !killed[p] {
+			t.Errorf("no worker was killed inside the business of the %s path (killed: %v)", p, killed)
+		}
 	}
 }
 

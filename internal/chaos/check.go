@@ -21,7 +21,7 @@ import (
 // log), what the workers reported doing (events) and what the database holds.
 
 // checkScopes are the record scopes of the paths, as the checker expects them.
-var checkScopes = map[string]string{PathExec: "chaos/exec", PathTx: "chaos/tx", PathHTTP: "POST /pay"}
+var checkScopes = map[string]string{PathExec: "chaos/exec", PathTx: "chaos/tx", PathHTTP: "POST /pay", PathMark: "chaos/mark"}
 
 // CheckInput is what [Check] verifies.
 type CheckInput struct {
@@ -153,6 +153,7 @@ type keyView struct {
 	answers   []Answer
 	success   []Answer
 	rejects   []Answer
+	dups      []Answer // ErrDuplicate answers (the mark path)
 }
 
 func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[string]chkGate, balances map[int]int64) *CheckResult {
@@ -179,6 +180,8 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 			v.success = append(v.success, a)
 		case ClassRejected:
 			v.rejects = append(v.rejects, a)
+		case ClassDuplicate:
+			v.dups = append(v.dups, a)
 		case ClassMismatch, ClassError:
 			violate(ViolationUnexpectedAnswer, "unexpected answer to %s (request %d, worker %s): %s %s", a.Key, a.Seq, a.Worker, a.Class, a.Error)
 		}
@@ -242,6 +245,14 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 			rec = &rs[0]
 		}
 		effs := effBy[key]
+		if v.path == PathMark {
+			if markChecked(v, rec, effs, totalMoney, violate) {
+				r.SucceededKeys++
+				successKeys++
+				successTotal += v.op.Amount
+			}
+			continue
+		}
 		fresh := 0
 		for _, a := range v.success {
 			if a.Class == ClassOK {
@@ -394,6 +405,60 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 			len(effects), r.LedgerTotal, successKeys, successTotal)
 	}
 	return r
+}
+
+// markChecked checks a key of the mark path (TxMark) and reports whether it took effect. A mark keeps
+// no result and no rejection, so the invariants are those of the transaction: the mark and the
+// transfer commit together or not at all — a mark without its effect would have duplicates told
+// "done" for nothing, an effect without its mark would run again — a fresh success is answered at
+// most once and with the effect's own values, a duplicate is answered only for a marked key, and every
+// key ends marked or refused. A refusal is not stored, so a key may be refused (its source account
+// short of funds at the time) and succeed on a later retry.
+func markChecked(v *keyView, rec *chkRecord, effs []chkEffect, totalMoney int64, violate func(kind, format string, args ...any)) bool {
+	key := v.key
+	if len(v.success) == 0 && len(v.dups) == 0 && len(v.rejects) == 0 {
+		violate(ViolationUnsettled, "key %s never settled: %d requests, no success, duplicate or rejection", key, len(v.answers))
+	}
+	var fresh []Answer
+	for _, a := range v.success {
+		if a.Class == ClassOK {
+			fresh = append(fresh, a)
+		} else {
+			violate(ViolationUnexpectedAnswer, "key %s (a mark) answered a replay (request %d): marks replay nothing", key, a.Seq)
+		}
+	}
+	if len(fresh) > 1 {
+		violate(ViolationDuplicateEffect, "key %s: the business ran and committed for requests %d and %d", key, fresh[0].Seq, fresh[1].Seq)
+	}
+	marked := rec != nil && rec.status == "SUCCEEDED"
+	switch {
+	case rec != nil && !marked:
+		violate(ViolationInconsistentAnswer, "key %s: mark record %s, want SUCCEEDED or none", key, rec.status)
+	case marked && len(effs) != 1:
+		violate(ViolationLostWrite, "key %s: marked (fence %d) with %d effects: the mark and the transfer did not commit together", key, rec.fence, len(effs))
+	case !marked && len(effs) > 0:
+		violate(ViolationLostWrite, "key %s: effect %d (fence %d) without its mark: a retry would apply it again", key, effs[0].id, effs[0].fence)
+	case marked && rec.fence != effs[0].fence:
+		violate(ViolationLostWrite, "key %s: effect %d has fence %d, its mark %d: not the same transaction", key, effs[0].id, effs[0].fence, rec.fence)
+	}
+	if (len(fresh) > 0 || len(v.dups) > 0) && !marked {
+		violate(ViolationMissingEffect, "key %s answered as done (%d successes, %d duplicates) but is not marked", key, len(fresh), len(v.dups))
+	}
+	if len(fresh) > 0 {
+		if v.op.Amount > totalMoney {
+			violate(ViolationInconsistentAnswer, "key %s: an overdraft of %d was answered with success", key, v.op.Amount)
+		}
+		val, err := parseValue([]byte(fresh[0].Value))
+		switch {
+		case err != nil:
+			violate(ViolationInconsistentAnswer, "key %s: unreadable result %q: %v", key, fresh[0].Value, err)
+		case val.Op != key:
+			violate(ViolationInconsistentAnswer, "key %s answered the result of %s", key, val.Op)
+		case len(effs) == 1 && (val.Ledger != effs[0].id || val.Fence != effs[0].fence || val.Amount != effs[0].amount):
+			violate(ViolationInconsistentAnswer, "key %s answered %+v, but its effect is ledger %d fence %d amount %d", key, val, effs[0].id, effs[0].fence, effs[0].amount)
+		}
+	}
+	return marked
 }
 
 // storedMatches compares an answer with the stored record; it returns "" when they agree.

@@ -17,7 +17,9 @@ import (
 )
 
 // world is a consistent outcome of a tiny run, for the checker's unit tests: an Execute-mode key
-// answered twice, a Tx-mode key, an HTTP key and a rejected overdraft.
+// answered twice, a Tx-mode key, an HTTP key, a rejected overdraft, a mark (TxMark) key answered
+// fresh and then as a duplicate, and a mark key refused once for lack of funds that took effect on a
+// retry.
 type world struct {
 	in       CheckInput
 	recs     []chkRecord
@@ -41,6 +43,7 @@ func newWorld() *world {
 	v1 := string(bizValue("e-1", 1, 1, 10))
 	v2 := string(bizValue("t-1", 2, 1, 5))
 	v3 := string(bizValue("h-1", 3, 2, 7))
+	v4 := string(bizValue("m-1", 4, 1, 3))
 	over := Op{Src: 1, Dst: 2, Amount: 1 << 40}
 	w := &world{
 		in: CheckInput{Accounts: 2, InitialBalance: 1000, Answers: []Answer{
@@ -52,6 +55,11 @@ func newWorld() *world {
 			{Seq: 6, Path: PathHTTP, Key: "h-1", Op: Op{1, 2, 7}, Class: ClassOK, Status: 201, Value: v3},
 			{Seq: 7, Path: PathExec, Key: "e-2", Op: over, Class: ClassRejected, Value: "insufficient funds"},
 			{Seq: 8, Path: PathExec, Key: "e-2", Op: over, Class: ClassRejected, Value: "insufficient funds", Replayed: true},
+			{Seq: 9, Path: PathMark, Key: "m-1", Op: Op{2, 1, 3}, Class: ClassOK, Value: v4},
+			{Seq: 10, Path: PathMark, Key: "m-1", Op: Op{2, 1, 3}, Class: ClassDuplicate},
+			{Seq: 11, Path: PathMark, Key: "m-2", Op: Op{1, 2, 4}, Class: ClassRejected, Value: "insufficient funds"},
+			{Seq: 12, Path: PathMark, Key: "m-2", Op: Op{1, 2, 4}, Class: ClassTransport},
+			{Seq: 13, Path: PathMark, Key: "m-2", Op: Op{1, 2, 4}, Class: ClassDuplicate},
 		}, Events: []Event{
 			{Word: "EVENT", Kind: "fenced", Path: PathHTTP, Key: "h-1", Fence: 1},
 		}},
@@ -60,14 +68,18 @@ func newWorld() *world {
 			{scope: "chaos/tx", key: "t-1", status: "SUCCEEDED", fence: 1, response: []byte(v2)},
 			{scope: "POST /pay", key: "h-1", status: "SUCCEEDED", fence: 2, response: encodeStoredHTTP(201, v3)},
 			{scope: "chaos/exec", key: "e-2", status: "REJECTED", fence: 1, errText: "insufficient funds"},
+			{scope: "chaos/mark", key: "m-1", status: "SUCCEEDED", fence: 1},
+			{scope: "chaos/mark", key: "m-2", status: "SUCCEEDED", fence: 2},
 		},
 		effects: []chkEffect{
 			{id: 1, key: "e-1", path: PathExec, fence: 1, src: 1, dst: 2, amount: 10},
 			{id: 2, key: "t-1", path: PathTx, fence: 1, src: 2, dst: 1, amount: 5},
 			{id: 3, key: "h-1", path: PathHTTP, fence: 2, src: 1, dst: 2, amount: 7},
+			{id: 4, key: "m-1", path: PathMark, fence: 1, src: 2, dst: 1, amount: 3},
+			{id: 5, key: "m-2", path: PathMark, fence: 2, src: 1, dst: 2, amount: 4},
 		},
 		gates:    map[string]chkGate{"e-1": {fence: 1, ledgerID: 1}, "h-1": {fence: 2, ledgerID: 3}},
-		balances: map[int]int64{1: 1000 - 10 + 5 - 7, 2: 1000 + 10 - 5 + 7},
+		balances: map[int]int64{1: 1000 - 10 + 5 - 7 + 3 - 4, 2: 1000 + 10 - 5 + 7 - 3 + 4},
 	}
 	return w
 }
@@ -93,9 +105,29 @@ func TestEvaluate(t *testing.T) {
 		}, []string{ViolationDuplicateRecord}},
 		{"success without effect", func(w *world) {
 			w.effects = w.effects[1:]
-			w.balances = map[int]int64{1: 1000 + 5 - 7, 2: 1000 - 5 + 7}
+			w.balances[1] += 10
+			w.balances[2] -= 10
 			delete(w.gates, "e-1")
 		}, []string{ViolationMissingEffect, ViolationNotConserved}},
+		{"mark committed without its effect", func(w *world) {
+			w.effects = w.effects[:3]
+			w.balances = map[int]int64{1: 1000 - 10 + 5 - 7, 2: 1000 + 10 - 5 + 7}
+		}, []string{ViolationLostWrite, ViolationNotConserved}},
+		{"mark effect without its mark", func(w *world) {
+			w.recs = w.recs[:5]
+		}, []string{ViolationLostWrite, ViolationMissingEffect, ViolationNotConserved}},
+		{"mark ran twice", func(w *world) {
+			w.in.Answers[9].Class, w.in.Answers[9].Value = ClassOK, w.in.Answers[8].Value
+		}, []string{ViolationDuplicateEffect}},
+		{"mark answered with a replay", func(w *world) {
+			w.in.Answers[9].Class, w.in.Answers[9].Value = ClassReplay, w.in.Answers[8].Value
+		}, []string{ViolationUnexpectedAnswer}},
+		{"mark effect and mark of different attempts", func(w *world) {
+			w.recs[5].fence = 3
+		}, []string{ViolationLostWrite}},
+		{"mark never settled", func(w *world) {
+			w.in.Answers = append(w.in.Answers, Answer{Seq: 14, Path: PathMark, Key: "m-3", Op: Op{2, 1, 3}, Class: ClassInFlight})
+		}, []string{ViolationUnsettled}},
 		{"lost write: record failed after an effect", func(w *world) {
 			w.recs[0].status, w.recs[0].response = "FAILED", nil
 		}, []string{ViolationLostWrite, ViolationInconsistentAnswer}},

@@ -19,6 +19,7 @@ import (
 const (
 	ClassOK          = "ok"          // the operation ran now; Value is its result
 	ClassReplay      = "replay"      // a duplicate: Value is the stored result
+	ClassDuplicate   = "duplicate"   // a duplicate of a marked key (ErrDuplicate): nothing replayed
 	ClassRejected    = "rejected"    // permanent business failure, fresh or replayed
 	ClassInFlight    = "inflight"    // another attempt holds the key
 	ClassFenced      = "fenced"      // the attempt ran but was taken over before it finished
@@ -30,7 +31,9 @@ const (
 )
 
 // terminalClass reports whether an answer settles its key.
-func terminalClass(c string) bool { return c == ClassOK || c == ClassReplay || c == ClassRejected }
+func terminalClass(c string) bool {
+	return c == ClassOK || c == ClassReplay || c == ClassRejected || c == ClassDuplicate
+}
 
 // Phases of a run in which a request was sent.
 const (
@@ -85,7 +88,8 @@ type loadGen struct {
 	answers []Answer
 }
 
-var paths = [...]string{PathExec, PathTx, PathHTTP}
+// paths are the request paths; new keys and worker kills take them in turn, in this order.
+var paths = [...]string{PathExec, PathTx, PathMark, PathHTTP}
 
 func newLoadGen(cfg Config, pool *workerPool, rng *lockedRand) *loadGen {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}

@@ -260,6 +260,8 @@ func (w *worker) serveOp(rw http.ResponseWriter, r *http.Request) {
 		a = w.doExec(ctx, req)
 	case PathTx:
 		a = w.doTx(ctx, req)
+	case PathMark:
+		a = w.doMark(ctx, req)
 	default:
 		http.Error(rw, "unknown path", http.StatusBadRequest)
 		return
@@ -366,6 +368,51 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 		}
 	}
 	return answerOf(res, derr, fence, biz)
+}
+
+// doMark is TxMark: the mark and the transfer in one transaction the Guard begins and commits, with
+// the Redis Locker or without (duplicates meet in the database only), picked at random per request.
+// A fresh run answers the transfer's value; a duplicate gets ErrDuplicate and nothing else; an
+// overdraft rolls back and is not stored (a mark keeps no answer).
+func (w *worker) doMark(ctx context.Context, req opRequest) opAnswer {
+	var biz bizOutcome
+	var fence int64
+	var val []byte
+	call := idemkit.Call{Scope: scopeMark, Key: req.Key, Fingerprint: req.Op.fingerprint()}
+	if err := w.biz.enter(ctx); err != nil {
+		return opAnswer{Class: ClassUnavailable, Error: err.Error()}
+	}
+	defer w.biz.exit()
+	g := w.guard
+	if rand.IntN(2) == 1 {
+		g = w.dbOnly
+	}
+	err := w.store.TxMark(ctx, g, call, func(ctx context.Context, tx *gorm.DB) error {
+		fence, _ = idemkit.FenceFromContext(ctx)
+		if w.flaky() {
+			biz = bizFlaky
+			return errFlaky
+		}
+		_, v, err := w.cfg.Tables.applyTransfer(w.d, tx, PathMark, req.Key, w.cfg.ID, req.Op, fence)
+		switch {
+		case idemkit.IsPermanent(err):
+			biz = bizRejected
+		case err != nil:
+			biz = bizError
+			err = fmt.Errorf("%w: %w", errBizDB, err)
+		default:
+			biz, val = bizApplied, v
+			w.trapPoint(trapKill, PathMark, req.Key, fence) // writes done, commit pending
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, idemkit.ErrDuplicate):
+		return opAnswer{Class: ClassDuplicate, Biz: string(biz)}
+	case errors.Is(err, idemkit.ErrStoreUnavailable) && biz == bizApplied:
+		biz = bizError // the commit failed: its outcome is unknown
+	}
+	return answerOf(idemkit.Result{Value: val}, err, fence, biz)
 }
 
 // answerOf classifies a guarded call's result the way a client would.
