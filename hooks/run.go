@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -37,7 +38,8 @@ type RunParams struct {
 	Call idemkit.Call
 	// GID is the transaction's gid. Defaults to a fresh txstatus.NewGID(). Set it to know the gid
 	// before the call (to put it in Result); it must be new for every call, because DTM refuses a gid
-	// it has seen (such a call rolls back without starting anything).
+	// it has seen (such a call rolls back without starting anything), and free of ';', CR and LF,
+	// which DTM's HTTP API removes from gids (Run refuses such a gid before anything starts).
 	GID string
 	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
@@ -50,7 +52,9 @@ type RunParams struct {
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
 	// Wait bounds how long Run waits for the outcome after Start, whether or not ctx is cancelled
-	// meanwhile. 0 waits not at all: the record stays PROCESSING until the Reconciler settles it.
+	// meanwhile; the Commit or Rollback hook and the record's settlement that follow run on a context
+	// that survives the cancellation too. 0 waits not at all: the record stays PROCESSING until the
+	// Reconciler settles it.
 	// Keep the Guard's Lease above Wait: the Reconciler settles records whose lease ran out.
 	Wait time.Duration
 	// Result is the transaction's result (an order id, a gid...), replayed to duplicates once it
@@ -97,6 +101,11 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		return Outcome{}, errors.New("hooks: RunParams needs Start and Status")
 	}
 	gid := cmp.Or(p.GID, txstatus.NewGID())
+	if strings.ContainsAny(gid, ";\r\n") {
+		// DTM's HTTP API removes these from the gids it is given: the transaction would run under
+		// another gid than the record's, which no query or fence of this gid ever finds.
+		return Outcome{}, fmt.Errorf("hooks: gid %q contains ';', CR or LF, which DTM removes from gids: choose another (see barrier.ValidateGid)", gid)
+	}
 	call := p.Call
 	if call.Result == nil {
 		call.Result = p.Result
@@ -157,6 +166,9 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		}
 		out.Status = info.Status
 	}
+	// From here on the transaction was started: its outcome is what the hooks and the record must
+	// follow, whether or not the caller is still there (as for the wait).
+	ctx = context.WithoutCancel(ctx)
 	var notOurs error
 	if out.Status == txstatus.Succeed && info.RanNothingFor(p.TransType) {
 		// DTM accepted our start onto a transaction that already held gid (a Reconciler's fence,

@@ -1,0 +1,65 @@
+package saga_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dtm-labs/client/dtmcli"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/saga"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// TestSubmitRefusesGIDThatDTMRewrites: DTM's HTTP API removes ';', CR and LF from the gids it is
+// given, so a saga submitted under such a gid would run under another one than its record's, which no
+// query or fence of the record's gid finds: the record would stay PROCESSING forever. Submit refuses
+// it before anything starts.
+func TestSubmitRefusesGIDThatDTMRewrites(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	for _, bad := range []string{";x", "\nx", "\rx"} {
+		c := newCall()
+		gid := txstatus.NewGID() + bad
+		out, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, GID: gid, Steps: k.addSteps, Result: []byte("ok")})
+		if err == nil || out.Status != "" {
+			t.Fatalf("Submit(GID %q) = %+v, %v; want an error and nothing started", gid, out, err)
+		}
+		if _, gerr := k.guard.Get(ctxb, c.Scope, c.Key); !errors.Is(gerr, idemkit.ErrNotFound) {
+			t.Fatalf("Submit(GID %q) left a record: %v", gid, gerr)
+		}
+	}
+	if m := k.moved(t); m != 0 {
+		t.Fatalf("balances moved by %d", m)
+	}
+}
+
+// TestCancelledCallerStillSettles: the wait for the outcome survives the caller's cancellation (a
+// client that disconnects from the handler), and so must what follows it: the Commit hook and the
+// record. Submit returns the success, the record is SUCCEEDED and the order PAID, with no error.
+func TestCancelledCallerStillSettles(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	c := newCall()
+	ctx, cancel := context.WithCancel(ctxb)
+	out, err := k.init.Submit(ctx, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: func(s *dtmcli.Saga) {
+		k.addSteps(s)
+		time.AfterFunc(50*time.Millisecond, cancel) // the client goes away while the saga runs
+	}})
+	if out.Status != txstatus.Succeed || err != nil {
+		t.Fatalf("Submit = %+v, %v", out, err)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusSucceeded || k.orderStatus(t, out.GID) != "PAID" {
+		t.Fatalf("the saga succeeded and Submit saw it, but the record is %s and the order %s", rec.Status, k.orderStatus(t, out.GID))
+	}
+}
+
+func (k *bank) moved(t *testing.T) int {
+	var b int
+	if err := k.db.Raw("SELECT balance FROM "+k.accts+" WHERE id = ?", transIn).Scan(&b).Error; err != nil {
+		t.Fatal(err)
+	}
+	return b - initBalance
+}
