@@ -240,11 +240,10 @@ func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
 	})
 	mayHaveRun, err := s.sendFinishes(ctx, c, ops)
 	handled = true
-	var my *mysql.MySQLError
-	switch {
+	switch _, server := mysqlErrorNumber(err); {
 	case err == nil:
 		_ = c.Close()
-	case errors.As(err, &my):
+	case server:
 		// The server stopped at a failing statement before the COMMIT, or refused the COMMIT:
 		// nothing was committed.
 		s.endBatch(ctx, c)

@@ -229,6 +229,20 @@ func (q *queries) pkQuery(prefix, scope, key string) string {
 	return b.String()
 }
 
+// mysqlErrorNumber returns the number of the MySQL server error err is or wraps. The target of
+// errors.As escapes to the heap: declared here, it is allocated only for an error, not on every
+// statement of the hot path.
+func mysqlErrorNumber(err error) (num uint16, ok bool) {
+	if err == nil {
+		return 0, false
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number, true
+	}
+	return 0, false
+}
+
 // mysqlParseError is ER_PARSE_ERROR: what a second statement in a packet gets without multiStatements.
 const mysqlParseError = 1064
 
@@ -341,8 +355,7 @@ func (t *multiTx) begin(ctx context.Context) error {
 // arguments), the transaction it opened is empty — the failed statement was its first — and the second
 // START TRANSACTION merely replaces it. (@@in_transaction would say, but MySQL does not have it.)
 func (t *multiTx) ledBy(ctx context.Context, err error, nargs int) (again bool) {
-	var my *mysql.MySQLError
-	if err == nil || (errors.As(err, &my) && (nargs == 0 || my.Number != mysqlParseError)) {
+	if num, ok := mysqlErrorNumber(err); err == nil || (ok && (nargs == 0 || num != mysqlParseError)) {
 		t.begun.Store(true)
 		return false
 	}
@@ -397,8 +410,7 @@ func (t *multiTx) end(ctx context.Context, stmt string) error {
 		stmt = beginPrefix + stmt
 	}
 	_, err := t.c.ExecContext(ctx, stmt)
-	var my *mysql.MySQLError
-	if err != nil && !errors.As(err, &my) {
+	if _, server := mysqlErrorNumber(err); err != nil && !server {
 		t.done = true
 		discard(t.c)
 		return err
