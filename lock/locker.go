@@ -189,11 +189,11 @@ func interpretValue(doing string, v []byte, token string, now time.Time) ([]byte
 	case markEscaped:
 		return v[1:], nil
 	case markLock:
-		deadline, holder, ok := parseLock(v)
+		deadline, holder, ok := splitLock(v)
 		if !ok {
 			return nil, fmt.Errorf("lock: %s: malformed lock value %q in Redis", doing, v)
 		}
-		if holder == token {
+		if string(holder) == token {
 			return nil, nil
 		}
 		return nil, &idemkit.InFlightError{RetryAfter: max(time.UnixMilli(deadline).Sub(now), 0)}
@@ -203,17 +203,23 @@ func interpretValue(doing string, v []byte, token string, now time.Time) ([]byte
 
 // parseLock splits a lock value into its deadline and token.
 func parseLock(v []byte) (deadline int64, token string, ok bool) {
+	deadline, tok, ok := splitLock(v)
+	return deadline, string(tok), ok
+}
+
+// splitLock is parseLock with the token left in v: comparing it with a string allocates nothing.
+func splitLock(v []byte) (deadline int64, token []byte, ok bool) {
 	for i := 1; i < len(v); i++ {
 		c := v[i]
 		if c == ':' {
-			return deadline, string(v[i+1:]), i > 1
+			return deadline, v[i+1:], i > 1
 		}
 		if c < '0' || c > '9' || deadline > (1<<62)/10 {
-			return 0, "", false
+			return 0, nil, false
 		}
 		deadline = deadline*10 + int64(c-'0')
 	}
-	return 0, "", false
+	return 0, nil, false
 }
 
 // isLockOf reports whether v is a lock held by token.
@@ -221,8 +227,8 @@ func isLockOf(v []byte, token string) bool {
 	if len(v) == 0 || v[0] != markLock {
 		return false
 	}
-	_, holder, ok := parseLock(v)
-	return ok && holder == token
+	_, holder, ok := splitLock(v)
+	return ok && string(holder) == token
 }
 
 // process sends a native command: batched with other callers' when a batcher is on (see
