@@ -75,14 +75,15 @@ func (s *Store) SQLTx(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn 
 
 // BeginTx implements [idemkit.TxBeginner]: it begins a gorm transaction on the Store's database
 // (gorm's Begin, so a PrepareStmt session gets its prepared transaction) and returns a Store bound to
-// it, with Commit and Rollback. It fails on a Store that is itself bound to a transaction.
+// it, with Commit and Rollback. It fails on a Store that is itself bound to a transaction. The gorm
+// session the business gets ([GormTx]) works as a gorm transaction — its statements run in the
+// transaction, a nested db.Transaction is a savepoint — but refuses db.Commit() and db.Rollback(): the
+// Guard ends the transaction, after the record is written in it.
 //
 // On MySQL and MariaDB, when the DSN sets multiStatements=true (and Options.NoMultiStatements is not
 // set, and gorm's PrepareStmt is off), the transaction runs instead on a connection the Store holds,
 // and the returned Store implements [idemkit.InsertCommitter]: the Guard sends the record's INSERT
-// and the COMMIT in one packet. The gorm session the business gets ([GormTx]) works as a gorm
-// transaction — its statements run in the transaction, a nested db.Transaction is a savepoint — but
-// refuses db.Commit() and db.Rollback(): the Guard ends the transaction.
+// and the COMMIT in one packet.
 func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if s.inTx || s.gdb == nil {
 		return nil, errors.New("record: BeginTx on a Store bound to a transaction")
@@ -102,6 +103,10 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 		return nil, s.q.interpretError("beginning a transaction on", gtx.Error)
 	}
 	t := &txStore{Store: s.WithTx(gtx), gtx: gtx}
+	// The business's session refuses Commit and Rollback, as on a multi-statement pool: the Guard
+	// ends the transaction, after writing the record in it.
+	t.biz = gtx.Session(&gorm.Session{Context: ctx, NewDB: true})
+	t.biz.Statement.ConnPool = &guardedPool{gtx.Statement.ConnPool}
 	return t, nil
 }
 
@@ -112,6 +117,9 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 func GormTx(tx idemkit.TxStore) *gorm.DB {
 	switch t := tx.(type) {
 	case *txStore:
+		if t.biz != nil {
+			return t.biz
+		}
 		return t.gtx
 	case *multiStore:
 		return t.gdb
@@ -147,6 +155,7 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 type txStore struct {
 	*Store
 	gtx *gorm.DB
+	biz *gorm.DB // gtx as the business gets it: Commit and Rollback refused
 	stx *sql.Tx
 }
 
@@ -175,3 +184,11 @@ func (t *txStore) Rollback() error {
 	}
 	return nil
 }
+
+// guardedPool is the connection pool of the business's session of a Guard-owned transaction: the
+// transaction's, whose Commit and Rollback refuse (gorm calls them for db.Commit() and db.Rollback()).
+// Being a gorm.TxCommitter keeps a nested db.Transaction a savepoint.
+type guardedPool struct{ gorm.ConnPool }
+
+func (*guardedPool) Commit() error   { return errGuardOwned }
+func (*guardedPool) Rollback() error { return errGuardOwned }
