@@ -15,6 +15,9 @@ type Guard struct {
 	opts  Options
 }
 
+// MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
+func (g *Guard) MaxKeyLen() int { return g.opts.MaxKeyLen }
+
 // New returns a Guard over store, configured by opts (nil for defaults). It returns an error when
 // store is nil or an option is invalid.
 func New(store Store, opts *Options) (*Guard, error) {

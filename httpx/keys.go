@@ -109,7 +109,7 @@ func JSONFields(paths ...string) KeySource {
 				return "", nil
 			}
 			if len(paths) == 1 {
-				return idemkit.DerivedKey(text), nil
+				return markDerived(r, idemkit.DerivedKey(text)), nil
 			}
 			if i == 0 {
 				parts = append(parts, '[')
@@ -118,7 +118,7 @@ func JSONFields(paths ...string) KeySource {
 			}
 			parts = appendString(parts, text)
 		}
-		return idemkit.DerivedKey(string(append(parts, ']'))), nil
+		return markDerived(r, idemkit.DerivedKey(string(append(parts, ']')))), nil
 	}
 }
 
@@ -154,7 +154,7 @@ func All(sources ...KeySource) KeySource {
 			}
 			parts = appendString(parts, k)
 		}
-		return idemkit.DerivedKey(string(append(parts, ']'))), nil
+		return markDerived(r, idemkit.DerivedKey(string(append(parts, ']')))), nil
 	}
 }
 

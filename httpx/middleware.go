@@ -35,6 +35,14 @@ func New(guard *idemkit.Guard, opts *Options) (func(http.Handler) http.Handler, 
 	if err != nil {
 		return nil, err
 	}
+	// Client keys reach the Guard as they are (without Principal): a key the Guard refuses would be a
+	// 400 the client cannot understand, so MaxKeyLen may not exceed the Guard's own limit.
+	if gmax := guard.MaxKeyLen(); cfg.MaxKeyLen > gmax {
+		if opts != nil && opts.MaxKeyLen != 0 {
+			return nil, fmt.Errorf("httpx: invalid options: MaxKeyLen %d exceeds the Guard's MaxKeyLen %d", cfg.MaxKeyLen, gmax)
+		}
+		cfg.MaxKeyLen = gmax
+	}
 	m := &middleware{guard: guard, cfg: cfg}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
@@ -118,7 +126,7 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 	case key == "":
 		return call, problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
 			Detail: "This operation requires an idempotency key (" + DefaultHeader + " header by default)."}, false
-	case len(key) > cfg.MaxKeyLen:
+	case len(key) > cfg.MaxKeyLen && key != st.derivedKey: // a bound on client keys, not on derived ones
 		return call, problem{Type: ProblemInvalidKey, Status: http.StatusBadRequest,
 			Detail: fmt.Sprintf("The idempotency key is %d bytes long; at most %d are allowed.", len(key), cfg.MaxKeyLen)}, false
 	case !printable(key):
@@ -133,7 +141,7 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 		m.log(r.Context(), slog.LevelError, "httpx: Options.Scope returned an empty scope", st, "", nil)
 		return call, problem{Type: ProblemInternal, Status: http.StatusInternalServerError}, false
 	}
-	if len(scope) > idemkit.DefaultMaxKeyLen || !printable(scope) {
+	if len(scope) > m.guard.MaxKeyLen() || !printable(scope) {
 		scope = idemkit.HashedForm(scope)
 	}
 	call = idemkit.Call{Scope: scope, Key: key}
@@ -252,6 +260,13 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState
 		m.log(r.Context(), slog.LevelError, "httpx: stored response unreadable", st, "", err)
 		m.problem(w, st, problem{Type: ProblemInternal, Status: http.StatusInternalServerError,
 			Detail: "The request was processed before, but its stored response cannot be read."})
+	case m.cfg.DTM && (m.cfg.Duplicates == Reject || s.omitted) && s.status >= 200 && s.status < 300:
+		// DTM reads 409 as FAILURE and would roll back a branch that succeeded: tell it so.
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set(ReplayedHeader, "true")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
 	case m.cfg.Duplicates == Reject:
 		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict, OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was already processed."})

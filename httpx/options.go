@@ -121,8 +121,10 @@ type Options struct {
 	// NoFingerprint turns the payload check off: a reused key with another body is replayed rather
 	// than refused with 422, and the body is read only when a key source needs it. Defaults to false.
 	NoFingerprint bool
-	// MaxKeyLen is the longest key accepted from a client, in bytes; longer keys get 400. Defaults
-	// to DefaultMaxKeyLen (255).
+	// MaxKeyLen is the longest key accepted from a client, in bytes; longer keys get 400. It bounds
+	// what clients send, not the keys the middleware derives (JSONFields, All, Tokens.Key: hashed or
+	// fixed-length). Defaults to DefaultMaxKeyLen (255), or the Guard's Options.MaxKeyLen when that is
+	// smaller; New refuses a value above the Guard's (the Guard would refuse such keys itself).
 	MaxKeyLen int
 	// MaxBodyBytes bounds the request body read for fingerprints and key fields; larger bodies get
 	// 413. Defaults to DefaultMaxBodyBytes (1 MiB).
@@ -144,8 +146,10 @@ type Options struct {
 	// Duplicates says what a duplicate of a finished request gets. Defaults to Replay.
 	Duplicates DuplicatePolicy
 	// DTM answers requests whose key is in flight with 425 Too Early, which the DTM transaction
-	// manager reads as "ongoing, retry later", instead of 409. Set it on DTM branch routes.
-	// Defaults to false.
+	// manager reads as "ongoing, retry later", instead of 409. Set it on DTM branch routes. A
+	// duplicate of a branch that succeeded (2xx) but cannot be replayed — Duplicates is Reject, or the
+	// response was too large to store — gets 200 {"dtm_result":"SUCCESS"} instead of 409, which DTM
+	// would read as FAILURE. Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
 	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard

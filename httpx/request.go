@@ -32,6 +32,17 @@ type reqState struct {
 	pattern    string
 	rctx       *chi.Context
 	unroutable bool
+	// derivedKey is the last key a deriving source (JSONFields, All, Tokens.Key) produced: the
+	// middleware made it, so Options.MaxKeyLen (a bound on what clients send) does not apply to it.
+	derivedKey string
+}
+
+// markDerived notes that key was derived by the middleware rather than sent by the client.
+func markDerived(r *http.Request, key string) string {
+	if st := stateOf(r); st != nil {
+		st.derivedKey = key
+	}
+	return key
 }
 
 type stateKey struct{}

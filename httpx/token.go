@@ -162,7 +162,7 @@ func (t *Tokens) Key() KeySource {
 		if err := t.Consume(r.Context(), tok, principal); err != nil {
 			return "", err
 		}
-		return "token:" + tokenID(tok), nil
+		return markDerived(r, "token:"+tokenID(tok)), nil
 	}
 }
 
