@@ -138,9 +138,10 @@ func (t *Tokens) Consume(ctx context.Context, token, principal string) error {
 // it, and yields "token:" and the token's hash as the key, so the token itself is stored nowhere. A
 // request without the header has no key; a second use is refused with 409 (ErrTokenInvalid).
 //
-// The token is consumed before the handler runs, so a request that fails (5xx) needs a new token:
-// tokens reject resubmissions, they do not replay. For retries that get the original response, use
-// the Idempotency-Key header.
+// The token is consumed when the key is read, before the body is checked and the handler runs, so
+// any request that presents it spends it — one refused before the handler (413, 400, 503) or failed by
+// it (5xx) included — and a retry needs a new token: tokens reject resubmissions, they do not replay.
+// For retries that get the original response, use the Idempotency-Key header.
 func (t *Tokens) Key() KeySource {
 	return func(r *http.Request) (string, error) {
 		vals := r.Header.Values(t.opts.Header)
