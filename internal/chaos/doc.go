@@ -10,11 +10,13 @@
 //     redis-server without persistence, so the shared servers other tests use are never touched;
 //   - Config.Workers worker processes — this executable re-run in worker mode (call
 //     [RunWorkerIfRequested] first thing in main or TestMain) — each with its own idemkit.Guard,
-//     gorm pool, go-redis client and sweeper (package sweep, short interval), serving three paths:
+//     gorm pool, go-redis client and sweeper (package sweep, short interval), serving four paths:
 //     Execute mode (guard.Do), Tx mode (the business write and the record in one database transaction:
 //     record.Store.Tx, the Guard-owned transaction, with and without the Redis Locker, and guard.DoTx
-//     in the caller's db.Transaction, picked at random per request) and HTTP (the httpx middleware in
-//     front of a handler). On MariaDB every other worker process (alternating per slot and restart)
+//     in the caller's db.Transaction, picked at random per request), the mark (record.Store.TxMark,
+//     the mark and the business write in one Guard-owned transaction, with and without the Locker;
+//     duplicates get ErrDuplicate, nothing is replayed) and HTTP (the httpx middleware in front of a
+//     handler). On MariaDB every other worker process (alternating per slot and restart)
 //     opens its pool with multiStatements=true, so its Guard-owned transactions run on a held connection and
 //     send the record's INSERT with the COMMIT (record.Store.BeginTx) — that path meets every fault too;
 //   - a load generator whose clients hammer a small window of shared keys with duplicates, some as
