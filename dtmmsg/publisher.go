@@ -167,7 +167,9 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	// The local transaction committed: the message is published whether or not the caller is still
 	// there, and the hooks and the record follow it (as the wait does).
-	err = p.Lifecycle.Conclude(context.WithoutCancel(ctx), t, out.Status, pp.Result)
+	sctx, cancelSettle := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
+	defer cancelSettle()
+	err = p.Lifecycle.Conclude(sctx, t, out.Status, pp.Result)
 	if errors.Is(err, idemkit.ErrFenced) && out.Status.Final() {
 		return out, nil // a Reconciler settled the record first, from the same outcome
 	}

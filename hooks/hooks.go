@@ -197,11 +197,14 @@ func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason er
 		cl := t.claim
 		t.claim = nil
 		_, err := cl.Finish(ctx, result, reason)
-		if errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrStoreUnavailable) {
+		// Finish returns reason itself when the record was written; anything else says the write
+		// failed (fenced, the store unavailable, or its time up: FinishTimeout), except an outcome
+		// the Store refused and recorded REJECTED instead (ErrUnstorable), which is settled.
+		if err != nil && err != reason && !errors.Is(err, idemkit.ErrUnstorable) {
 			return err
 		}
 		t.Record = cl.Record() // as settled: SUCCEEDED, FAILED or REJECTED
-		return nil             // err is reason itself: recorded as asked
+		return nil
 	}
 	if l.Guard == nil || t.Record.Status == "" {
 		return nil

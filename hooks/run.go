@@ -168,7 +168,10 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	}
 	// From here on the transaction was started: its outcome is what the hooks and the record must
 	// follow, whether or not the caller is still there (as for the wait).
-	ctx = context.WithoutCancel(ctx)
+	// A cancellable context all the same: Claim.Finish bounds its writes by Options.FinishTimeout only
+	// on one that can be cancelled (it uses a context that never is as it is).
+	ctx, cancelSettle := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSettle()
 	var notOurs error
 	if out.Status == txstatus.Succeed && info.RanNothingFor(p.TransType) {
 		// DTM accepted our start onto a transaction that already held gid (a Reconciler's fence,

@@ -110,3 +110,26 @@ func TestDTMDuplicateOfSuccessIsNeverConflict(t *testing.T) {
 		})
 	}
 }
+
+// A client key within the middleware's MaxKeyLen (capped at the Guard's) must not be refused by the
+// Guard once the middleware scopes it to the principal.
+func TestPrincipalKeyWithinTheGuardsLimit(t *testing.T) {
+	g := memoryGuard(t, &idemkit.Options{MaxKeyLen: 100})
+	h := Middleware(g, &Options{Principal: func(*http.Request) (string, error) { return "alice", nil }})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	if rec := serve(h, req("POST", "/orders", strings.Repeat("k", 95), `{}`)); rec.Code != http.StatusCreated {
+		t.Fatalf("a 95-byte client key, Guard MaxKeyLen 100, with a Principal: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+// A Guard whose MaxKeyLen is below the length of the keys the middleware derives (71) is refused by
+// New rather than answering every token request 400 (the token spent).
+func TestNewRefusesAGuardTooShortForDerivedKeys(t *testing.T) {
+	tokens, err := NewTokens(NewMemoryTokenStore(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(memoryGuard(t, &idemkit.Options{MaxKeyLen: 64}), &Options{Key: tokens.Key()}); err == nil {
+		t.Fatal("New accepted a Guard whose MaxKeyLen (64) refuses a token's key (70 bytes) and hashed scopes (71)")
+	}
+}

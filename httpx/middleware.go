@@ -37,6 +37,11 @@ func New(guard *idemkit.Guard, opts *Options) (func(http.Handler) http.Handler, 
 	}
 	// Client keys reach the Guard as they are (without Principal): a key the Guard refuses would be a
 	// 400 the client cannot understand, so MaxKeyLen may not exceed the Guard's own limit.
+	// The middleware's own keys (tokens, hashed payload and principal keys) and hashed scopes are
+	// up to len(idemkit.HashedForm(...)) bytes: a Guard refusing those would refuse them all.
+	if gmax := guard.MaxKeyLen(); gmax < len(idemkit.HashedForm("")) {
+		return nil, fmt.Errorf("httpx: the Guard's MaxKeyLen %d is below %d, the length of the keys and scopes the middleware derives", gmax, len(idemkit.HashedForm("")))
+	}
 	if gmax := guard.MaxKeyLen(); cfg.MaxKeyLen > gmax {
 		if opts != nil && opts.MaxKeyLen != 0 {
 			return nil, fmt.Errorf("httpx: invalid options: MaxKeyLen %d exceeds the Guard's MaxKeyLen %d", cfg.MaxKeyLen, gmax)
@@ -135,6 +140,9 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 	}
 	if cfg.Principal != nil {
 		key = PrincipalKey(principal, key)
+		if len(key) > m.guard.MaxKeyLen() { // the principal's prefix took it past the Guard's limit
+			key = idemkit.HashedForm(key)
+		}
 	}
 	scope := cfg.Scope(r)
 	if scope == "" {
