@@ -47,7 +47,9 @@ type TxMarkFunc func(ctx context.Context, tx *gorm.DB) error
 // owns ([idemkit.Guard.TxMark]): the mark is one INSERT at the start of the transaction — on MySQL and
 // MariaDB with multiStatements, in the packet of START TRANSACTION — then fn's writes, then the
 // COMMIT. Duplicates get idemkit.ErrDuplicate without running fn; nothing is replayed. When fn fails
-// its writes and the mark roll back and the key is free again. g must be a Guard over this Store (or
+// its writes and the mark roll back and the key is free again. A transaction the database rolls back
+// on a write conflict before fn ran (InnoDB deadlocks duplicates that waited on a mark whose
+// transaction rolled back) runs again, a few times at most. g must be a Guard over this Store (or
 // another Store on the same table).
 //
 //	err := store.TxMark(ctx, guard, call, func(ctx context.Context, tx *gorm.DB) error {
