@@ -64,6 +64,13 @@ func FenceFromContext(ctx context.Context) (int64, bool) {
 // failure (in a caller's transaction it only releases the lock: the rollback removes the claim) and
 // goes on.
 func (cl *Claim) run(fn Func) (res Result, err error) {
+	val, ferr := cl.call(nil, fn)
+	return cl.Finish(cl.ctx, val, ferr)
+}
+
+// call runs fn on the claim's context (the fence, and the watchdog when Options.Watchdog is set). A
+// panic in fn rolls tx back, when there is one, and aborts the claim (see abort) before it goes on.
+func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	ctx := cl.Context(cl.ctx)
 	stop := func() {}
 	if cl.g.opts.Watchdog {
@@ -73,13 +80,16 @@ func (cl *Claim) run(fn Func) (res Result, err error) {
 	defer func() {
 		if panicked {
 			stop()
+			if tx != nil {
+				_ = tx.Rollback()
+			}
 			cl.abort()
 		}
 	}()
 	val, ferr := fn(ctx)
 	panicked = false
 	stop()
-	return cl.Finish(cl.ctx, val, ferr)
+	return val, ferr
 }
 
 // abort finishes a claim whose function panicked. In Tx mode and in a caller's transaction nothing

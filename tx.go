@@ -209,22 +209,7 @@ func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 		cl.rollback(tx)
 		return err
 	}
-	ctx = cl.Context(cl.ctx)
-	stop := func() {}
-	if g.opts.Watchdog {
-		ctx, stop = cl.watch(ctx)
-	}
-	panicked := true
-	defer func() {
-		if panicked {
-			stop()
-			cl.rollback(tx)
-			cl.abort()
-		}
-	}()
-	ferr := fn(ctx, tx)
-	panicked = false
-	stop()
+	_, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx, tx) })
 	if ferr != nil {
 		cl.rollback(tx)
 		next := cl.rec
@@ -303,22 +288,7 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 			return ended(cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err)))
 		}
 	}
-	ctx := cl.Context(cl.ctx)
-	stop := func() {}
-	if g.opts.Watchdog {
-		ctx, stop = cl.watch(ctx)
-	}
-	panicked := true
-	defer func() {
-		if panicked {
-			stop()
-			_ = tx.Rollback()
-			cl.abort()
-		}
-	}()
-	val, ferr := fn(ctx, tx)
-	panicked = false
-	stop()
+	val, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) })
 	if ferr != nil {
 		cl.rollback(tx)
 		return cl.txFailed(db, c, prev, val, ferr)
@@ -453,21 +423,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 			cl.ev.Takeover = true
 		}
 	}
-	ctx := cl.Context(cl.ctx)
-	stop := func() {}
-	if g.opts.Watchdog {
-		ctx, stop = cl.watch(ctx)
-	}
-	panicked := true
-	defer func() {
-		if panicked {
-			stop()
-			cl.abort()
-		}
-	}()
-	val, ferr := fn(ctx)
-	panicked = false
-	stop()
+	val, ferr := cl.call(nil, fn)
 
 	next := cl.rec
 	next.UpdatedAt = g.opts.Now()

@@ -299,23 +299,7 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 	}
 	defer w.biz.exit()
 	business := func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
-		fence, _ = idemkit.FenceFromContext(ctx)
-		if w.flaky() {
-			biz = bizFlaky
-			return nil, errFlaky
-		}
-		_, v, err := w.cfg.Tables.applyTransfer(w.d, tx, PathTx, req.Key, w.cfg.ID, req.Op, fence)
-		switch {
-		case idemkit.IsPermanent(err):
-			biz = bizRejected
-		case err != nil:
-			biz = bizError
-			err = fmt.Errorf("%w: %w", errBizDB, err)
-		default:
-			biz = bizApplied
-			w.trapPoint(trapKill, PathTx, req.Key, fence) // writes done, commit pending
-		}
-		return v, err
+		return w.transferIn(ctx, tx, PathTx, req, &biz, &fence)
 	}
 	way := rand.IntN(3)
 	if w.cfg.IgnoreFence {
@@ -370,6 +354,29 @@ func (w *worker) doTx(ctx context.Context, req opRequest) opAnswer {
 	return answerOf(res, derr, fence, biz)
 }
 
+// transferIn is the business of the transactional paths (Tx mode, the mark): the transfer in tx, its
+// outcome noted in biz and the claim's fence in fence; a worker armed to be killed dies after the
+// writes, before the commit. A failure of the business's own statements is retryable (errBizDB).
+func (w *worker) transferIn(ctx context.Context, tx *gorm.DB, path string, req opRequest, biz *bizOutcome, fence *int64) ([]byte, error) {
+	*fence, _ = idemkit.FenceFromContext(ctx)
+	if w.flaky() {
+		*biz = bizFlaky
+		return nil, errFlaky
+	}
+	_, v, err := w.cfg.Tables.applyTransfer(w.d, tx, path, req.Key, w.cfg.ID, req.Op, *fence)
+	switch {
+	case idemkit.IsPermanent(err):
+		*biz = bizRejected
+	case err != nil:
+		*biz = bizError
+		err = fmt.Errorf("%w: %w", errBizDB, err)
+	default:
+		*biz = bizApplied
+		w.trapPoint(trapKill, path, req.Key, *fence) // writes done, commit pending
+	}
+	return v, err
+}
+
 // doMark is TxMark: the mark and the transfer in one transaction the Guard begins and commits, with
 // the Redis Locker or without (duplicates meet in the database only), picked at random per request.
 // A fresh run answers the transfer's value; a duplicate gets ErrDuplicate and nothing else; an
@@ -388,22 +395,8 @@ func (w *worker) doMark(ctx context.Context, req opRequest) opAnswer {
 		g = w.dbOnly
 	}
 	err := w.store.TxMark(ctx, g, call, func(ctx context.Context, tx *gorm.DB) error {
-		fence, _ = idemkit.FenceFromContext(ctx)
-		if w.flaky() {
-			biz = bizFlaky
-			return errFlaky
-		}
-		_, v, err := w.cfg.Tables.applyTransfer(w.d, tx, PathMark, req.Key, w.cfg.ID, req.Op, fence)
-		switch {
-		case idemkit.IsPermanent(err):
-			biz = bizRejected
-		case err != nil:
-			biz = bizError
-			err = fmt.Errorf("%w: %w", errBizDB, err)
-		default:
-			biz, val = bizApplied, v
-			w.trapPoint(trapKill, PathMark, req.Key, fence) // writes done, commit pending
-		}
+		var err error
+		val, err = w.transferIn(ctx, tx, PathMark, req, &biz, &fence)
 		return err
 	})
 	switch {
