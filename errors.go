@@ -40,6 +40,12 @@ var (
 var (
 	// ErrNotFound: no record (Store.Get) or nothing cached.
 	ErrNotFound = errors.New("idemkit: record not found")
+	// ErrConflict: the database rolled a Store's statement back with its whole transaction to resolve
+	// a write conflict (a deadlock, a serialization failure, a Galera certification failure): nothing
+	// of that transaction happened, and running it again from the start may succeed. Stores wrap it in
+	// such errors (record.ErrConflict matches it). [Guard.TxMark] runs its transaction again, a few
+	// times at most, when the mark met one before the function ran.
+	ErrConflict = errors.New("idemkit: transaction rolled back by the database on a write conflict")
 	// ErrExists: Store.Insert found a record with the same scope and key.
 	ErrExists = errors.New("idemkit: record exists")
 	// ErrLocked: Locker.Acquire found the key locked by another token. Lockers return an

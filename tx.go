@@ -178,7 +178,9 @@ type TxMarkFunc func(ctx context.Context, tx TxStore) error
 //
 // A duplicate's INSERT waits for the transaction and then finds the mark: it gets ErrDuplicate and fn
 // does not run; nothing is replayed (a mark stores no result: use Tx for that). A failed, expired or
-// abandoned record is taken over in the same transaction.
+// abandoned record is taken over in the same transaction. A transaction the database rolls back on a
+// write conflict before fn ran (the Store's error matches ErrConflict: InnoDB deadlocks duplicates that
+// waited on a mark whose transaction rolled back) runs again, a few times at most.
 //
 // When fn fails or panics, its writes and the mark roll back: the key is free again and fn's error is
 // returned, retryable or permanent alike (a mark keeps no answer, so a permanent failure is not
@@ -193,6 +195,26 @@ func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 	if db == nil {
 		return errors.New("idemkit: nil TxBeginner")
 	}
+	for attempt := 0; ; attempt++ {
+		ran := false
+		err := g.txMark(ctx, db, c, func(ctx context.Context, tx TxStore) error {
+			ran = true
+			return fn(ctx, tx)
+		})
+		// The mark is the transaction's first write: when the database rolled the transaction back on
+		// a write conflict before fn ran (InnoDB deadlocks the duplicates waiting on a mark whose
+		// transaction rolled back), nothing happened and the transaction runs again.
+		if ran || attempt == conflictRetries || !errors.Is(err, ErrConflict) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// conflictRetries bounds the runs of TxMark's transaction again after a write conflict.
+const conflictRetries = 3
+
+// txMark is one run of TxMark's transaction.
+func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
 	cl, _, err := g.open(ctx, db, ModeMarkTx, &c)
 	if cl == nil {
 		return err

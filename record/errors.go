@@ -29,7 +29,18 @@ const (
 // connection would run outside any transaction — so do not commit it: run the whole transaction
 // again, which will then see the conflicting writer's record. [IsConflict] recognises it, and the
 // same rollback when it surfaces at COMMIT (Galera certifies a transaction when it commits).
-var ErrConflict = errors.New("record: transaction rolled back by the database on a write conflict (deadlock or Galera certification failure); run it again")
+//
+// It matches [idemkit.ErrConflict], which the Guard recognises.
+var ErrConflict error = conflictError{}
+
+// conflictError is ErrConflict's type.
+type conflictError struct{}
+
+func (conflictError) Error() string {
+	return "record: transaction rolled back by the database on a write conflict (deadlock or Galera certification failure); run it again"
+}
+
+func (conflictError) Is(target error) bool { return target == idemkit.ErrConflict }
 
 // IsConflict reports whether err says the database rolled a transaction back to resolve a write
 // conflict, so that running the whole transaction again may succeed: an error wrapping

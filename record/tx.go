@@ -59,19 +59,9 @@ func (s *Store) TxMark(ctx context.Context, g *idemkit.Guard, c idemkit.Call, fn
 	if fn == nil {
 		return idemkit.ErrNilFunc
 	}
-	for attempt := 0; ; attempt++ {
-		ran := false
-		err := g.TxMark(ctx, s, c, func(ctx context.Context, tx idemkit.TxStore) error {
-			ran = true
-			return fn(ctx, GormTx(tx))
-		})
-		// The mark is the transaction's first statement: when the database rolled the transaction
-		// back on a write conflict before fn ran (InnoDB deadlocks the duplicates waiting on a mark
-		// whose transaction rolled back), nothing happened and the transaction runs again.
-		if ran || attempt == deadlockRetries || !IsConflict(err) || ctx.Err() != nil {
-			return err
-		}
-	}
+	return g.TxMark(ctx, s, c, func(ctx context.Context, tx idemkit.TxStore) error {
+		return fn(ctx, GormTx(tx))
+	})
 }
 
 // SQLTx is [Store.Tx] on a database/sql transaction begun on the pool under the Store's gorm.DB: for

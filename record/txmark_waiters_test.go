@@ -16,7 +16,8 @@ import (
 // TestTxMarkWaitersAfterRollback: concurrent duplicates of a TxMark (no Locker) while the first attempt
 // holds the mark and then fails or commits: every waiter gets ErrDuplicate, ErrInFlight, or runs — never
 // a store error (InnoDB deadlocks the INSERTs waiting on a mark whose transaction rolls back: the Store
-// runs such a transaction again, nothing of it having run) — and one business row is left.
+// runs such a transaction again, nothing of it having run) — and one business row is left. The Guard
+// runs the transaction again, so guard.TxMark on the Store gets the same as store.TxMark.
 func TestTxMarkWaitersAfterRollback(t *testing.T) {
 	for _, b := range []backend{backends[0], backends[1], multiBackend} {
 		for _, failFirst := range []bool{true, false} {
@@ -26,6 +27,16 @@ func TestTxMarkWaitersAfterRollback(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				f := newTxFixture(t, b, nil)
+				// Waiters alternate between the Store's TxMark and the Guard's.
+				var n atomic.Int32
+				txMark := func(call idemkit.Call, fn TxMarkFunc) error {
+					if n.Add(1)%2 == 0 {
+						return f.store.TxMark(ctxb, f.guard, call, fn)
+					}
+					return f.guard.TxMark(ctxb, f.store, call, func(ctx context.Context, tx idemkit.TxStore) error {
+						return fn(ctx, GormTx(tx))
+					})
+				}
 				for round := 0; round < 3; round++ {
 					key := "w" + string(rune('a'+round))
 					call := idemkit.Call{Scope: "waiters", Key: key}
@@ -53,7 +64,7 @@ func TestTxMarkWaitersAfterRollback(t *testing.T) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							err := f.store.TxMark(ctxb, f.guard, call, func(ctx context.Context, tx *gorm.DB) error {
+							err := txMark(call, func(ctx context.Context, tx *gorm.DB) error {
 								runs.Add(1)
 								return tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, 2)", key).Error
 							})
