@@ -16,6 +16,14 @@ import (
 // It returns an error when no scope is given, a scope is invalid (ErrInvalidKey), the Store does not
 // implement [PendingLister], or the Store fails.
 func (g *Guard) Pending(ctx context.Context, now time.Time, limit int, scopes ...string) ([]*Record, error) {
+	return g.PendingAfter(ctx, now, nil, limit, scopes...)
+}
+
+// PendingAfter is [Guard.Pending] from a point of its listing on: only records after after, a record
+// an earlier call returned, in the listing's order (lease, then scope, then key). A nil after starts
+// at the beginning. A reconciler pages with it past records whose transaction is still running, which
+// keep their lapsed lease and so stay at the head of the listing.
+func (g *Guard) PendingAfter(ctx context.Context, now time.Time, after *Record, limit int, scopes ...string) ([]*Record, error) {
 	if len(scopes) == 0 {
 		return nil, errors.New("idemkit: Pending needs the scopes to list: a reconciler settles only its own")
 	}
@@ -23,7 +31,7 @@ func (g *Guard) Pending(ctx context.Context, now time.Time, limit int, scopes ..
 	if !ok {
 		return nil, fmt.Errorf("idemkit: the Store (%T) cannot list pending records (it does not implement PendingLister)", g.store)
 	}
-	q := PendingQuery{Now: now, Limit: limit, Scopes: make([]string, 0, len(scopes))}
+	q := PendingQuery{Now: now, Limit: limit, After: after, Scopes: make([]string, 0, len(scopes))}
 	for _, s := range scopes {
 		id, err := g.identify(&Call{Scope: s, Key: "-"})
 		if err != nil {

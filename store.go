@@ -71,11 +71,14 @@ type PendingQuery struct {
 	Now time.Time
 	// Limit bounds how many records are returned; below 1, none.
 	Limit int
+	// After, when set, pages through the listing: only records after it in the listing's order
+	// (lease_until, then scope, then key) are returned. Its LeaseUntil, Scope and Key are used.
+	After *Record
 }
 
 // PendingLister is implemented by Stores that can list the records a transaction reconciler must
 // settle: PROCESSING records of q.Scopes that carry a GID and whose lease ran out by q.Now, oldest
-// lease first, whether or not their expiry passed (a record tied to an unsettled transaction never
+// lease first (then by scope and key, so that q.After can page), whether or not their expiry passed (a record tied to an unsettled transaction never
 // expires). The record package's and the memory package's Stores implement it.
 type PendingLister interface {
 	Pending(ctx context.Context, q PendingQuery) ([]*Record, error)

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/internal/reconcile"
 	"github.com/idemkit/idemkit/sweep"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -42,46 +43,53 @@ type Reconciler struct {
 	Status func(ctx context.Context, gid string) (txstatus.Status, error)
 	// Logger receives a line per record that could not be settled. Defaults to discarding.
 	Logger *slog.Logger
+
+	cursor reconcile.Cursor // where the next RunOnce goes on listing
 }
 
 // Task returns the reconciler as a sweep task named "reconcile-msg".
 func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile-msg", Run: r.RunOnce} }
 
-// RunOnce settles up to limit pending records (others than messages' count towards limit and are
-// skipped) and returns how many it settled. Errors on single records are joined and returned after
-// the others were tried.
+// RunOnce settles up to limit pending records (others than messages' are skipped) and returns how
+// many it settled. Records it cannot settle yet (the message not delivered, the back-check failing)
+// and others than messages' are passed over, as hooks.Reconciler passes over running transactions:
+// the listing goes on after the last record looked at, from one call to the next, up to 4 pages of
+// limit records per call, and starts again from its head once it reached its end (a Pending of your
+// own cannot page: every call lists one page from the head). Errors on single records are joined and
+// returned after the others were tried.
 func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
-	pending := r.Pending
-	if pending == nil && r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0 {
-		pending = func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
-			return r.Lifecycle.Guard.Pending(ctx, now, limit, r.Scopes...)
+	var list reconcile.Lister
+	pageable := r.Pending == nil
+	switch {
+	case r.Pending != nil:
+		list = func(ctx context.Context, _ *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+			return r.Pending(ctx, now, limit)
+		}
+	case r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0:
+		list = func(ctx context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+			return r.Lifecycle.Guard.PendingAfter(ctx, now, after, limit, r.Scopes...)
 		}
 	}
-	if r.Lifecycle == nil || r.Barrier == nil || pending == nil || r.Status == nil {
+	if r.Lifecycle == nil || r.Barrier == nil || list == nil || r.Status == nil {
 		return 0, errors.New("dtmmsg: Reconciler needs Lifecycle, Barrier, Status and Scopes (with a Lifecycle.Guard) or Pending")
 	}
-	recs, err := pending(ctx, now, limit)
-	if err != nil {
-		return 0, fmt.Errorf("dtmmsg: listing pending records: %w", err)
-	}
-	settled := 0
 	var errs []error
-	for _, rec := range recs {
+	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
 		if !strings.HasPrefix(rec.GID, GIDPrefix) {
-			continue
+			return false
 		}
 		st, err := r.outcome(ctx, rec.GID)
 		if err != nil {
 			errs = append(errs, err)
-			continue
+			return false
 		}
 		if !st.Final() {
-			continue
+			return false
 		}
 		t := &hooks.Txn{TransType: TransType, GID: rec.GID, Record: *rec}
 		switch err := r.Lifecycle.Conclude(ctx, t, st, rec.Response); { // the result stored with the claim
 		case err == nil:
-			settled++
+			return true
 		case errors.Is(err, idemkit.ErrFenced):
 			// settled by its initiator meanwhile
 		default:
@@ -90,6 +98,10 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 				r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "gid", rec.GID, "error", err)
 			}
 		}
+		return false
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("dtmmsg: listing pending records: %w", err))
 	}
 	return settled, errors.Join(errs...)
 }

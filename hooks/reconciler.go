@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/reconcile"
 	"github.com/idemkit/idemkit/sweep"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -92,40 +93,44 @@ type Reconciler struct {
 	// Observe, when set, is called once per record looked at, e.g. to count fences in a metric. It
 	// must be safe for concurrent use and return quickly.
 	Observe func(ctx context.Context, e *ReconcileEvent)
+
+	cursor reconcile.Cursor // where the next RunOnce goes on listing
 }
 
 // Task returns the reconciler as a sweep task named "reconcile".
 func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Run: r.RunOnce} }
 
 // RunOnce settles up to limit pending records and returns how many it settled. Records whose
-// transaction is still running are not counted; errors on single records are joined and returned after
-// the others were tried.
+// transaction is still running are not counted, and are passed over: they keep their lapsed lease, so
+// they stay at the head of the listing, and a batch of them would otherwise hide, pass after pass, the
+// newer records whose transaction ended. The listing goes on after the last record looked at, from one
+// call to the next, for up to 4 pages of limit records per call, and starts again from its
+// head once it reached its end. A Pending of your own cannot page: every call then lists one page from
+// the head. Errors on single records are joined and returned after the others were tried.
 func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
-	pending := r.Pending
-	if pending == nil && r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0 {
-		pending = func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
-			return r.Lifecycle.Guard.Pending(ctx, now, limit, r.Scopes...)
+	var list reconcile.Lister
+	pageable := r.Pending == nil
+	switch {
+	case r.Pending != nil:
+		list = func(ctx context.Context, _ *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+			return r.Pending(ctx, now, limit)
+		}
+	case r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0:
+		list = func(ctx context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+			return r.Lifecycle.Guard.PendingAfter(ctx, now, after, limit, r.Scopes...)
 		}
 	}
-	if r.Lifecycle == nil || pending == nil || r.Manager == nil {
+	if r.Lifecycle == nil || list == nil || r.Manager == nil {
 		return 0, errors.New("hooks: Reconciler needs Lifecycle, Manager and Scopes (with a Lifecycle.Guard) or Pending")
 	}
-	recs, err := pending(ctx, now, limit)
-	if err != nil {
-		return 0, fmt.Errorf("hooks: listing pending records: %w", err)
-	}
 	names := r.scopeNames()
-	settled := 0
 	var errs []error
-	for _, rec := range recs {
+	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
 		ev := ReconcileEvent{Record: *rec, Scope: rec.Scope}
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
 		}
 		r.settle(ctx, &ev)
-		if ev.Settled {
-			settled++
-		}
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)
 			if r.Logger != nil {
@@ -135,6 +140,10 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if r.Observe != nil {
 			r.Observe(ctx, &ev)
 		}
+		return ev.Settled
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("hooks: listing pending records: %w", err))
 	}
 	return settled, errors.Join(errs...)
 }

@@ -54,6 +54,25 @@ func runPending(t *testing.T, newStore NewStore) {
 		t.Fatalf("Pending(both scopes) returned %d records, want 4", len(got))
 	}
 	RequireSameRecord(t, other, got[0])
+	// Paging: After goes on past the records returned, in the listing's order (lease, scope, key).
+	tied := put("pend", "tied", lapsed(time.Hour)) // the same lease as older, after it by key
+	var paged []*idemkit.Record
+	var after *idemkit.Record
+	for range 10 {
+		got, err := pl.Pending(ctxb, idemkit.PendingQuery{Scopes: []string{"pend"}, Now: now, Limit: 1, After: after})
+		must(t, err)
+		if len(got) == 0 {
+			break
+		}
+		paged = append(paged, got...)
+		after = got[0]
+	}
+	if len(paged) != 4 {
+		t.Fatalf("paging through Pending returned %d records, want 4 (older, tied, expired, newer): %+v", len(paged), paged)
+	}
+	for i, want := range []*idemkit.Record{older, tied, expired, newer} {
+		RequireSameRecord(t, want, paged[i])
+	}
 	for _, q := range []idemkit.PendingQuery{{Now: now, Limit: 10}, {Scopes: []string{"pend"}, Now: now}} {
 		if got, err := pl.Pending(ctxb, q); err != nil || len(got) != 0 {
 			t.Fatalf("Pending(%+v) = %+v, %v; want nothing", q, got, err)

@@ -1,9 +1,11 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,12 +191,19 @@ func (s *Store) Pending(ctx context.Context, q idemkit.PendingQuery) ([]*idemkit
 	defer s.mu.Unlock()
 	var out []*idemkit.Record
 	for _, r := range s.records {
-		if r.Status == idemkit.StatusProcessing && r.GID != "" && r.LeaseExpired(q.Now) && slices.Contains(q.Scopes, r.Scope) {
+		if r.Status == idemkit.StatusProcessing && r.GID != "" && r.LeaseExpired(q.Now) && slices.Contains(q.Scopes, r.Scope) &&
+			(q.After == nil || pendingOrder(q.After, r) < 0) {
 			out = append(out, clone(r))
 		}
 	}
-	slices.SortFunc(out, func(a, b *idemkit.Record) int { return a.LeaseUntil.Compare(b.LeaseUntil) })
+	slices.SortFunc(out, pendingOrder)
 	return out[:min(len(out), q.Limit)], nil
+}
+
+// pendingOrder is the order of Pending's listing: lease, then scope, then key. Leases compare in
+// milliseconds, as the record package stores them.
+func pendingOrder(a, b *idemkit.Record) int {
+	return cmp.Or(cmp.Compare(a.LeaseUntil.UnixMilli(), b.LeaseUntil.UnixMilli()), strings.Compare(a.Scope, b.Scope), strings.Compare(a.Key, b.Key))
 }
 
 // unsettled reports whether r is tied to a global transaction whose outcome is not recorded yet.

@@ -194,7 +194,10 @@ func buildQueries(dialect, schema, table string) *queries {
 }
 
 // pendingSfx completes a pending query after its scope list.
-const pendingSfx = " ORDER BY lease_until LIMIT ?"
+const pendingSfx = " ORDER BY lease_until, scope, idem_key LIMIT ?"
+
+// pendingAfter restricts a pending query to the records after a given one in its order.
+const pendingAfter = " AND (lease_until > ? OR (lease_until = ? AND (scope > ? OR (scope = ? AND idem_key > ?))))"
 
 // inList returns prefix followed by n placeholders and a closing parenthesis.
 func inList(prefix string, n int) string {

@@ -72,13 +72,19 @@ func (s *Store) Pending(ctx context.Context, q idemkit.PendingQuery) ([]*idemkit
 	if q.Limit < 1 || len(q.Scopes) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, len(q.Scopes)+2)
+	args := make([]any, 0, len(q.Scopes)+7)
 	args = append(args, millis(q.Now))
 	for _, sc := range q.Scopes {
 		args = append(args, sc)
 	}
+	query := inList(s.q.pendingPfx, len(q.Scopes))
+	if a := q.After; a != nil {
+		lease := millis(a.LeaseUntil)
+		query += pendingAfter
+		args = append(args, lease, lease, a.Scope, a.Scope, a.Key)
+	}
 	args = append(args, q.Limit)
-	query := inList(s.q.pendingPfx, len(q.Scopes)) + pendingSfx
+	query += pendingSfx
 	if s.q.rebind {
 		query = rebind(query)
 	}

@@ -1,0 +1,71 @@
+// Package reconcile holds what the transaction reconcilers (hooks.Reconciler, dtmmsg.Reconciler)
+// share: the walk through the pending records.
+package reconcile
+
+import (
+	"context"
+	"sync"
+
+	"github.com/idemkit/idemkit"
+)
+
+// PagesPerRun bounds the pages of pending records one pass looks at.
+const PagesPerRun = 4
+
+// Lister lists up to limit pending records after after in the listing's order (nil: from its head),
+// as [idemkit.Guard.PendingAfter] does.
+type Lister func(ctx context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error)
+
+// Cursor is where a reconciler's next pass goes on listing its pending records. Records whose
+// transaction is still running keep their lapsed lease, so they stay at the head of the listing; a
+// reconciler that always listed from the head would, once a batch of them piles up, never reach the
+// newer records whose transaction ended. The zero value starts at the head. It is safe for concurrent
+// use.
+type Cursor struct {
+	mu    sync.Mutex
+	after *idemkit.Record
+}
+
+// Walk lists pending records with list, page by page of limit, from where the previous Walk stopped,
+// and calls settle for each until settle reported limit records settled, PagesPerRun pages were
+// looked at, or the listing ended — the next Walk then starts again at its head. A lister that cannot
+// page (pageable false) is asked for one page, from the head. Walk returns how many records settle
+// reported settled, and the listing's error, if any.
+func (c *Cursor) Walk(ctx context.Context, list Lister, pageable bool, limit int, settle func(*idemkit.Record) bool) (int, error) {
+	pages := PagesPerRun
+	var after *idemkit.Record
+	if pageable {
+		c.mu.Lock()
+		after = c.after
+		c.mu.Unlock()
+	} else {
+		pages = 1
+	}
+	settled := 0
+	var err error
+	for page := 0; page < pages && settled < limit; page++ {
+		var recs []*idemkit.Record
+		if recs, err = list(ctx, after, limit); err != nil {
+			break
+		}
+		for _, rec := range recs {
+			after = rec
+			if settle(rec) {
+				settled++
+			}
+			if settled == limit {
+				break
+			}
+		}
+		if len(recs) < limit {
+			after = nil // the end of the listing
+			break
+		}
+	}
+	if pageable {
+		c.mu.Lock()
+		c.after = after
+		c.mu.Unlock()
+	}
+	return settled, err
+}

@@ -1,0 +1,62 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/idemkit/idemkit"
+)
+
+// listing is a pending listing of keys in order, paged by key.
+func listing(keys ...string) Lister {
+	return func(_ context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+		var out []*idemkit.Record
+		for _, k := range keys {
+			if (after == nil || k > after.Key) && len(out) < limit {
+				out = append(out, &idemkit.Record{Key: k})
+			}
+		}
+		return out, nil
+	}
+}
+
+func TestWalkPagesPastUnsettledAndWraps(t *testing.T) {
+	var c Cursor
+	list := listing("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+	var seen []string
+	settleOnly := func(keys ...string) func(*idemkit.Record) bool {
+		return func(r *idemkit.Record) bool {
+			seen = append(seen, r.Key)
+			return slices.Contains(keys, r.Key)
+		}
+	}
+	// Pages of 2, 4 pages per walk: a..h looked at, only h settled.
+	n, err := c.Walk(context.Background(), list, true, 2, settleOnly("h"))
+	if err != nil || n != 1 || fmt.Sprint(seen) != "[a b c d e f g h]" {
+		t.Fatalf("first walk: %d, %v, saw %v", n, err, seen)
+	}
+	// The next walk goes on after h, reaches the end (a short page) and wraps.
+	seen = nil
+	n, _ = c.Walk(context.Background(), list, true, 2, settleOnly())
+	if n != 0 || fmt.Sprint(seen) != "[i j]" {
+		t.Fatalf("second walk: %d, saw %v", n, seen)
+	}
+	seen = nil
+	n, _ = c.Walk(context.Background(), list, true, 2, settleOnly("a", "b"))
+	if n != 2 || fmt.Sprint(seen) != "[a b]" {
+		t.Fatalf("third walk (from the head, stops at limit settled): %d, saw %v", n, seen)
+	}
+	// A lister that cannot page: one page, from the head, every time.
+	seen = nil
+	n, _ = c.Walk(context.Background(), list, false, 3, settleOnly())
+	if n != 0 || fmt.Sprint(seen) != "[a b c]" {
+		t.Fatalf("unpageable walk: %d, saw %v", n, seen)
+	}
+	// A listing error ends the walk and is returned.
+	boom := func(context.Context, *idemkit.Record, int) ([]*idemkit.Record, error) { return nil, fmt.Errorf("boom") }
+	if _, err := c.Walk(context.Background(), boom, true, 2, settleOnly()); err == nil {
+		t.Fatal("a listing error was not returned")
+	}
+}
