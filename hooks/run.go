@@ -37,9 +37,11 @@ type RunParams struct {
 	// Call is the idempotency identity of the operation the transaction performs.
 	Call idemkit.Call
 	// GID is the transaction's gid. Defaults to a fresh txstatus.NewGID(). Set it to know the gid
-	// before the call (to put it in Result); it must be new for every call, because DTM refuses a gid
-	// it has seen (such a call rolls back without starting anything), and free of ';', CR and LF,
-	// which DTM's HTTP API removes from gids (Run refuses such a gid before anything starts).
+	// before the call (to put it in Result); it must be new for every call, and free of ';', CR and
+	// LF, which DTM's HTTP API removes from gids (Run refuses such a gid before anything starts). Run
+	// asks the manager about a gid given here before it starts anything (one query more), and a gid
+	// the manager knows — in any state, even still running — rolls the call back without starting
+	// anything: DTM itself accepts a submit or a prepare for a gid it holds as submitted or prepared.
 	GID string
 	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
@@ -123,6 +125,26 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			out.Status, out.Reason = txstatus.Failed, rolledBack
 		}
 		return out, err
+	}
+	if p.GID != "" {
+		// A gid the caller chose may be held by another transaction, still running: DTM accepts a
+		// saga's submit for a gid it holds as submitted and a TCC's prepare for one it holds as
+		// prepared, and Run would then follow that transaction as its own — its success taken for
+		// this call's, none of this call's steps run. Refuse a gid the manager knows before anything
+		// starts, as DTM refuses one it holds in another state (the reason matches txstatus.ErrRefused
+		// alike). Two calls that reuse one gid at the same moment can still both pass: only DTM could
+		// close that. A fresh gid (NewGID) needs no such question.
+		switch st, err := p.Status.Status(ctx, gid); {
+		case err != nil:
+			out.Status = txstatus.Failed
+			out.Reason = fmt.Errorf("%w (never started): asking the manager whether gid %s is free: %w", ErrRolledBack, gid, err)
+			return out, l.Rollback(ctx, t, out.Reason)
+		case st != txstatus.Unknown:
+			out.Status = txstatus.Failed
+			out.Reason = fmt.Errorf("%w (never started): %w: gid %s is held by a transaction the manager reports %s: choose a new gid for every call",
+				ErrRolledBack, txstatus.ErrRefused, gid, st)
+			return out, l.Rollback(ctx, t, out.Reason)
+		}
 	}
 	startErr := p.Start(ctx, gid)
 	if startErr != nil {
