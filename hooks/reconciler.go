@@ -108,18 +108,11 @@ func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Ru
 // head once it reached its end. A Pending of your own cannot page: every call then lists one page from
 // the head. Errors on single records are joined and returned after the others were tried.
 func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
-	var list reconcile.Lister
-	pageable := r.Pending == nil
-	switch {
-	case r.Pending != nil:
-		list = func(ctx context.Context, _ *idemkit.Record, limit int) ([]*idemkit.Record, error) {
-			return r.Pending(ctx, now, limit)
-		}
-	case r.Lifecycle != nil && r.Lifecycle.Guard != nil && len(r.Scopes) > 0:
-		list = func(ctx context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error) {
-			return r.Lifecycle.Guard.PendingAfter(ctx, now, after, limit, r.Scopes...)
-		}
+	var g *idemkit.Guard
+	if r.Lifecycle != nil {
+		g = r.Lifecycle.Guard
 	}
+	list, pageable := reconcile.Source(now, r.Pending, g, r.Scopes)
 	if r.Lifecycle == nil || list == nil || r.Manager == nil {
 		return 0, errors.New("hooks: Reconciler needs Lifecycle, Manager and Scopes (with a Lifecycle.Guard) or Pending")
 	}

@@ -1,7 +1,6 @@
 package saga_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -28,15 +27,7 @@ func TestSubmitOfAGIDStillRunningNeverStarts(t *testing.T) {
 	}
 	waitFor(t, "the second action to be answered 425", func() bool { return k.count(gid, "02 action:425:-") >= 1 })
 
-	lc := *k.lc
-	lc.Before = nil // the harness's Before inserts the order row keyed by gid
-	var committed []string
-	lc.OnCommit = hooks.CommitFunc(func(_ context.Context, t *hooks.Txn, _ []byte) error {
-		committed = append(committed, t.GID)
-		return nil
-	})
-	second := *k.init
-	second.Lifecycle = &lc
+	second, committed := k.committingInitiator()
 	second.Wait = 3 * time.Second
 	c := newCall()
 	done := make(chan struct{})
@@ -49,9 +40,9 @@ func TestSubmitOfAGIDStillRunningNeverStarts(t *testing.T) {
 	out, err = second.Submit(ctxb, saga.SubmitParams{Call: c, GID: gid, Steps: k.addSteps, Result: []byte("two")})
 	<-done
 	rec := k.record(t, c)
-	if out.Status != txstatus.Failed || rec.Status == idemkit.StatusSucceeded || len(committed) != 0 {
+	if out.Status != txstatus.Failed || rec.Status == idemkit.StatusSucceeded || len(*committed) != 0 {
 		t.Fatalf("a submit of a gid held by a running saga was taken for this call's saga: %+v, %v; record %s, commit hook ran for %q",
-			out, err, rec.Status, committed)
+			out, err, rec.Status, *committed)
 	}
 	if !errors.Is(out.Reason, hooks.ErrRolledBack) {
 		t.Fatalf("reason = %v, want hooks.ErrRolledBack", out.Reason)

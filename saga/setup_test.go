@@ -314,3 +314,18 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func newCall() idemkit.Call {
 	return idemkit.Call{Scope: "POST /transfers", Key: testsvc.Name("key-")}
 }
+
+// committingInitiator returns a copy of k's initiator whose Lifecycle has no Before hook (the
+// harness's inserts the order row keyed by gid) and records the gids its commit hook ran for.
+func (k *bank) committingInitiator() (*saga.Initiator, *[]string) {
+	lc := *k.lc
+	lc.Before = nil
+	var committed []string
+	lc.OnCommit = hooks.CommitFunc(func(_ context.Context, t *hooks.Txn, _ []byte) error {
+		committed = append(committed, t.GID)
+		return nil
+	})
+	init := *k.init
+	init.Lifecycle = &lc
+	return &init, &committed
+}

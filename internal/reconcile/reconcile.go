@@ -5,6 +5,7 @@ package reconcile
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/idemkit/idemkit"
 )
@@ -68,4 +69,22 @@ func (c *Cursor) Walk(ctx context.Context, list Lister, pageable bool, limit int
 		c.mu.Unlock()
 	}
 	return settled, err
+}
+
+// Source returns what a reconciler walks: pending when it is set (a lister of the user's, which cannot
+// page), otherwise g's pending records of scopes, listed with [idemkit.Guard.PendingAfter] as of now;
+// nil when there is neither.
+func Source(now time.Time, pending func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error),
+	g *idemkit.Guard, scopes []string) (list Lister, pageable bool) {
+	switch {
+	case pending != nil:
+		return func(ctx context.Context, _ *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+			return pending(ctx, now, limit)
+		}, false
+	case g != nil && len(scopes) > 0:
+		return func(ctx context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error) {
+			return g.PendingAfter(ctx, now, after, limit, scopes...)
+		}, true
+	}
+	return nil, false
 }
