@@ -196,15 +196,11 @@ func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 		return errors.New("idemkit: nil TxBeginner")
 	}
 	for attempt := 0; ; attempt++ {
-		ran := false
-		err := g.txMark(ctx, db, c, func(ctx context.Context, tx TxStore) error {
-			ran = true
-			return fn(ctx, tx)
-		})
+		claimed, err := g.txMark(ctx, db, c, fn)
 		// The mark is the transaction's first write: when the database rolled the transaction back on
-		// a write conflict before fn ran (InnoDB deadlocks the duplicates waiting on a mark whose
-		// transaction rolled back), nothing happened and the transaction runs again.
-		if ran || attempt == conflictRetries || !errors.Is(err, ErrConflict) || ctx.Err() != nil {
+		// a write conflict before the mark was made (InnoDB deadlocks the duplicates waiting on a mark
+		// whose transaction rolled back), nothing happened and the transaction runs again.
+		if claimed || attempt == conflictRetries || !errors.Is(err, ErrConflict) || ctx.Err() != nil {
 			return err
 		}
 	}
@@ -213,23 +209,23 @@ func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 // conflictRetries bounds the runs of TxMark's transaction again after a write conflict.
 const conflictRetries = 3
 
-// txMark is one run of TxMark's transaction.
-func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
+// txMark is one run of TxMark's transaction. claimed says the mark was made, so fn ran.
+func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) (claimed bool, err error) {
 	cl, _, err := g.open(ctx, db, ModeMarkTx, &c)
 	if cl == nil {
-		return err
+		return false, err
 	}
 	tx, err := db.BeginTx(cl.ctx)
 	if err != nil {
 		_, _, err = cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err))
-		return err
+		return false, err
 	}
 	// The claim writes in tx, and until the commit nothing of it may be cached: as in a caller's
 	// transaction.
 	cl.st, cl.callerTx = tx, true
 	if _, _, err := cl.claim(&c); cl.done {
 		cl.rollback(tx)
-		return err
+		return false, err
 	}
 	_, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx, tx) })
 	if ferr != nil {
@@ -237,18 +233,18 @@ func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 		next := cl.rec
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		_, err := cl.finished(&next, nil, ferr, false)
-		return err
+		return true, err
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		_, _, err = cl.fail(OutcomeUnavailable, storeErr("committing transaction", err))
-		return err
+		return true, err
 	}
 	cl.callerTx = false // committed: the mark may be cached
 	next := cl.rec
 	next.Response = nil
 	_, err = cl.finished(&next, nil, nil, true)
-	return err
+	return true, err
 }
 
 // vouched reports whether the cache answers for the key: the lock was taken because the key held
