@@ -145,7 +145,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	now := g.opts.Now()
 	next := cl.rec
 	next.UpdatedAt = now
-	permanent := err != nil && g.opts.IsPermanent(err)
+	permanent := g.IsPermanent(err)
 	outcome(&next, value, err, permanent)
 
 	var werr, note error
@@ -415,7 +415,7 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	}
 	next := *rec
 	next.UpdatedAt = g.opts.Now()
-	outcome(&next, value, err, err != nil && g.opts.IsPermanent(err))
+	outcome(&next, value, err, g.IsPermanent(err))
 	note, werr := writeOutcome(ctx, g.store, &next, rec.Version())
 	switch {
 	case werr == nil:

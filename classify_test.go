@@ -27,7 +27,10 @@ func TestGuardIsPermanentFollowsTheClassifier(t *testing.T) {
 		{def, errInvalid, false},
 		{def, idemkit.Permanent(errInvalid), true},
 		{custom, errInvalid, true},
-		{custom, idemkit.Permanent(errors.New("other")), false},
+		{custom, errors.New("other"), false},
+		// A marked error is permanent whatever the classifier says: adapters (grpcx's permanent
+		// codes) and businesses mark the answers that must be replayed.
+		{custom, idemkit.Permanent(errors.New("other")), true},
 		{custom, nil, false},
 	} {
 		if got := tc.g.IsPermanent(tc.err); got != tc.want {

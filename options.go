@@ -67,7 +67,9 @@ type Options struct {
 	// Defaults to DefaultMaxKeyLen (255).
 	MaxKeyLen int
 	// IsPermanent classifies a function's error: true stores it as REJECTED and replays it, false
-	// leaves the record FAILED for a retry. Defaults to [IsPermanent].
+	// leaves the record FAILED for a retry. An error marked with [Permanent] is permanent whatever
+	// it says (adapters mark the answers they must replay, e.g. grpcx's permanent status codes).
+	// Defaults to [IsPermanent].
 	IsPermanent func(error) bool
 	// Logger receives warnings (fail-open, fenced finishes, store errors) and debug events. Keys are
 	// logged as a short hash unless LogKeys is set. Defaults to discarding.

@@ -368,7 +368,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	defer cancel()
 	var unstorable *unstorableError
 	isUnstorable := errors.As(ferr, &unstorable)
-	if !isUnstorable && !g.opts.IsPermanent(ferr) {
+	if !isUnstorable && !g.IsPermanent(ferr) {
 		// A record finished by another attempt meanwhile is the answer, not fn's error.
 		cur, err := db.Get(dctx, cl.id.scope, cl.id.key)
 		switch {
@@ -445,7 +445,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 
 	next := cl.rec
 	next.UpdatedAt = g.opts.Now()
-	permanent := ferr != nil && g.opts.IsPermanent(ferr)
+	permanent := g.IsPermanent(ferr)
 	if ferr != nil && !permanent {
 		// A record finished by another attempt meanwhile is the answer, not fn's error.
 		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)

@@ -53,7 +53,8 @@ type Options struct {
 	// documentation). Defaults to DefaultMaxBody (1 MiB).
 	MaxBody int64
 	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
-	// an op that may fail), false an infrastructure error (500). Defaults to idemkit.IsPermanent.
+	// an op that may fail), false an infrastructure error (500). An error marked with idemkit.Permanent
+	// is permanent whatever it says. Defaults to idemkit.IsPermanent.
 	// Errors wrapping dtmcli.ErrFailure, dtmcli.ErrOngoing, ErrMalformedPayload or
 	// barrier.ErrBusinessFailure are classified before it is asked (a custom one need not know them).
 	IsPermanent func(error) bool

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/idemkit/idemkit"
 )
 
 // KeyFunc returns the idempotency key of a call to method with request req, or "" when the call has
@@ -16,8 +19,11 @@ import (
 type KeyFunc func(ctx context.Context, method string, req proto.Message) (string, error)
 
 // MetadataKeyFunc reads the key from the incoming metadata field name (lower case, e.g.
-// [MetadataKey]). Repeated values must be equal: a call carrying two different keys is an error.
+// [MetadataKey]). Repeated values must be equal: a call carrying two different keys is an error. A
+// binary field (a name ending in "-bin") carries bytes, not text: its key is
+// idemkit.DerivedKey of them (the bytes themselves when they are a valid key, else their hash).
 func MetadataKeyFunc(name string) KeyFunc {
+	binary := strings.HasSuffix(name, "-bin")
 	return func(ctx context.Context, _ string, _ proto.Message) (string, error) {
 		vals := metadata.ValueFromIncomingContext(ctx, name)
 		if len(vals) == 0 {
@@ -28,13 +34,17 @@ func MetadataKeyFunc(name string) KeyFunc {
 				return "", fmt.Errorf("grpcx: metadata %q carries %d different keys", name, len(vals))
 			}
 		}
+		if binary && vals[0] != "" {
+			return idemkit.DerivedKey(vals[0]), nil
+		}
 		return vals[0], nil
 	}
 }
 
 // FieldKey reads the key from the request's top-level field name (its proto name, e.g. "request_id"):
 // a string, integer or bytes field of a generated message, or the string or number under name in a
-// google.protobuf.Struct request. An unset or empty field means no key; a field of another kind, or a
+// google.protobuf.Struct request. A bytes field's key is idemkit.DerivedKey of its bytes: the bytes
+// themselves when they are a valid key (text), else their hash, so a binary id (a raw UUID) works. An unset or empty field means no key; a field of another kind, or a
 // message without the field, is an error.
 func FieldKey(name string) KeyFunc {
 	return func(_ context.Context, _ string, req proto.Message) (string, error) {
@@ -69,7 +79,10 @@ func FieldKey(name string) KeyFunc {
 		case protoreflect.StringKind:
 			return v.String(), nil
 		case protoreflect.BytesKind:
-			return string(v.Bytes()), nil
+			if len(v.Bytes()) == 0 {
+				return "", nil
+			}
+			return idemkit.DerivedKey(string(v.Bytes())), nil
 		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 			protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
 			return strconv.FormatInt(v.Int(), 10), nil

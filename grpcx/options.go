@@ -40,7 +40,8 @@ type Options struct {
 	// Permanent reports whether a handler's status error is a permanent answer, stored (REJECTED) and
 	// replayed to duplicates with its code, message and details; other errors are retryable, not stored,
 	// and the next call with the key runs again. Defaults to [DefaultPermanent]. An error wrapped with
-	// idemkit.Permanent is permanent whatever its code.
+	// idemkit.Permanent, or one the Guard's own classifier (idemkit.Options.IsPermanent) calls
+	// permanent, is permanent whatever its code.
 	Permanent func(st *status.Status) bool
 	// Tx, when set, runs each guarded call in Tx mode ([idemkit.Guard.Tx]) in a transaction the
 	// Guard begins on Tx (a *record.Store on the database the handler writes to, over the Guard's

@@ -172,10 +172,17 @@ func sameError(a, b error) bool {
 func (s *server) outcome(resp any, herr error) ([]byte, error) {
 	if herr != nil {
 		st := status.Convert(herr)
-		if idemkit.IsPermanent(herr) || s.c.permanent(st) {
+		// The Guard's own classifier (its Options.IsPermanent) and this package's (Options.Permanent)
+		// both decide: an error either calls permanent is stored, encoded, and marked so the Guard
+		// stores it REJECTED whatever its classifier says of the status error.
+		if s.g.IsPermanent(herr) || s.c.permanent(st) {
 			b, err := encodeStatus(st)
 			if err != nil {
-				return nil, herr // not storable: treat as retryable
+				// Details that cannot be encoded: the code and message still are the answer.
+				b, err = encodeStatus(status.New(st.Code(), st.Message()))
+			}
+			if err != nil {
+				return nil, herr
 			}
 			return b, idemkit.Permanent(herr)
 		}
