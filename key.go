@@ -76,6 +76,17 @@ func DerivedKey(s string) string {
 	return s
 }
 
+// StorableText returns s when every Store holds it as a fingerprint, gid or branch id (at most
+// MaxStoredLen bytes of UTF-8 without NUL), else [HashedForm](s). Equal inputs give equal outputs, so
+// it keeps a fingerprint comparable whatever computed it: use it on a fingerprint that may be a raw
+// binary hash or a long canonical form, which a Guard refuses with ErrUnstorable.
+func StorableText(s string) string {
+	if checkStoredText(s) != nil {
+		return HashedForm(s)
+	}
+	return s
+}
+
 // identity is a validated call's address in every backend.
 type identity struct {
 	scope, key string // stored forms

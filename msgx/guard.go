@@ -139,7 +139,9 @@ func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
 	}
 	c := idemkit.Call{Scope: scope, Key: key}
 	if g.opts.Fingerprint != nil {
-		c.Fingerprint = g.opts.Fingerprint(m)
+		// A fingerprint no Store could hold (a raw binary hash, a long canonical form) is hashed:
+		// refused, it would fail every delivery of the message before the handler runs.
+		c.Fingerprint = idemkit.StorableText(g.opts.Fingerprint(m))
 	}
 	return c, Decision{}, true
 }
@@ -182,7 +184,10 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 			hold = ife.RetryAfter
 		}
 		return Decision{Action: Retry, Outcome: InFlight, Delay: min(max(hold, g.opts.RetryDelay), g.backoff(m)), Err: err}
-	case herr == nil && (errors.Is(err, idemkit.ErrPayloadMismatch) || errors.Is(err, idemkit.ErrInvalidKey)):
+	case herr == nil && (errors.Is(err, idemkit.ErrPayloadMismatch) || errors.Is(err, idemkit.ErrInvalidKey) ||
+		errors.Is(err, idemkit.ErrUnstorable)):
+		// The same delivery would fail the same way forever: ErrUnstorable here is a value of the
+		// call the Store refuses, or an outcome recorded REJECTED without it (replayed as such).
 		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
 		return Decision{Action: DeadLetter, Outcome: Poison, Err: err}
 	case herr != nil && !notRecorded && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:

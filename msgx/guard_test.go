@@ -2,6 +2,7 @@ package msgx_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -139,7 +140,8 @@ func TestExecuteUsesTheGuardsClassifier(t *testing.T) {
 	errInvalid := errors.New("invalid order")
 	f := newExec(t, &idemkit.Options{IsPermanent: func(err error) bool { return errors.Is(err, errInvalid) }}, nil)
 	want(t, f.handle(msg("c1"), errInvalid), msgx.DeadLetter, msgx.Rejected)
-	want(t, f.handle(msg("c2"), idemkit.Permanent(errBoom)), msgx.Retry, msgx.Failed) // not permanent for this Guard
+	want(t, f.handle(msg("c2"), errBoom), msgx.Retry, msgx.Failed)                           // not permanent for this Guard
+	want(t, f.handle(msg("c3"), idemkit.Permanent(errBoom)), msgx.DeadLetter, msgx.Rejected) // marked: permanent for every Guard
 }
 
 func TestPoisonMessagesAreDeadLetteredWithoutRunning(t *testing.T) {
@@ -399,5 +401,35 @@ func TestConstructorsPanicOnNil(t *testing.T) {
 			}()
 			build()
 		}()
+	}
+}
+
+// TestUnstorableFingerprintIsHashed: a Fingerprint function returning what no Store holds (a raw
+// binary hash, a long canonical form) used to fail every delivery with ErrUnstorable, retried
+// forever without running. It is stored as its hash and still tells payloads apart.
+func TestUnstorableFingerprintIsHashed(t *testing.T) {
+	for name, fp := range map[string]func(*msgx.Message) string{
+		"binary": func(m *msgx.Message) string { s := sha256.Sum256(m.Data); return string(s[:]) },
+		"long":   func(m *msgx.Message) string { return strings.Repeat("x", 200) + string(m.Data) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newExec(t, nil, &msgx.Options{Fingerprint: fp})
+			want(t, f.handle(msg("f1"), nil), msgx.Ack, msgx.Processed)
+			want(t, f.handle(msg("f1"), nil), msgx.Ack, msgx.Duplicate)
+			other := msg("f1")
+			other.Data = []byte(`{"id":2}`)
+			d := f.handle(other, nil)
+			want(t, d, msgx.DeadLetter, msgx.Poison)
+			if !errors.Is(d.Err, idemkit.ErrPayloadMismatch) {
+				t.Fatalf("another payload: %v, want ErrPayloadMismatch", d.Err)
+			}
+			if n := f.runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times, want 1", n)
+			}
+			rec, err := f.guard.Get(context.Background(), "orders/worker", "f1")
+			if err != nil || rec.Fingerprint != idemkit.StorableText(fp(msg("f1"))) || !strings.HasPrefix(rec.Fingerprint, "sha256:") {
+				t.Fatalf("record %+v, %v: want the fingerprint's hash", rec, err)
+			}
+		})
 	}
 }

@@ -40,7 +40,9 @@ type Options struct {
 	// different ids. An error, or "", makes the message Poison: dead-lettered, never run.
 	Key func(m *Message) (string, error)
 	// Fingerprint returns a hash of the payload; a key reused with another fingerprint is Poison
-	// (idemkit.ErrPayloadMismatch). Defaults to none (see [DataFingerprint]).
+	// (idemkit.ErrPayloadMismatch). One no Store holds (longer than idemkit.MaxStoredLen bytes, or
+	// not UTF-8: a raw binary hash) is stored as its hash (idemkit.StorableText). Defaults to none
+	// (see [DataFingerprint]).
 	Fingerprint func(m *Message) string
 	// OnReject says what to do with a message whose handler failed permanently. Defaults to
 	// DeadLetterRejected.

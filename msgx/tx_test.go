@@ -2,6 +2,7 @@ package msgx_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -265,5 +266,25 @@ func TestTxKeyFinishedWhileRunningIsReplayed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTxUnstorableFingerprintIsHashed: in Tx mode too, a binary fingerprint is stored as its hash
+// instead of failing every delivery before the handler runs.
+func TestTxUnstorableFingerprintIsHashed(t *testing.T) {
+	binary := func(m *msgx.Message) string { s := sha256.Sum256(m.Data); return string(s[:]) }
+	for name, open := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			f := newTx(t, open(), nil, &msgx.Options{Fingerprint: binary})
+			ctx := context.Background()
+			want(t, f.handler(nil)(ctx, msg("fp")), msgx.Ack, msgx.Processed)
+			want(t, f.handler(nil)(ctx, msg("fp")), msgx.Ack, msgx.Duplicate)
+			other := msg("fp")
+			other.Data = []byte(`{"id":2}`)
+			want(t, f.handler(nil)(ctx, other), msgx.DeadLetter, msgx.Poison)
+			if n := f.effectsOf(t, "fp"); n != 1 {
+				t.Fatalf("%d effects, want 1", n)
+			}
+		})
 	}
 }
