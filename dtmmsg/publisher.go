@@ -141,7 +141,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 			_ = dtmimp.TransCallDtm(&m.TransBase, "abort") // best effort: the back-check answers FAILURE anyway
 			out.Status, out.Reason = txstatus.Failed, lerr
 			reason := lerr
-			if !idemkit.IsPermanent(lerr) {
+			if !p.Lifecycle.IsPermanent(lerr) {
 				reason = fmt.Errorf("%w: %w", hooks.ErrRolledBack, lerr)
 			}
 			return out, errors.Join(fmt.Errorf("%w: %w", ErrLocalFailed, lerr), p.Lifecycle.Rollback(ctx, t, reason))

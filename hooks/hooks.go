@@ -98,6 +98,17 @@ type Lifecycle struct {
 	OnRollback Rollback
 }
 
+// IsPermanent reports whether err is a permanent failure by the rule the records follow: the
+// Guard's classifier ([idemkit.Guard.IsPermanent]), or [idemkit.IsPermanent] without a Guard.
+// Initiators ask it to give DTM a permanent rollback reason ([PermanentReason]), so a Reconciler
+// settling the record after a crash records what the initiator would have.
+func (l *Lifecycle) IsPermanent(err error) bool {
+	if l.Guard != nil {
+		return l.Guard.IsPermanent(err)
+	}
+	return idemkit.IsPermanent(err)
+}
+
 // Begin claims the record for call with gid and runs the Before hook. Exactly one of its results is
 // meaningful: a *Txn to run the transaction under; a replayed result (Replayed set, possibly with an
 // *idemkit.RejectedError) when the key already finished; or an error (ErrInFlight while another
@@ -130,7 +141,7 @@ func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemk
 func (l *Lifecycle) failBefore(ctx context.Context, t *Txn, err error) error {
 	wrapped := fmt.Errorf("hooks: before transaction %s: %w", t.GID, err)
 	if t.claim == nil {
-		if idemkit.IsPermanent(err) {
+		if l.IsPermanent(err) {
 			return &rejection{rej: &idemkit.RejectedError{Message: err.Error()}, cause: wrapped}
 		}
 		return wrapped

@@ -203,8 +203,9 @@ func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
 }
 
 // PermanentReason starts the rollback reason an initiator gives DTM when it aborts a transaction because
-// of an error marked idemkit.Permanent (a TCC try's): a Reconciler that settles the record later
-// finds it in DTM's rollback reason and records the key REJECTED, as the initiator would have.
+// of a permanent error ([Lifecycle.IsPermanent]: a TCC try's): a Reconciler that settles the record
+// later finds it in DTM's rollback reason and records the key REJECTED (the reason is marked
+// idemkit.Permanent, which every Guard honours), as the initiator would have.
 const PermanentReason = "idemkit: permanent: "
 
 // dtmRollbackReason is the rollback reason recorded for a transaction DTM reports failed with reason.

@@ -173,6 +173,44 @@ func TestGlobalPermanentTryErrorHasOneShape(t *testing.T) {
 	}
 }
 
+// TestGlobalClassifiedTryErrorIsAPermanentReason: a try error the Guard's own classifier calls
+// permanent (not marked idemkit.Permanent) is recorded REJECTED by the initiator, so DTM's rollback
+// reason must say permanent too: a Reconciler settling the record after an initiator crash reads
+// the reason, and recorded FAILED (run again) where the initiator recorded REJECTED.
+func TestGlobalClassifiedTryErrorIsAPermanentReason(t *testing.T) {
+	t.Parallel()
+	k := newBank(t)
+	errCheck := errors.New("post-try check refused")
+	opts := k.opts
+	opts.IsPermanent = func(err error) bool { return errors.Is(err, errCheck) }
+	guard, err := idemkit.New(k.store, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	global := *k.global
+	global.Lifecycle = &hooks.Lifecycle{Guard: guard}
+	c := newCall()
+	p := k.runParams(c)
+	tries := p.Tries
+	p.Tries = func(tc *dtmcli.Tcc) error {
+		if err := tries(tc); err != nil {
+			return err
+		}
+		return errCheck
+	}
+	out, first := global.Run(ctxb, p)
+	if out.Status != txstatus.Failed || !errors.Is(first, idemkit.ErrRejected) {
+		t.Fatalf("Run = %+v, %v: want Failed and the rejection", out, first)
+	}
+	tr := waitTrans(t, k.srv, out.GID)
+	if tr.Status != dtmcli.StatusFailed || tr.RollbackReason != hooks.PermanentReason+errCheck.Error() {
+		t.Fatalf("TCC %s, reason %q: want the permanent reason", tr.Status, tr.RollbackReason)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusRejected {
+		t.Fatalf("record %s, want REJECTED", rec.Status)
+	}
+}
+
 // TestGlobalReusedGIDNeverStarts: a new key's TCC with the gid of one that succeeded: DTM refuses the
 // prepare, so nothing of it started (no try ran). The record is rolled back and Run reports Failed,
 // not the other transaction's success.

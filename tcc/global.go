@@ -56,7 +56,8 @@ type RunParams struct {
 // back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
 // PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
 // Outcome.Reason carries the try's error. The record is then FAILED (a retry with the key runs anew),
-// unless the error is marked idemkit.Permanent: the record is REJECTED, and Run returns, beside the
+// unless the error is permanent (marked idemkit.Permanent, or so classified by the Guard's
+// IsPermanent): the record is REJECTED, and Run returns, beside the
 // Outcome with Status Failed, the error every replay of the key returns — errors.As finds an
 // *idemkit.RejectedError (see [hooks.Lifecycle.Run]). A Reconciler that settles the record instead
 // (Wait ran out first) records it REJECTED too.
@@ -77,7 +78,7 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 			if p.Options != nil {
 				p.Options(t)
 			}
-			return start(ctx, status, t, p.Tries)
+			return start(ctx, status, t, p.Tries, g.Lifecycle.IsPermanent)
 		},
 	})
 }
@@ -91,9 +92,10 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 // accepted the transaction exists, and a refusal of a later call (the submit of a transaction DTM is
 // already aborting after its timeout, or that a Reconciler's fence aborted; an abort after one of
 // those) is returned without ErrRefused, so the caller follows the transaction's status. A try error
-// marked idemkit.Permanent is given to DTM as a rollback reason starting with hooks.PermanentReason,
-// so a Reconciler that settles the record records it REJECTED as the initiator does.
-func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error) (err error) {
+// permanent by the Lifecycle's rule (permanent: idemkit.Permanent, or the Guard's IsPermanent) is
+// given to DTM as a rollback reason starting with hooks.PermanentReason, so a Reconciler that settles
+// the record records it REJECTED as the initiator does.
+func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error, permanent func(error) bool) (err error) {
 	if err := status.Call(ctx, "prepare", t.Gid, &t.TransBase); err != nil {
 		return err
 	}
@@ -117,7 +119,7 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 		return nil
 	}
 	t.RollbackReason = tryErr.Error()
-	if idemkit.IsPermanent(tryErr) {
+	if permanent(tryErr) {
 		t.RollbackReason = hooks.PermanentReason + tryErr.Error()
 	}
 	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {

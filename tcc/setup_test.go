@@ -79,6 +79,8 @@ type bank struct {
 	accts  string
 	inKey  string
 	guard  *idemkit.Guard
+	opts   idemkit.Options // the Guard's options (a test builds another Guard with a custom classifier)
+	store  *record.Store
 	global *tcc.Global
 	svc    *httptest.Server
 
@@ -135,7 +137,8 @@ func newBank(t *testing.T) *bank {
 	prefix := testsvc.Name("idemkit_tcc_") + ":"
 	testsvc.CleanRedis(t, k.rdb, prefix)
 	locker := lock.New(k.rdb, &lock.Options{Prefix: prefix})
-	if k.guard, err = idemkit.New(store, &idemkit.Options{Locker: locker, Lease: 5 * time.Second}); err != nil {
+	k.store, k.opts = store, idemkit.Options{Locker: locker, Lease: 5 * time.Second}
+	if k.guard, err = idemkit.New(store, &k.opts); err != nil {
 		t.Fatal(err)
 	}
 	k.global = &tcc.Global{
