@@ -151,6 +151,8 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		}
 	}
 
+	// Committed: the message will be delivered, and its result is what every replay returns.
+	out.Result = pp.Result
 	if serr := m.Submit(); serr != nil {
 		out.Reason = serr // DTM's back-check will find the commit and publish
 	}

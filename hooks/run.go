@@ -147,6 +147,8 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		}
 	}
 	startErr := p.Start(ctx, gid)
+	out.Status = txstatus.Submitted
+	var info txstatus.Info
 	if startErr != nil {
 		out.Reason = startErr
 		if errors.Is(startErr, txstatus.ErrRefused) {
@@ -158,8 +160,8 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			return out, l.Rollback(ctx, t, out.Reason)
 		}
 		// Did the transaction reach the manager? Only it can tell.
-		st, err := p.Status.Status(ctx, gid)
-		switch {
+		info, err = p.Status.Query(ctx, gid)
+		switch st := info.Status; {
 		case err != nil:
 			l.Detach(ctx, t)
 			return out, fmt.Errorf("hooks: starting %s %s: %w (and its status is unknown: %w)", p.TransType, gid, startErr, err)
@@ -171,11 +173,13 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			// has no record of it.
 			l.Detach(ctx, t)
 			return out, fmt.Errorf("hooks: starting %s %s: %w (the manager has no record of it yet; left to the reconciler)", p.TransType, gid, startErr)
+		default:
+			// It exists, and its status is the last seen: a TCC the initiator aborted after a try
+			// failed is failed (or aborting) already, whether or not Run waits.
+			out.Status = st
 		}
 	}
-	out.Status = txstatus.Submitted
-	var info txstatus.Info
-	if p.Wait > 0 {
+	if p.Wait > 0 && !out.Status.Final() {
 		// The wait survives the caller's cancellation (a client that disconnects from an HTTP
 		// handler): the transaction is running anyway, and its outcome is what the record and the
 		// stored response should say. Wait alone bounds it.
@@ -203,23 +207,36 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	}
 	switch out.Status {
 	case txstatus.Succeed:
-		out.Result = call.Result
-		err = l.Commit(ctx, t, p.Result)
+		// The claim's result (call.Result) is what the record carries whoever settles it, and what
+		// the first call and every replay return.
+		out.Result, out.Reason = call.Result, nil
+		err = l.Commit(ctx, t, call.Result)
 	case txstatus.Failed:
-		out.Reason = cmp.Or(notOurs, rollbackReason(ctx, p.Status, gid, startErr))
+		out.Reason = cmp.Or(notOurs, l.rollbackReason(ctx, p.Status, gid, startErr))
 		err = l.Rollback(ctx, t, out.Reason)
 		if err == nil && t.Record.Status == idemkit.StatusRejected {
 			// A permanent failure (a TCC try's idemkit.Permanent error): the shape a replay returns.
 			err = &rejection{rej: &idemkit.RejectedError{Message: t.Record.Error}, cause: out.Reason}
 		}
+	case txstatus.Aborting:
+		// Rolling back (Reason: the initiator's error, if any): no result, and the record is left
+		// to the Reconciler.
+		l.Detach(ctx, t)
 	default:
 		out.Result = call.Result // stored with the claim: what a replay returns once it succeeds
+		out.Reason = nil         // still running: a lost answer to its start is no reason
 		l.Detach(ctx, t)
 	}
-	if errors.Is(err, idemkit.ErrFenced) && l.agrees(ctx, call, gid, out.Status) {
-		// The wait outlived the claim's lease and a Reconciler settled the record first, from the
-		// same final status the manager gave us: the outcome stands and the record agrees with it.
-		return out, nil
+	if errors.Is(err, idemkit.ErrFenced) {
+		if rec, ok := l.agrees(ctx, call, gid, out.Status); ok {
+			// The wait outlived the claim's lease and a Reconciler settled the record first, from
+			// the same final status the manager gave us: the outcome stands and the record agrees
+			// with it — a rejection the Reconciler recorded is returned as a replay returns it.
+			if rec.Status == idemkit.StatusRejected {
+				return out, &rejection{rej: &idemkit.RejectedError{Message: rec.Error}, cause: out.Reason}
+			}
+			return out, nil
+		}
 	}
 	return out, err
 }
@@ -260,32 +277,42 @@ func startedElsewhere(gid, transType string, info txstatus.Info) error {
 		ErrRolledBack, gid, cmp.Or(info.TransType, "transaction"), info.Status, info.Branches, cmp.Or(transType, "transaction"))
 }
 
-// rollbackReason says why gid rolled back: the initiator's own error when it had one (a TCC try that
-// failed), else DTM's reason, else just ErrRolledBack.
-func rollbackReason(ctx context.Context, c *txstatus.Client, gid string, startErr error) error {
-	if startErr != nil {
+// rollbackReason says why gid rolled back: the initiator's own error when it is the reason — a
+// permanent one (a TCC try's), or the one it gave DTM as the rollback reason — returned as it is so
+// that its identity and its classification survive; else DTM's rollback reason, the one a Reconciler
+// records (a start error that is not the reason, such as a lost answer to a submit DTM accepted, is
+// not reported); the initiator's error when DTM gives none; else just ErrRolledBack.
+func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid string, startErr error) error {
+	if startErr != nil && l.IsPermanent(startErr) {
 		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
 	}
-	if info, err := c.Query(ctx, gid); err == nil && info.RollbackReason != "" {
-		return fmt.Errorf("%w: %s", ErrRolledBack, info.RollbackReason)
+	var reason string
+	if info, err := c.Query(ctx, gid); err == nil {
+		reason = info.RollbackReason
+	}
+	switch {
+	case startErr != nil && (reason == "" || reason == startErr.Error()):
+		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
+	case reason != "":
+		return dtmRollbackReason(reason)
 	}
 	return ErrRolledBack
 }
 
-// agrees reports whether the record of call carries gid and the final status st: a settle that was
+// agrees returns the record of call when it carries gid and the final status st: a settle that was
 // fenced because a Reconciler recorded the same outcome first.
-func (l *Lifecycle) agrees(ctx context.Context, call idemkit.Call, gid string, st txstatus.Status) bool {
+func (l *Lifecycle) agrees(ctx context.Context, call idemkit.Call, gid string, st txstatus.Status) (*idemkit.Record, bool) {
 	if l.Guard == nil || !st.Final() {
-		return false
+		return nil, false
 	}
 	rec, err := l.Guard.Get(ctx, call.Scope, call.Key)
 	if err != nil || rec.GID != gid {
-		return false
+		return nil, false
 	}
 	if st == txstatus.Succeed {
-		return rec.Status == idemkit.StatusSucceeded
+		return rec, rec.Status == idemkit.StatusSucceeded
 	}
-	return rec.Status == idemkit.StatusFailed || rec.Status == idemkit.StatusRejected
+	return rec, rec.Status == idemkit.StatusFailed || rec.Status == idemkit.StatusRejected
 }
 
 // Conclude applies a transaction status to t: Commit with result on Succeed, Rollback on Failed (with

@@ -33,7 +33,9 @@ type SubmitParams struct {
 	// Call is the idempotency identity of the operation (scope and client key).
 	Call idemkit.Call
 	// Steps adds the saga's steps (s.Add(action, compensate, payload)) and sets its options
-	// (s.RetryInterval, s.TimeoutToFail, s.Concurrent...). Required.
+	// (s.RetryInterval, s.TimeoutToFail, s.Concurrent...). Required. s.WaitResult is ignored
+	// (Initiator.Wait waits for the outcome): with it DTM answers a saga not yet succeeded with
+	// the same FAILURE as a refusal to start one.
 	Steps func(s *dtmcli.Saga)
 	// Result is the saga's result (an order id...): stored with the claim, returned in
 	// Outcome.Result when the saga succeeds, and replayed to duplicates. See hooks.RunParams.Result.
@@ -78,6 +80,10 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 				// that landed on a fence's empty transaction (see txstatus.Info.RanNothingFor).
 				return &txstatus.RefusedError{Op: "submit", GID: gid, Message: "saga: a saga without steps is not submitted"}
 			}
+			// DTM answers a submit with WaitResult set FAILURE when the saga has not succeeded by
+			// then (a step still retrying), which cannot be told from its refusal to start one:
+			// Submit would roll the record back while the saga runs on. Initiator.Wait waits instead.
+			s.WaitResult = false
 			s.BuildCustomOptions() // what dtmcli's Submit does before it posts
 			return status.Call(ctx, "submit", gid, &s.TransBase)
 		},

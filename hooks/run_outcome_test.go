@@ -1,0 +1,105 @@
+package hooks_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// TestPermanentFailureSettledFirstByReconciler: a TCC whose try failed permanently (the initiator
+// aborts with hooks.PermanentReason) and whose wait outlived the lease, so a Reconciler recorded it
+// REJECTED first. Run's Rollback is fenced, agrees() accepts the outcome, and Run returns a nil error:
+// the first call does not get the *idemkit.RejectedError every replay of the key gets ("A permanent
+// failure is an *idemkit.RejectedError, on a replay as on the first call").
+func TestPermanentFailureSettledFirstByReconciler(t *testing.T) {
+	b := setup(t)
+	errCheck := errors.New("customer blocked")
+	status := dtmAnswering(t, `{"branches":[{"op":"cancel"},{"op":"confirm"}],"transaction":{"status":"failed","trans_type":"tcc","rollback_reason":"`+
+		hooks.PermanentReason+errCheck.Error()+`"}}`)
+	r := &hooks.Reconciler{Lifecycle: b.lc, Scopes: []string{"create-order"}, TransType: "tcc", Manager: status}
+	p := hooks.RunParams{TransType: "tcc", Call: call("k"), Status: status, Wait: time.Second,
+		Start: func(ctx context.Context, gid string) error {
+			b.clock.Advance(2 * time.Second) // past the lease: the record is pending
+			if n, err := r.RunOnce(ctx, b.clock.Now(), 10); n != 1 || err != nil {
+				t.Errorf("reconciler settled %d, %v", n, err)
+			}
+			return idemkit.Permanent(errCheck)
+		}}
+	out, first := b.lc.Run(ctxb, p)
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusRejected {
+		t.Fatalf("record %s, want REJECTED", rec.Status)
+	}
+	_, replay := b.lc.Run(ctxb, p)
+	var r1, r2 *idemkit.RejectedError
+	if !errors.As(replay, &r2) {
+		t.Fatalf("replay %v: want *idemkit.RejectedError", replay)
+	}
+	if !errors.As(first, &r1) {
+		t.Fatalf("first call: Outcome %+v, error %v; a replay returns %v: want the same *idemkit.RejectedError on the first call", out, first, replay)
+	}
+}
+
+// TestCallResultAndRunResultAgree: RunParams.Result is "stored with the claim (as Call.Result,
+// unless that is set)". With both set, the live path commits RunParams.Result over the claim's, while
+// the first call returns Call.Result and a Reconciler (after a crash) commits Call.Result: the replay
+// differs from the first call's answer, and the live and crash paths store different results.
+func TestCallResultAndRunResultAgree(t *testing.T) {
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[{"op":"action"},{"op":"compensate"}],"transaction":{"status":"succeed","trans_type":"saga"}}`)
+	c := call("k")
+	c.Result = []byte("call-result")
+	p := hooks.RunParams{TransType: "saga", Call: c, Status: status, Wait: time.Second, Result: []byte("run-result"),
+		Start: func(context.Context, string) error { return nil }}
+	out, err := b.lc.Run(ctxb, p)
+	if err != nil || out.Status != txstatus.Succeed {
+		t.Fatalf("Run = %+v, %v", out, err)
+	}
+	replay, err := b.lc.Run(ctxb, p)
+	if err != nil || !replay.Replayed {
+		t.Fatalf("replay = %+v, %v", replay, err)
+	}
+	if string(out.Result) != string(replay.Result) {
+		t.Fatalf("first call answered %q, its replay %q", out.Result, replay.Result)
+	}
+}
+
+// TestSucceededOutcomeHasNoReason: Outcome.Reason "says why a transaction failed to start or
+// rolled back ... Nil otherwise". A saga whose submit answer was lost (a gateway's 502 after DTM
+// accepted it) and which then succeeded is reported Succeed with Reason set to the submit error.
+func TestSucceededOutcomeHasNoReason(t *testing.T) {
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[{"op":"action"},{"op":"compensate"}],"transaction":{"status":"succeed","trans_type":"saga"}}`)
+	out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, Wait: time.Second,
+		Start: func(context.Context, string) error { return errors.New("txstatus: submit: outcome unknown: HTTP 502") }})
+	if err != nil || out.Status != txstatus.Succeed {
+		t.Fatalf("Run = %+v, %v", out, err)
+	}
+	if out.Reason != nil {
+		t.Fatalf("a succeeded transaction reports Reason %v", out.Reason)
+	}
+}
+
+// TestLostSubmitAnswerKeepsDTMRollbackReason: a saga whose submit answer was lost (502 after DTM
+// accepted it) and which DTM then rolled back because a step failed. Outcome.Reason should carry "DTM's
+// rollback reason (the message of the saga step that failed)", as the record a Reconciler settles
+// does; Run reports and stores the lost submit's error instead, so the live and crash paths store
+// different errors for the same saga.
+func TestLostSubmitAnswerKeepsDTMRollbackReason(t *testing.T) {
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[{"op":"action"},{"op":"compensate"}],"transaction":{"status":"failed","trans_type":"saga","rollback_reason":"account 2 frozen"}}`)
+	out, err := b.lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, Wait: time.Second,
+		Start: func(context.Context, string) error { return errors.New("txstatus: submit: outcome unknown: HTTP 502") }})
+	if err != nil || out.Status != txstatus.Failed {
+		t.Fatalf("Run = %+v, %v", out, err)
+	}
+	rec := b.status(t, "k")
+	if out.Reason == nil || !strings.Contains(out.Reason.Error(), "account 2 frozen") || !strings.Contains(rec.Error, "account 2 frozen") {
+		t.Fatalf("Reason %v, record error %q: want DTM's rollback reason, as the Reconciler records", out.Reason, rec.Error)
+	}
+}
