@@ -234,7 +234,9 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, st *reqState
 	case errors.Is(err, idemkit.ErrDuplicate):
 		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict})
 	case errors.Is(err, idemkit.ErrStoreUnavailable), errors.Is(err, idemkit.ErrLockUnavailable):
-		if m.cfg.RunUnguardedOnOutage {
+		// Not when the request's own context ended (the client went away before the lock or the
+		// record answered): that is no outage, and its retry must find the key guarded.
+		if m.cfg.RunUnguardedOnOutage && r.Context().Err() == nil {
 			m.log(r.Context(), slog.LevelWarn, "httpx: store unavailable; running unguarded (RunUnguardedOnOutage)", st, "", err)
 			r.Body = st.bodyFor()
 			next.ServeHTTP(w, r)

@@ -75,6 +75,11 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 	if path == "" {
 		path = "/"
 	}
+	if rctx.RoutePath != "" && len(rctx.RoutePatterns) == 0 {
+		// A middleware before the root router rewrote the path it routes by (StripSlashes,
+		// CleanPath, URLFormat set RoutePath): chi routes by that, and so must the lookup.
+		path = rctx.RoutePath
+	}
 	method := rctx.RouteMethod
 	if method == "" {
 		method = r.Method
@@ -82,6 +87,18 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 	tctx := chi.NewRouteContext()
 	tctx.Routes = rctx.Routes
 	pattern = rctx.Routes.Find(tctx, method, path)
+	if pattern == "" && rctx.RoutePath != "" && len(rctx.RoutePatterns) > 0 {
+		// In a mounted sub-router, RoutePath is the rest of the path the sub-router routes by,
+		// possibly rewritten by its own middleware: look it up behind the mounts' prefixes.
+		var b strings.Builder
+		for _, p := range rctx.RoutePatterns {
+			b.WriteString(strings.TrimSuffix(p, "/*"))
+		}
+		b.WriteString(rctx.RoutePath)
+		tctx.Reset()
+		tctx.Routes = rctx.Routes
+		pattern = rctx.Routes.Find(tctx, method, b.String())
+	}
 	if pattern == "" {
 		return "", rctx, true
 	}
