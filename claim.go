@@ -174,7 +174,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		cl.ev.Fenced = true
 		werr = fmt.Errorf("%w: the lease ran out and another attempt took over; this outcome was not recorded", ErrFenced)
 	default:
-		werr = storeErr("finishing record", werr)
+		werr = storeErr(cl.ctx, "finishing record", werr)
 	}
 	if cl.locked {
 		cl.releaseLock(survive(), cached, ttl)
@@ -423,5 +423,5 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	case errors.Is(werr, ErrFenced):
 		return werr
 	}
-	return storeErr("settling record", werr)
+	return storeErr(ctx, "settling record", werr)
 }

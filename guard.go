@@ -270,7 +270,7 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
 		}
 		if !errors.Is(err, ErrExists) {
-			return cl.fail(OutcomeUnavailable, storeErr("claiming record", err))
+			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
 		}
 		cl.ev.Conflict = true
 		cur, err := st.Get(ctx, id.scope, id.key)
@@ -278,7 +278,7 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			continue // deleted between our insert and read (Mark release, sweeper): try again
 		}
 		if err != nil {
-			return cl.fail(OutcomeUnavailable, storeErr("reading record", err))
+			return cl.fail(OutcomeUnavailable, storeErr(ctx, "reading record", err))
 		}
 		now = g.opts.Now()
 		switch judge(cur, c.Fingerprint, mode, now) {
@@ -310,7 +310,7 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 		case errors.Is(err, ErrFenced):
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})
 		default:
-			return cl.fail(OutcomeUnavailable, storeErr("taking over record", err))
+			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
 }
@@ -323,8 +323,11 @@ func inFlight(err error) error {
 	return &InFlightError{}
 }
 
-func storeErr(doing string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+// storeErr wraps a Store error of a call whose context is ctx: the caller's cancellation or deadline
+// as it is (ctx ended: nobody waits for the answer), anything else — a deadline of the Guard's own,
+// such as FinishTimeout on a write that hung, while the caller still waits — as ErrStoreUnavailable.
+func storeErr(ctx context.Context, doing string, err error) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return fmt.Errorf("idemkit: %s: %w", doing, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, doing, err)

@@ -41,7 +41,7 @@ func (g *Guard) PendingAfter(ctx context.Context, now time.Time, after *Record, 
 	}
 	recs, err := pl.Pending(ctx, q)
 	if err != nil {
-		return nil, storeErr("listing pending records", err)
+		return nil, storeErr(ctx, "listing pending records", err)
 	}
 	return recs, nil
 }

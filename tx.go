@@ -217,7 +217,7 @@ func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 	}
 	tx, err := db.BeginTx(cl.ctx)
 	if err != nil {
-		_, _, err = cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err))
+		_, _, err = cl.fail(OutcomeUnavailable, storeErr(ctx, "beginning transaction", err))
 		return false, err
 	}
 	// The claim writes in tx, and until the commit nothing of it may be cached: as in a caller's
@@ -237,7 +237,7 @@ func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened or not: nothing is cached, a retry finds out.
-		_, _, err = cl.fail(OutcomeUnavailable, storeErr("committing transaction", err))
+		_, _, err = cl.fail(OutcomeUnavailable, storeErr(ctx, "committing transaction", err))
 		return true, err
 	}
 	cl.callerTx = false // committed: the mark may be cached
@@ -280,7 +280,7 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
 			end()
-			return ended(cl.fail(OutcomeUnavailable, storeErr("reading record", err)))
+			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "reading record", err)))
 		default:
 			switch judge(cur, c.Fingerprint, ModeTx, now) {
 			case verdictReplay:
@@ -303,7 +303,7 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 	if tx == nil {
 		var err error
 		if tx, err = db.BeginTx(cl.ctx); err != nil {
-			return ended(cl.fail(OutcomeUnavailable, storeErr("beginning transaction", err)))
+			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "beginning transaction", err)))
 		}
 	}
 	val, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) })
@@ -356,7 +356,7 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened or not: nothing is cached, a retry finds out.
-		return ended(cl.fail(OutcomeUnavailable, storeErr("committing transaction", err)))
+		return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err)))
 	}
 	return cl.finished(&next, val, nil, true)
 }
@@ -376,7 +376,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 			return ended(cl.replay(cur, c.Fingerprint))
 		case err != nil && !errors.Is(err, ErrNotFound):
 			// Whether another attempt finished the key cannot be known: say so with fn's error.
-			ferr = errors.Join(storeErr("reading record", err), ferr)
+			ferr = errors.Join(storeErr(cl.ctx, "reading record", err), ferr)
 		}
 		next := cl.rec
 		next.Status, next.Error = StatusFailed, errorText(ferr)
@@ -425,7 +425,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
-			return ended(cl.fail(OutcomeUnavailable, storeErr("reading record", err)))
+			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "reading record", err)))
 		default:
 			switch judge(cur, c.Fingerprint, ModeTx, now) {
 			case verdictReplay:
@@ -453,7 +453,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
 			return cl.replayRollback(cur, c)
 		case err != nil && !errors.Is(err, ErrNotFound):
-			ferr = errors.Join(storeErr("reading record", err), ferr)
+			ferr = errors.Join(storeErr(cl.ctx, "reading record", err), ferr)
 		}
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		return cl.finished(&next, val, ferr, false)
@@ -559,7 +559,7 @@ func (cl *Claim) failWrite(err error) (*Claim, Result, error) {
 	case errors.Is(err, ErrPayloadMismatch):
 		return cl.fail(OutcomeMismatch, err)
 	}
-	return cl.fail(OutcomeUnavailable, storeErr("writing record", err))
+	return cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "writing record", err))
 }
 
 // classify wraps a write error as the call returns it.
@@ -567,7 +567,7 @@ func (cl *Claim) classify(err error) error {
 	if errors.Is(err, ErrInFlight) || errors.Is(err, ErrPayloadMismatch) {
 		return err
 	}
-	return storeErr("writing record", err)
+	return storeErr(cl.ctx, "writing record", err)
 }
 
 // finished ends a Tx-mode call whose function ran: next is the outcome (written, or FAILED and not
