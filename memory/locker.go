@@ -83,7 +83,9 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	if e, ok := l.live(key, now); ok {
 		switch {
 		case !e.locked:
-			return e.value, nil
+			// A copy: the caller owns what it is given (a replay's Result.Value), as the Redis
+			// Locker's callers own the bytes read off the wire.
+			return append([]byte(nil), e.value...), nil
 		case e.token == token:
 			return nil, nil
 		}
