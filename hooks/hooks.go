@@ -220,5 +220,9 @@ func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason er
 	if l.Guard == nil || t.Record.Status == "" {
 		return nil
 	}
-	return l.Guard.Settle(ctx, &t.Record, result, reason)
+	err := l.Guard.Settle(ctx, &t.Record, result, reason)
+	if errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) {
+		return nil // refused values, a replacement outcome stored (REJECTED): settled, as above
+	}
+	return err
 }

@@ -3,12 +3,15 @@ package hooks_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/memory"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -101,5 +104,42 @@ func TestLostSubmitAnswerKeepsDTMRollbackReason(t *testing.T) {
 	rec := b.status(t, "k")
 	if out.Reason == nil || !strings.Contains(out.Reason.Error(), "account 2 frozen") || !strings.Contains(rec.Error, "account 2 frozen") {
 		t.Fatalf("Reason %v, record error %q: want DTM's rollback reason, as the Reconciler records", out.Reason, rec.Error)
+	}
+}
+
+// refusingUpdates is a record store that refuses, on Update only, the error message of a failed
+// step (as a column too narrow for it would): the Guard then stores a replacement outcome.
+type refusingUpdates struct{ *memory.Store }
+
+func (s refusingUpdates) Update(ctx context.Context, r *idemkit.Record, prev idemkit.Version) error {
+	if strings.Contains(r.Error, "a step failed") {
+		return fmt.Errorf("test: %w: error message too long", idemkit.ErrUnstorable)
+	}
+	return s.Store.Update(ctx, r, prev)
+}
+
+// TestReconcilerSettlesWithAReplacementOutcome: when the Store refuses the outcome the Reconciler
+// settles (its reason too long for the column), the Guard stores a replacement (REJECTED) and the
+// record is settled — the Reconciler counted it an error, not settled, though it was.
+func TestReconcilerSettlesWithAReplacementOutcome(t *testing.T) {
+	clock := idemtest.NewClock()
+	g, err := idemkit.New(refusingUpdates{memory.NewStore()}, &idemkit.Options{Lease: time.Second, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &hooks.Lifecycle{Guard: g}
+	txn, _, err := lc.Begin(ctxb, "saga", "g1", call("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc.Detach(ctxb, txn)
+	clock.Advance(2 * time.Second)
+	r := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{"create-order"}, TransType: "saga", Manager: infoManager{txstatus.Info{
+		Status: txstatus.Failed, TransType: "saga", Branches: 2, RollbackReason: "a step failed with a long message"}}}
+	if n, err := r.RunOnce(ctxb, clock.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v: want the record settled", n, err)
+	}
+	if rec, err := g.Get(ctxb, "create-order", "k"); err != nil || rec.Status == idemkit.StatusProcessing {
+		t.Fatalf("record %+v, %v", rec, err)
 	}
 }
