@@ -309,6 +309,10 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			continue
 		case errors.Is(err, ErrFenced):
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})
+		case errors.Is(err, ErrUnstorable):
+			// The call's own values do not fit the Store (a Result too large): bad input, as on
+			// the insert.
+			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
 		default:
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}

@@ -3,6 +3,7 @@ package idemkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,5 +36,36 @@ func TestFinishTimeoutIsStoreUnavailable(t *testing.T) {
 	}
 	if !errors.Is(err, idemkit.ErrStoreUnavailable) {
 		t.Fatalf("Do: %v (context.DeadlineExceeded: %v), want ErrStoreUnavailable: the store did not record the outcome", err, errors.Is(err, context.DeadlineExceeded))
+	}
+}
+
+// sizeLimitedStore refuses, on Update only, a response longer than 4 bytes (a store that checks a
+// record's values after its key, as a unique index is met before a column's size).
+type sizeLimitedStore struct{ *memory.Store }
+
+func (s sizeLimitedStore) Update(ctx context.Context, r *idemkit.Record, prev idemkit.Version) error {
+	if len(r.Response) > 4 {
+		return fmt.Errorf("test: %w: response too large", idemkit.ErrUnstorable)
+	}
+	return s.Store.Update(ctx, r, prev)
+}
+
+// TestTakeoverOfUnstorableCallIsInvalid: a retry that takes a FAILED key over with a Call.Result the
+// Store refuses is bad input (ErrUnstorable), as on a new key's claim — it was reported as
+// ErrStoreUnavailable, an outage to wait out (found by a defect hunt).
+func TestTakeoverOfUnstorableCallIsInvalid(t *testing.T) {
+	g, err := idemkit.New(sizeLimitedStore{memory.NewStore()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := idemkit.Call{Scope: "pay", Key: "k"}
+	if _, err := g.Do(ctx, c, func(context.Context) ([]byte, error) { return nil, errors.New("retry me") }); err == nil {
+		t.Fatal("first attempt: want its error")
+	}
+	c.Result = []byte("far too large")
+	_, err = g.Do(ctx, c, func(context.Context) ([]byte, error) { return nil, nil })
+	if !errors.Is(err, idemkit.ErrUnstorable) || errors.Is(err, idemkit.ErrStoreUnavailable) {
+		t.Fatalf("takeover: %v, want ErrUnstorable and not ErrStoreUnavailable", err)
 	}
 }
