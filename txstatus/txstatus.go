@@ -181,12 +181,19 @@ func (c *Client) Wait(ctx context.Context, gid string) (Status, error) {
 	return info.Status, err
 }
 
-// WaitInfo is [Client.Wait] returning the last [Info] seen rather than only its status.
+// waitTolerance is how many queries in a row may fail before a wait gives up: one failed poll (a
+// gateway's 502 in front of DTM, a reset connection) does not end it.
+const waitTolerance = 3
+
+// WaitInfo is [Client.Wait] returning the last [Info] seen rather than only its status. A query that
+// fails is tried again at the next poll; the wait returns the error when waitTolerance queries in a
+// row failed.
 func (c *Client) WaitInfo(ctx context.Context, gid string) (Info, error) {
 	poll := cmp.Or(c.PollInterval, DefaultPollInterval)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var last Info
+	failed := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -198,8 +205,13 @@ func (c *Client) WaitInfo(ctx context.Context, gid string) (Info, error) {
 			if ctx.Err() != nil {
 				return last, nil
 			}
-			return last, err
+			if failed++; failed >= waitTolerance {
+				return last, err
+			}
+			t.Reset(poll)
+			continue
 		}
+		failed = 0
 		if info.Status.Final() {
 			return info, nil
 		}

@@ -104,6 +104,37 @@ func TestWaitPollsUntilFinal(t *testing.T) {
 	}
 }
 
+// TestWaitOutlastsOneFailedPoll: one failed query (a gateway's 502 in front of DTM) ended a wait,
+// and the caller got an error for a transaction that succeeded at the next poll (found by a defect
+// hunt). The wait goes on; only waitTolerance failures in a row end it, with the error.
+func TestWaitOutlastsOneFailedPoll(t *testing.T) {
+	var calls atomic.Int32
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch calls.Add(1) {
+		case 1:
+			_, _ = w.Write([]byte(`{"transaction":{"status":"submitted"}}`))
+		case 2:
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+		default:
+			_, _ = w.Write([]byte(`{"transaction":{"status":"succeed"}}`))
+		}
+	}))
+	defer flaky.Close()
+	st, err := (&Client{Server: flaky.URL, PollInterval: time.Millisecond}).Wait(context.Background(), "g")
+	if err != nil || st != Succeed {
+		t.Fatalf("Wait = %q, %v after %d queries: want succeed", st, err, calls.Load())
+	}
+	var down atomic.Int32
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		down.Add(1)
+		http.Error(w, "boom", http.StatusInternalServerError)
+	}))
+	defer broken.Close()
+	if _, err := (&Client{Server: broken.URL, PollInterval: time.Millisecond}).Wait(context.Background(), "g"); err == nil || down.Load() != waitTolerance {
+		t.Fatalf("Wait on a broken server = %v after %d queries, want an error after %d", err, down.Load(), waitTolerance)
+	}
+}
+
 func TestNewGID(t *testing.T) {
 	a, b := NewGID(), NewGID()
 	if a == b || len(a) > 128 || len(a) < 16 {
