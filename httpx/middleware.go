@@ -121,7 +121,7 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 	}
 	switch {
 	case err != nil:
-		if cfg.RunUnguardedOnOutage && errors.Is(err, idemkit.ErrStoreUnavailable) {
+		if cfg.RunUnguardedOnOutage && errors.Is(err, idemkit.ErrStoreUnavailable) && r.Context().Err() == nil {
 			m.log(r.Context(), slog.LevelWarn, "httpx: key source unavailable; running unguarded (RunUnguardedOnOutage)", st, "", err)
 			return call, p, true
 		}

@@ -75,10 +75,16 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 	if path == "" {
 		path = "/"
 	}
-	if rctx.RoutePath != "" && len(rctx.RoutePatterns) == 0 {
+	switch {
+	case rctx.RoutePath != "" && len(rctx.RoutePatterns) == 0:
 		// A middleware before the root router rewrote the path it routes by (StripSlashes,
 		// CleanPath, URLFormat set RoutePath): chi routes by that, and so must the lookup.
 		path = rctx.RoutePath
+	case rctx.RoutePath != "":
+		// A mounted sub-router routes by RoutePath, the rest of the path after its mount, possibly
+		// rewritten by its own middleware: look that up behind the mounts' prefixes as chi
+		// matched them.
+		path = mountedPath(rctx)
 	}
 	method := rctx.RouteMethod
 	if method == "" {
@@ -87,18 +93,6 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 	tctx := chi.NewRouteContext()
 	tctx.Routes = rctx.Routes
 	pattern = rctx.Routes.Find(tctx, method, path)
-	if pattern == "" && rctx.RoutePath != "" && len(rctx.RoutePatterns) > 0 {
-		// In a mounted sub-router, RoutePath is the rest of the path the sub-router routes by,
-		// possibly rewritten by its own middleware: look it up behind the mounts' prefixes.
-		var b strings.Builder
-		for _, p := range rctx.RoutePatterns {
-			b.WriteString(strings.TrimSuffix(p, "/*"))
-		}
-		b.WriteString(rctx.RoutePath)
-		tctx.Reset()
-		tctx.Routes = rctx.Routes
-		pattern = rctx.Routes.Find(tctx, method, b.String())
-	}
 	if pattern == "" {
 		return "", rctx, true
 	}
@@ -106,4 +100,48 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 		pattern = strings.TrimSuffix(strings.TrimSuffix(pattern, "//"), "/")
 	}
 	return strings.ReplaceAll(pattern, "/*/", "/"), tctx, false
+}
+
+// mountedPath is the path a request routed into a mounted sub-router is routed by, in the root
+// router's terms: each mount's pattern (without its "/*") with the URL parameters it matched put back
+// ("/tenants/{tenant}" → "/tenants/acme"), then RoutePath.
+func mountedPath(rctx *chi.Context) string {
+	var b strings.Builder
+	for _, p := range rctx.RoutePatterns {
+		p = strings.TrimSuffix(p, "/*")
+		for {
+			i := strings.IndexByte(p, '{')
+			if i < 0 {
+				break
+			}
+			end := closingBrace(p, i)
+			if end < 0 {
+				break
+			}
+			name, _, _ := strings.Cut(p[i+1:end], ":")
+			b.WriteString(p[:i])
+			b.WriteString(rctx.URLParam(name))
+			p = p[end+1:]
+		}
+		b.WriteString(p)
+	}
+	b.WriteString(rctx.RoutePath)
+	return b.String()
+}
+
+// closingBrace returns the index of the '}' closing the '{' at open in a chi pattern (a regexp
+// parameter may hold braces of its own: {id:[0-9]{3}}), or -1.
+func closingBrace(p string, open int) int {
+	depth := 0
+	for i := open; i < len(p); i++ {
+		switch p[i] {
+		case '{':
+			depth++
+		case '}':
+			if depth--; depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
