@@ -221,8 +221,17 @@ func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason er
 		return nil
 	}
 	err := l.Guard.Settle(ctx, &t.Record, result, reason)
-	if errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) {
-		return nil // refused values, a replacement outcome stored (REJECTED): settled, as above
+	if replacementStored(err) {
+		return nil // refused values, a replacement outcome stored: settled, as above
 	}
 	return err
+}
+
+// replacementStored reports whether err, from Guard.Settle, says only that the Store refused the
+// outcome's values and a replacement outcome was stored: ErrUnstorable, and not a failure of the
+// replacement's own write (fenced, the store unavailable, the time up).
+func replacementStored(err error) bool {
+	return errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrFenced) &&
+		!errors.Is(err, idemkit.ErrStoreUnavailable) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, context.DeadlineExceeded)
 }

@@ -21,12 +21,15 @@ type Outcome struct {
 	Status txstatus.Status
 	// Replayed is set when the key had already finished: no transaction was started.
 	Replayed bool
-	// Result is the transaction's result: the stored one on a replay; on a first call, RunParams.Result
-	// — the same bytes a replay will return — unless the transaction rolled back or never started.
+	// Result is the transaction's result: the stored one on a replay; on a first call, the claim's
+	// (Call.Result, else RunParams.Result) — the same bytes a replay will return — unless the
+	// transaction rolled back, is rolling back (Aborting), was not submitted (Prepared) or never
+	// started.
 	Result []byte
-	// Reason says why a transaction failed to start or rolled back: it matches ErrRolledBack and
-	// carries the initiator's error (a TCC try that failed, a start DTM refused) or DTM's rollback
-	// reason (the message of the saga step that failed, a timeout). Nil otherwise.
+	// Reason says why a transaction failed to start, rolled back or is rolling back (Aborting): it
+	// matches ErrRolledBack and carries the initiator's error (a TCC try that failed, a start DTM
+	// refused) or DTM's rollback reason (the message of the saga step that failed, a timeout). For a
+	// transaction left Prepared by a start that failed, it is that error. Nil otherwise.
 	Reason error
 }
 
@@ -56,7 +59,8 @@ type RunParams struct {
 	// Wait bounds how long Run waits for the outcome after Start, whether or not ctx is cancelled
 	// meanwhile; the Commit or Rollback hook and the record's settlement that follow run on a context
 	// that survives the cancellation too. 0 waits not at all: the record stays PROCESSING until the
-	// Reconciler settles it.
+	// Reconciler settles it — unless Start failed and the manager, asked then, already reports the
+	// outcome (a TCC whose try failed, aborted by its initiator), which is settled at once.
 	// Keep the Guard's Lease above Wait: the Reconciler settles records whose lease ran out.
 	Wait time.Duration
 	// Result is the transaction's result (an order id, a gid...), replayed to duplicates once it
@@ -219,12 +223,17 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			err = &rejection{rej: &idemkit.RejectedError{Message: t.Record.Error}, cause: out.Reason}
 		}
 	case txstatus.Aborting:
-		// Rolling back (Reason: the initiator's error, if any): no result, and the record is left
-		// to the Reconciler.
+		// Rolling back: no result, the reason as for Failed, and the record is left to the
+		// Reconciler.
+		out.Reason = cmp.Or(notOurs, l.rollbackReason(ctx, p.Status, gid, startErr))
+		l.Detach(ctx, t)
+	case txstatus.Prepared:
+		// Not submitted: when its start failed (a TCC whose abort did not reach DTM), DTM aborts it
+		// once it times out; Reason keeps the start's error. No result either way.
 		l.Detach(ctx, t)
 	default:
 		out.Result = call.Result // stored with the claim: what a replay returns once it succeeds
-		out.Reason = nil         // still running: a lost answer to its start is no reason
+		out.Reason = nil         // submitted and running: a lost answer to its submit is no reason
 		l.Detach(ctx, t)
 	}
 	if errors.Is(err, idemkit.ErrFenced) {
@@ -291,12 +300,37 @@ func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid 
 		reason = info.RollbackReason
 	}
 	switch {
-	case startErr != nil && (reason == "" || reason == startErr.Error()):
+	case startErr != nil && (reason == "" || givenAsReason(startErr, reason)):
 		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
 	case reason != "":
 		return dtmRollbackReason(reason)
 	}
 	return ErrRolledBack
+}
+
+// givenAsReason reports whether reason is the text of err or of an error it wraps: the error an
+// initiator gave DTM as the rollback reason (a TCC try's), which its start may return wrapped (with
+// a failed abort's error beside it).
+func givenAsReason(err error, reason string) bool {
+	for err != nil {
+		if t := err.Error(); t == reason || PermanentReason+t == reason {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if givenAsReason(e, reason) {
+					return true
+				}
+			}
+			return false
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // agrees returns the record of call when it carries gid and the final status st: a settle that was
