@@ -167,6 +167,12 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		}
 		out.Status = st
 	}
+	switch out.Status {
+	case txstatus.Succeed:
+		out.Reason = nil // delivered: a lost answer to its submit is no reason
+	case txstatus.Failed:
+		out.Result = nil
+	}
 	// The local transaction committed: the message is published whether or not the caller is still
 	// there, and the hooks and the record follow it (as the wait does).
 	sctx, cancelSettle := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write

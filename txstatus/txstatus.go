@@ -175,7 +175,7 @@ func parseInfo(body []byte) (Info, error) {
 
 // Wait polls until the transaction reaches an outcome (Succeed or Failed) or ctx is done. It returns
 // the last status seen; when ctx ends first it returns that status (not final) and no error, so a caller
-// can tell "still running" from "could not ask".
+// can tell "still running" from "could not ask" — an error, when no query was answered at all.
 func (c *Client) Wait(ctx context.Context, gid string) (Status, error) {
 	info, err := c.WaitInfo(ctx, gid)
 	return info.Status, err
@@ -187,37 +187,48 @@ const waitTolerance = 3
 
 // WaitInfo is [Client.Wait] returning the last [Info] seen rather than only its status. A query that
 // fails is tried again at the next poll; the wait returns the error when waitTolerance queries in a
-// row failed.
+// row failed, or when ctx ends before any query was answered (it could not ask).
 func (c *Client) WaitInfo(ctx context.Context, gid string) (Info, error) {
 	poll := cmp.Or(c.PollInterval, DefaultPollInterval)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var last Info
-	failed := 0
+	var lastErr error // of the latest query, while none was answered
+	answered, failed := false, 0
 	for {
 		select {
 		case <-ctx.Done():
-			return last, nil
+			return last, unanswered(ctx, answered, lastErr)
 		case <-t.C:
 		}
 		info, err := c.Query(ctx, gid)
 		if err != nil {
 			if ctx.Err() != nil {
-				return last, nil
+				return last, unanswered(ctx, answered, cmp.Or(lastErr, err))
 			}
+			lastErr = err
 			if failed++; failed >= waitTolerance {
 				return last, err
 			}
 			t.Reset(poll)
 			continue
 		}
-		failed = 0
+		answered, failed = true, 0
 		if info.Status.Final() {
 			return info, nil
 		}
 		last = info
 		t.Reset(poll)
 	}
+}
+
+// unanswered is a wait's error when ctx ended: none once a query was answered (the last status
+// seen is the answer), else the latest query's error (or ctx's): the server could not be asked.
+func unanswered(ctx context.Context, answered bool, lastErr error) error {
+	if answered {
+		return nil
+	}
+	return fmt.Errorf("txstatus: no answer before the wait ended: %w", cmp.Or(lastErr, ctx.Err()))
 }
 
 // NewGID returns a random global transaction id (DTM accepts any unique string up to 128 bytes);
