@@ -28,7 +28,7 @@ import (
 func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *record.Store, call idemkit.Call,
 	fn func(ctx context.Context, tx *gorm.DB) error) (res idemkit.Result, herr, err error) {
 	res, err = guard.Tx(ctx, gormBeginner{Store: records, db: db}, call, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
-		herr = fn(ctx, tx.(*gormTx).tx)
+		herr = fn(ctx, tx.(*gormTx).biz)
 		return nil, herr
 	})
 	if res.Replayed || !sameError(err, herr) {
@@ -77,13 +77,14 @@ func (b gormBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if tx.Error != nil {
 		return nil, fmt.Errorf("msgx: beginning the Tx-mode transaction: %w", tx.Error)
 	}
-	return &gormTx{Store: b.Store.WithTx(tx), tx: tx}, nil
+	return &gormTx{Store: b.Store.WithTx(tx), tx: tx, biz: record.Sealed(tx)}, nil
 }
 
 // gormTx is a gorm transaction gormBeginner began, with the record Store bound to it.
 type gormTx struct {
 	*record.Store
-	tx *gorm.DB
+	tx  *gorm.DB
+	biz *gorm.DB // the handler's session of tx: it refuses Commit and Rollback (the Guard ends tx)
 }
 
 // Commit implements idemkit.TxStore.

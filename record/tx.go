@@ -104,12 +104,19 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if gtx.Error != nil {
 		return nil, s.q.interpretError("beginning a transaction on", gtx.Error)
 	}
-	t := &txStore{Store: s.WithTx(gtx), gtx: gtx}
 	// The business's session refuses Commit and Rollback, as on a multi-statement pool: the Guard
 	// ends the transaction, after writing the record in it.
-	t.biz = gtx.Session(&gorm.Session{Context: ctx, NewDB: true})
-	t.biz.Statement.ConnPool = &guardedPool{gtx.Statement.ConnPool}
-	return t, nil
+	return &txStore{Store: s.WithTx(gtx), gtx: gtx, biz: Sealed(gtx)}, nil
+}
+
+// Sealed returns a session of the gorm transaction tx that runs its statements in tx — a nested
+// db.Transaction is a savepoint — but refuses db.Commit() and db.Rollback(): the session to hand to
+// business code in a transaction whose end is not the business's to decide (the Guard's, which
+// writes the record in it first). Adapters that begin such transactions themselves use it.
+func Sealed(tx *gorm.DB) *gorm.DB {
+	biz := tx.Session(&gorm.Session{Context: tx.Statement.Context, NewDB: true})
+	biz.Statement.ConnPool = &guardedPool{tx.Statement.ConnPool}
+	return biz
 }
 
 // GormTx returns the gorm transaction of tx when tx is a transaction [Store.BeginTx] began — what
