@@ -125,6 +125,11 @@ type PurgeOptions struct {
 // Unless opts.Force it refuses (ErrRefused) a PROCESSING record whose lease has not run out (its
 // holder may be running: its finish would then fail, and a retry could run beside it) or that
 // carries a GID (its outcome belongs to the global transaction).
+//
+// The record's fence count goes with it: the next claim starts again at fence 1, which a stalled
+// holder of a purged claim may exceed, so its fenced business writes (idemkit.FenceFromContext) are
+// no longer outranked. Release a stuck claim ([Admin.Release]: fence + 1) while its holder may be
+// alive; purge it once the holder is known gone.
 func (a *Admin) Purge(ctx context.Context, rec *idemkit.Record, opts PurgeOptions) error {
 	if rec == nil {
 		return errors.New("admin: Purge: nil record")

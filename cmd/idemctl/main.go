@@ -302,7 +302,10 @@ transaction: look at it with 'idemctl dtm GID'; the reconciler settles it from D
 read (fence, owner, status): a record that changed in between is left alone and counted. The key is
 new again afterwards: the next attempt runs. With --redis the cached result is deleted too; without it
 a cached result may still be replayed until it expires. Live claims and claims carrying a gid are
-skipped unless --force. Exit 4 when any record was left alone.
+skipped unless --force. Exit 4 when any record was left alone. A purge forgets the record's fence
+count: the next claim starts again at fence 1, so a stalled holder of a purged claim (still running
+after its lease) is no longer outranked by fence — release a stuck claim instead while its holder
+may be alive.
 `,
 	"sweep": `--dry-run lists what one sweeper pass (package sweep with sweep.RecordTasks) would do now: delete
 expired records, recover stale claims (FAILED, fence + 1), and — for claims carrying a gid — leave
