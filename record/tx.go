@@ -196,8 +196,22 @@ func (t *txStore) Rollback() error {
 
 // guardedPool is the connection pool of the business's session of a Guard-owned transaction: the
 // transaction's, whose Commit and Rollback refuse (gorm calls them for db.Commit() and db.Rollback()).
-// Being a gorm.TxCommitter keeps a nested db.Transaction a savepoint.
+// Being a gorm.TxCommitter keeps a nested db.Transaction a savepoint; being a full gorm.Tx (with
+// StmtContext) keeps a PrepareStmt session of it on the transaction — without, gorm prepares on the
+// whole database and such a session's writes commit outside the transaction.
 type guardedPool struct{ gorm.ConnPool }
+
+var _ gorm.Tx = (*guardedPool)(nil)
 
 func (*guardedPool) Commit() error   { return errGuardOwned }
 func (*guardedPool) Rollback() error { return errGuardOwned }
+
+// StmtContext binds stmt to the transaction, as *sql.Tx and gorm's prepared transaction do.
+func (p *guardedPool) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	if tx, ok := p.ConnPool.(interface {
+		StmtContext(context.Context, *sql.Stmt) *sql.Stmt
+	}); ok {
+		return tx.StmtContext(ctx, stmt)
+	}
+	return stmt
+}
