@@ -84,7 +84,7 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 		// A mounted sub-router routes by RoutePath, the rest of the path after its mount, possibly
 		// rewritten by its own middleware: look that up behind the mounts' prefixes as chi
 		// matched them.
-		path = mountedPath(rctx)
+		path = mountedPath(rctx, rctx.RoutePatterns)
 	}
 	method := rctx.RouteMethod
 	if method == "" {
@@ -92,22 +92,41 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 	}
 	tctx := chi.NewRouteContext()
 	tctx.Routes = rctx.Routes
+	if n := len(rctx.RoutePatterns); n > 0 && rctx.RoutePath != "" {
+		// The last pattern ends in "/*": a mount (this is its sub-router's middleware, before it
+		// routes), or a wildcard endpoint the request was already routed to (route-level
+		// middleware: r.With(mw).Post("/files/*", h)), whose part of the path RoutePath already
+		// holds. The latter is the one that, looked up behind the other patterns, finds that very
+		// endpoint.
+		endpoint := mountedPath(rctx, rctx.RoutePatterns[:n-1])
+		if p := rctx.Routes.Find(tctx, method, endpoint); p != "" && normalPattern(p) == rctx.RoutePattern() {
+			return normalPattern(p), tctx, false
+		}
+		tctx.Reset()
+		tctx.Routes = rctx.Routes
+	}
 	pattern = rctx.Routes.Find(tctx, method, path)
 	if pattern == "" {
 		return "", rctx, true
 	}
+	return normalPattern(pattern), tctx, false
+}
+
+// normalPattern is a full route pattern as chi.Context.RoutePattern gives it: mounts' "/*/" joined,
+// without a trailing slash.
+func normalPattern(pattern string) string {
 	if pattern != "/" {
 		pattern = strings.TrimSuffix(strings.TrimSuffix(pattern, "//"), "/")
 	}
-	return strings.ReplaceAll(pattern, "/*/", "/"), tctx, false
+	return strings.ReplaceAll(pattern, "/*/", "/")
 }
 
 // mountedPath is the path a request routed into a mounted sub-router is routed by, in the root
-// router's terms: each mount's pattern (without its "/*") with the URL parameters it matched put back
-// ("/tenants/{tenant}" → "/tenants/acme"), then RoutePath.
-func mountedPath(rctx *chi.Context) string {
+// router's terms: each of patterns (the mounts', without their "/*") with the URL parameters it
+// matched put back ("/tenants/{tenant}" → "/tenants/acme"), then RoutePath.
+func mountedPath(rctx *chi.Context, patterns []string) string {
 	var b strings.Builder
-	for _, p := range rctx.RoutePatterns {
+	for _, p := range patterns {
 		p = strings.TrimSuffix(p, "/*")
 		for {
 			i := strings.IndexByte(p, '{')
