@@ -218,6 +218,9 @@ func (c *cli) purgeMany(ctx context.Context) error {
 			deleted++
 		case errors.Is(err, idemkit.ErrFenced):
 			changed++
+		case errors.Is(err, admin.ErrRefused):
+			// Refused under the row lock: its holder renewed the claim since the listing.
+			skipped = append(skipped, fmt.Sprintf("%s / %s: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
 		case errors.Is(err, admin.ErrRedisCleanup):
 			deleted++
 			warnings = append(warnings, err)
