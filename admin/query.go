@@ -53,14 +53,14 @@ func (a *Admin) where(ctx context.Context, f *Filter, now time.Time) (where, err
 		if err != nil {
 			return w, fmt.Errorf("scope: %w", err)
 		}
-		if isHashedForm(f.Scope) {
+		err = a.requireScope(ctx, stored, f.Scope)
+		if errors.Is(err, ErrUnknownScope) && isHashedForm(f.Scope) {
 			// The hashed stored form listings show of a long scope is taken as it is, as Get
 			// takes it (no literal scope is stored so: one starting with "sha256:" is hashed).
-			if ok, err := a.scopeExists(ctx, stored); err == nil && !ok {
-				stored = f.Scope
-			}
+			stored = f.Scope
+			err = a.requireScope(ctx, stored, f.Scope)
 		}
-		if err := a.requireScope(ctx, stored, f.Scope); err != nil {
+		if err != nil {
 			return w, err
 		}
 		w.add("scope = ?", stored)

@@ -210,8 +210,8 @@ func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason er
 		_, err := cl.Finish(ctx, result, reason)
 		// Finish returns reason itself when the record was written; anything else says the write
 		// failed (fenced, the store unavailable, or its time up: FinishTimeout), except an outcome
-		// the Store refused and recorded REJECTED instead (ErrUnstorable), which is settled.
-		if err != nil && err != reason && !errors.Is(err, idemkit.ErrUnstorable) {
+		// the Store refused and recorded REJECTED instead, which is settled.
+		if err != nil && err != reason && !replacementStored(err) {
 			return err
 		}
 		t.Record = cl.Record() // as settled: SUCCEEDED, FAILED or REJECTED
@@ -227,9 +227,9 @@ func (l *Lifecycle) settle(ctx context.Context, t *Txn, result []byte, reason er
 	return err
 }
 
-// replacementStored reports whether err, from Guard.Settle, says only that the Store refused the
-// outcome's values and a replacement outcome was stored: ErrUnstorable, and not a failure of the
-// replacement's own write (fenced, the store unavailable, the time up).
+// replacementStored reports whether err, from Claim.Finish or Guard.Settle, says only that the Store
+// refused the outcome's values and a replacement outcome was stored: ErrUnstorable, and not a
+// failure of the replacement's own write (fenced, the store unavailable, the time up).
 func replacementStored(err error) bool {
 	return errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrFenced) &&
 		!errors.Is(err, idemkit.ErrStoreUnavailable) && !errors.Is(err, context.Canceled) &&

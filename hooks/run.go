@@ -216,7 +216,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		out.Result, out.Reason = call.Result, nil
 		err = l.Commit(ctx, t, call.Result)
 	case txstatus.Failed:
-		out.Reason = cmp.Or(notOurs, l.rollbackReason(ctx, p.Status, gid, startErr))
+		out.Reason = cmp.Or(notOurs, l.rollbackReason(ctx, p.Status, gid, info, startErr))
 		err = l.Rollback(ctx, t, out.Reason)
 		if err == nil && t.Record.Status == idemkit.StatusRejected {
 			// A permanent failure (a TCC try's idemkit.Permanent error): the shape a replay returns.
@@ -225,7 +225,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	case txstatus.Aborting:
 		// Rolling back: no result, the reason as for Failed, and the record is left to the
 		// Reconciler.
-		out.Reason = cmp.Or(notOurs, l.rollbackReason(ctx, p.Status, gid, startErr))
+		out.Reason = cmp.Or(notOurs, l.rollbackReason(ctx, p.Status, gid, info, startErr))
 		l.Detach(ctx, t)
 	case txstatus.Prepared:
 		// Not submitted: when its start failed (a TCC whose abort did not reach DTM), DTM aborts it
@@ -291,14 +291,19 @@ func startedElsewhere(gid, transType string, info txstatus.Info) error {
 // that its identity and its classification survive; else DTM's rollback reason, the one a Reconciler
 // records (a start error that is not the reason, such as a lost answer to a submit DTM accepted, is
 // not reported); the initiator's error when DTM gives none; else just ErrRolledBack.
-func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid string, startErr error) error {
+//
+// info is what the manager last said of gid; it is asked again only when that is not a final status
+// (the reason may come with it).
+func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid string, info txstatus.Info, startErr error) error {
 	if startErr != nil && l.IsPermanent(startErr) {
 		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
 	}
-	var reason string
-	if info, err := c.Query(ctx, gid); err == nil {
-		reason = info.RollbackReason
+	if !info.Status.Final() {
+		if fresh, err := c.Query(ctx, gid); err == nil {
+			info = fresh
+		}
 	}
+	reason := info.RollbackReason
 	switch {
 	case startErr != nil && (reason == "" || givenAsReason(startErr, reason)):
 		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
