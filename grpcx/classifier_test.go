@@ -2,7 +2,6 @@ package grpcx_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 
@@ -48,15 +47,7 @@ func TestGuardClassifierAndPermanentCodesBothStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			biz := &failing{}
-			srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, nil)))
-			srv.RegisterService(chaosrpc.ServiceDesc(), biz)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = srv.Serve(ln) }()
-			t.Cleanup(srv.Stop)
-			cc := mustClient(t, ln.Addr().String())
+			cc := mustClient(t, serveGuarded(t, guard, biz))
 
 			req := charge(map[string]any{"code": float64(tc.code)})
 			ctx := grpcx.WithKey(context.Background(), "k-"+tc.code.String())

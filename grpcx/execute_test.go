@@ -53,14 +53,7 @@ func TestExecuteModeConcurrentDuplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	biz := &counter{}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, nil)))
-	srv.RegisterService(chaosrpc.ServiceDesc(), biz)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
+	addr := serveGuarded(t, guard, biz)
 
 	req := charge(map[string]any{"amount": 9})
 	var wg sync.WaitGroup
@@ -68,7 +61,7 @@ func TestExecuteModeConcurrentDuplicates(t *testing.T) {
 	var mu sync.Mutex
 	var answers []string
 	for range 4 { // four clients, each with its own connection
-		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +102,7 @@ func TestExecuteModeConcurrentDuplicates(t *testing.T) {
 	}
 	t.Logf("%d answers, %d ABORTED while the first ran", ok.Load(), aborted.Load())
 	// A call without a key passes through (Required is not set).
-	if _, err := chaosrpc.Charge(context.Background(), mustClient(t, ln.Addr().String()), req); err != nil {
+	if _, err := chaosrpc.Charge(context.Background(), mustClient(t, addr), req); err != nil {
 		t.Fatal(err)
 	}
 	if n := biz.runs.Load(); n != 2 {
@@ -125,4 +118,19 @@ func mustClient(t *testing.T, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// serveGuarded serves biz (a chaosrpc.Payments) on a loopback TCP listener behind the interceptor on
+// guard with the zero Options, until the test ends, and returns its address.
+func serveGuarded(t *testing.T, guard *idemkit.Guard, biz any) string {
+	t.Helper()
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, nil)))
+	srv.RegisterService(chaosrpc.ServiceDesc(), biz)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
 }

@@ -122,6 +122,22 @@ func (s refusingUpdates) Update(ctx context.Context, r *idemkit.Record, prev ide
 // settles (its reason too long for the column), the Guard stores a replacement (REJECTED) and the
 // record is settled — the Reconciler counted it an error, not settled, though it was.
 func TestReconcilerSettlesWithAReplacementOutcome(t *testing.T) {
+	g, lc, clock := detachedOnRefusingStore(t)
+	clock.Advance(2 * time.Second)
+	r := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{"create-order"}, TransType: "saga", Manager: infoManager{txstatus.Info{
+		Status: txstatus.Failed, TransType: "saga", Branches: 2, RollbackReason: "a step failed with a long message"}}}
+	if n, err := r.RunOnce(ctxb, clock.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v: want the record settled", n, err)
+	}
+	if rec, err := g.Get(ctxb, "create-order", "k"); err != nil || rec.Status == idemkit.StatusProcessing {
+		t.Fatalf("record %+v, %v", rec, err)
+	}
+}
+
+// detachedOnRefusingStore is a Lifecycle whose Guard (lease 1s, on clock) keeps its records in a
+// refusingUpdates store, with the claim of key "k" (gid "g1") made and detached.
+func detachedOnRefusingStore(t *testing.T) (*idemkit.Guard, *hooks.Lifecycle, *idemtest.Clock) {
+	t.Helper()
 	clock := idemtest.NewClock()
 	g, err := idemkit.New(refusingUpdates{memory.NewStore()}, &idemkit.Options{Lease: time.Second, Now: clock.Now})
 	if err != nil {
@@ -133,13 +149,28 @@ func TestReconcilerSettlesWithAReplacementOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	lc.Detach(ctxb, txn)
-	clock.Advance(2 * time.Second)
-	r := &hooks.Reconciler{Lifecycle: lc, Scopes: []string{"create-order"}, TransType: "saga", Manager: infoManager{txstatus.Info{
-		Status: txstatus.Failed, TransType: "saga", Branches: 2, RollbackReason: "a step failed with a long message"}}}
-	if n, err := r.RunOnce(ctxb, clock.Now(), 10); n != 1 || err != nil {
-		t.Fatalf("RunOnce = %d, %v: want the record settled", n, err)
+	return g, lc, clock
+}
+
+// TestSettleFencedAfterRefusal: the Store refuses the outcome's values and the record was
+// settled by another meanwhile, so the replacement write is fenced. Guard.Settle returns
+// errors.Join(refused, ErrFenced); Lifecycle's settle swallowed anything matching ErrUnstorable
+// that is not ErrStoreUnavailable, so Rollback reported success for an outcome that was not written
+// (found by a review).
+func TestSettleFencedAfterRefusal(t *testing.T) {
+	g, lc, _ := detachedOnRefusingStore(t)
+	stale, err := g.Get(ctxb, "create-order", "k")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rec, err := g.Get(ctxb, "create-order", "k"); err != nil || rec.Status == idemkit.StatusProcessing {
-		t.Fatalf("record %+v, %v", rec, err)
+	// Someone else (the initiator) settles the record first.
+	if err := g.Settle(ctxb, stale, []byte("ok"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// A Reconciler working from the stale copy rolls back with a reason the Store refuses.
+	tx := &hooks.Txn{TransType: "saga", GID: "g1", Record: *stale}
+	err = lc.Rollback(ctxb, tx, errors.New("a step failed with a long message"))
+	if !errors.Is(err, idemkit.ErrFenced) {
+		t.Fatalf("Rollback = %v; want ErrFenced (the record was SUCCEEDED by another, nothing written)", err)
 	}
 }
