@@ -66,6 +66,21 @@ func HashedForm(s string) string {
 	return hashedPrefix + hex.EncodeToString(sum[:])
 }
 
+// IsHashedForm reports whether s is what [HashedForm] returns: "sha256:" and 64 lowercase hex
+// digits — the stored form listings and metrics show of a long scope or key.
+func IsHashedForm(s string) bool {
+	h, ok := strings.CutPrefix(s, hashedPrefix)
+	if !ok || len(h) != 2*sha256.Size {
+		return false
+	}
+	for i := range len(h) {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // DerivedKey returns s when a Guard would accept and store it as is (non-empty, at most MaxStoredLen
 // bytes, UTF-8 without control characters, not starting with "sha256:"), else [HashedForm](s). Use it for keys built from request
 // data, which may be anything.

@@ -162,11 +162,11 @@ func (a *Admin) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 		return nil, err
 	}
 	rec, err := a.store.Get(ctx, ad.Scope, ad.Key)
-	if errors.Is(err, idemkit.ErrNotFound) && (isHashedForm(scope) || isHashedForm(key)) {
-		if isHashedForm(scope) {
+	if errors.Is(err, idemkit.ErrNotFound) && (idemkit.IsHashedForm(scope) || idemkit.IsHashedForm(key)) {
+		if idemkit.IsHashedForm(scope) {
 			ad.Scope = scope
 		}
-		if isHashedForm(key) {
+		if idemkit.IsHashedForm(key) {
 			ad.Key = key
 		}
 		rec, err = a.store.Get(ctx, ad.Scope, ad.Key)
@@ -177,21 +177,6 @@ func (a *Admin) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 		}
 	}
 	return rec, err
-}
-
-// isHashedForm tells whether s is what idemkit.HashedForm returns: "sha256:" and 64 lowercase hex
-// digits.
-func isHashedForm(s string) bool {
-	h, ok := strings.CutPrefix(s, "sha256:")
-	if !ok || len(h) != 64 {
-		return false
-	}
-	for i := range len(h) {
-		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // requireScope returns ErrUnknownScope when no record has the stored scope.

@@ -54,7 +54,7 @@ func (a *Admin) where(ctx context.Context, f *Filter, now time.Time) (where, err
 			return w, fmt.Errorf("scope: %w", err)
 		}
 		err = a.requireScope(ctx, stored, f.Scope)
-		if errors.Is(err, ErrUnknownScope) && isHashedForm(f.Scope) {
+		if errors.Is(err, ErrUnknownScope) && idemkit.IsHashedForm(f.Scope) {
 			// The hashed stored form listings show of a long scope is taken as it is, as Get
 			// takes it (no literal scope is stored so: one starting with "sha256:" is hashed).
 			stored = f.Scope

@@ -12,8 +12,9 @@
 //
 // Every metric is labelled by bounded values only: the mode, the scope ([idemkit.Call.Scope], a route
 // pattern or a name the program chose — never the key), the outcome and the record's status, or the
-// sweeper task's name. A scope that is not a valid stored scope (empty, longer than
-// [idemkit.MaxStoredLen] bytes, control characters) is reported as "_invalid". Through the
+// sweeper task's name. A scope longer than [idemkit.MaxStoredLen] bytes is reported in its hashed
+// stored form, as idemctl and the claims gauges show it; one no Guard accepts (empty, control
+// characters, longer than [idemkit.DefaultMaxKeyLen] bytes) as "_invalid". Through the
 // OpenTelemetry Prometheus exporter the names become idemkit_calls_total, idemkit_duration_seconds and
 // so on, and the attribute idemkit.scope the label idemkit_scope; the README's "Operating idemkit"
 // section has the table.
@@ -171,7 +172,7 @@ func registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, er
 			return fmt.Errorf("idemotel: reading claims: %w", err)
 		}
 		for _, s := range stats {
-			attrs := metric.WithAttributes(attribute.String(AttrScope, scopeLabel(s.Scope)))
+			attrs := metric.WithAttributes(attribute.String(AttrScope, storedLabel(s.Scope)))
 			ob.ObserveInt64(processing, s.Processing, attrs)
 			ob.ObserveInt64(stuck, s.Stuck, attrs)
 			ob.ObserveFloat64(oldest, s.Oldest.Seconds(), attrs)
@@ -181,12 +182,27 @@ func registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, er
 	return err
 }
 
-// scopeLabel bounds what a scope label can be: a scope a Store would refuse becomes InvalidScope.
-func scopeLabel(scope string) string {
-	if idemkit.ValidateKey(scope, idemkit.MaxStoredLen) != nil {
+// storedLabel is the label of a scope as a Store holds it (the claims gauges read them from the
+// table): a value no Store holds becomes InvalidScope.
+func storedLabel(stored string) string {
+	if idemkit.ValidateKey(stored, idemkit.MaxStoredLen) != nil {
 		return InvalidScope
 	}
-	return scope
+	return stored
+}
+
+// scopeLabel is the label of a call's scope: its stored form ([idemkit.StoredForm], the hashed form of
+// a scope longer than idemkit.MaxStoredLen bytes), so a scope has one label in the call metrics, the
+// reconciler's and the claims gauges, as idemctl shows it. A scope no Guard accepts (empty, control
+// characters, longer than idemkit.DefaultMaxKeyLen bytes) becomes InvalidScope.
+func scopeLabel(scope string) string {
+	switch {
+	case idemkit.ValidateKey(scope, idemkit.DefaultMaxKeyLen) != nil:
+		return InvalidScope
+	case idemkit.IsHashedForm(scope): // a stored form already: a reconciler names a scope it was not given so
+		return scope
+	}
+	return idemkit.StoredForm(scope)
 }
 
 // Start implements [idemkit.Observer].

@@ -320,3 +320,55 @@ func TestReconcilerMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestLongScopeLabel: a scope longer than idemkit.MaxStoredLen bytes is valid (the Guard stores it
+// hashed). Its calls, its reconciled records and its claims share one label, the hashed stored form
+// that idemctl and the claims gauges show; only a scope no Guard accepts is "_invalid".
+func TestLongScopeLabel(t *testing.T) {
+	long := "POST /" + strings.Repeat("x", 200)
+	stored := idemkit.StoredForm(long)
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		Claims: func(context.Context) ([]idemotel.ClaimStats, error) {
+			return []idemotel.ClaimStats{{Scope: stored, Processing: 1}}, nil // as admin.Claims lists it
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := idemtest.NewClock()
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Observer: obs, Now: clock.Now, Lease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := g.Do(ctx, idemkit.Call{Scope: long, Key: "k"}, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	cl, _, err := g.Begin(ctx, idemkit.Call{Scope: long, Key: "g1", GID: "g1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Detach(ctx)
+	clock.Advance(time.Minute)
+	r := &hooks.Reconciler{
+		Lifecycle: &hooks.Lifecycle{Guard: g}, Scopes: []string{long},
+		Manager: manager{"g1": txstatus.Succeed}, Observe: obs.Reconciled,
+	}
+	if n, err := r.RunOnce(ctx, clock.Now(), 10); n != 1 || err != nil {
+		t.Fatalf("RunOnce = %d, %v; want 1 settled", n, err)
+	}
+	_, _ = g.Do(ctx, idemkit.Call{Scope: strings.Repeat("y", 300), Key: "k"}, func(context.Context) ([]byte, error) { return nil, nil })
+
+	got := collect(t, reader, map[string]string{idemotel.AttrScope: stored})
+	for name, w := range map[string]float64{"idemkit.calls": 2, "idemkit.reconcile.settled": 1, "idemkit.records.processing": 1} {
+		if got[name] != w {
+			t.Errorf("%s labelled %s = %v, want %v", name, stored, got[name], w)
+		}
+	}
+	invalid := collect(t, reader, map[string]string{idemotel.AttrScope: idemotel.InvalidScope})
+	if invalid["idemkit.calls"] != 1 {
+		t.Errorf("calls labelled %s = %v, want 1 (the 300-byte scope the Guard refused)", idemotel.InvalidScope, invalid["idemkit.calls"])
+	}
+}
