@@ -79,8 +79,12 @@ type RunParams struct {
 //
 // The claim is renewed right before Start and Start is not called when that fails: a claim whose lease
 // ran out may have been settled by a Reconciler, which fences the gid at DTM first (see
-// [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced, or, when only the
-// lock was lost, rolls the record back (nothing started) and reports Failed.
+// [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced — and, when the record
+// it settled says this gid rolled back, runs the Rollback hook again (that Reconciler ran it, maybe
+// before the writes of a Before hook that outlived the lease existed) — or, when only the lock was
+// lost, rolls the record back (nothing started) and reports Failed. With a gid chosen up front
+// (RunParams.GID), a manager that cannot be asked whether it is free (unreachable, a gateway's 5xx)
+// rolls the record back too (nothing started, the key is free again), and Run returns an error.
 //
 // When Start fails with DTM's refusal of the call that creates the transaction (an error matching
 // txstatus.ErrRefused) nothing started: the record is rolled back and the key is free again, whatever
@@ -124,7 +128,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		return Outcome{}, err
 	}
 	out := Outcome{GID: gid}
-	if rolledBack, err := l.renew(ctx, t); err != nil || rolledBack != nil {
+	if rolledBack, err := l.renew(ctx, t, call); err != nil || rolledBack != nil {
 		if rolledBack != nil {
 			out.Status, out.Reason = txstatus.Failed, rolledBack
 		}
@@ -140,14 +144,16 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		// close that. A fresh gid (NewGID) needs no such question.
 		switch st, err := p.Status.Status(ctx, gid); {
 		case err != nil:
-			out.Status = txstatus.Failed
-			out.Reason = fmt.Errorf("%w (never started): asking the manager whether gid %s is free: %w", ErrRolledBack, gid, err)
-			return out, l.Rollback(ctx, t, out.Reason)
+			// The manager could not be asked (unreachable, a gateway's 5xx): nothing started, so the
+			// record is rolled back and the key is free again — but this is an outage, not a
+			// transaction that rolled back, and the caller is told so (an error: retry later).
+			out, rerr := l.neverStarted(ctx, t, call, out,
+				fmt.Errorf("%w (never started): asking the manager whether gid %s is free: %w", ErrRolledBack, gid, err))
+			return out, errors.Join(fmt.Errorf("hooks: asking the manager whether gid %s is free: %w (nothing started; the key is free again)", gid, err), rerr)
 		case st != txstatus.Unknown:
-			out.Status = txstatus.Failed
-			out.Reason = fmt.Errorf("%w (never started): %w: gid %s is held by a transaction the manager reports %s: choose a new gid for every call",
-				ErrRolledBack, txstatus.ErrRefused, gid, st)
-			return out, l.Rollback(ctx, t, out.Reason)
+			return l.neverStarted(ctx, t, call, out,
+				fmt.Errorf("%w (never started): %w: gid %s is held by a transaction the manager reports %s: choose a new gid for every call",
+					ErrRolledBack, txstatus.ErrRefused, gid, st))
 		}
 	}
 	startErr := p.Start(ctx, gid)
@@ -159,9 +165,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			// DTM refused the call that creates the transaction (or nothing was sent): nothing of this
 			// call started, whatever the manager holds for gid — a gid held by another transaction
 			// (one reused, or a Reconciler's fence) is refused too, and its status is not ours.
-			out.Status = txstatus.Failed
-			out.Reason = fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)
-			return out, l.Rollback(ctx, t, out.Reason)
+			return l.neverStarted(ctx, t, call, out, fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr))
 		}
 		// Did the transaction reach the manager? Only it can tell.
 		info, err = p.Status.Query(ctx, gid)
@@ -236,11 +240,23 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		out.Reason = nil         // submitted and running: a lost answer to its submit is no reason
 		l.Detach(ctx, t)
 	}
+	return l.ended(ctx, call, gid, out, err)
+}
+
+// neverStarted ends Run for a transaction that did not start: the record is rolled back with reason
+// and the Outcome is Failed.
+func (l *Lifecycle) neverStarted(ctx context.Context, t *Txn, call idemkit.Call, out Outcome, reason error) (Outcome, error) {
+	out.Status, out.Reason = txstatus.Failed, reason
+	return l.ended(ctx, call, t.GID, out, l.Rollback(ctx, t, reason))
+}
+
+// ended is Run's return once the record was settled, or its settlement tried, with err: when the
+// settlement was fenced — a Reconciler settled the record first (the wait outlived the claim's lease,
+// or it fenced the gid while the start was on its way) — and the record agrees with the outcome, the
+// outcome stands without error; a rejection the Reconciler recorded is returned as a replay returns it.
+func (l *Lifecycle) ended(ctx context.Context, call idemkit.Call, gid string, out Outcome, err error) (Outcome, error) {
 	if errors.Is(err, idemkit.ErrFenced) {
 		if rec, ok := l.agrees(ctx, call, gid, out.Status); ok {
-			// The wait outlived the claim's lease and a Reconciler settled the record first, from
-			// the same final status the manager gave us: the outcome stands and the record agrees
-			// with it — a rejection the Reconciler recorded is returned as a replay returns it.
 			if rec.Status == idemkit.StatusRejected {
 				return out, &rejection{rej: &idemkit.RejectedError{Message: rec.Error}, cause: out.Reason}
 			}
@@ -253,7 +269,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 // renew renews t's claim right before its transaction starts. It returns a rollback reason when it
 // rolled the record back (the claim's lock ran out: nothing was started, the key is free again), or an
 // error when the transaction must not start.
-func (l *Lifecycle) renew(ctx context.Context, t *Txn) (rolledBack, err error) {
+func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolledBack, err error) {
 	if t.claim == nil {
 		return nil, nil
 	}
@@ -265,7 +281,18 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn) (rolledBack, err error) {
 	case errors.Is(err, idemkit.ErrFenced):
 		// Settled by another (a Reconciler that found the lease run out, and fenced the gid at DTM).
 		l.Detach(ctx, t)
-		return nil, fmt.Errorf("hooks: the claim of %s was settled by another before its start, which did not happen: %w", t.GID, err)
+		err = fmt.Errorf("hooks: the claim of %s was settled by another before its start, which did not happen: %w", t.GID, err)
+		if rec, ok := l.agrees(ctx, call, t.GID, txstatus.Failed); ok && l.OnRollback != nil {
+			// It ran the Rollback hook when it settled the record, maybe before the writes of a
+			// Before hook that outlived the lease existed: the hook runs again (hooks are
+			// idempotent), so those writes follow the rollback too.
+			t.Record = *rec
+			reason := fmt.Errorf("%w (never started): settled by another before the start: %s", ErrRolledBack, rec.Error)
+			if herr := l.OnRollback.Rollback(ctx, t, reason); herr != nil {
+				err = errors.Join(err, fmt.Errorf("hooks: rollback %s: %w", t.GID, herr))
+			}
+		}
+		return nil, err
 	case errors.Is(err, idemkit.ErrLockNotHeld):
 		// The lock ran out: the record may still be ours, or may not. Nothing started, so rolling
 		// it back is right either way; a fenced rollback means another settled it first.
