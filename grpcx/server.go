@@ -126,7 +126,7 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 		// The handler's failure, its writes rolled back: stored REJECTED when permanent (the Guard
 		// wrote it on its own), nothing stored when retryable.
 		if st.herr == nil {
-			return nil, status.Convert(err).Err() // the response could not be encoded for storage
+			return nil, statusOf(err).Err() // the response could not be encoded for storage
 		}
 		return nil, st.herr
 	}
@@ -167,11 +167,21 @@ func sameError(a, b error) bool {
 	return a.Error() == b.Error()
 }
 
+// statusOf is the status gRPC's server answers for a handler's error: the error's own status, else a
+// context error's code (DEADLINE_EXCEEDED, CANCELED) when it wraps one, else UNKNOWN. What is stored for
+// a permanent error is this status, so a duplicate gets the code the first call got.
+func statusOf(err error) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	return status.FromContextError(err)
+}
+
 // outcome turns the handler's answer into what the Guard stores: the encoded response on success,
 // the encoded status with a permanent error, or a retryable error (stored as FAILED, not replayed).
 func (s *server) outcome(resp any, herr error) ([]byte, error) {
 	if herr != nil {
-		st := status.Convert(herr)
+		st := statusOf(herr)
 		// The Guard's own classifier (its Options.IsPermanent) and this package's (Options.Permanent)
 		// both decide: an error either calls permanent is stored, encoded, and marked so the Guard
 		// stores it REJECTED whatever its classifier says of the status error.
