@@ -138,7 +138,9 @@ type Options struct {
 	// [DefaultStorePolicy] (2xx–4xx except 401, 408 and 429).
 	StorePolicy func(status int) bool
 	// ReplayHeaders are the response headers stored and replayed, besides status and body; only
-	// the values the handler set are stored, not those outer middleware put on the response.
+	// the values the handler set are stored, not those outer middleware put on the response. A
+	// listed name the handler sends as a trailer (declared in the Trailer header and set after the
+	// body, or set with http.TrailerPrefix) is stored and replayed as a trailer.
 	// Set-Cookie, Authorization, hop-by-hop (Connection, Keep-Alive, Proxy-*, TE, Trailer,
 	// Transfer-Encoding, Upgrade), framing and encoding (Content-Length, Content-Encoding) headers
 	// are never stored and may not be listed. Defaults to [DefaultReplayHeaders].

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
+	"slices"
+	"strings"
 )
 
 // storedResponse is a response as stored for replay: the value the guarded function returns.
@@ -25,27 +27,31 @@ type storedResponse struct {
 type headerField struct {
 	name, value string
 	clear       bool
+	trailer     bool // a trailer: sent after the body (format 3)
 }
 
-// The stored form of a response (format 2; format 1, written before, is read too):
+// The stored form of a response (format 2, or 3 when it has trailers; format 1, written before, is
+// read too):
 //
-//	byte 0    format version (2)
+//	byte 0    format version (2, or 3 when a field is a trailer)
 //	byte 1    flags: bit 0 set when the body was omitted, bit 1 when it was omitted because the
 //	          handler encoded it; other bits zero
 //	uvarint   status (100-999)
 //	uvarint   number of header fields (at most maxStoredFields)
-//	          each: byte op (0 add, 1 clear), uvarint n + n bytes name, and for add uvarint n + n
-//	          bytes value (format 1: no op byte, every field an add)
+//	          each: byte op (0 add, 1 clear, 2 add a trailer: format 3 only), uvarint n + n bytes
+//	          name, and for an add uvarint n + n bytes value (format 1: no op byte, every field an add)
 //	omitted:  uvarint original body size, nothing after it
 //	else:     the rest is the body
 const (
 	responseFormatV1 = 1
 	responseFormat   = 2
+	responseFormatV3 = 3 // format 2 with trailers: written only when there are some
 	flagOmitted      = 1 << 0
 	flagEncoded      = 1 << 1
 	maxStoredFields  = 256
 	opAdd            = 0
 	opClear          = 1
+	opTrailer        = 2
 )
 
 var errBadResponse = errors.New("httpx: malformed stored response")
@@ -63,13 +69,20 @@ func (s *storedResponse) encode() []byte {
 	if s.encoded {
 		flags |= flagEncoded
 	}
-	b = append(b, responseFormat, flags)
+	format := byte(responseFormat)
+	if slices.ContainsFunc(s.header, func(f headerField) bool { return f.trailer }) {
+		format = responseFormatV3 // a process that reads format 2 only fails on it, rather than drop them
+	}
+	b = append(b, format, flags)
 	b = binary.AppendUvarint(b, uint64(s.status))
 	b = binary.AppendUvarint(b, uint64(len(s.header)))
 	for _, f := range s.header {
-		if f.clear {
+		switch {
+		case f.clear:
 			b = append(b, opClear)
-		} else {
+		case f.trailer:
+			b = append(b, opTrailer)
+		default:
 			b = append(b, opAdd)
 		}
 		b = binary.AppendUvarint(b, uint64(len(f.name)))
@@ -96,7 +109,7 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	format, flags := b[0], b[1]
 	switch {
 	case format == responseFormatV1 && flags&^flagOmitted == 0:
-	case format == responseFormat && flags&^(flagOmitted|flagEncoded) == 0 && (flags&flagEncoded == 0 || flags&flagOmitted != 0):
+	case (format == responseFormat || format == responseFormatV3) && flags&^(flagOmitted|flagEncoded) == 0 && (flags&flagEncoded == 0 || flags&flagOmitted != 0):
 	default:
 		return s, errBadResponse
 	}
@@ -117,8 +130,8 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	}
 	for range count {
 		op := byte(opAdd)
-		if format == responseFormat {
-			if len(b) == 0 || b[0] > opClear {
+		if format != responseFormatV1 {
+			if len(b) == 0 || b[0] > opTrailer || b[0] == opTrailer && format != responseFormatV3 {
 				return s, errBadResponse
 			}
 			op, b = b[0], b[1:]
@@ -128,12 +141,12 @@ func decodeResponse(b []byte) (storedResponse, error) {
 		if name, b, ok = cutField(b); !ok || !isToken(string(name)) {
 			return s, errBadResponse
 		}
-		if op == opAdd {
+		if op != opClear {
 			if value, b, ok = cutField(b); !ok || !validFieldValue(value) {
 				return s, errBadResponse
 			}
 		}
-		s.header = append(s.header, headerField{textproto.CanonicalMIMEHeaderKey(string(name)), string(value), op == opClear})
+		s.header = append(s.header, headerField{textproto.CanonicalMIMEHeaderKey(string(name)), string(value), op == opClear, op == opTrailer})
 	}
 	if s.omitted {
 		if s.size, n = binary.Uvarint(b); n <= 0 || n != len(b) {
@@ -168,24 +181,43 @@ func validFieldValue(v []byte) bool {
 }
 
 // write replays s to w: the handler's header changes (minus any never replayed) applied to what
-// outer middleware put on the response, Idempotent-Replayed: true, the status and the body. No
+// outer middleware put on the response, Idempotent-Replayed: true, the status, the body and the
+// trailers (declared in a Trailer header, as net/http needs to send them after the body). No
 // Content-Length is set: outer middleware may transform the body (compress it), and net/http adds
 // one itself to a small body that arrives in one piece.
 func (s *storedResponse) write(w http.ResponseWriter) {
 	h := w.Header()
 	for _, f := range s.header {
 		switch {
-		case neverStored(f.name):
+		case neverStored(f.name), f.trailer:
 		case f.clear:
 			h.Del(f.name)
 		default:
 			h.Add(f.name, f.value)
 		}
 	}
+	var trailers []string
+	for _, f := range s.header {
+		if f.trailer && !neverStored(f.name) && !slices.Contains(trailers, f.name) {
+			trailers = append(trailers, f.name)
+		}
+	}
+	if len(trailers) > 0 {
+		// Declared before the status (net/http takes its copy of the header then), set after the body.
+		h.Add("Trailer", strings.Join(trailers, ", "))
+	}
 	h.Set(ReplayedHeader, "true")
 	w.WriteHeader(s.status)
 	if len(s.body) > 0 && bodyAllowed(s.status) {
 		_, _ = w.Write(s.body)
+	}
+	for _, name := range trailers {
+		h.Del(name) // a header of that name went out with the status; the trailer is the stored values
+	}
+	for _, f := range s.header {
+		if f.trailer && !neverStored(f.name) {
+			h.Add(f.name, f.value)
+		}
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/textproto"
 	"slices"
+	"strings"
 )
 
 // captureWriter streams a handler's response to the client and keeps a copy for the record: the
@@ -206,6 +208,34 @@ func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 	return header, len(ce) > 0 && !slices.Equal(ce, cw.before["Content-Encoding"])
 }
 
+// trailers appends to fields the allow-listed trailers the handler set, as net/http sends them once
+// the handler returned: the values of the fields the Trailer header declares, and those set with
+// http.TrailerPrefix.
+func (cw *captureWriter) trailers(fields []headerField) []headerField {
+	h := cw.w.Header()
+	var names []string // the canonical names of the allow-listed trailers set
+	for _, v := range h["Trailer"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name)); len(h[name]) > 0 && slices.Contains(cw.cfg.replay, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	for key := range h {
+		if name, ok := strings.CutPrefix(key, http.TrailerPrefix); ok && slices.Contains(cw.cfg.replay, textproto.CanonicalMIMEHeaderKey(name)) {
+			names = append(names, key)
+		}
+	}
+	slices.Sort(names) // a stable stored form
+	for _, key := range slices.Compact(names) {
+		name := textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(key, http.TrailerPrefix))
+		for _, v := range h[key] {
+			fields = append(fields, headerField{name: name, value: v, trailer: true})
+		}
+	}
+	return fields
+}
+
 // result is the guarded function's outcome once the handler returned: the stored response, or an
 // error making the claim retryable when the response is not to be stored.
 func (cw *captureWriter) result() ([]byte, error) {
@@ -216,6 +246,7 @@ func (cw *captureWriter) result() ([]byte, error) {
 		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
 	}
 	cw.settleType()
+	cw.header = cw.trailers(cw.header)
 	if !cw.cfg.StorePolicy(cw.status) {
 		return nil, &errNotStored{cw.status}
 	}
