@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // TxBeginner is a Store that begins transactions for [Guard.Tx] (record.Store implements it). The
@@ -282,16 +283,9 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 			end()
 			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "reading record", err)))
 		default:
-			switch judge(cur, c.Fingerprint, ModeTx, now) {
-			case verdictReplay:
+			if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
 				end()
-				return ended(cl.replay(cur, c.Fingerprint))
-			case verdictMismatch:
-				end()
-				return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
-			case verdictInFlight:
-				end()
-				return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
+				return cl.answer(v, cur, c, now)
 			}
 			v := cur.Version()
 			prev = &v
@@ -336,8 +330,7 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 		case errors.Is(first, ErrExists), errors.Is(first, ErrUnstorable), errors.Is(first, ErrInvalidKey):
 			// Nothing written and the transaction open: as after an Insert.
 		default:
-			cl.rollback(tx)
-			return ended(cl.failWrite(first))
+			return cl.writeFailed(db, tx, c, first)
 		}
 	}
 	stored, err := cl.put(tx, c, &next, prev, first)
@@ -351,14 +344,42 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 		cl.rollback(tx)
 		return cl.txFailed(db, c, prev, nil, &unstorableError{err})
 	case err != nil:
-		cl.rollback(tx)
-		return ended(cl.failWrite(err))
+		return cl.writeFailed(db, tx, c, err)
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err)))
 	}
 	return cl.finished(&next, val, nil, true)
+}
+
+// writeFailed ends a Tx-mode call whose record could not be written in tx, after rolling tx back.
+// When the database rolled the transaction back to settle a race with another writer of the key
+// (ErrConflict: a deadlock; on PostgreSQL, a unique index being built, which is no ON CONFLICT
+// arbiter), that attempt's record, read now, answers the call as a read before fn would have.
+func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Result, error) {
+	cl.rollback(tx)
+	if errors.Is(err, ErrConflict) {
+		if cur, gerr := db.Get(cl.ctx, cl.id.scope, cl.id.key); gerr == nil {
+			now := cl.g.opts.Now()
+			if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
+				return cl.answer(v, cur, c, now)
+			}
+		}
+	}
+	return ended(cl.failWrite(err))
+}
+
+// answer ends a Tx-mode call with what a record it does not take over says (v, judge's verdict on
+// cur): its replay, a payload mismatch, or in flight.
+func (cl *Claim) answer(v verdict, cur *Record, c *Call, now time.Time) (Result, error) {
+	switch v {
+	case verdictReplay:
+		return ended(cl.replay(cur, c.Fingerprint))
+	case verdictMismatch:
+		return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
+	}
+	return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
 }
 
 // txFailed ends a Tx-mode call whose function failed, after the rollback of its writes.
@@ -427,13 +448,8 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		case err != nil:
 			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "reading record", err)))
 		default:
-			switch judge(cur, c.Fingerprint, ModeTx, now) {
-			case verdictReplay:
-				return ended(cl.replay(cur, c.Fingerprint)) // fn did not run: nothing to roll back
-			case verdictMismatch:
-				return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
-			case verdictInFlight:
-				return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
+			if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
+				return cl.answer(v, cur, c, now) // fn did not run: nothing to roll back
 			}
 			v := cur.Version()
 			prev = &v

@@ -92,13 +92,10 @@ func (s *Store) isV1(ctx context.Context) (bool, error) {
 			query += "DATABASE()"
 		}
 	case dialectPostgres:
-		query = "SELECT count(*) FROM information_schema.columns WHERE table_name = $1 AND column_name = 'id' AND table_schema = "
-		if s.q.schema != "" {
-			query += "$2"
-			args = append(args, s.q.schema)
-		} else {
-			query += "current_schema()"
-		}
+		// The table the Store's statements name, found as they find it (through search_path when it
+		// is not qualified): current_schema() is only the first schema of the path that exists.
+		query = "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1::text) AND attname = 'id' AND NOT attisdropped"
+		args = []any{s.q.quoted}
 	default:
 		query = "SELECT count(*) FROM pragma_table_info(?) WHERE name = 'id'"
 		if s.q.schema != "" {

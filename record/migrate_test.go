@@ -338,7 +338,7 @@ func checkV2Layout(t *testing.T, s *Store, db *gorm.DB) {
 		must(t, db.Raw("SELECT string_agg(a.attname, ',' ORDER BY array_position(i.indkey, a.attnum)) FROM pg_index i "+
 			"JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = ?::regclass AND i.indisprimary",
 			s.q.quoted).Row().Scan(&pk))
-		must(t, db.Raw("SELECT count(*) FROM pg_index WHERE indrelid = ?::regclass AND NOT indisprimary", s.q.quoted).Row().Scan(&secondary))
+		must(t, db.Raw("SELECT count(*) FROM pg_index WHERE indrelid = ?::regclass AND NOT indisprimary AND indisvalid", s.q.quoted).Row().Scan(&secondary))
 	default:
 		must(t, db.Raw("SELECT group_concat(name, ',') FROM (SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk)", s.q.table).Row().Scan(&pk))
 		must(t, db.Raw("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'c'", s.q.table).Row().Scan(&secondary))

@@ -279,6 +279,12 @@ func (s *Store) insertAlone(ctx context.Context, rec *idemkit.Record) error {
 			millis(rec.LeaseUntil), millis(rec.ExpiresAt), millis(rec.CreatedAt), millis(rec.UpdatedAt))
 	}
 	if err != nil {
+		if s.inTx && s.q.dialect == dialectPostgres && isUniqueViolation(s.q.dialect, err) {
+			// ON CONFLICT does nothing only for its arbiter: a unique index not valid yet (CREATE
+			// INDEX CONCURRENTLY building it, as the v1→v2 migration does) refused the duplicate,
+			// and the error aborted the transaction. Run it again: the other writer's record answers.
+			return fmt.Errorf("record: inserting into %s: %w: a unique index being built refused a duplicate: %w", s.q.name, ErrConflict, err)
+		}
 		return s.q.interpretError("inserting into", err)
 	}
 	if n == 0 {

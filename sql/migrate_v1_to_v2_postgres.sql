@@ -7,12 +7,24 @@
 -- Run it once every process runs idemkit v2 (v2 works on a v1 table; v1 does not work on a v2 table,
 -- its statements name the id column). Run the statements one by one, outside a transaction block
 -- (CREATE/DROP INDEX CONCURRENTLY refuse one); the file is idempotent, so a failed run can be run
--- again.
+-- again (its first block drops the INVALID index a cancelled CREATE INDEX CONCURRENTLY leaves).
 -- Locks: the CONCURRENTLY statements build and drop indexes without blocking reads or writes; the
 -- DO block swaps the primary key in one short transaction that holds an ACCESS EXCLUSIVE lock for
 -- the time of a few catalog updates (no table scan or rewrite: the new primary key's index exists,
 -- its columns are NOT NULL, and DROP COLUMN only marks the column dropped). record.Store.Migrate runs
 -- this file for record.Options.Table and does nothing on a v2 table.
+DO $$ -- a failed run (a CREATE INDEX CONCURRENTLY cancelled or timed out) leaves its index INVALID,
+     -- which IF NOT EXISTS below would keep and the swap could not use: drop it, to build it again
+DECLARE
+  i record;
+BEGIN
+  SET LOCAL lock_timeout = '10s';
+  FOR i IN SELECT x.indexrelid::regclass AS idx FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+      WHERE x.indrelid = 'idemkit_records'::regclass AND NOT x.indisvalid
+      AND c.relname IN (trim(both '"' from 'idemkit_records_pk_v2'), trim(both '"' from 'idemkit_records_status_expires_idx')) LOOP
+    EXECUTE format('DROP INDEX %s', i.idx);
+  END LOOP;
+END $$;
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS idemkit_records_pk_v2 ON idemkit_records (scope, idem_key);
 CREATE INDEX CONCURRENTLY IF NOT EXISTS idemkit_records_status_expires_idx ON idemkit_records (status, expires_at);
 DO $$

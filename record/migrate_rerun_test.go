@@ -1,0 +1,158 @@
+package record
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
+	idemsql "github.com/idemkit/idemkit/sql"
+)
+
+// TestMigratePostgresRerunAfterFailedIndexBuild: the PostgreSQL migration file says "the file
+// is idempotent, so a failed run can be run again" and Store.Migrate says "every step can be run
+// again". A CREATE UNIQUE INDEX CONCURRENTLY that fails (here: lock_timeout while a writer's
+// transaction is open; equally a cancelled context or statement_timeout) leaves an INVALID index
+// behind. The next run's "CREATE ... IF NOT EXISTS" skips it, and the DO block cannot use it as the
+// primary key: the migration fails on every later run until someone drops the index by hand.
+func TestMigratePostgresRerunAfterFailedIndexBuild(t *testing.T) {
+	db := backends[1].db(t, nil) // PostgreSQL
+	table := testsvc.Name("t_v1_")
+	s, err := New(db, &Options{Table: table})
+	must(t, err)
+	testsvc.DropTable(t, db, table)
+	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
+		must(t, db.Exec(stmt).Error)
+	}
+	must(t, db.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k', 'SUCCEEDED', 1, 'o')").Error)
+
+	// A second pool whose sessions give up on lock waits after 300ms (as an operator's short
+	// statement_timeout or a deadline on Migrate's context would).
+	short, err := gorm.Open(postgres.Open(testsvc.PostgresDSN()+" dbname="+testsvc.Database+" lock_timeout=300"),
+		&gorm.Config{Logger: logger.Discard})
+	must(t, err)
+	sdb, _ := short.DB()
+	t.Cleanup(func() { sdb.Close() })
+	ms, err := New(short, &Options{Table: table})
+	must(t, err)
+
+	// A writer's transaction open during the index build: CREATE INDEX CONCURRENTLY waits for it.
+	blocker := db.Begin()
+	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
+	err = ms.Migrate(ctxb)
+	blocker.Rollback()
+	if err == nil {
+		t.Fatal("the first migration succeeded although a writer held the table; the test did not provoke a failure")
+	}
+	t.Logf("first run failed as provoked: %v", err)
+
+	// The failure is gone: run the migration again, as the file and Migrate's doc say one can.
+	ctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		var invalid []string
+		rows, _ := db.Raw("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = ?::regclass AND NOT i.indisvalid", s.q.quoted).Rows()
+		for rows != nil && rows.Next() {
+			var n string
+			_ = rows.Scan(&n)
+			invalid = append(invalid, n)
+		}
+		t.Fatalf("re-running the migration after a failed run: %v\ninvalid indexes left on the table: %s", err, strings.Join(invalid, ", "))
+	}
+	checkV2Layout(t, s, db)
+}
+
+// TestMigratePostgresRerunAfterCancelledMigrate: the same with the failure an operator meets
+// most: Migrate's context ends (a deadline) while CREATE INDEX CONCURRENTLY waits for a writer.
+func TestMigratePostgresRerunAfterCancelledMigrate(t *testing.T) {
+	db := backends[1].db(t, nil) // PostgreSQL
+	table := testsvc.Name("t_v1_")
+	s, err := New(db, &Options{Table: table})
+	must(t, err)
+	testsvc.DropTable(t, db, table)
+	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
+		must(t, db.Exec(stmt).Error)
+	}
+	blocker := db.Begin()
+	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
+	ctx, cancel := context.WithTimeout(ctxb, 500*time.Millisecond)
+	err = s.Migrate(ctx)
+	cancel()
+	time.Sleep(500 * time.Millisecond) // let the server notice the cancel
+	blocker.Rollback()
+	if err == nil {
+		t.Fatal("the first migration succeeded; the test did not provoke a failure")
+	}
+	t.Logf("first run: %v", err)
+	ctx, cancel = context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("re-running the migration after a cancelled run: %v", err)
+	}
+	checkV2Layout(t, s, db)
+}
+
+// TestMigratePostgresRerunRebuildsInvalidIndex: a run that failed in the file's second statement
+// (CREATE INDEX CONCURRENTLY of the (status, expires_at) index: a lock timeout here, equally a
+// cancelled context) leaves that index INVALID. The next Migrate skips it ("IF NOT EXISTS"), swaps
+// the primary key and reports success: the v2 table's one secondary index is unusable (the sweeper,
+// the stale-claim scan and the reconciler read the whole table), and nothing says so.
+func TestMigratePostgresRerunRebuildsInvalidIndex(t *testing.T) {
+	db := backends[1].db(t, nil) // PostgreSQL
+	table := testsvc.Name("t_v1_")
+	s, err := New(db, &Options{Table: table})
+	must(t, err)
+	testsvc.DropTable(t, db, table)
+	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
+		must(t, db.Exec(stmt).Error)
+	}
+	short, err := gorm.Open(postgres.Open(testsvc.PostgresDSN()+" dbname="+testsvc.Database+" lock_timeout=300"),
+		&gorm.Config{Logger: logger.Discard})
+	must(t, err)
+	sdb, _ := short.DB()
+	t.Cleanup(func() { sdb.Close() })
+	ms, err := New(short, &Options{Table: table})
+	must(t, err)
+	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
+	// A run built the primary key's index, then failed building the (status, expires_at) one while a
+	// writer's transaction was open.
+	i := slices.IndexFunc(stmts, func(s string) bool { return strings.HasPrefix(s, "CREATE INDEX CONCURRENTLY") && strings.Contains(s, "_status_expires_idx") })
+	for _, stmt := range stmts[:i] {
+		must(t, short.Exec(stmt).Error)
+	}
+	blocker := db.Begin()
+	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
+	err = short.Exec(stmts[i]).Error
+	blocker.Rollback()
+	if err == nil {
+		t.Fatal("the index build succeeded; the test did not provoke a failure")
+	}
+	t.Logf("the run failed at: %.60s...: %v", stmts[i], err)
+
+	must(t, s.Migrate(ctxb)) // run again
+	checkV2Layout(t, s, db)
+	var invalid []string
+	rows, err := db.Raw("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = ?::regclass AND NOT i.indisvalid", s.q.quoted).Rows()
+	must(t, err)
+	for rows.Next() {
+		var n string
+		must(t, rows.Scan(&n))
+		invalid = append(invalid, n)
+	}
+	rows.Close()
+	if len(invalid) > 0 {
+		t.Fatalf("Migrate reported success, but the migrated table's indexes %v are INVALID (never used by the planner)", invalid)
+	}
+}
+
+func mustMigration(t *testing.T) string {
+	text, err := idemsql.Migration(dialectPostgres)
+	must(t, err)
+	return text
+}
