@@ -122,7 +122,9 @@ func TestMigratePostgresRerunRebuildsInvalidIndex(t *testing.T) {
 	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
 	// A run built the primary key's index, then failed building the (status, expires_at) one while a
 	// writer's transaction was open.
-	i := slices.IndexFunc(stmts, func(s string) bool { return strings.HasPrefix(s, "CREATE INDEX CONCURRENTLY") && strings.Contains(s, "_status_expires_idx") })
+	i := slices.IndexFunc(stmts, func(s string) bool {
+		return strings.HasPrefix(s, "CREATE INDEX CONCURRENTLY") && strings.Contains(s, "_status_expires_idx")
+	})
 	for _, stmt := range stmts[:i] {
 		must(t, short.Exec(stmt).Error)
 	}
