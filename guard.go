@@ -270,6 +270,7 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
 		}
 		if !errors.Is(err, ErrExists) {
+			cl.abandoned(nil)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
 		}
 		cl.ev.Conflict = true
@@ -314,9 +315,53 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			// the insert.
 			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
 		default:
+			prev := cur.Version()
+			cl.abandoned(&prev)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
+}
+
+// abandoned follows up a claim write (an insert, or a takeover of the record at prev) that failed
+// because the caller left: its context ended before the answer. The statement may still land (one
+// waiting on a row lock does, once the lock is free), leaving a claim nobody holds: in flight until
+// its lease runs out, or, for a mark, the key marked done although its function never ran. A
+// goroutine bounded by Options.FinishTimeout watches for it and releases it: a mark is deleted, a
+// claim finished FAILED (the key free for a retry at once). A claim in a caller's transaction is
+// left to the transaction.
+func (cl *Claim) abandoned(prev *Version) {
+	if cl.ctx.Err() == nil || cl.callerTx {
+		return
+	}
+	g, st, mine, marks := cl.g, cl.st, cl.rec, cl.mode.marks()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), g.opts.FinishTimeout)
+	go func() {
+		defer cancel()
+		for wait := 10 * time.Millisecond; ; wait *= 2 {
+			cur, err := st.Get(ctx, mine.Scope, mine.Key)
+			switch {
+			case err == nil && cur.Version() == mine.Version():
+				if marks {
+					_ = st.Delete(ctx, mine.Scope, mine.Key, mine.Version())
+					return
+				}
+				next := *cur
+				next.Status, next.Error, next.Response = StatusFailed, "idemkit: the caller left before its claim was written", nil
+				next.LeaseUntil, next.UpdatedAt = g.opts.Now(), g.opts.Now()
+				_ = st.Update(ctx, &next, mine.Version())
+				return
+			case err == nil && (prev == nil || cur.Version() != *prev):
+				return // another attempt's record: this one's write cannot land any more
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
 }
 
 func inFlight(err error) error {
