@@ -359,21 +359,46 @@ func boxed(slot *atomic.Pointer[ttlArg], ms int64) any {
 	return t.arg
 }
 
-// writeKey appends the Redis key of key to b.
+// writeKey appends the Redis key of key to b: <prefix>{key}, the whole key a hash tag, so that
+// Redis Cluster spreads keys by scope and key. A key containing '}' would end the tag early (Redis
+// hashes up to the first '}': every key of a scope such as "POST /orders/{id}" would share one slot),
+// so its tag is a hash of it instead: <prefix>{#<16 hex digits>}key. Names stay distinct: only those
+// have a '}' before their end.
 func (l *Locker) writeKey(b *strings.Builder, key string) {
 	b.WriteString(l.prefix)
 	b.WriteByte('{')
-	if key == "" || key[0] == '}' || key[0] == '%' {
+	if strings.IndexByte(key, '}') >= 0 {
+		b.WriteByte('#')
+		var digits [16]byte
+		b.Write(strconv.AppendUint(digits[:0], fnv64a(key)|1<<63, 16)[:16]) // 16 digits: the top bit set
+		b.WriteByte('}')
+		b.WriteString(key)
+		return
+	}
+	if key == "" || key[0] == '%' {
 		b.WriteByte('%')
 	}
 	b.WriteString(key)
 	b.WriteByte('}')
 }
 
+// fnv64a is the 64-bit FNV-1a hash of s.
+func fnv64a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range len(s) {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// keyLen bounds the length of the Redis key of key.
+func (l *Locker) keyLen(key string) int { return len(l.prefix) + len(key) + 20 }
+
 // key returns the Redis key of key.
 func (l *Locker) key(key string) string {
 	var b strings.Builder
-	b.Grow(len(l.prefix) + len(key) + 3)
+	b.Grow(l.keyLen(key))
 	l.writeKey(&b, key)
 	return b.String()
 }
@@ -382,7 +407,7 @@ func (l *Locker) key(key string) string {
 // one string (one allocation).
 func (l *Locker) keyAndLock(key string, deadline int64, token string) (string, string) {
 	var b strings.Builder
-	b.Grow(len(l.prefix) + len(key) + 3 + 22 + len(token))
+	b.Grow(l.keyLen(key) + 22 + len(token))
 	l.writeKey(&b, key)
 	n := b.Len()
 	b.WriteByte(markLock)
