@@ -33,11 +33,11 @@ const (
 	// condExpired: records the sweeper deletes. A PROCESSING record with a gid never expires, nor
 	// does one whose lease is live. The status list covers every state; it is there for the index.
 	condExpired = "status IN ('SUCCEEDED', 'REJECTED', 'FAILED', 'PROCESSING') AND expires_at <> 0 AND expires_at <= ? " +
-		"AND (status <> 'PROCESSING' OR (gid = '' AND lease_until <= ?))"
+		"AND (status <> 'PROCESSING' OR (LENGTH(gid) = 0 AND lease_until <= ?))"
 	// condStale: claims the sweeper recovers (FAILED, fence + 1): lease run out, no gid, not expired.
-	condStale = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
+	condStale = "status = 'PROCESSING' AND lease_until <= ? AND LENGTH(gid) = 0 AND (expires_at = 0 OR expires_at > ?)"
 	// condPending: claims tied to a global transaction whose lease ran out: the reconciler's.
-	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
+	condPending = "status = 'PROCESSING' AND LENGTH(gid) > 0 AND lease_until <= ?"
 	// condStuck: every PROCESSING record whose lease ran out, gid or not.
 	condStuck = "status = 'PROCESSING' AND lease_until <= ?"
 	// condAfter: keyset pagination in (scope, idem_key) order, the primary key.

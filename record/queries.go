@@ -69,9 +69,9 @@ const condVersion = "scope = ? AND idem_key = ? AND fence = ? AND owner = ? AND 
 // and the Guard answers its duplicates in flight.
 const (
 	condExpired = "status IN ('SUCCEEDED', 'REJECTED', 'FAILED', 'PROCESSING') AND expires_at <> 0 AND expires_at <= ? " +
-		"AND (status <> 'PROCESSING' OR (gid = '' AND lease_until <= ?))"
-	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND gid = '' AND (expires_at = 0 OR expires_at > ?)"
-	condPending = "status = 'PROCESSING' AND gid <> '' AND lease_until <= ?"
+		"AND (status <> 'PROCESSING' OR (LENGTH(gid) = 0 AND lease_until <= ?))"
+	condStale   = "status = 'PROCESSING' AND lease_until <= ? AND LENGTH(gid) = 0 AND (expires_at = 0 OR expires_at > ?)"
+	condPending = "status = 'PROCESSING' AND LENGTH(gid) > 0 AND lease_until <= ?"
 )
 
 // queries are a Store's SQL texts, built once by New, in the driver's own placeholder syntax ('?', or
