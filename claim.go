@@ -209,7 +209,7 @@ func (cl *Claim) Detach(ctx context.Context) {
 }
 
 // Extend renews the claim: the lock to Options.LockTTL and, outside Tx and Mark mode, the record's lease
-// to Options.Lease from now. It returns ErrLockNotHeld or ErrFenced when the claim was lost, and Locker
+// to Options.Lease from now (a Mark-mode mark's expiry, when it would come sooner). It returns ErrLockNotHeld or ErrFenced when the claim was lost, and Locker
 // or Store errors as they come (a Locker error is ignored under Options.FailOpen).
 func (cl *Claim) Extend(ctx context.Context) error {
 	g := cl.g
@@ -221,10 +221,26 @@ func (cl *Claim) Extend(ctx context.Context) error {
 			cl.ev.FailOpen = true
 		}
 	}
-	if cl.mode != ModeExecute {
+	next := cl.rec
+	switch cl.mode {
+	case ModeExecute:
+	case ModeMark:
+		// A mark says SUCCEEDED from its claim on, so only its expiry can free the key while the
+		// function runs (a duplicate takes an expired record over, the sweeper deletes it): keep the
+		// expiry ahead of the renewal, as a claim's.
+		until := g.opts.Now().Add(g.opts.Lease)
+		if next.ExpiresAt.IsZero() || !next.ExpiresAt.Before(until) {
+			return nil
+		}
+		next.ExpiresAt, next.UpdatedAt = until, g.opts.Now()
+		if err := cl.st.Update(ctx, &next, cl.rec.Version()); err != nil {
+			return err
+		}
+		cl.rec = next
+		return nil
+	default:
 		return nil
 	}
-	next := cl.rec
 	next.LeaseUntil = g.opts.Now().Add(g.opts.Lease)
 	next.UpdatedAt = g.opts.Now()
 	if !next.ExpiresAt.IsZero() && next.ExpiresAt.Before(next.LeaseUntil) {
