@@ -194,7 +194,7 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 	if err != nil {
 		return cl.fail(OutcomeInvalid, err)
 	}
-	cl.id = id
+	cl.id, cl.ev.StoredScope = id, id.scope
 	cl.token = newToken()
 
 	if lk := g.opts.Locker; lk != nil {
@@ -326,18 +326,24 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 // because the caller left: its context ended before the answer. The statement may still land (one
 // waiting on a row lock does, once the lock is free), leaving a claim nobody holds: in flight until
 // its lease runs out, or, for a mark, the key marked done although its function never ran. A
-// goroutine bounded by Options.FinishTimeout watches for it and releases it: a mark is deleted, a
-// claim finished FAILED (the key free for a retry at once). A claim in a caller's transaction is
-// left to the transaction.
+// goroutine watches for it and releases it — a mark is deleted, a claim finished FAILED (the key free
+// for a retry at once) — for as long as that matters: until the claim's lease ends (a claim landing
+// later is stale on arrival, and the next attempt takes it over), and for a mark, which has no lease,
+// for Options.Lease. It polls with a backoff up to a second, and is never shorter than
+// Options.FinishTimeout. A claim in a caller's transaction is left to the transaction.
 func (cl *Claim) abandoned(prev *Version) {
 	if cl.ctx.Err() == nil || cl.callerTx {
 		return
 	}
 	g, st, mine, marks := cl.g, cl.st, cl.rec, cl.mode.marks()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), g.opts.FinishTimeout)
+	until := mine.LeaseUntil
+	if marks {
+		until = mine.UpdatedAt.Add(g.opts.Lease)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), max(until.Sub(g.opts.Now()), g.opts.FinishTimeout))
 	go func() {
 		defer cancel()
-		for wait := 10 * time.Millisecond; ; wait *= 2 {
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			cur, err := st.Get(ctx, mine.Scope, mine.Key)
 			switch {
 			case err == nil && cur.Version() == mine.Version():
@@ -350,8 +356,11 @@ func (cl *Claim) abandoned(prev *Version) {
 				next.LeaseUntil, next.UpdatedAt = g.opts.Now(), g.opts.Now()
 				_ = st.Update(ctx, &next, mine.Version())
 				return
-			case err == nil && (prev == nil || cur.Version() != *prev):
-				return // another attempt's record: this one's write cannot land any more
+			case err == nil && prev != nil && cur.Version() != *prev:
+				// The takeover is conditional on prev, which is gone for good (fences only grow,
+				// owners are never reused). An insert can still land once another record is deleted
+				// (the sweeper's DELETE it waited behind): it is watched until the end.
+				return
 			}
 			t := time.NewTimer(wait)
 			select {

@@ -70,6 +70,9 @@ func (o Outcome) String() string {
 type Event struct {
 	Mode  Mode
 	Scope string
+	// StoredScope is the scope as Stores hold it (namespaced, hashed when longer than MaxStoredLen
+	// bytes, see [Address]); "" when the call was refused as invalid before it was computed.
+	StoredScope string
 	// Key is a short hash of the key, or the key itself when Options.LogKeys is set.
 	Key     string
 	Outcome Outcome

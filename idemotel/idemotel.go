@@ -12,9 +12,10 @@
 //
 // Every metric is labelled by bounded values only: the mode, the scope ([idemkit.Call.Scope], a route
 // pattern or a name the program chose — never the key), the outcome and the record's status, or the
-// sweeper task's name. A scope longer than [idemkit.MaxStoredLen] bytes is reported in its hashed
-// stored form, as idemctl and the claims gauges show it; one no Guard accepts (empty, control
-// characters, longer than [idemkit.DefaultMaxKeyLen] bytes) as "_invalid". Through the
+// sweeper task's name. A scope stored hashed (longer than [idemkit.MaxStoredLen] bytes with its
+// namespace) is reported in that hashed form, as idemctl and the claims gauges show it; the scope of a
+// call refused as invalid that no Store could hold as it is (empty, control characters, too long) as
+// "_invalid". Through the
 // OpenTelemetry Prometheus exporter the names become idemkit_calls_total, idemkit_duration_seconds and
 // so on, and the attribute idemkit.scope the label idemkit_scope; the README's "Operating idemkit"
 // section has the table.
@@ -191,18 +192,19 @@ func storedLabel(stored string) string {
 	return stored
 }
 
-// scopeLabel is the label of a call's scope: its stored form ([idemkit.StoredForm], the hashed form of
-// a scope longer than idemkit.MaxStoredLen bytes), so a scope has one label in the call metrics, the
-// reconciler's and the claims gauges, as idemctl shows it. A scope no Guard accepts (empty, control
-// characters, longer than idemkit.DefaultMaxKeyLen bytes) becomes InvalidScope.
-func scopeLabel(scope string) string {
+// scopeLabel is the label of a call's scope given with its stored form ("" when the call was refused
+// before it was computed): a scope stored hashed (longer than idemkit.MaxStoredLen bytes with its
+// namespace) is labelled by that hash, as idemctl and the claims gauges show it, so a scope has one
+// label in every metric; any other by itself. A refused call's scope that no Store could hold as it
+// is (empty, control characters, too long) becomes InvalidScope.
+func scopeLabel(scope, stored string) string {
 	switch {
-	case idemkit.ValidateKey(scope, idemkit.DefaultMaxKeyLen) != nil:
+	case idemkit.IsHashedForm(stored):
+		return stored
+	case stored == "" && idemkit.ValidateKey(scope, idemkit.MaxStoredLen) != nil:
 		return InvalidScope
-	case idemkit.IsHashedForm(scope): // a stored form already: a reconciler names a scope it was not given so
-		return scope
 	}
-	return idemkit.StoredForm(scope)
+	return scope
 }
 
 // Start implements [idemkit.Observer].
@@ -241,7 +243,7 @@ func (o *Observer) Start(ctx context.Context, mode idemkit.Mode, scope string) (
 // record adds one finished call to the instruments.
 func (o *Observer) record(ctx context.Context, ev *idemkit.Event) {
 	mode := attribute.String(AttrMode, ev.Mode.String())
-	scope := attribute.String(AttrScope, scopeLabel(ev.Scope))
+	scope := attribute.String(AttrScope, scopeLabel(ev.Scope, ev.StoredScope))
 	outcome := attribute.String(AttrOutcome, ev.Outcome.String())
 	base := metric.WithAttributes(mode, scope)
 	o.calls.Add(ctx, 1, metric.WithAttributes(mode, scope, outcome, attribute.String(AttrStatus, string(ev.Status))))
@@ -314,7 +316,7 @@ func (o *Observer) Reconciled(ctx context.Context, ev *hooks.ReconcileEvent) {
 	if o.recSettled == nil {
 		return
 	}
-	scope := attribute.String(AttrScope, scopeLabel(ev.Scope))
+	scope := attribute.String(AttrScope, scopeLabel(ev.Scope, ev.Record.Scope))
 	if ev.Settled {
 		o.recSettled.Add(ctx, 1, metric.WithAttributes(scope, attribute.String(AttrTxStatus, string(ev.Status))))
 	}

@@ -372,3 +372,58 @@ func TestLongScopeLabel(t *testing.T) {
 		t.Errorf("calls labelled %s = %v, want 1 (the 300-byte scope the Guard refused)", idemotel.InvalidScope, invalid["idemkit.calls"])
 	}
 }
+
+// TestLongScopeLabelWithNamespace: with Options.Namespace the Guard stores a long scope as
+// HashedForm(namespace+"/"+scope), and that is its label (found by a review: it was HashedForm(scope),
+// a form nothing stores).
+func TestLongScopeLabelWithNamespace(t *testing.T) {
+	long := "POST /" + strings.Repeat("x", 200)
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Namespace: "shop", Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := g.Do(ctx, idemkit.Call{Scope: long, Key: "k"}, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := g.Get(ctx, long, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, reader, map[string]string{idemotel.AttrScope: rec.Scope})
+	if got["idemkit.calls"] != 1 {
+		other := collect(t, reader, map[string]string{idemotel.AttrScope: idemkit.HashedForm(long)})
+		t.Fatalf("calls labelled with the stored scope %s = %v, want 1; the call is labelled %s instead (%v calls), a form nothing stores",
+			rec.Scope, got["idemkit.calls"], idemkit.HashedForm(long), other["idemkit.calls"])
+	}
+}
+
+// TestLongScopeLabelMaxKeyLen: a Guard with Options.MaxKeyLen above 255 accepts a 300-byte scope
+// (stored hashed): its calls are labelled with that hash, not "_invalid" (found by a review).
+func TestLongScopeLabelMaxKeyLen(t *testing.T) {
+	long := "POST /" + strings.Repeat("x", 300)
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{MaxKeyLen: 512, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := g.Do(ctx, idemkit.Call{Scope: long, Key: "k"}, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatalf("the Guard refused the scope: %v", err)
+	}
+	stored := idemkit.StoredForm(long)
+	if got := collect(t, reader, map[string]string{idemotel.AttrScope: stored}); got["idemkit.calls"] != 1 {
+		inv := collect(t, reader, map[string]string{idemotel.AttrScope: idemotel.InvalidScope})
+		t.Fatalf("a call the Guard accepted and stored under %s: labelled with it %v times, %s %v times",
+			stored, got["idemkit.calls"], idemotel.InvalidScope, inv["idemkit.calls"])
+	}
+}

@@ -33,8 +33,8 @@
 //
 // # Keys and safety
 //
-// A key K lives in the Redis key <prefix>{K} (see [Locker] for the escaping of an empty K or one
-// starting with '}' or '%', and for the value format). The hash tag {K} fixes the slot on Redis
+// A key K lives in the Redis key <prefix>{K} (see [Locker] for the escaping of an empty K, one
+// starting with '%' or one holding '}', and for the value format). The hash tag {K} fixes the slot on Redis
 // Cluster; [Client] is satisfied by *redis.Client, *redis.ClusterClient and redis.UniversalClient.
 // Keys are only ever passed to the scripts as KEYS and tokens, results and times as ARGV: nothing a
 // caller gives is spliced into Lua source, so no key or result can inject code.

@@ -60,8 +60,9 @@ type Options struct {
 // of the attempt running it or the cached result of a finished one.
 //
 // The key for K is <prefix>{K}. The braces are a Redis Cluster hash tag, so the slot depends on K
-// only. K is used as is, except that a K that is empty or starts with '}' or '%' gets a '%' in front,
-// so the tag is never empty and distinct keys stay distinct. The value is either a lock, "L" followed
+// only. K is used as is, except that a K that is empty or starts with '%' gets a '%' in front, so the
+// tag is never empty and distinct keys stay distinct; and a K holding a '}', which would end the tag
+// early, is tagged with a hash of it instead: <prefix>{#<16 hex digits>}K. The value is either a lock, "L" followed
 // by the holder's deadline (Unix ms), ':' and its token, or a cached result: the result as given,
 // prefixed with "E" when it is empty or starts with 'L' or 'E' (the Guard's cached results start with
 // a format byte below 0x20 and are stored as they are).

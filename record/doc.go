@@ -30,9 +30,10 @@
 //
 //   - Insert is one INSERT ... ON CONFLICT (scope, idem_key) DO NOTHING (PostgreSQL, SQLite) or
 //     INSERT ... ON DUPLICATE KEY UPDATE scope = scope (MySQL), with no read before it: zero rows
-//     affected means idemkit.ErrExists. It never aborts a PostgreSQL transaction. A unique violation that
-//     still comes back as an error (MySQL 1062, PostgreSQL 23505, SQLite UNIQUE/PRIMARY KEY constraint)
-//     is translated to ErrExists as well.
+//     affected means idemkit.ErrExists. A unique violation that still comes back as an error (MySQL
+//     1062, PostgreSQL 23505, SQLite UNIQUE/PRIMARY KEY constraint) is translated to ErrExists as
+//     well — except in a PostgreSQL transaction, which such an error aborts (a unique index being built
+//     is no ON CONFLICT arbiter): there it wraps ErrConflict, and the transaction is to run again.
 //   - Update and Delete are compare-and-swap on the record's version (WHERE scope, idem_key, fence, owner,
 //     status): a primary-key lookup; no row means idemkit.ErrFenced. MySQL counts changed rather than
 //     matched rows, so when it reports none one SELECT tells an update that changed nothing (success)
