@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,8 @@ import (
 type Guard struct {
 	store Store
 	opts  Options
+	// watches counts the goroutines watching for abandoned claims (see Claim.abandoned).
+	watches atomic.Int32
 }
 
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
@@ -327,21 +330,30 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 // waiting on a row lock does, once the lock is free), leaving a claim nobody holds: in flight until
 // its lease runs out, or, for a mark, the key marked done although its function never ran. A
 // goroutine watches for it and releases it — a mark is deleted, a claim finished FAILED (the key free
-// for a retry at once) — for as long as that matters: until the claim's lease ends (a claim landing
-// later is stale on arrival, and the next attempt takes it over), and for a mark, which has no lease,
-// for Options.Lease. It polls with a backoff up to a second, and is never shorter than
-// Options.FinishTimeout. A claim in a caller's transaction is left to the transaction.
+// for a retry) — for as long as that matters: until the claim's lease ends (a claim landing later is
+// stale on arrival, and the next attempt takes it over; one with a gid is the Reconciler's), and for a
+// mark, which has no lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer
+// than maxWatch. It polls with a backoff (10 ms doubling, up to a second). At most maxWatches watch at
+// once per Guard (a store that stalls makes callers leave by the hundred, and each watch reads it): a
+// claim abandoned beyond that is left to its lease.
 func (cl *Claim) abandoned(prev *Version) {
+	g := cl.g
 	if cl.ctx.Err() == nil || cl.callerTx {
 		return
 	}
-	g, st, mine, marks := cl.g, cl.st, cl.rec, cl.mode.marks()
+	if g.watches.Add(1) > maxWatches {
+		g.watches.Add(-1)
+		return
+	}
+	st, mine, marks := cl.st, cl.rec, cl.mode.marks()
 	until := mine.LeaseUntil
 	if marks {
 		until = mine.UpdatedAt.Add(g.opts.Lease)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), max(until.Sub(g.opts.Now()), g.opts.FinishTimeout))
+	d := min(max(until.Sub(g.opts.Now()), g.opts.FinishTimeout), maxWatch)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), d)
 	go func() {
+		defer g.watches.Add(-1)
 		defer cancel()
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			cur, err := st.Get(ctx, mine.Scope, mine.Key)
@@ -372,6 +384,13 @@ func (cl *Claim) abandoned(prev *Version) {
 		}
 	}()
 }
+
+// Bounds of the watches for abandoned claims: how long one lasts at most (InnoDB gives up a lock wait
+// after 50 s by default), and how many run at once per Guard.
+const (
+	maxWatch   = time.Minute
+	maxWatches = 64
+)
 
 func inFlight(err error) error {
 	var e *InFlightError

@@ -15,8 +15,8 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 	g := cl.g
 	ctx, cancel := context.WithCancelCause(parent)
 	period := g.opts.LockTTL
-	if cl.mode == ModeExecute {
-		period = min(period, g.opts.Lease)
+	if cl.mode == ModeExecute || cl.mode == ModeMark {
+		period = min(period, g.opts.Lease) // renewals move the record's lease or a mark's expiry
 	}
 	period = max(period/3, time.Millisecond)
 	started := g.opts.Now()
