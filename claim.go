@@ -209,8 +209,9 @@ func (cl *Claim) Detach(ctx context.Context) {
 }
 
 // Extend renews the claim: the lock to Options.LockTTL and, outside Tx and Mark mode, the record's lease
-// to Options.Lease from now (a Mark-mode mark's expiry, when it would come sooner). It returns ErrLockNotHeld or ErrFenced when the claim was lost, and Locker
-// or Store errors as they come (a Locker error is ignored under Options.FailOpen).
+// to Options.Lease from now (in Mark mode, the mark's expiry when it would come sooner). It returns
+// ErrLockNotHeld or ErrFenced when the claim was lost, and Locker or Store errors as they come (a
+// Locker error is ignored under Options.FailOpen).
 func (cl *Claim) Extend(ctx context.Context) error {
 	g := cl.g
 	if cl.locked {

@@ -15,10 +15,9 @@
 // sweeper task's name. A scope stored hashed (longer than [idemkit.MaxStoredLen] bytes with its
 // namespace) is reported in that hashed form, as idemctl and the claims gauges show it; the scope of a
 // call refused as invalid that no Store could hold as it is (empty, control characters, too long) as
-// "_invalid". Through the
-// OpenTelemetry Prometheus exporter the names become idemkit_calls_total, idemkit_duration_seconds and
-// so on, and the attribute idemkit.scope the label idemkit_scope; the README's "Operating idemkit"
-// section has the table.
+// "_invalid". Through the OpenTelemetry Prometheus exporter the names become idemkit_calls_total,
+// idemkit_duration_seconds and so on, and the attribute idemkit.scope the label idemkit_scope; the
+// README's "Operating idemkit" section has the table.
 package idemotel
 
 import (
