@@ -131,6 +131,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	if rolledBack, err := l.renew(ctx, t, call); err != nil || rolledBack != nil {
 		if rolledBack != nil {
 			out.Status, out.Reason = txstatus.Failed, rolledBack
+			return l.ended(ctx, call, gid, out, err) // a Reconciler may have rolled it back first
 		}
 		return out, err
 	}

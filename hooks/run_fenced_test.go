@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/memory"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -98,6 +99,40 @@ func TestRefusedStartAfterReconcilerFenceAgrees(t *testing.T) {
 				t.Errorf("reconciler settled %d, %v", n, err)
 			}
 			return &txstatus.RefusedError{Op: "submit", GID: gid, Message: "current status 'failed', cannot submit"}
+		}})
+	if err != nil || out.Status != txstatus.Failed {
+		t.Fatalf("Run = %+v, %v; want Failed without error", out, err)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("record %s, want FAILED", rec.Status)
+	}
+}
+
+// TestLockLostAfterReconcilerRolledBackAgrees: the claim's lock and lease ran out while the Before
+// hook ran, and a Reconciler fenced the gid and recorded FAILED; Run's renewal finds the lock gone and
+// rolls back, which is fenced. The record agrees (FAILED, never started): Run reports Failed without
+// an error, as on its other never-started exits (found by a defect hunt's follow-up).
+func TestLockLostAfterReconcilerRolledBackAgrees(t *testing.T) {
+	b := setup(t)
+	g, err := idemkit.New(b.store, &idemkit.Options{Lease: time.Second, Now: b.clock.Now, Locker: memory.NewLocker(&memory.LockerOptions{Now: b.clock.Now})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := *b.lc
+	lc.Guard = g
+	r := &hooks.Reconciler{Lifecycle: &lc, Scopes: []string{"create-order"}, Manager: &fakeManager{statuses: map[string]txstatus.Status{}}, TransType: "saga"}
+	lc.Before = hooks.BeforeTransactionFunc(func(ctx context.Context, _ *hooks.Txn) error {
+		b.clock.Advance(2 * time.Second) // the lock and the lease run out; a reconciler pass runs
+		if n, err := r.RunOnce(ctx, b.clock.Now(), 10); n != 1 || err != nil {
+			t.Errorf("reconciler settled %d, %v", n, err)
+		}
+		return nil
+	})
+	out, err := lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"),
+		Status: &txstatus.Client{Server: "http://127.0.0.1:1"}, // never asked
+		Start: func(context.Context, string) error {
+			t.Error("started a transaction whose claim was lost")
+			return nil
 		}})
 	if err != nil || out.Status != txstatus.Failed {
 		t.Fatalf("Run = %+v, %v; want Failed without error", out, err)

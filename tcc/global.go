@@ -108,9 +108,14 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	}()
 	tryErr := tries(t)
 	panicked = false
+	perm := tryErr != nil && permanent(tryErr)
 	if errors.Is(tryErr, txstatus.ErrRefused) {
-		// Not a refusal of the prepare (a try that returned one of DTM's refusals): the transaction exists.
+		// Not a refusal of the prepare (a try that returned one of DTM's refusals): the transaction
+		// exists. A permanent try error stays permanent.
 		tryErr = &laterRefusal{op: "trying", gid: t.Gid, msg: tryErr.Error()}
+		if perm {
+			tryErr = idemkit.Permanent(tryErr)
+		}
 	}
 	if tryErr == nil {
 		if err := status.Call(ctx, "submit", t.Gid, &t.TransBase); err != nil {
@@ -119,7 +124,7 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 		return nil
 	}
 	t.RollbackReason = tryErr.Error()
-	if permanent(tryErr) {
+	if perm {
 		t.RollbackReason = hooks.PermanentReason + tryErr.Error()
 	}
 	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {
