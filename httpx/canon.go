@@ -61,7 +61,8 @@ func decodeJSON(data []byte) (v any, ok bool) {
 }
 
 // CanonicalJSON returns the canonical form of the JSON document data: object members sorted by
-// name, no insignificant whitespace, numbers normalised (1, 1.0, 1e0 and 10e-1 are all written 1),
+// name (members whose names differ only in case, which encoding/json folds together keeping the last,
+// stay in document order, where the first of them sorts), no insignificant whitespace, numbers normalised (1, 1.0, 1e0 and 10e-1 are all written 1),
 // strings escaped minimally, and the noise fields removed at any depth (see [Options.Noise] for
 // names and dotted paths). It returns an error when data is not a single valid JSON value or noise
 // is malformed, and one matching [ErrDuplicateMember] when an object repeats a member name.

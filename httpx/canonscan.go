@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -363,16 +365,20 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 	slices.SortStableFunc(ms, func(a, b member) int {
 		return bytes.Compare(c.keys[a.keyOff:a.keyEnd], c.keys[b.keyOff:b.keyEnd])
 	})
+	for i := 1; i < len(ms) && c.dup == nil; i++ {
+		if name := c.keys[ms[i].keyOff:ms[i].keyEnd]; bytes.Equal(name, c.keys[ms[i-1].keyOff:ms[i-1].keyEnd]) {
+			// Stable sort: ms[i] is the later of the two in the document. Parsing goes on, so a
+			// document that is not JSON at all is reported as such.
+			c.dup = &duplicateMemberError{name: string(name), offset: ms[i].at}
+		}
+	}
+	if len(ms) > 1 {
+		c.foldOrder(ms)
+	}
 	c.tmp = append(c.tmp[:0], dst[objStart:]...) // the values, in source order
 	dst = append(dst[:objStart], '{')
 	first := true
-	for i, m := range ms {
-		name := c.keys[m.keyOff:m.keyEnd]
-		if i > 0 && bytes.Equal(name, c.keys[ms[i-1].keyOff:ms[i-1].keyEnd]) && c.dup == nil {
-			// Stable sort: m is the later of the two in the document. Parsing goes on, so a
-			// document that is not JSON at all is reported as such.
-			c.dup = &duplicateMemberError{name: string(name), offset: m.at}
-		}
+	for _, m := range ms {
 		if m.noise {
 			continue
 		}
@@ -380,10 +386,93 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendString(dst, name)
+		dst = appendString(dst, c.keys[m.keyOff:m.keyEnd])
 		dst = append(dst, ':')
 		dst = append(dst, c.tmp[m.valOff-objStart:m.valEnd-objStart]...)
 	}
 	c.spans, c.keys = c.spans[:spanBase], c.keys[:keyBase]
 	return append(dst, '}'), true
+}
+
+// foldOrder reorders ms, sorted by name, when names in it differ but are equal under Unicode case
+// folding ("qty" and "QTY"): encoding/json matches struct fields so, keeping the last of them, and the
+// two orders of such members decode differently. Each such group is written where its first member
+// sorts, in document order, so those orders get different canonical forms. Objects without such
+// names (nearly all) keep the plain sorted order, and their canonical form is unchanged.
+func (c *canonicalizer) foldOrder(ms []member) {
+	name := func(m member) []byte { return c.keys[m.keyOff:m.keyEnd] }
+	folds := false // a name with an upper-case ASCII letter or a non-ASCII byte: others fold to themselves
+	for _, m := range ms {
+		for _, b := range name(m) {
+			if b >= 'A' && b <= 'Z' || b >= utf8.RuneSelf {
+				folds = true
+				break
+			}
+		}
+	}
+	if !folds {
+		return
+	}
+	var group []int // 1 + the index of the first member of i's group, 0 when alone
+	found := false
+	if len(ms) <= 32 {
+		for i := range ms {
+			for j := i + 1; j < len(ms); j++ {
+				if (group == nil || group[j] == 0) && !bytes.Equal(name(ms[i]), name(ms[j])) && bytes.EqualFold(name(ms[i]), name(ms[j])) {
+					if group == nil {
+						group = make([]int, len(ms))
+					}
+					if group[i] == 0 {
+						group[i] = i + 1
+					}
+					group[j], found = group[i], true
+				}
+			}
+		}
+	} else {
+		group = make([]int, len(ms))
+		first := make(map[string]int, len(ms))
+		for i, m := range ms {
+			k := foldKey(name(m))
+			if f, ok := first[k]; ok && !bytes.Equal(name(ms[f]), name(m)) {
+				group[f], group[i], found = f+1, f+1, true
+			} else if !ok {
+				first[k] = i
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	out := make([]member, 0, len(ms))
+	for i, m := range ms {
+		switch {
+		case group[i] == 0:
+			out = append(out, m)
+		case group[i] == i+1: // the group's first member: the whole group, in document order
+			start := len(out)
+			for j := i; j < len(ms); j++ {
+				if group[j] == i+1 {
+					out = append(out, ms[j])
+				}
+			}
+			slices.SortFunc(out[start:], func(a, b member) int { return a.at - b.at })
+		}
+	}
+	copy(ms, out)
+}
+
+// foldKey maps name to one representative of its case-folding class: each rune becomes the smallest
+// rune of its unicode.SimpleFold orbit, so foldKey(a) == foldKey(b) exactly when bytes.EqualFold(a, b).
+func foldKey(name []byte) string {
+	var b strings.Builder
+	b.Grow(len(name))
+	for _, r := range string(name) {
+		low := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			low = min(low, f)
+		}
+		b.WriteRune(low)
+	}
+	return b.String()
 }

@@ -140,9 +140,11 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 	}
 	if cfg.Principal != nil {
 		key = PrincipalKey(principal, key)
-		if len(key) > m.guard.MaxKeyLen() { // the principal's prefix took it past the Guard's limit
-			key = idemkit.HashedForm(key)
-		}
+	}
+	if len(key) > m.guard.MaxKeyLen() && (cfg.Principal != nil || key == st.derivedKey) {
+		// The principal's prefix took it past the Guard's limit, or a derived key (hashed only
+		// past idemkit.MaxStoredLen) is longer than a Guard with a lower limit takes.
+		key = idemkit.HashedForm(key)
 	}
 	scope := cfg.Scope(r)
 	if scope == "" {

@@ -21,6 +21,7 @@ type reqState struct {
 	bodyDone   bool
 	body       []byte
 	bodyErr    error
+	consumed   []byte // with bodyErr: what was read of the original before the error
 	jsonDone   bool
 	doc        any
 	docOK      bool
@@ -76,6 +77,9 @@ func (st *reqState) loadBody(r *http.Request) ([]byte, error) {
 		return nil, st.bodyErr
 	}
 	body, err := readLimited(st.src, r.ContentLength, limit)
+	if err != nil {
+		st.consumed = body
+	}
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, ErrBodyTooLarge):
@@ -91,7 +95,8 @@ func (st *reqState) loadBody(r *http.Request) ([]byte, error) {
 }
 
 // readLimited reads src to the end, at most limit bytes, into one buffer sized by the declared
-// length when there is one. It returns ErrBodyTooLarge past the limit.
+// length when there is one. It returns ErrBodyTooLarge past the limit; with an error, the bytes read
+// until then.
 func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
 	size := int64(512)
 	if declared >= 0 {
@@ -101,20 +106,20 @@ func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) > limit {
-				return nil, ErrBodyTooLarge
+				return buf, ErrBodyTooLarge
 			}
 			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit+1-int64(len(buf)))))
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
-			return nil, ErrBodyTooLarge
+			return buf, ErrBodyTooLarge
 		}
 		if err == io.EOF {
 			return buf, nil
 		}
 		if err != nil {
-			return nil, err
+			return buf, err
 		}
 	}
 }
@@ -160,10 +165,18 @@ func (st *reqState) route(r *http.Request) (string, *chi.Context, bool) {
 }
 
 // bodyFor returns the body the handler reads: the buffered bytes when the middleware read them,
-// else the original, untouched.
+// else the original, untouched; when reading it failed (past MaxBodyBytes, a broken connection),
+// what was read of it followed by the rest of the original, so the handler reads the whole body, or
+// meets the error itself.
 func (st *reqState) bodyFor() io.ReadCloser {
-	if !st.bodyDone || st.src == nil || st.src == http.NoBody {
+	switch {
+	case !st.bodyDone || st.src == nil || st.src == http.NoBody:
 		return st.src
+	case st.bodyErr != nil:
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(st.consumed), st.src), st.src}
 	}
 	return io.NopCloser(bytes.NewReader(st.body))
 }
