@@ -418,7 +418,7 @@ func (c *canonicalizer) foldOrder(ms []member) {
 	if len(ms) <= 32 {
 		for i := range ms {
 			for j := i + 1; j < len(ms); j++ {
-				if (group == nil || group[j] == 0) && !bytes.Equal(name(ms[i]), name(ms[j])) && bytes.EqualFold(name(ms[i]), name(ms[j])) {
+				if !ms[i].noise && !ms[j].noise && (group == nil || group[j] == 0) && !bytes.Equal(name(ms[i]), name(ms[j])) && bytes.EqualFold(name(ms[i]), name(ms[j])) {
 					if group == nil {
 						group = make([]int, len(ms))
 					}
@@ -433,6 +433,9 @@ func (c *canonicalizer) foldOrder(ms []member) {
 		group = make([]int, len(ms))
 		first := make(map[string]int, len(ms))
 		for i, m := range ms {
+			if m.noise {
+				continue // dropped: it must not move the members it folds with
+			}
 			k := foldKey(name(m))
 			if f, ok := first[k]; ok && !bytes.Equal(name(ms[f]), name(m)) {
 				group[f], group[i], found = f+1, f+1, true

@@ -145,6 +145,9 @@ func All(sources ...KeySource) KeySource {
 		for i, s := range sources {
 			k, err := s(r)
 			if err != nil || k == "" {
+				if st := stateOf(r); st != nil {
+					st.derivedKey = "" // an inner source's derived key was not used
+				}
 				return "", err
 			}
 			if i == 0 {
