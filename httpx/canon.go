@@ -258,10 +258,12 @@ func lookupJSON(v any, path string) (val any, where string, ok bool) {
 	return v, strings.Join(names, "."), true
 }
 
-// keyText renders a JSON value found at path as key material: strings as they are, numbers in
-// canonical form, booleans as true/false, objects and arrays as canonical JSON without noise. ok is
-// false for null.
-func keyText(v any, ns *noiseSet, path string) (string, bool) {
+// keyText renders a JSON value v found at the dotted path (where: its member names only) as key
+// material: strings as they are, numbers in canonical form, booleans as true/false, objects and
+// arrays as canonical JSON without noise — taken from canon, the document's canonical form, when it
+// is given and holds the value (it keeps the document order of member names that differ only in
+// case, which v, a map, lost). ok is false for null.
+func keyText(v any, ns *noiseSet, where string, canon []byte, path string) (string, bool) {
 	switch v := v.(type) {
 	case nil:
 		return "", false
@@ -272,10 +274,45 @@ func keyText(v any, ns *noiseSet, path string) (string, bool) {
 	case bool:
 		return strconv.FormatBool(v), true
 	}
-	if ns != nil && len(ns.paths) == 0 {
-		path = ""
+	if canon != nil {
+		if text, ok := canonicalAt(canon, path); ok {
+			return text, true
+		}
 	}
-	return string(appendCanonical(nil, v, ns, path)), true
+	if ns != nil && len(ns.paths) == 0 {
+		where = ""
+	}
+	return string(appendCanonical(nil, v, ns, where)), true
+}
+
+// canonicalAt returns the text of the value at the dotted path in canon, a canonical form (so the
+// text is the value's own canonical form), or false when canon does not hold it (the path runs
+// through a noise member).
+func canonicalAt(canon []byte, path string) (string, bool) {
+	raw := json.RawMessage(canon)
+	for seg := range strings.SplitSeq(path, ".") {
+		switch {
+		case len(raw) > 0 && raw[0] == '{':
+			var m map[string]json.RawMessage
+			if json.Unmarshal(raw, &m) != nil {
+				return "", false
+			}
+			var ok bool
+			if raw, ok = m[seg]; !ok {
+				return "", false
+			}
+		case len(raw) > 0 && raw[0] == '[':
+			var a []json.RawMessage
+			i, err := strconv.Atoi(seg)
+			if json.Unmarshal(raw, &a) != nil || err != nil || i < 0 || i >= len(a) || seg != strconv.Itoa(i) {
+				return "", false
+			}
+			raw = a[i]
+		default:
+			return "", false
+		}
+	}
+	return string(raw), true
 }
 
 // JSONField returns the value at the dotted path of the JSON document data as key material (see
@@ -287,7 +324,8 @@ func JSONField(data []byte, path string, noise ...string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	if _, err := canonicalize(nil, data, ns); err != nil {
+	canon, err := canonicalize(nil, data, ns)
+	if err != nil {
 		return "", false
 	}
 	doc, ok := decodeJSON(data)
@@ -298,5 +336,5 @@ func JSONField(data []byte, path string, noise ...string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return keyText(v, ns, where)
+	return keyText(v, ns, where, canon, path)
 }

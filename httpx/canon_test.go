@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -267,6 +268,8 @@ func FuzzJSONField(f *testing.F) {
 	f.Add([]byte(`{"a":[1,2]}`), "a.1")
 	f.Add([]byte(`{"a":{"nonce":1,"x":[]}}`), "a")
 	f.Add([]byte(`[]`), "0")
+	f.Add([]byte(`{"o":{"b":"\u00e9","a":[1.0,{"nonce":2,"z":null}]}}`), "o")
+	f.Add([]byte(`{"o":{"qty":1,"QTY":3}}`), "o")
 	f.Fuzz(func(t *testing.T, data []byte, path string) {
 		if path == "" || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || strings.Contains(path, "..") {
 			return
@@ -279,7 +282,40 @@ func FuzzJSONField(f *testing.F) {
 		if k == "" || len(k) > 128 || !printable(k) {
 			t.Fatalf("derived key %q from %q", k, v)
 		}
+		// Key stability: without case-variant names, an object or array renders as the decoded
+		// tree renders it (the rendering before it came from the canonical form).
+		doc, _ := decodeJSON(data)
+		tv, where, _ := lookupJSON(doc, path)
+		switch tv.(type) {
+		case map[string]any, []any:
+			ns, _ := newNoiseSet([]string{"nonce"})
+			if old := string(appendCanonical(nil, tv, ns, where)); old != v && !hasCaseVariants(t, data) {
+				t.Fatalf("key text %s, tree rendering %s", v, old)
+			}
+		}
 	})
+}
+
+// TestJSONFieldObjectCaseVariants: an object-valued key field renders as its canonical form, which
+// keeps the document order of member names that differ only in case: the two orders of such an
+// object, which encoding/json decodes differently, give two keys (found by a review: the tree
+// rendering gave them one, and with NoFingerprint the second got the first's replay).
+func TestJSONFieldObjectCaseVariants(t *testing.T) {
+	k1, _ := JSONField([]byte(`{"o":{"qty":1,"QTY":3}}`), "o")
+	k2, _ := JSONField([]byte(`{"o":{"QTY":3,"qty":1}}`), "o")
+	c1, _ := CanonicalJSON([]byte(`{"qty":1,"QTY":3}`))
+	c2, _ := CanonicalJSON([]byte(`{"QTY":3,"qty":1}`))
+	if k1 != string(c1) || k2 != string(c2) || k1 == k2 {
+		t.Errorf("JSONField %s | %s; CanonicalJSON %s | %s", k1, k2, c1, c2)
+	}
+	runs := 0
+	h := Middleware(memoryGuard(t, nil), &Options{Key: JSONFields("order"), NoFingerprint: true})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++; w.WriteHeader(http.StatusCreated) }))
+	serve(h, req("POST", "/orders", "", `{"order":{"sku":"x","qty":1,"QTY":3}}`))
+	rec := serve(h, req("POST", "/orders", "", `{"order":{"sku":"x","QTY":3,"qty":1}}`))
+	if runs != 2 {
+		t.Errorf("the second order (qty 1 for encoding/json) answered %d without running the handler (runs=%d)", rec.Code, runs)
+	}
 }
 
 // TestCanonicalJSONCaseVariantNames: members whose names differ only in case ("qty" and "QTY") decode

@@ -104,7 +104,12 @@ func JSONFields(paths ...string) KeySource {
 			if !ok {
 				return "", nil
 			}
-			text, ok := keyText(v, st.cfg.noise, where)
+			var canon []byte // an object's or array's canonical text comes from the body's
+			switch v.(type) {
+			case map[string]any, []any:
+				canon, _ = st.canonical()
+			}
+			text, ok := keyText(v, st.cfg.noise, where, canon, p)
 			if !ok {
 				return "", nil
 			}
