@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/record"
 )
 
@@ -19,31 +17,16 @@ import (
 // still commits on the server once the lock is free: the Guard releases that claim, so a retry runs
 // the handler — it got 409 in-flight until the claim's lease (30 s) ran out (found by a defect hunt).
 func TestCancelledClaimFreesKey(t *testing.T) {
-	rdb := testsvc.Redis(t)
-	db := testsvc.MySQL(t, nil)
-	table := testsvc.Name("t_hunt_")
-	st, err := record.New(db, &record.Options{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testsvc.DropTable(t, db, table)
-	if err := st.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	prefix := testsvc.Name("hunt_") + ":"
-	testsvc.CleanRedis(t, rdb, prefix)
-	guard, err := idemkit.New(st, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: prefix})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	bd := setup(t, realBackend, nil, nil)
+	table := bd.store.Store.(*record.Store).Table()
 	var calls atomic.Int64
-	h := Middleware(guard, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := bd.mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		w.WriteHeader(201)
 	}))
 
 	// Another transaction holds the row lock of the key's primary key (an uncommitted insert).
-	sqlDB, _ := db.DB()
+	sqlDB, _ := testsvc.MySQL(t, nil).DB()
 	blocker, err := sqlDB.BeginTx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -401,16 +401,10 @@ func (c *canonicalizer) object(dst []byte, path string) ([]byte, bool) {
 // names (nearly all) keep the plain sorted order, and their canonical form is unchanged.
 func (c *canonicalizer) foldOrder(ms []member) {
 	name := func(m member) []byte { return c.keys[m.keyOff:m.keyEnd] }
-	folds := false // a name with an upper-case ASCII letter or a non-ASCII byte: others fold to themselves
-	for _, m := range ms {
-		for _, b := range name(m) {
-			if b >= 'A' && b <= 'Z' || b >= utf8.RuneSelf {
-				folds = true
-				break
-			}
-		}
-	}
-	if !folds {
+	// Only a name with an upper-case ASCII letter or a non-ASCII byte can fold with another.
+	if !slices.ContainsFunc(ms, func(m member) bool {
+		return slices.ContainsFunc(name(m), func(b byte) bool { return b >= 'A' && b <= 'Z' || b >= utf8.RuneSelf })
+	}) {
 		return
 	}
 	var group []int // 1 + the index of the first member of i's group, 0 when alone

@@ -14,29 +14,23 @@ import (
 // found none, took the request for one chi will answer 404/405, and let it through unguarded: chi
 // then routed it to the POST handler, which ran once per duplicate (found by a defect hunt).
 func TestRoutePathRewrittenByOuterMiddleware(t *testing.T) {
+	// behind returns a root router guarding POST /orders behind the rewriting middleware outer.
+	behind := func(outer func(http.Handler) http.Handler) func(bd *bundle) http.Handler {
+		return func(bd *bundle) http.Handler {
+			r := chi.NewRouter()
+			r.Use(outer, bd.mw)
+			r.Post("/orders", bd.serve)
+			return r
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		build func(bd *bundle) http.Handler
 		path  string
 	}{
-		{"StripSlashes", func(bd *bundle) http.Handler {
-			r := chi.NewRouter()
-			r.Use(chimw.StripSlashes, bd.mw)
-			r.Post("/orders", bd.serve)
-			return r
-		}, "/orders/"},
-		{"CleanPath", func(bd *bundle) http.Handler {
-			r := chi.NewRouter()
-			r.Use(chimw.CleanPath, bd.mw)
-			r.Post("/orders", bd.serve)
-			return r
-		}, "//orders"},
-		{"URLFormat", func(bd *bundle) http.Handler {
-			r := chi.NewRouter()
-			r.Use(chimw.URLFormat, bd.mw)
-			r.Post("/orders", bd.serve)
-			return r
-		}, "/orders.json"},
+		{"StripSlashes", behind(chimw.StripSlashes), "/orders/"},
+		{"CleanPath", behind(chimw.CleanPath), "//orders"},
+		{"URLFormat", behind(chimw.URLFormat), "/orders.json"},
 		{"StripSlashes in a mounted router", func(bd *bundle) http.Handler {
 			sub := chi.NewRouter()
 			sub.Use(chimw.StripSlashes, bd.mw)

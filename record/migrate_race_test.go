@@ -13,8 +13,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/testsvc"
-	idemsql "github.com/idemkit/idemkit/sql"
 )
 
 // TestMigratePostgresDuplicatesDuringIndexBuild: README "Upgrading from v1" says the PostgreSQL
@@ -28,13 +26,8 @@ func TestMigratePostgresDuplicatesDuringIndexBuild(t *testing.T) {
 	db := backends[1].db(t, nil)
 	sqlDB, _ := db.DB()
 	sqlDB.SetMaxOpenConns(20)
-	table := testsvc.Name("t_v1_")
-	s, err := New(db, &Options{Table: table})
-	must(t, err)
-	testsvc.DropTable(t, db, table)
-	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
-		must(t, db.Exec(stmt).Error)
-	}
+	s := v1Table(t, db)
+	table := s.q.name
 	g, err := idemkit.New(s, &idemkit.Options{Lease: 10 * time.Second, TTL: time.Hour})
 	must(t, err)
 

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/internal/testsvc"
 	idemsql "github.com/idemkit/idemkit/sql"
@@ -23,22 +21,13 @@ import (
 // primary key: the migration fails on every later run until someone drops the index by hand.
 func TestMigratePostgresRerunAfterFailedIndexBuild(t *testing.T) {
 	db := backends[1].db(t, nil) // PostgreSQL
-	table := testsvc.Name("t_v1_")
-	s, err := New(db, &Options{Table: table})
-	must(t, err)
-	testsvc.DropTable(t, db, table)
-	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
-		must(t, db.Exec(stmt).Error)
-	}
+	s := v1Table(t, db)
+	table := s.q.name
 	must(t, db.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k', 'SUCCEEDED', 1, 'o')").Error)
 
 	// A second pool whose sessions give up on lock waits after 300ms (as an operator's short
 	// statement_timeout or a deadline on Migrate's context would).
-	short, err := gorm.Open(postgres.Open(testsvc.PostgresDSN()+" dbname="+testsvc.Database+" lock_timeout=300"),
-		&gorm.Config{Logger: logger.Discard})
-	must(t, err)
-	sdb, _ := short.DB()
-	t.Cleanup(func() { sdb.Close() })
+	short := testsvc.PostgresWith(t, nil, " lock_timeout=300")
 	ms, err := New(short, &Options{Table: table})
 	must(t, err)
 
@@ -56,14 +45,7 @@ func TestMigratePostgresRerunAfterFailedIndexBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
 	defer cancel()
 	if err := s.Migrate(ctx); err != nil {
-		var invalid []string
-		rows, _ := db.Raw("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = ?::regclass AND NOT i.indisvalid", s.q.quoted).Rows()
-		for rows != nil && rows.Next() {
-			var n string
-			_ = rows.Scan(&n)
-			invalid = append(invalid, n)
-		}
-		t.Fatalf("re-running the migration after a failed run: %v\ninvalid indexes left on the table: %s", err, strings.Join(invalid, ", "))
+		t.Fatalf("re-running the migration after a failed run: %v\ninvalid indexes left on the table: %s", err, strings.Join(invalidIndexes(t, db, s), ", "))
 	}
 	checkV2Layout(t, s, db)
 }
@@ -72,17 +54,12 @@ func TestMigratePostgresRerunAfterFailedIndexBuild(t *testing.T) {
 // most: Migrate's context ends (a deadline) while CREATE INDEX CONCURRENTLY waits for a writer.
 func TestMigratePostgresRerunAfterCancelledMigrate(t *testing.T) {
 	db := backends[1].db(t, nil) // PostgreSQL
-	table := testsvc.Name("t_v1_")
-	s, err := New(db, &Options{Table: table})
-	must(t, err)
-	testsvc.DropTable(t, db, table)
-	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
-		must(t, db.Exec(stmt).Error)
-	}
+	s := v1Table(t, db)
+	table := s.q.name
 	blocker := db.Begin()
 	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
 	ctx, cancel := context.WithTimeout(ctxb, 500*time.Millisecond)
-	err = s.Migrate(ctx)
+	err := s.Migrate(ctx)
 	cancel()
 	time.Sleep(500 * time.Millisecond) // let the server notice the cancel
 	blocker.Rollback()
@@ -105,18 +82,9 @@ func TestMigratePostgresRerunAfterCancelledMigrate(t *testing.T) {
 // the stale-claim scan and the reconciler read the whole table), and nothing says so.
 func TestMigratePostgresRerunRebuildsInvalidIndex(t *testing.T) {
 	db := backends[1].db(t, nil) // PostgreSQL
-	table := testsvc.Name("t_v1_")
-	s, err := New(db, &Options{Table: table})
-	must(t, err)
-	testsvc.DropTable(t, db, table)
-	for _, stmt := range idemsql.Statements(s.q.renderDDL(v1Postgres)) {
-		must(t, db.Exec(stmt).Error)
-	}
-	short, err := gorm.Open(postgres.Open(testsvc.PostgresDSN()+" dbname="+testsvc.Database+" lock_timeout=300"),
-		&gorm.Config{Logger: logger.Discard})
-	must(t, err)
-	sdb, _ := short.DB()
-	t.Cleanup(func() { sdb.Close() })
+	s := v1Table(t, db)
+	table := s.q.name
+	short := testsvc.PostgresWith(t, nil, " lock_timeout=300")
 	ms, err := New(short, &Options{Table: table})
 	must(t, err)
 	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
@@ -139,18 +107,17 @@ func TestMigratePostgresRerunRebuildsInvalidIndex(t *testing.T) {
 
 	must(t, s.Migrate(ctxb)) // run again
 	checkV2Layout(t, s, db)
-	var invalid []string
-	rows, err := db.Raw("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = ?::regclass AND NOT i.indisvalid", s.q.quoted).Rows()
-	must(t, err)
-	for rows.Next() {
-		var n string
-		must(t, rows.Scan(&n))
-		invalid = append(invalid, n)
-	}
-	rows.Close()
-	if len(invalid) > 0 {
+	if invalid := invalidIndexes(t, db, s); len(invalid) > 0 {
 		t.Fatalf("Migrate reported success, but the migrated table's indexes %v are INVALID (never used by the planner)", invalid)
 	}
+}
+
+// invalidIndexes returns the names of s's table's INVALID indexes (PostgreSQL).
+func invalidIndexes(t *testing.T, db *gorm.DB, s *Store) []string {
+	t.Helper()
+	var names []string
+	must(t, db.Raw("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = ?::regclass AND NOT i.indisvalid", s.q.quoted).Scan(&names).Error)
+	return names
 }
 
 func mustMigration(t *testing.T) string {

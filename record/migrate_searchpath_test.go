@@ -3,12 +3,7 @@ package record
 import (
 	"testing"
 
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
 	"github.com/idemkit/idemkit/internal/testsvc"
-	idemsql "github.com/idemkit/idemkit/sql"
 )
 
 // TestMigrateSearchPath: on PostgreSQL an unqualified Options.Table is found through
@@ -18,21 +13,13 @@ import (
 // nothing: the table stayed v1 (found by a defect hunt).
 func TestMigrateSearchPath(t *testing.T) {
 	db := backends[1].db(t, nil)
-	schema, table := testsvc.Name("s_"), testsvc.Name("t_v1_")
+	schema := testsvc.Name("s_")
 	must(t, db.Exec("CREATE SCHEMA "+schema).Error)
 	t.Cleanup(func() { db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE") })
-	base, err := New(db, &Options{Table: table})
-	must(t, err)
-	testsvc.DropTable(t, db, table)
-	for _, stmt := range idemsql.Statements(base.q.renderDDL(v1Postgres)) {
-		must(t, db.Exec(stmt).Error) // in public
-	}
+	base := v1Table(t, db) // in public
+	table := base.q.name
 
-	app, err := gorm.Open(postgres.Open(testsvc.PostgresDSN()+" dbname="+testsvc.Database+" search_path="+schema+",public"),
-		&gorm.Config{Logger: logger.Discard})
-	must(t, err)
-	sdb, _ := app.DB()
-	t.Cleanup(func() { sdb.Close() })
+	app := testsvc.PostgresWith(t, nil, " search_path="+schema+",public")
 	s, err := New(app, &Options{Table: table})
 	must(t, err)
 	// The Store works on the table through search_path.

@@ -141,6 +141,12 @@ func MySQLWith(t testing.TB, cfg *gorm.Config, params string) *gorm.DB {
 // Postgres returns a gorm handle on the test database of the PostgreSQL server, closed when t ends.
 func Postgres(t testing.TB, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
+	return PostgresWith(t, cfg, "")
+}
+
+// PostgresWith is [Postgres] with more DSN settings, each starting with a space (" lock_timeout=300").
+func PostgresWith(t testing.TB, cfg *gorm.Config, params string) *gorm.DB {
+	t.Helper()
 	base := PostgresDSN()
 	err := ensureDatabase("postgres", func() (*gorm.DB, error) {
 		return gorm.Open(postgres.Open(base+" dbname=postgres connect_timeout=3"), gormConfig)
@@ -148,7 +154,7 @@ func Postgres(t testing.TB, cfg *gorm.Config) *gorm.DB {
 	if err != nil {
 		Unavailable(t, "PostgreSQL at "+base, err)
 	}
-	return open(t, "PostgreSQL", postgres.Open(base+" dbname="+Database+" connect_timeout=3"), cfg)
+	return open(t, "PostgreSQL", postgres.Open(base+" dbname="+Database+" connect_timeout=3"+params), cfg)
 }
 
 // SQLite returns a gorm handle on a fresh SQLite file in t's temporary directory (pure Go driver,
