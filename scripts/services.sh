@@ -3,9 +3,30 @@
 # NATS with JetStream and RabbitMQ.
 # Starts each one that is not answering, installs it with apt-get when it is missing, and creates the
 # test databases. Idempotent: a second run changes nothing. Loopback only.
+#
+# A service that its IDEMKIT_TEST_* variable (README, "Testing") puts elsewhere is left alone: MySQL
+# and PostgreSQL unless it names the local server on its default port, Redis, NATS and RabbitMQ when
+# its host is not loopback (on another loopback port the script starts one there). The tests create
+# the database idemkit_test on their own.
 set -euo pipefail
 
 log() { printf '[services] %s\n' "$*" >&2; }
+
+# elsewhere VAR: whether the service that IDEMKIT_TEST_* variable VAR names is not this machine's to
+# bring up: unset, it is; MySQL and PostgreSQL must be the local default server (port 3306, 5432), the
+# others may be on any loopback port.
+elsewhere() {
+  local addr=${!1:-}
+  [ -n "$addr" ] || return 1
+  case "$1:$addr" in
+  IDEMKIT_TEST_MYSQL:*'(127.0.0.1:3306)'* | IDEMKIT_TEST_MYSQL:*'(localhost:3306)'*) return 1 ;;
+  IDEMKIT_TEST_POSTGRES:*port=* | IDEMKIT_TEST_POSTGRES:*://*) [[ "$addr" =~ (host=(127\.0\.0\.1|localhost)\ .*port=5432([^0-9]|$)) ]] && return 1 ;;
+  IDEMKIT_TEST_POSTGRES:*host=127.0.0.1* | IDEMKIT_TEST_POSTGRES:*host=localhost*) return 1 ;;
+  IDEMKIT_TEST_MYSQL:* | IDEMKIT_TEST_POSTGRES:*) ;;
+  *127.0.0.1* | *localhost* | *'[::1]'*) return 1 ;;
+  esac
+  return 0
+}
 
 REDIS_ADDR=${IDEMKIT_TEST_REDIS:-127.0.0.1:6379}
 REDIS_PORT=${REDIS_ADDR##*:}
@@ -30,76 +51,97 @@ wait_for() { # name, tries, command...
 }
 
 # --- Redis -------------------------------------------------------------------------------------------
-command -v redis-server >/dev/null || apt_install redis-server
-if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
-  log "starting Redis on 127.0.0.1:$REDIS_PORT"
-  mkdir -p /tmp/idemkit-redis
-  redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
-    --dir /tmp/idemkit-redis --logfile /tmp/idemkit-redis/redis.log
-  wait_for Redis 40 redis-cli -p "$REDIS_PORT" ping
-fi
+redis_up() {
+  command -v redis-server >/dev/null || apt_install redis-server
+  if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
+    log "starting Redis on 127.0.0.1:$REDIS_PORT"
+    mkdir -p /tmp/idemkit-redis
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+      --dir /tmp/idemkit-redis --logfile /tmp/idemkit-redis/redis.log
+    wait_for Redis 40 redis-cli -p "$REDIS_PORT" ping
+  fi
+}
 
 # --- MariaDB -----------------------------------------------------------------------------------------
-mysql_ok() { mysql -uroot -h127.0.0.1 -P3306 -e 'select 1'; }
-if ! mysql_ok >/dev/null 2>&1; then
-  if [ ! -x /usr/sbin/mariadbd ] && [ ! -x /usr/sbin/mysqld ]; then apt_install mariadb-server; fi
-  log "starting MariaDB"
-  as_root mkdir -p /run/mysqld && as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
-  bin=/usr/sbin/mariadbd; [ -x "$bin" ] || bin=/usr/sbin/mysqld
-  as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- --user=mysql
-  if ! wait_for MariaDB 60 mysql_ok; then
-    # a fresh install answers on the socket only as root via unix_socket: allow root over TCP
-    as_root mysql -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); FLUSH PRIVILEGES;" || true
-    wait_for MariaDB 20 mysql_ok
+mariadb_up() {
+  mysql_ok() { mysql -uroot -h127.0.0.1 -P3306 -e 'select 1'; }
+  if ! mysql_ok >/dev/null 2>&1; then
+    if [ ! -x /usr/sbin/mariadbd ] && [ ! -x /usr/sbin/mysqld ]; then apt_install mariadb-server; fi
+    log "starting MariaDB"
+    as_root mkdir -p /run/mysqld && as_root chown mysql:mysql /run/mysqld 2>/dev/null || true
+    bin=/usr/sbin/mariadbd; [ -x "$bin" ] || bin=/usr/sbin/mysqld
+    as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- --user=mysql
+    if ! wait_for MariaDB 60 mysql_ok; then
+      # a fresh install answers on the socket only as root via unix_socket: allow root over TCP
+      as_root mysql -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD(''); FLUSH PRIVILEGES;" || true
+      wait_for MariaDB 20 mysql_ok
+    fi
   fi
-fi
-mysql -uroot -h127.0.0.1 -P3306 -e "CREATE DATABASE IF NOT EXISTS $DB; CREATE DATABASE IF NOT EXISTS dtm_barrier;"
+  mysql -uroot -h127.0.0.1 -P3306 -e "CREATE DATABASE IF NOT EXISTS $DB; CREATE DATABASE IF NOT EXISTS dtm_barrier;"
+}
 
 # --- PostgreSQL --------------------------------------------------------------------------------------
-pg_ok() { psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1'; }
-if ! pg_ok >/dev/null 2>&1; then
-  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then apt_install postgresql; fi
-  ver=$(ls /etc/postgresql | sort -V | tail -1)
-  # tests connect over loopback as postgres without a password
-  hba=/etc/postgresql/$ver/main/pg_hba.conf
-  if ! as_root grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
-    log "allowing trust auth on loopback in $hba"
-    as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+postgres_up() {
+  pg_ok() { psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1'; }
+  if ! pg_ok >/dev/null 2>&1; then
+    if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then apt_install postgresql; fi
+    ver=$(ls /etc/postgresql | sort -V | tail -1)
+    # tests connect over loopback as postgres without a password
+    hba=/etc/postgresql/$ver/main/pg_hba.conf
+    if ! as_root grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+      log "allowing trust auth on loopback in $hba"
+      as_root sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+    fi
+    log "starting PostgreSQL $ver"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start || as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
+    wait_for PostgreSQL 60 pg_ok
   fi
-  log "starting PostgreSQL $ver"
-  as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start || as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main reload
-  wait_for PostgreSQL 60 pg_ok
-fi
-if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname='$DB'")" != 1 ]; then
-  psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE $DB" >/dev/null
-fi
+  if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname='$DB'")" != 1 ]; then
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE $DB" >/dev/null
+  fi
+}
+
 # --- NATS with JetStream -----------------------------------------------------------------------------
-NATS_URL=${IDEMKIT_TEST_NATS:-nats://127.0.0.1:4222}
-NATS_PORT=${NATS_URL##*:}
-# The server's first line is INFO {...}; JetStream must be on.
-nats_info() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_PORT && IFS= read -r l <&3 && printf '%s' \"\$l\""; }
-if ! nats_info >/dev/null 2>&1; then
-  [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || apt_install nats-server
-  bin=$(command -v nats-server || echo /usr/sbin/nats-server)
-  log "starting NATS with JetStream on 127.0.0.1:$NATS_PORT"
-  as_root mkdir -p /var/lib/nats-server
-  as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- \
-    -a 127.0.0.1 -p "$NATS_PORT" -js -sd /var/lib/nats-server -l /var/log/nats-server.log
-  wait_for NATS 40 nats_info
-fi
-if ! nats_info 2>/dev/null | grep -q '"jetstream":true'; then
-  log "NATS on 127.0.0.1:$NATS_PORT answers without JetStream; restart it with -js"; exit 1
-fi
+nats_up() {
+  NATS_URL=${IDEMKIT_TEST_NATS:-nats://127.0.0.1:4222}
+  NATS_PORT=${NATS_URL##*:}
+  # The server's first line is INFO {...}; JetStream must be on.
+  nats_info() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_PORT && IFS= read -r l <&3 && printf '%s' \"\$l\""; }
+  if ! nats_info >/dev/null 2>&1; then
+    [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null || apt_install nats-server
+    bin=$(command -v nats-server || echo /usr/sbin/nats-server)
+    log "starting NATS with JetStream on 127.0.0.1:$NATS_PORT"
+    as_root mkdir -p /var/lib/nats-server
+    as_root start-stop-daemon --start --oknodo --background --exec "$bin" -- \
+      -a 127.0.0.1 -p "$NATS_PORT" -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+    wait_for NATS 40 nats_info
+  fi
+  if ! nats_info 2>/dev/null | grep -q '"jetstream":true'; then
+    log "NATS on 127.0.0.1:$NATS_PORT answers without JetStream; restart it with -js"; exit 1
+  fi
+}
 
 # --- RabbitMQ ----------------------------------------------------------------------------------------
-AMQP_URL=${IDEMKIT_TEST_AMQP:-amqp://guest:guest@127.0.0.1:5672/}
-AMQP_PORT=$(printf '%s' "$AMQP_URL" | sed -E 's#^[a-z]+://([^@/]*@)?[^:/]*:?([0-9]*).*#\2#'); AMQP_PORT=${AMQP_PORT:-5672}
-# An AMQP 0-9-1 server answers the protocol header with a Connection.Start frame (type 1).
-amqp_ok() { timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$AMQP_PORT && printf 'AMQP\\0\\0\\11\\1' >&3 && head -c 1 <&3 | od -An -tx1 | grep -q 01"; }
-if ! amqp_ok >/dev/null 2>&1; then
-  [ -x /usr/sbin/rabbitmq-server ] || apt_install rabbitmq-server
-  log "starting RabbitMQ (it takes a few seconds)"
-  as_root /usr/sbin/rabbitmq-server -detached >/dev/null 2>&1 || true
-  wait_for RabbitMQ 180 amqp_ok
-fi
-log "Redis, MariaDB, PostgreSQL, NATS (JetStream) and RabbitMQ are up; database $DB exists"
+rabbitmq_up() {
+  AMQP_URL=${IDEMKIT_TEST_AMQP:-amqp://guest:guest@127.0.0.1:5672/}
+  AMQP_PORT=$(printf '%s' "$AMQP_URL" | sed -E 's#^[a-z]+://([^@/]*@)?[^:/]*:?([0-9]*).*#\2#'); AMQP_PORT=${AMQP_PORT:-5672}
+  # An AMQP 0-9-1 server answers the protocol header with a Connection.Start frame (type 1).
+  amqp_ok() { timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$AMQP_PORT && printf 'AMQP\\0\\0\\11\\1' >&3 && head -c 1 <&3 | od -An -tx1 | grep -q 01"; }
+  if ! amqp_ok >/dev/null 2>&1; then
+    [ -x /usr/sbin/rabbitmq-server ] || apt_install rabbitmq-server
+    log "starting RabbitMQ (it takes a few seconds)"
+    as_root /usr/sbin/rabbitmq-server -detached >/dev/null 2>&1 || true
+    wait_for RabbitMQ 180 amqp_ok
+  fi
+}
+
+for svc in redis:IDEMKIT_TEST_REDIS mariadb:IDEMKIT_TEST_MYSQL postgres:IDEMKIT_TEST_POSTGRES \
+  nats:IDEMKIT_TEST_NATS rabbitmq:IDEMKIT_TEST_AMQP; do
+  var=${svc#*:}
+  if elsewhere "$var"; then
+    log "$var=${!var}: not bringing that one up here"
+  else
+    "${svc%%:*}_up"
+  fi
+done
+log "services up; database $DB exists where this script manages the server"

@@ -14,7 +14,7 @@ step "services"
 ./scripts/services.sh
 
 step "gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+unformatted=$(gofmt -l .) # every .go file under here, in a git checkout or not
 if [ -n "$unformatted" ]; then
   echo "gofmt would change these files:"; echo "$unformatted"; exit 1
 fi
