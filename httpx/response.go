@@ -190,6 +190,11 @@ func (s *storedResponse) write(w http.ResponseWriter) {
 	for _, f := range s.header {
 		switch {
 		case neverStored(f.name), f.trailer:
+		case f.clear && f.name == "Content-Type":
+			// The handler left the response without a type (removed or suppressed it): so does the
+			// replay, where net/http would otherwise sniff one from the body. A value after the
+			// clear replaces the nil.
+			h["Content-Type"] = nil
 		case f.clear:
 			h.Del(f.name)
 		default:

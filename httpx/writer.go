@@ -204,6 +204,13 @@ func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 			header = append(header, headerField{name: name, value: v})
 		}
 	}
+	if v, ok := h["Content-Type"]; ok && len(v) == 0 && slices.Contains(cw.cfg.replay, "Content-Type") {
+		if _, had := cw.before["Content-Type"]; !had {
+			// Suppressed by the handler (set to nil): net/http sends no type and sniffs none, and
+			// nor must the replay. A clear with no value after it says so.
+			header = append(header, headerField{name: "Content-Type", clear: true})
+		}
+	}
 	ce := h["Content-Encoding"]
 	return header, len(ce) > 0 && !slices.Equal(ce, cw.before["Content-Encoding"])
 }

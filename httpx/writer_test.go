@@ -169,3 +169,28 @@ func TestSniffedTypeAsNetHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestSuppressedTypeNotSniffedOnReplay: a handler that suppresses the Content-Type (net/http's
+// documented way: the field set to nil) sends its body without one; the replay must not gain the
+// type net/http would sniff from the replayed body.
+func TestSuppressedTypeNotSniffedOnReplay(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			bd := setup(t, b, nil, nil)
+			h := bd.mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header()["Content-Type"] = nil
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, "<html><body>hi</body></html>")
+			}))
+			srv, client := newServer(t, h)
+			_, first, _ := send(t, client, "POST", srv.URL+"/x", "k", `{}`)
+			_, replay, body := send(t, client, "POST", srv.URL+"/x", "k", `{}`)
+			if _, ok := first["Content-Type"]; ok {
+				t.Fatalf("first response has a Content-Type %q", first.Get("Content-Type"))
+			}
+			if ct, ok := replay["Content-Type"]; ok || replay.Get(ReplayedHeader) != "true" || body != "<html><body>hi</body></html>" {
+				t.Fatalf("replay: Content-Type %q (first had none), replayed %q, body %q", ct, replay.Get(ReplayedHeader), body)
+			}
+		})
+	}
+}
