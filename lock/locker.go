@@ -100,6 +100,11 @@ type ttlArg struct {
 
 // New returns a Locker on client, configured by opts (nil for defaults). It copies opts.
 //
+// How long a call waits for a Redis that is down is client's to say. go-redis's defaults dial a
+// refused connection 5 times and retry each command 3 times, with backoffs: about 1.7 s per call at
+// first. A client with MaxRetries -1 and DialerRetries 1 gives up at once, so that a Guard with
+// FailOpen carries on with its Store without waiting (README, "Guarantees and their limits").
+//
 // New panics when client is nil or opts.Prefix contains '{' or '}': both are programmer errors.
 func New(client Client, opts *Options) *Locker {
 	if client == nil {
