@@ -140,6 +140,10 @@ func (cw *captureWriter) FlushError() error {
 		return nil // nothing reaches the client any more; the response is still being recorded
 	}
 	if cw.wrote || cw.hijacked {
+		if cw.sniff && len(cw.body) == 0 {
+			cw.sniff = false
+			cw.header = cw.untyped(cw.header)
+		}
 		cw.settleType() // net/http sniffs from what it sends with the headers
 		return http.NewResponseController(cw.w).Flush()
 	}
@@ -147,9 +151,21 @@ func (cw *captureWriter) FlushError() error {
 	err := http.NewResponseController(cw.w).Flush()
 	if err == nil {
 		// Headers sent with no body: net/http sniffs no type from nothing (sniff stays unset).
-		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, header, encoded
+		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, cw.untyped(header), encoded
 	}
 	return err
+}
+
+// untyped returns header with a clear of Content-Type added when the headers go out with no type
+// (flushed before any body, so net/http sniffed none) and header says nothing of it: the replay,
+// written at once, would otherwise get the type net/http sniffs from its body, and a replayed clear
+// leaves the field nil, which stops that.
+func (cw *captureWriter) untyped(header []headerField) []headerField {
+	if len(cw.w.Header()["Content-Type"]) > 0 || !slices.Contains(cw.cfg.replay, "Content-Type") ||
+		slices.ContainsFunc(header, func(f headerField) bool { return f.name == "Content-Type" }) {
+		return header
+	}
+	return append(header, headerField{name: "Content-Type", clear: true})
 }
 
 // Hijack hands the connection to the handler; the response cannot be stored then, so the claim
