@@ -123,6 +123,21 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 		}
 	})
 
+	t.Run("EmptyResultCaches", func(t *testing.T) {
+		// An empty result is a result (not nil): it is cached, and a cache hit is an empty,
+		// non-nil slice, never the (nil, nil) of an acquired lock.
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "k", "tok-1", []byte{}, time.Hour))
+		for _, tok := range []string{"tok-2", "tok-3"} {
+			cached, err := l.Acquire(ctxb, "k", tok, ttl)
+			if err != nil || cached == nil || len(cached) != 0 {
+				t.Fatalf("Acquire(%s) of a key caching an empty result: %q (nil: %t), %v; want an empty cached result", tok, cached, cached == nil, err)
+			}
+		}
+	})
+
 	t.Run("CacheExpires", func(t *testing.T) {
 		l := newLocker(t)
 		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)

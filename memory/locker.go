@@ -84,8 +84,9 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		switch {
 		case !e.locked:
 			// A copy: the caller owns what it is given (a replay's Result.Value), as the Redis
-			// Locker's callers own the bytes read off the wire.
-			return append([]byte(nil), e.value...), nil
+			// Locker's callers own the bytes read off the wire. Never nil, even for an empty
+			// result: (nil, nil) says the lock was taken.
+			return append([]byte{}, e.value...), nil
 		case e.token == token:
 			return nil, nil
 		}
