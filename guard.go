@@ -16,6 +16,8 @@ type Guard struct {
 	opts  Options
 	// watches counts the goroutines watching for abandoned claims (see Claim.abandoned).
 	watches atomic.Int32
+	// forgets counts the goroutines releasing locks whose Acquire failed (see Claim.forgetLock).
+	forgets atomic.Int32
 }
 
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
@@ -215,10 +217,13 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 		case errors.Is(err, ErrLocked):
 			return cl.fail(OutcomeInFlight, inFlight(err))
 		case ctx.Err() != nil:
+			cl.forgetLock()
 			return cl.fail(OutcomeUnavailable, errors.Join(fmt.Errorf("%w: %w", ErrLockUnavailable, err), ctx.Err()))
 		case g.opts.FailOpen:
+			cl.forgetLock()
 			cl.ev.FailOpen = true
 		default:
+			cl.forgetLock()
 			return cl.fail(OutcomeUnavailable, fmt.Errorf("%w: %w", ErrLockUnavailable, err))
 		}
 	}
@@ -382,6 +387,28 @@ func (cl *Claim) abandoned(prev *Version) {
 			case <-t.C:
 			}
 		}
+	}()
+}
+
+// forgetLock releases, in the background, the lock an Acquire that failed may have taken all the
+// same: its command can take effect while its reply is lost (a read timeout, the caller's deadline
+// ending the wait). The call goes on without the lock (FailOpen) or ends, and nothing else would
+// release it: the key would answer "in flight" until LockTTL ran out — to the call's retries, and to
+// the duplicates of a key finished meanwhile, whose result is not cached. The release compares the
+// call's token, so it deletes nothing but that lock. It is bounded by FinishTimeout, and at most
+// maxWatches run at once per Guard (a Redis that never answers fails every call).
+func (cl *Claim) forgetLock() {
+	g := cl.g
+	if g.forgets.Add(1) > maxWatches {
+		g.forgets.Add(-1)
+		return
+	}
+	key, token := cl.id.lockKey, cl.token
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), g.opts.FinishTimeout)
+	go func() {
+		defer g.forgets.Add(-1)
+		defer cancel()
+		_ = g.opts.Locker.Release(ctx, key, token, nil, 0)
 	}()
 }
 

@@ -1,0 +1,105 @@
+package idemkit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// lostReplyLocker's Acquire takes effect but its reply is lost: to the caller's deadline (cancel
+// set), or to a read timeout.
+type lostReplyLocker struct {
+	idemkit.Locker
+	cancel context.CancelFunc
+}
+
+var errReadTimeout = errors.New("read tcp 127.0.0.1:50000->127.0.0.1:6379: i/o timeout")
+
+func (l *lostReplyLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	cached, err := l.Locker.Acquire(ctx, key, token, ttl)
+	if err != nil || cached != nil {
+		return cached, err
+	}
+	if l.cancel != nil {
+		l.cancel()
+		return nil, ctx.Err()
+	}
+	return nil, errReadTimeout
+}
+
+// An Acquire that locked the key but whose reply never reached the Guard leaves a lock nobody
+// releases: the call's retries (and, under FailOpen, the duplicates of a key finished meanwhile) met
+// "in flight" until LockTTL ran out.
+func TestLockWhoseReplyWasLostIsReleased(t *testing.T) {
+	run := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	call := idemkit.Call{Scope: "s", Key: "k"}
+
+	t.Run("caller left", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctxb)
+		defer cancel()
+		inner, store := memory.NewLocker(nil), memory.NewStore()
+		g, err := idemkit.New(store, &idemkit.Options{Locker: &lostReplyLocker{Locker: inner, cancel: cancel}, LockTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Do(ctx, call, run); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do with its context ending during Acquire: %v", err)
+		}
+		// The retry, whose Acquire gets its reply.
+		g2, err := idemkit.New(store, &idemkit.Options{Locker: inner, LockTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventuallyRuns(t, g2, call, run)
+	})
+
+	t.Run("fail open", func(t *testing.T) {
+		inner, store := memory.NewLocker(nil), memory.NewStore()
+		g, err := idemkit.New(store, &idemkit.Options{Locker: &lostReplyLocker{Locker: inner}, LockTTL: time.Minute, FailOpen: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := g.Do(ctxb, call, run); err != nil || string(res.Value) != "ok" {
+			t.Fatalf("Do, failing open: %+v, %v", res, err)
+		}
+		// A duplicate through the Locker, healthy again: the key is finished, not in flight.
+		g2, err := idemkit.New(store, &idemkit.Options{Locker: inner, LockTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the duplicate's replay", func() (string, bool) {
+			res, err := g2.Do(ctxb, call, func(context.Context) ([]byte, error) { return nil, errors.New("ran again") })
+			return fmt.Sprintf("%+v, %v", res, err), err == nil && res.Replayed && string(res.Value) == "ok"
+		})
+	})
+}
+
+// eventuallyRuns calls Do until fn runs, for up to two seconds.
+func eventuallyRuns(t *testing.T, g *idemkit.Guard, call idemkit.Call, fn idemkit.Func) {
+	t.Helper()
+	eventually(t, "a retry that runs", func() (string, bool) {
+		res, err := g.Do(ctxb, call, fn)
+		return fmt.Sprintf("%+v, %v", res, err), err == nil && !res.Replayed
+	})
+}
+
+// eventually calls try until it says done, for up to two seconds (far below the LockTTL).
+func eventually(t *testing.T, what string, try func() (got string, done bool)) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got, done := try()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: got %s (the lock of an Acquire whose reply was lost is still there)", what, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
