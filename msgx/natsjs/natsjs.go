@@ -163,6 +163,11 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 			errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			return fmt.Errorf("natsjs: consuming %s: %w", s.queue, err)
 		default:
+			// A pull to a consumer that is gone fails like a slow one (no heartbeat): only a pull open
+			// when it was deleted hears of it. Ask the server.
+			if _, ierr := cons.Info(ctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("natsjs: consuming %s: %w", s.queue, ierr)
+			}
 			s.opts.Logger.Warn("natsjs: pulling messages", "queue", s.queue, "error", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():

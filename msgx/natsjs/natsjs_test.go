@@ -499,3 +499,24 @@ func TestConsumeValidates(t *testing.T) {
 		t.Error("nil handler accepted")
 	}
 }
+
+// A consumer that is gone when no pull request is open — deleted (or removed for inactivity) before
+// Consume started, or during its backoff after a failed pull — stops Consume as one deleted during a
+// pull does. It returned only when a pull request was open at the deletion, and otherwise logged
+// "no heartbeat received" every 10 s forever.
+func TestConsumeStopsWhenTheConsumerIsGone(t *testing.T) {
+	f := setup(t, nil)
+	if err := f.js.DeleteConsumer(context.Background(), f.stream, "worker"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- natsjs.Consume(context.Background(), f.js, f.cons, f.handler(), nil) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("Consume returned %v, want ErrConsumerNotFound", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Consume still running 30 s after its consumer was deleted")
+	}
+}
