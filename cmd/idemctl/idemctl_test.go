@@ -579,3 +579,31 @@ func TestBulkPurgeGoesOnPastARenewal(t *testing.T) {
 		}
 	})
 }
+
+// TestLeftoverCachedResultOfAHashedKey: a long key's record, purged without --redis, leaves its
+// cached result; inspect and purge take the hashed form listings show (as they do while the record
+// exists), but without a record they looked Redis up under the hash of that form — they reported
+// no cached result ("runs: a new key", exit 3) while Redis went on replaying it.
+func TestLeftoverCachedResultOfAHashedKey(t *testing.T) {
+	f := setup(t, "sqlite")
+	f.populate(t)
+	ctx := context.Background()
+	call := idemkit.Call{Scope: scopeA, Key: strings.Repeat("H", 200)}
+	if _, err := f.guard.Do(ctx, call, func(context.Context) ([]byte, error) { return []byte("first"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	hashed := idemkit.HashedForm(call.Key)
+	redisAddr := f.env["IDEMCTL_REDIS"]
+	f.env["IDEMCTL_REDIS"] = ""
+	f.want(t, exitOK, nil, []string{"purge", "--yes", scopeA, hashed}, "deleted")
+	f.env["IDEMCTL_REDIS"] = redisAddr
+	r := f.want(t, exitNotFound, nil, []string{"inspect", scopeA, hashed}, "no record")
+	if !strings.Contains(r.stdout, "the cached result is replayed") {
+		t.Fatalf("inspect of the hashed form: %s; want the leftover cached result shown", r)
+	}
+	f.want(t, exitOK, nil, []string{"purge", "--yes", scopeA, hashed}, "deleted the cached result")
+	ran := false
+	if _, err := f.guard.Do(ctx, call, func(context.Context) ([]byte, error) { ran = true; return []byte("second"), nil }); err != nil || !ran {
+		t.Fatalf("after the purge: %v, ran=%v; want the key to run again", err, ran)
+	}
+}

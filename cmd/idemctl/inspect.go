@@ -52,7 +52,12 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 		return getErr
 	}
 	var rs *admin.RedisState
-	if c.rdb != nil {
+	switch {
+	case c.rdb != nil && rec == nil:
+		if ad, rs, err = c.redisWithoutRecord(ctx, scope, key, ad); err != nil {
+			return err
+		}
+	case c.rdb != nil:
 		if rs, err = c.adm.Redis(ctx, ad.Scope, ad.Key); err != nil {
 			return err
 		}
@@ -81,6 +86,30 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 		return fmt.Errorf("%w: no record for key %q in scope %q (table %s)", idemkit.ErrNotFound, key, scope, c.adm.Table())
 	}
 	return nil
+}
+
+// redisWithoutRecord returns what Redis holds for a key without a record, and where: at ad (scope
+// and key as the application passes them, namespace and hashing applied) or, when Redis holds
+// nothing there and scope or key is given in the hashed stored form listings show, at that form as
+// it is — as Admin.Get looks the record up.
+func (c *cli) redisWithoutRecord(ctx context.Context, scope, key string, ad idemkit.Address) (idemkit.Address, *admin.RedisState, error) {
+	rs, err := c.adm.Redis(ctx, ad.Scope, ad.Key)
+	if err != nil || rs.Locked || rs.Cached || !idemkit.IsHashedForm(scope) && !idemkit.IsHashedForm(key) {
+		return ad, rs, err
+	}
+	as := ad
+	if idemkit.IsHashedForm(scope) {
+		as.Scope = scope
+	}
+	if idemkit.IsHashedForm(key) {
+		as.Key = key
+	}
+	as.LockKey = idemkit.LockKey(as.Scope, as.Key)
+	held, err := c.adm.Redis(ctx, as.Scope, as.Key)
+	if err != nil || !held.Locked && !held.Cached {
+		return ad, rs, err
+	}
+	return as, held, nil
 }
 
 func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.Record, rs *admin.RedisState, now time.Time, next string) {

@@ -135,7 +135,7 @@ func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound e
 	if err != nil {
 		return err
 	}
-	rs, err := c.adm.Redis(ctx, ad.Scope, ad.Key)
+	ad, rs, err := c.redisWithoutRecord(ctx, scope, key, ad)
 	if err != nil {
 		return err
 	}
