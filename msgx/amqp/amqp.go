@@ -143,8 +143,8 @@ func (o *Options) withDefaults() (Options, error) {
 }
 
 // Message converts a delivery from queue to a msgx.Message: ID from the message-id property, Queue
-// the queue, Subject the routing key, Attempt from the x-delivery-count header (quorum queues) or
-// the redelivered flag (2 when set, with AttemptsUncounted: a classic queue keeps no count). Header
+// the queue, Subject the routing key, Attempt from the x-delivery-count and x-acquired-count headers
+// (quorum queues; the larger) or the redelivered flag (2 when set, with AttemptsUncounted: a classic queue keeps no count). Header
 // values that are not strings are formatted with fmt.Sprint.
 func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	m := &msgx.Message{
@@ -166,20 +166,32 @@ func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 			}
 		}
 	}
-	switch n := d.Headers["x-delivery-count"].(type) {
-	case int64:
-		m.Attempt = int(n) + 1
-	case int32:
-		m.Attempt = int(n) + 1
-	case int:
-		m.Attempt = n + 1
-	default:
-		if d.Redelivered { // a queue that keeps no count (classic): at least the second delivery
-			m.Attempt = 2
-			m.AttemptsUncounted = true
-		}
+	// Quorum queues count earlier deliveries in x-delivery-count; from RabbitMQ 4.3 that counts only
+	// failed ones (basic.reject, not a basic.nack requeue or a consumer that died), and
+	// x-acquired-count counts them all.
+	dc, ok1 := count(d.Headers["x-delivery-count"])
+	ac, ok2 := count(d.Headers["x-acquired-count"])
+	switch {
+	case ok1 || ok2:
+		m.Attempt = max(dc, ac) + 1
+	case d.Redelivered: // a queue that keeps no count (classic): at least the second delivery
+		m.Attempt = 2
+		m.AttemptsUncounted = true
 	}
 	return m
+}
+
+// count reads a delivery-count header's value.
+func count(v any) (int, bool) {
+	switch n := v.(type) {
+	case int64:
+		return int(n), true
+	case int32:
+		return int(n), true
+	case int:
+		return n, true
+	}
+	return 0, false
 }
 
 type consumer struct {

@@ -345,3 +345,24 @@ func TestMaxAttemptsByQueueType(t *testing.T) {
 		}
 	})
 }
+
+// TestAttemptFromAcquiredCount: RabbitMQ 4.3 counts in x-delivery-count only failed deliveries
+// (basic.reject, not the basic.nack requeue this package retries with, nor a consumer that died), and
+// counts every delivery in x-acquired-count. A redelivery from a quorum queue carrying only
+// x-acquired-count was taken for a classic queue's (Attempt 2, AttemptsUncounted), which stopped a
+// consumer with MaxAttempts above 2 as misconfigured and made every retry wait MaxRetryDelay.
+func TestAttemptFromAcquiredCount(t *testing.T) {
+	for _, c := range []struct {
+		headers amqp091.Table
+		attempt int
+	}{
+		{amqp091.Table{"x-acquired-count": int64(2)}, 3},
+		{amqp091.Table{"x-acquired-count": int64(3), "x-delivery-count": int64(1)}, 4},
+		{amqp091.Table{"x-delivery-count": int64(2)}, 3},
+	} {
+		m := amqp.Message(&amqp091.Delivery{MessageId: "m1", Redelivered: true, Headers: c.headers}, "q")
+		if m.Attempt != c.attempt || m.AttemptsUncounted {
+			t.Errorf("headers %v: Attempt %d (uncounted %v), want %d, counted", c.headers, m.Attempt, m.AttemptsUncounted, c.attempt)
+		}
+	}
+}

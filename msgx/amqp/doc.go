@@ -6,7 +6,8 @@
 //
 // Each delivery becomes a msgx.Message: ID is the message-id property, Queue the queue, Subject the
 // routing key, Redelivered the broker's flag, Attempt the x-delivery-count header of quorum queues plus
-// one (else 2 when redelivered, with AttemptsUncounted, and 1 otherwise). Decisions are settled as
+// one (x-acquired-count plus one when larger: RabbitMQ 4.3 counts only failed deliveries in
+// x-delivery-count) (else 2 when redelivered, with AttemptsUncounted, and 1 otherwise). Decisions are settled as
 //
 //	msgx.Ack         basic.ack (after the outcome is durable)
 //	msgx.Retry       the delivery is held unacknowledged for the delay, then basic.nack with requeue:
