@@ -66,6 +66,11 @@ type ReconcileEvent struct {
 // TransType so it can tell precisely — without it any transaction that succeeded with no branch is
 // taken for one that ran nothing).
 //
+// Records of 2-phase messages (their gid starts with dtmmsg.GIDPrefix) are passed over and left to
+// dtmmsg.Reconciler, which leaves those of sagas and TCCs to this one: both may run over the same
+// Scopes. A message is not a saga or a TCC: its outcome depends on the back-check of its local
+// transaction, and a fence aborts a prepared message without asking it.
+//
 // Run it with [Reconciler.Task] under a sweep.Sweeper, which bounds batches and keeps it to one
 // instance at a time. A Reconciler settles only the records of its own Lifecycle: its Guard's namespace
 // and its Scopes; give each application, and each Lifecycle with hooks of its own, a Reconciler with its
@@ -119,6 +124,9 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	names := r.scopeNames()
 	var errs []error
 	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
+		if strings.HasPrefix(rec.GID, msgGIDPrefix) {
+			return false // a 2-phase message's: dtmmsg.Reconciler settles it
+		}
 		ev := ReconcileEvent{Record: *rec, Scope: rec.Scope}
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
@@ -201,6 +209,10 @@ func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
 		ev.Err = err
 	}
 }
+
+// msgGIDPrefix starts the gid of every message dtmmsg.Publisher publishes (dtmmsg.GIDPrefix, which
+// imports this package).
+const msgGIDPrefix = "msg-"
 
 // PermanentReason starts the rollback reason an initiator gives DTM when it aborts a transaction because
 // of a permanent error ([Lifecycle.IsPermanent]: a TCC try's): a Reconciler that settles the record

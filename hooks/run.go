@@ -45,6 +45,8 @@ type RunParams struct {
 	// asks the manager about a gid given here before it starts anything (one query more), and a gid
 	// the manager knows — in any state, even still running — rolls the call back without starting
 	// anything: DTM itself accepts a submit or a prepare for a gid it holds as submitted or prepared.
+	// It must not start with "msg-" (dtmmsg.GIDPrefix): the Reconciler leaves such records to
+	// dtmmsg.Reconciler.
 	GID string
 	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
