@@ -348,7 +348,7 @@ func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid 
 // a failed abort's error beside it).
 func givenAsReason(err error, reason string) bool {
 	for err != nil {
-		if t := err.Error(); t == reason || PermanentReason+t == reason {
+		if t := err.Error(); t == reason || PermanentReason+t == reason || cutFrom(t, reason) || cutFrom(PermanentReason+t, reason) {
 			return true
 		}
 		switch u := err.(type) {
@@ -366,6 +366,16 @@ func givenAsReason(err error, reason string) bool {
 		}
 	}
 	return false
+}
+
+// ReasonCut ends a rollback reason an initiator cut to fit DTM's rollback_reason column.
+const ReasonCut = "…"
+
+// cutFrom reports whether reason is text cut short by an initiator: a prefix of it followed by
+// ReasonCut.
+func cutFrom(text, reason string) bool {
+	head, ok := strings.CutSuffix(reason, ReasonCut)
+	return ok && len(head) < len(text) && strings.HasPrefix(strings.ToValidUTF8(text, "\uFFFD"), head)
 }
 
 // agrees returns the record of call when it carries gid and the final status st: a settle that was

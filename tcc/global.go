@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dtm-labs/client/dtmcli"
 	"github.com/dtm-labs/client/dtmcli/dtmimp"
@@ -127,11 +129,34 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	if perm {
 		t.RollbackReason = hooks.PermanentReason + tryErr.Error()
 	}
+	t.RollbackReason = fitReason(t.RollbackReason)
 	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {
 		// DTM aborts a TCC left prepared past its TimeoutToFail anyway.
 		return fmt.Errorf("%w (and aborting: %w)", tryErr, exists("aborting", t.Gid, err))
 	}
 	return tryErr
+}
+
+// maxRollbackReason is the size of DTM's rollback_reason column (varchar(1024) in its SQL stores), in
+// characters: DTM refuses an abort whose reason is longer, which leaves the TCC prepared until it
+// times out.
+const maxRollbackReason = 1024
+
+// fitReason returns reason as DTM stores it — valid UTF-8, as the JSON request carries it — cut to
+// maxRollbackReason characters, the last of them an ellipsis when it was cut.
+func fitReason(reason string) string {
+	reason = strings.ToValidUTF8(reason, "\uFFFD")
+	n := 0
+	for i := range reason {
+		if n == maxRollbackReason-1 {
+			if utf8.RuneCountInString(reason[i:]) > 1 {
+				return reason[:i] + hooks.ReasonCut
+			}
+			break
+		}
+		n++
+	}
+	return reason
 }
 
 // exists returns the error of a call on the transaction gid made after its prepare was accepted: a
