@@ -6,9 +6,11 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dtm-labs/client/dtmcli/dtmimp"
 
@@ -128,9 +130,28 @@ type answerBody struct {
 // quiet lowers DTM's result words in a message: DTM searches the whole body for them.
 var quiet = strings.NewReplacer(resultFailure, "failure", resultOngoing, "ongoing", resultSuccess, "success")
 
-// writeAnswer writes a complete JSON answer with a Content-Length.
+// maxFailureBody bounds a FAILURE answer, in characters. DTM makes the rollback reason of a saga of
+// "url:<the step's URL> return failed: <the answer's body> FAILURE", which its SQL stores keep in a
+// varchar(1024): a longer one is refused there, and the saga rolls back with the reason "fail message
+// lost" (a retry interval later) instead of the step's message. The bound leaves 350 characters for
+// the URL.
+const maxFailureBody = 1024 - len("url: return failed:  FAILURE") - 350
+
+// writeAnswer writes a complete JSON answer with a Content-Length. The message of a FAILURE answer is
+// cut, ending with "…", so the body fits maxFailureBody.
 func writeAnswer(w http.ResponseWriter, status int, result, msg string) {
-	body, _ := json.Marshal(answerBody{Result: result, Message: quiet.Replace(msg)})
+	msg = quiet.Replace(msg)
+	body, _ := json.Marshal(answerBody{Result: result, Message: msg})
+	if result == resultFailure && utf8.RuneCount(body) > maxFailureBody {
+		// The longest head of the message that fits once escaped, followed by an ellipsis.
+		runes := []rune(msg)
+		cut := func(n int) []byte {
+			b, _ := json.Marshal(answerBody{Result: result, Message: string(runes[:n]) + "…"})
+			return b
+		}
+		n := sort.Search(len(runes), func(n int) bool { return utf8.RuneCount(cut(n+1)) > maxFailureBody })
+		body = cut(n)
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

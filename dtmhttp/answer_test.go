@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dtm-labs/client/dtmcli"
 	"github.com/dtm-labs/client/dtmcli/dtmimp"
@@ -226,5 +227,35 @@ func TestJudgeCustomIsPermanentKeepsOwnFailures(t *testing.T) {
 	}
 	if v := b.judge(&Event{TransType: barrier.TransSaga, Op: barrier.OpAction}, errors.New("db down")); v.status != http.StatusInternalServerError {
 		t.Errorf("an infrastructure error: %d, want 500", v.status)
+	}
+}
+
+// TestFailureBodyFitsDTMReason: DTM keeps a saga's rollback reason ("url:<URL> return failed: <body>
+// FAILURE") in a varchar(1024); a FAILURE answer is cut to fit beside a URL of 300 characters,
+// whatever its escaping, and other answers are not.
+func TestFailureBodyFitsDTMReason(t *testing.T) {
+	for _, msg := range []string{strings.Repeat("x", 2000), strings.Repeat("<é\"", 700), strings.Repeat("x", 600), "short"} {
+		rec := httptest.NewRecorder()
+		writeAnswer(rec, http.StatusConflict, resultFailure, msg)
+		var ans answerBody
+		if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil || ans.Result != resultFailure {
+			t.Fatalf("body %q: %v", rec.Body, err)
+		}
+		url := "http://" + strings.Repeat("h", 300) + "/step"
+		if n := utf8.RuneCountInString("url:"+url+" return failed: ") + utf8.RuneCount(rec.Body.Bytes()) + len(" FAILURE"); n > 1024 {
+			t.Fatalf("DTM's reason would be %d characters", n)
+		}
+		if head := []rune(msg)[:min(len([]rune(msg)), 100)]; !strings.HasPrefix(ans.Message, string(head)) {
+			t.Fatalf("message %.120q does not start the answer's %.120q", msg, ans.Message)
+		}
+		if ans.Message != msg && !strings.HasSuffix(ans.Message, "…") {
+			t.Fatalf("a cut message %.40q does not end with an ellipsis", ans.Message)
+		}
+	}
+	rec := httptest.NewRecorder()
+	long := strings.Repeat("x", 2000)
+	writeAnswer(rec, http.StatusInternalServerError, "", long)
+	if !strings.Contains(rec.Body.String(), long) {
+		t.Fatal("a 500's message was cut")
 	}
 }
