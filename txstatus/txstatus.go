@@ -128,15 +128,24 @@ func (c *Client) Query(ctx context.Context, gid string) (Info, error) {
 		return Info{}, fmt.Errorf("txstatus: querying %s: %w", gid, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxQueryAnswer+1))
 	if err != nil {
 		return Info{}, fmt.Errorf("txstatus: reading query answer: %w", err)
+	}
+	if len(body) > maxQueryAnswer {
+		return Info{}, fmt.Errorf("txstatus: query %s: the answer is larger than %d bytes", gid, maxQueryAnswer)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return Info{}, fmt.Errorf("txstatus: query %s: HTTP %d: %.200s", gid, resp.StatusCode, body)
 	}
 	return parseInfo(body)
 }
+
+// maxQueryAnswer bounds the query API's answer, in bytes. The answer carries every branch operation
+// with its payload (base64, twice per saga step: action and compensation), so a transaction within
+// DTM's and the branches' limits can answer megabytes: a tighter bound would leave its outcome
+// unreadable, for the initiator and the reconciler alike, for good.
+const maxQueryAnswer = 256 << 20
 
 func (c *Client) base() string       { return strings.TrimSuffix(c.Server, "/") }
 func (c *Client) http() *http.Client { return cmp.Or(c.HTTP, defaultHTTP) }
@@ -151,7 +160,7 @@ func parse(body []byte) (Status, error) {
 // "trans_type":"...","rollback_reason":"..."}} or a null transaction for an unknown gid.
 func parseInfo(body []byte) (Info, error) {
 	var ans struct {
-		Branches    []json.RawMessage `json:"branches"`
+		Branches    []struct{} `json:"branches"` // counted, not kept
 		Transaction *struct {
 			Status         string `json:"status"`
 			TransType      string `json:"trans_type"`
