@@ -40,6 +40,11 @@ type Options struct {
 // call Consume again; unacknowledged deliveries were requeued by the broker.
 var ErrChannelClosed = errors.New("amqp: channel closed while consuming")
 
+// ErrConsumerCancelled: the broker cancelled the consumer while the channel stayed open (the queue
+// was deleted, or, for a replicated queue, the node holding it went away). Unacknowledged deliveries
+// were requeued by the broker, if the queue still exists; check the queue before consuming again.
+var ErrConsumerCancelled = errors.New("amqp: the broker cancelled the consumer")
+
 // Consume consumes queue on ch with manual acknowledgements and hands each delivery to h on
 // Options.Workers goroutines, then settles it by h's decision: Ack; Retry — the delivery is held
 // unacknowledged for the decision's delay (RabbitMQ has no delayed requeue) and then requeued with
@@ -49,7 +54,7 @@ var ErrChannelClosed = errors.New("amqp: channel closed while consuming")
 // It blocks until ctx is done or the channel closes. On ctx's end it cancels the consumer, requeues
 // deliveries not yet handled and those waiting out a delay, waits for running handlers (their
 // context is ctx) and returns nil; it returns an error wrapping ErrChannelClosed when the channel
-// closed first. A decision whose error wraps msgx.ErrMisconfigured (the queue cannot be the record's
+// closed first, or ErrConsumerCancelled when the broker cancelled the consumer. A decision whose error wraps msgx.ErrMisconfigured (the queue cannot be the record's
 // scope; msgx.Options.MaxAttempts above 2 on a classic queue, which keeps no delivery count — see the
 // package doc) stops it the same way, the delivery requeued, and Consume returns that error. It
 // returns an error at once for an empty queue name. It sets the channel's prefetch (basic.qos). ch
@@ -111,7 +116,10 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 	workers.Wait()
 	close(c.flush) // requeue what waits out a delay now
 	c.delayed.Wait()
-	if stop() { // the channel closed before ctx ended
+	if stop() { // the deliveries ended before ctx did
+		if !ch.IsClosed() { // amqp091 marks a channel closed before it ends its consumers' deliveries
+			return fmt.Errorf("%w (queue %s)", ErrConsumerCancelled, queue)
+		}
 		return fmt.Errorf("%w (queue %s)", ErrChannelClosed, queue)
 	}
 	<-cancelled

@@ -249,6 +249,41 @@ func TestConsumeReportsAClosedChannel(t *testing.T) {
 	}
 }
 
+// A queue deleted under Consume: the broker cancels the consumer and the channel stays open, which
+// Consume reported as a closed channel.
+func TestConsumeReportsACancelledConsumer(t *testing.T) {
+	f := setup(t, nil, nil)
+	ch := testbroker.Channel(t, f.conn)
+	done := make(chan error, 1)
+	go func() { done <- amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), nil) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		q, err := f.pub.QueueDeclarePassive(f.topo.Queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Consumers == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue has %d consumers 10 s after Consume started, want 1", q.Consumers)
+		}
+	}
+	if _, err := f.pub.QueueDelete(f.topo.Queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, amqp.ErrConsumerCancelled) || errors.Is(err, amqp.ErrChannelClosed) {
+			t.Fatalf("%v, want ErrConsumerCancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Consume did not return after its queue was deleted")
+	}
+	if ch.IsClosed() {
+		t.Fatal("the channel closed: the case this test is about did not happen")
+	}
+}
+
 func TestDeclareValidates(t *testing.T) {
 	f := setup(t, nil, nil)
 	if _, err := amqp.Declare(f.pub, "", nil); err == nil {
