@@ -55,7 +55,8 @@
 // Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
 // process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
 // as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to
-// Options.MaxRetryDelay (1m); an InFlight delay never exceeds the holder's remaining lease. Where the
+// Options.MaxRetryDelay (1m); an InFlight delay is the holder's remaining lease, kept between
+// RetryDelay and that growing delay (so the first is RetryDelay). Where the
 // broker keeps no delivery count (a RabbitMQ classic queue: Message.AttemptsUncounted) the delay
 // cannot grow, so redeliveries wait MaxRetryDelay, and MaxAttempts above 2 is refused
 // (ErrMisconfigured): use a quorum queue. Dead letters are at least once: each message dead-lettered

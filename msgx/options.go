@@ -48,8 +48,8 @@ type Options struct {
 	// DeadLetterRejected.
 	OnReject RejectAction
 	// RetryDelay is the delay before the first redelivery after a retryable failure; it doubles with
-	// every attempt up to MaxRetryDelay. Deliveries that find their key in flight wait RetryDelay on
-	// their first attempt, growing the same way but never past the holder's remaining lease. Defaults
+	// every attempt up to MaxRetryDelay. Deliveries that find their key in flight wait the holder's
+	// remaining lease, kept between RetryDelay and that delay (RetryDelay on a first attempt). Defaults
 	// to DefaultRetryDelay (1s).
 	RetryDelay time.Duration
 	// MaxRetryDelay caps the delay. Defaults to DefaultMaxRetryDelay (1m).
