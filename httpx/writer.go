@@ -141,8 +141,14 @@ func (cw *captureWriter) FlushError() error {
 	}
 	if cw.wrote || cw.hijacked {
 		if cw.sniff && len(cw.body) == 0 {
-			cw.sniff = false
-			cw.header = cw.untyped(cw.header)
+			// Headers sent with no body: no type, but only when they went out (a writer that
+			// cannot flush sends them with the body later, and net/http sniffs it then).
+			err := http.NewResponseController(cw.w).Flush()
+			if err == nil {
+				cw.sniff = false
+				cw.header = cw.untyped(cw.header)
+			}
+			return err
 		}
 		cw.settleType() // net/http sniffs from what it sends with the headers
 		return http.NewResponseController(cw.w).Flush()

@@ -201,3 +201,36 @@ func TestSuppressedTypeNotSniffedOnReplay(t *testing.T) {
 		})
 	}
 }
+
+// plainWriter hides every optional interface of the writer it wraps (no Flush, no Unwrap), as an
+// older outer middleware's wrapper does: a handler's flush goes nowhere.
+type plainWriter struct{ w http.ResponseWriter }
+
+func (p plainWriter) Header() http.Header         { return p.w.Header() }
+func (p plainWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
+func (p plainWriter) WriteHeader(code int)        { p.w.WriteHeader(code) }
+
+// TestUnflushedStatusKeepsSniffedType: a status, a flush that the writer cannot do
+// (http.ErrNotSupported), then the body: net/http sends the headers with the body and sniffs its
+// type, and the replay must get the same type, not none.
+func TestUnflushedStatusKeepsSniffedType(t *testing.T) {
+	bd := setup(t, memoryBackend, nil, nil)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_ = http.NewResponseController(w).Flush()
+		_, _ = io.WriteString(w, "<html><body>hi</body></html>")
+	}
+	outer := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(plainWriter{w}, r) })
+	}
+	srvBare, client := newServer(t, outer(http.HandlerFunc(handler)))
+	_, want, _ := send(t, client, "POST", srvBare.URL+"/x", "", `{}`)
+	srv, client := newServer(t, outer(bd.mw(http.HandlerFunc(handler))))
+	_, first, _ := send(t, client, "POST", srv.URL+"/x", "k", `{}`)
+	_, replay, body := send(t, client, "POST", srv.URL+"/x", "k", `{}`)
+	if first.Get("Content-Type") != want.Get("Content-Type") || replay.Get("Content-Type") != want.Get("Content-Type") ||
+		replay.Get(ReplayedHeader) != "true" || body != "<html><body>hi</body></html>" {
+		t.Fatalf("net/http alone %q; guarded %q, replay %q (replayed %q, %q)",
+			want.Get("Content-Type"), first.Get("Content-Type"), replay.Get("Content-Type"), replay.Get(ReplayedHeader), body)
+	}
+}
