@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -85,6 +86,8 @@ type Event struct {
 // Branches builds handlers for DTM branch calls. Create it with [New]; it is safe for concurrent use.
 type Branches struct {
 	opts Options
+	// forgets counts the goroutines releasing locks whose Acquire failed (see Branches.forget).
+	forgets atomic.Int32
 }
 
 // New returns Branches configured by opts (nil for defaults). It copies opts and returns an error
@@ -240,9 +243,11 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		}
 		return nil, inflight
 	case ctx.Err() == nil && b.opts.FailOpen:
+		b.forget(ctx, key, token)
 		b.opts.Logger.WarnContext(ctx, "dtmhttp: lock unavailable, running on the barrier alone", "error", err)
 		return func() {}, nil
 	default:
+		b.forget(ctx, key, token)
 		return nil, fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err)
 	}
 	released := false
@@ -257,6 +262,28 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 			b.opts.Logger.WarnContext(ctx, "dtmhttp: releasing branch lock", "key", key, "error", err)
 		}
 	}, nil
+}
+
+// maxForgets bounds the releases of Branches.forget running at once.
+const maxForgets = 64
+
+// forget releases, in the background, the lock an Acquire that failed may have taken all the same:
+// its command can take effect while its reply is lost (a read timeout, the request's context ending
+// the wait), and nothing else would release it — DTM's retries of the branch would answer 425 until
+// LockTTL ran out. The release compares token, so it deletes nothing but that lock. Each is bounded
+// by DefaultReleaseTimeout, and at most maxForgets run at once (a Redis that never answers fails
+// every delivery).
+func (b *Branches) forget(ctx context.Context, key, token string) {
+	if b.forgets.Add(1) > maxForgets {
+		b.forgets.Add(-1)
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+	go func() {
+		defer b.forgets.Add(-1)
+		defer cancel()
+		_ = b.opts.Locker.Release(rctx, key, token, nil, 0)
+	}()
 }
 
 // readBody reads at most limit bytes of r's body.

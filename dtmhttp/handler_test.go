@@ -223,6 +223,10 @@ func (flakyLocker) Acquire(context.Context, string, string, time.Duration) ([]by
 	return nil, errLockDown
 }
 
+func (flakyLocker) Release(context.Context, string, string, []byte, time.Duration) error {
+	return errLockDown
+}
+
 func TestLockerFailure(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
@@ -238,6 +242,51 @@ func TestLockerFailure(t *testing.T) {
 			expect(t, action, c, 500, "lock server down")
 			if k.runCount() != 0 {
 				t.Fatalf("business ran %d times without its lock", k.runCount())
+			}
+		})
+	}
+}
+
+// lostReplyLocker's Acquire takes effect, but its reply is lost (a read timeout).
+type lostReplyLocker struct{ idemkit.Locker }
+
+func (l lostReplyLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	if _, err := l.Locker.Acquire(ctx, key, token, ttl); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("read tcp 127.0.0.1:50000->127.0.0.1:6379: i/o timeout")
+}
+
+// TestLockWhoseReplyWasLostIsReleased: a lock an Acquire took although its reply was lost was never
+// released, so DTM's retries of the branch were answered 425 until LockTTL ran out.
+func TestLockWhoseReplyWasLostIsReleased(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
+			k := setup(t, nil, nil)
+			lost, err := dtmhttp.New(&dtmhttp.Options{Locker: lostReplyLocker{k.locker}, FailOpen: failOpen, LockTTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := call{"saga", testsvc.Name("gid-"), "01", "action", `{"amount":30}`}
+			rec := httptest.NewRecorder()
+			lost.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1))).ServeHTTP(rec, c.request())
+			if want := map[bool]int{false: 500, true: 200}[failOpen]; rec.Code != want {
+				t.Fatalf("delivery whose lock reply was lost answered %d %s, want %d", rec.Code, rec.Body, want)
+			}
+			// DTM's retry, through a healthy Locker (k.b shares k.locker and the key layout).
+			action := k.b.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1)))
+			for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				rec := httptest.NewRecorder()
+				action.ServeHTTP(rec, c.request())
+				if rec.Code == http.StatusOK {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the retry still answers %d %s 2 s later", rec.Code, rec.Body)
+				}
+			}
+			if k.runCount() != 1 {
+				t.Fatalf("business ran %d times, want 1", k.runCount())
 			}
 		})
 	}
