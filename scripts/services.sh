@@ -12,20 +12,42 @@ set -euo pipefail
 
 log() { printf '[services] %s\n' "$*" >&2; }
 
-# elsewhere VAR: whether the service that IDEMKIT_TEST_* variable VAR names is not this machine's to
-# bring up: unset, it is; MySQL and PostgreSQL must be the local default server (port 3306, 5432), the
-# others may be on any loopback port.
-elsewhere() {
-  local addr=${!1:-}
-  [ -n "$addr" ] || return 1
-  case "$1:$addr" in
-  IDEMKIT_TEST_MYSQL:*'(127.0.0.1:3306)'* | IDEMKIT_TEST_MYSQL:*'(localhost:3306)'*) return 1 ;;
-  IDEMKIT_TEST_POSTGRES:*port=* | IDEMKIT_TEST_POSTGRES:*://*) [[ "$addr" =~ (host=(127\.0\.0\.1|localhost)\ .*port=5432([^0-9]|$)) ]] && return 1 ;;
-  IDEMKIT_TEST_POSTGRES:*host=127.0.0.1* | IDEMKIT_TEST_POSTGRES:*host=localhost*) return 1 ;;
-  IDEMKIT_TEST_MYSQL:* | IDEMKIT_TEST_POSTGRES:*) ;;
-  *127.0.0.1* | *localhost* | *'[::1]'*) return 1 ;;
+# hostport VAR: the host and port (empty when not given) the IDEMKIT_TEST_* variable VAR names.
+hostport() {
+  local v=${!1} hp
+  case "$1:$v" in
+  IDEMKIT_TEST_MYSQL:*'tcp('*) hp=${v#*tcp(}; hp=${hp%%)*} ;;
+  IDEMKIT_TEST_MYSQL:*) hp= ;; # no tcp(...): the driver's default, localhost:3306
+  IDEMKIT_TEST_POSTGRES:*://*) hp=${v#*://}; hp=${hp##*@}; hp=${hp%%[/?]*} ;;
+  IDEMKIT_TEST_POSTGRES:*)
+    local h= p= w
+    for w in $v; do
+      case "$w" in host=*) h=${w#host=} ;; port=*) p=${w#port=} ;; esac
+    done
+    echo "$h $p"; return ;;
+  *://*) hp=${v#*://}; hp=${hp##*@}; hp=${hp%%[/?]*} ;;
+  *) hp=$v ;;
   esac
-  return 0
+  case "$hp" in
+  '['*']:'*) echo "${hp%]:*}] ${hp##*]:}" ;;
+  *:*) echo "${hp%:*} ${hp##*:}" ;;
+  *) echo "$hp " ;;
+  esac
+}
+
+# elsewhere VAR: whether the service that IDEMKIT_TEST_* variable VAR names is not this machine's to
+# bring up: unset, it is; MySQL and PostgreSQL must be the local server on its default port (3306,
+# 5432), the others may be on any loopback port.
+elsewhere() {
+  [ -n "${!1:-}" ] || return 1
+  local host port
+  read -r host port <<<"$(hostport "$1")"
+  case "$host" in '' | 127.0.0.1 | localhost | '[::1]' | ::1) ;; *) return 0 ;; esac
+  case "$1" in
+  IDEMKIT_TEST_MYSQL) [ "${port:-3306}" != 3306 ] ;;
+  IDEMKIT_TEST_POSTGRES) [ "${port:-5432}" != 5432 ] ;;
+  *) return 1 ;;
+  esac
 }
 
 REDIS_ADDR=${IDEMKIT_TEST_REDIS:-127.0.0.1:6379}
