@@ -96,7 +96,9 @@ type Event struct {
 	// Duration is the whole call's, from its start to its end.
 	Duration time.Duration
 	// ClaimDuration is how long the call took to get its claim (the Locker's acquire and the Store's
-	// insert or takeover), from its start; 0 when it got no claim (a replay, an in-flight answer...).
+	// insert or takeover; in the Tx modes, where the record is written after the function, the
+	// Locker's acquire, the record's read and the transaction's begin), from its start; 0 when it got
+	// no claim (a replay, an in-flight answer...).
 	// Set only when the Guard has an Observer or a Logger enabled at warn level.
 	ClaimDuration time.Duration
 }

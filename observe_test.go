@@ -64,3 +64,32 @@ func TestEventClaimDuration(t *testing.T) {
 		t.Fatalf("replayed call: %+v", replay)
 	}
 }
+
+// TestEventClaimDurationTx: a Tx-mode call that gets its claim (the lock and the record's read,
+// before its function runs) reports how long that took, as Execute mode does; before, it reported 0,
+// so idemkit.claim.duration held only zeros for mode "tx".
+func TestEventClaimDurationTx(t *testing.T) {
+	clock := &tickingClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	obs := &eventRecorder{}
+	st := memory.NewStore()
+	g, err := idemkit.New(st, &idemkit.Options{Observer: obs, Now: clock.Now, Locker: memory.NewLocker(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fn := func(context.Context, idemkit.TxStore) ([]byte, error) { return []byte("v"), nil }
+	if _, err := g.Tx(ctx, st, idemkit.Call{Scope: "s", Key: "k"}, fn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.DoTx(ctx, st, idemkit.Call{Scope: "s", Key: "k2"}, func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(obs.events) != 2 {
+		t.Fatalf("%d events", len(obs.events))
+	}
+	for _, run := range obs.events {
+		if run.Outcome != idemkit.OutcomeExecuted || run.ClaimDuration <= 0 || run.ClaimDuration >= run.Duration {
+			t.Errorf("executed %s call: claim %s of %s", run.Mode, run.ClaimDuration, run.Duration)
+		}
+	}
+}

@@ -300,6 +300,7 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "beginning transaction", err)))
 		}
 	}
+	cl.claimed() // the lock, the read and the transaction: the record itself is written after fn
 	val, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) })
 	if ferr != nil {
 		cl.rollback(tx)
@@ -457,6 +458,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 			cl.ev.Takeover = true
 		}
 	}
+	cl.claimed() // the lock and the read: the record itself is written after fn
 	val, ferr := cl.call(nil, fn)
 
 	next := cl.rec
