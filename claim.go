@@ -175,6 +175,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		werr = fmt.Errorf("%w: the lease ran out and another attempt took over; this outcome was not recorded", ErrFenced)
 	default:
 		werr = storeErr(cl.ctx, "finishing record", werr)
+		cl.ev.Status = cl.rec.Status // the outcome was not written: the record stays as it was
 	}
 	if cl.locked {
 		cl.releaseLock(survive(), cached, ttl)

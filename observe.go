@@ -2,6 +2,7 @@ package idemkit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -116,7 +117,7 @@ func (g *Guard) report(ctx context.Context, ev *Event, key string, end func(*Eve
 		ev.Duration = g.opts.Now().Sub(start)
 	}
 	lvl := slog.LevelDebug
-	if ev.FailOpen || ev.Fenced || ev.Outcome == OutcomeUnavailable {
+	if ev.FailOpen || ev.Fenced || ev.Outcome == OutcomeUnavailable || errors.Is(ev.Err, ErrStoreUnavailable) {
 		lvl = slog.LevelWarn
 	}
 	logging := g.opts.Logger.Enabled(ctx, lvl)

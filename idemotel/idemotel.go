@@ -328,7 +328,9 @@ func (o *Observer) Reconciled(ctx context.Context, ev *hooks.ReconcileEvent) {
 }
 
 // systemFailure reports whether an event's error is a failure of the system rather than an expected
-// answer (replays, in-flight, mismatches and business errors are answers).
+// answer (replays, in-flight, mismatches and business errors are answers): the Store or Locker
+// unavailable before anything ran, a fenced finish, or an outcome the Store failed to write after the
+// function ran.
 func systemFailure(ev *idemkit.Event) bool {
-	return ev.Outcome == idemkit.OutcomeUnavailable || ev.Fenced
+	return ev.Outcome == idemkit.OutcomeUnavailable || ev.Fenced || errors.Is(ev.Err, idemkit.ErrStoreUnavailable)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -425,5 +426,46 @@ func TestLongScopeLabelMaxKeyLen(t *testing.T) {
 		inv := collect(t, reader, map[string]string{idemotel.AttrScope: idemotel.InvalidScope})
 		t.Fatalf("a call the Guard accepted and stored under %s: labelled with it %v times, %s %v times",
 			stored, got["idemkit.calls"], idemotel.InvalidScope, inv["idemkit.calls"])
+	}
+}
+
+// finishFailing is a Store whose record updates (an Execute-mode call's finish) fail.
+type finishFailing struct{ idemkit.Store }
+
+func (finishFailing) Update(context.Context, *idemkit.Record, idemkit.Version) error {
+	return errors.New("connection refused")
+}
+
+// TestSpanErrorWhenOutcomeNotRecorded: a call whose function ran but whose outcome the Store could
+// not write (the record stays PROCESSING, and the key runs again once its lease runs out) is a failure
+// of the system: its span has an error status and the status attribute is the record's, not the
+// SUCCEEDED that was never written. Before, the span looked like a clean success.
+func TestSpanErrorWhenOutcomeNotRecorded(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	obs, err := idemotel.New(&idemotel.Options{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemkit.New(finishFailing{memory.NewStore()}, &idemkit.Options{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.Do(context.Background(), idemkit.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+	if !errors.Is(err, idemkit.ErrStoreUnavailable) {
+		t.Fatalf("Do: %v", err)
+	}
+	ended := spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans", len(ended))
+	}
+	var status string
+	for _, a := range ended[0].Attributes() {
+		if a.Key == idemotel.AttrStatus {
+			status = a.Value.AsString()
+		}
+	}
+	if ended[0].Status().Code != codes.Error || status == string(idemkit.StatusSucceeded) {
+		t.Fatalf("span status %v, %s %q; want an error and not %s", ended[0].Status(), idemotel.AttrStatus, status, idemkit.StatusSucceeded)
 	}
 }
