@@ -1,0 +1,76 @@
+package grpcx_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/grpcx"
+	"github.com/idemkit/idemkit/internal/chaosrpc"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// smallStore is a memory Store whose transactions refuse results over 16 bytes, as a column too
+// narrow for them would.
+type smallStore struct{ *memory.Store }
+
+func (s smallStore) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	tx, err := s.Store.BeginTx(ctx)
+	return smallTx{tx}, err
+}
+
+type smallTx struct{ idemkit.TxStore }
+
+func (t smallTx) Insert(ctx context.Context, rec *idemkit.Record) error {
+	if len(rec.Response) > 16 {
+		return fmt.Errorf("%w: result of %d bytes", idemkit.ErrUnstorable, len(rec.Response))
+	}
+	return t.TxStore.Insert(ctx, rec)
+}
+
+// bigAnswer answers a response too large for smallStore.
+type bigAnswer struct{ runs atomic.Int64 }
+
+func (b *bigAnswer) Charge(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+	b.runs.Add(1)
+	return structpb.NewStruct(map[string]any{"receipt": "a receipt longer than sixteen bytes"})
+}
+
+// TestTxUnstorableAnswersAsItsReplays: in Tx mode a response too large for the record rolls the
+// handler's writes back and stores the key REJECTED; the first call was answered UNAVAILABLE (retry)
+// while every retry got the rejection's UNKNOWN, for good.
+func TestTxUnstorableAnswersAsItsReplays(t *testing.T) {
+	store := smallStore{memory.NewStore()}
+	guard, err := idemkit.New(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	biz := &bigAnswer{}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, &grpcx.Options{Tx: store})))
+	srv.RegisterService(chaosrpc.ServiceDesc(), biz)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	cc := mustClient(t, ln.Addr().String())
+	ctx := grpcx.WithKey(context.Background(), "k-big-1")
+	_, err1 := chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 1}))
+	_, err2 := chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 1}))
+	s1, s2 := status.Convert(err1), status.Convert(err2)
+	if biz.runs.Load() != 1 {
+		t.Fatalf("handler ran %d times", biz.runs.Load())
+	}
+	if s1.Code() == codes.OK || s1.Code() == codes.Unavailable || s1.Code() != s2.Code() {
+		t.Fatalf("first call %v, its retry %v: want one code, not one that says to retry", s1, s2)
+	}
+}
