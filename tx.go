@@ -489,6 +489,11 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	switch {
 	case stored != nil:
 		return cl.replayRollback(stored, c)
+	case err != nil && ferr != nil:
+		// fn's failure stays the answer, with why its rejection was not recorded, as in Guard.Tx (on
+		// PostgreSQL a failed business statement aborts the transaction, so no record can follow it).
+		cl.ev.Status = next.Status
+		return ended(cl.fail(OutcomeExecuted, errors.Join(cl.classify(err), ferr)))
 	case err != nil:
 		return ended(cl.failWrite(err))
 	}
