@@ -358,17 +358,42 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 // When the database rolled the transaction back to settle a race with another writer of the key
 // (ErrConflict: a deadlock; on PostgreSQL, a unique index being built, which is no ON CONFLICT
 // arbiter), that attempt's record, read now, answers the call as a read before fn would have.
+//
+// The other writer may not have committed yet: when InnoDB resolves a deadlock among duplicates that
+// waited on a record whose transaction rolled back, the survivor's INSERT and COMMIT follow the
+// victim's error. So a record not found is read again a few times, for up to about 150 ms.
 func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Result, error) {
 	cl.rollback(tx)
 	if errors.Is(err, ErrConflict) {
-		if cur, gerr := db.Get(cl.ctx, cl.id.scope, cl.id.key); gerr == nil {
-			now := cl.g.opts.Now()
-			if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
-				return cl.answer(v, cur, c, now)
+		for wait := 5 * time.Millisecond; ; wait *= 2 {
+			cur, gerr := db.Get(cl.ctx, cl.id.scope, cl.id.key)
+			if gerr == nil {
+				now := cl.g.opts.Now()
+				if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
+					return cl.answer(v, cur, c, now)
+				}
+			}
+			if !errors.Is(gerr, ErrNotFound) || wait > conflictReread || !sleep(cl.ctx, wait) {
+				break
 			}
 		}
 	}
 	return ended(cl.failWrite(err))
+}
+
+// conflictReread bounds the waits of writeFailed's reads (5, 10, ... ms: about 150 ms in all).
+const conflictReread = 80 * time.Millisecond
+
+// sleep waits d, or until ctx ends; it reports whether it waited d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // answer ends a Tx-mode call with what a record it does not take over says (v, judge's verdict on

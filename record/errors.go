@@ -37,7 +37,7 @@ var ErrConflict error = conflictError{}
 type conflictError struct{}
 
 func (conflictError) Error() string {
-	return "record: transaction rolled back by the database on a write conflict (deadlock or Galera certification failure); run it again"
+	return "record: transaction rolled back by the database on a write conflict (a deadlock, a serialization failure, a Galera certification failure, a unique index being built); run it again"
 }
 
 func (conflictError) Is(target error) bool { return target == idemkit.ErrConflict }
