@@ -124,7 +124,13 @@ func mustClient(t *testing.T, addr string) *grpc.ClientConn {
 // guard with the zero Options, until the test ends, and returns its address.
 func serveGuarded(t *testing.T, guard *idemkit.Guard, biz any) string {
 	t.Helper()
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, nil)))
+	return serveGuardedWith(t, guard, nil, biz)
+}
+
+// serveGuardedWith is serveGuarded with the interceptor's Options opts.
+func serveGuardedWith(t *testing.T, guard *idemkit.Guard, opts *grpcx.Options, biz any) string {
+	t.Helper()
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, opts)))
 	srv.RegisterService(chaosrpc.ServiceDesc(), biz)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

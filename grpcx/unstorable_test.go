@@ -3,11 +3,9 @@ package grpcx_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -54,15 +52,7 @@ func TestTxUnstorableAnswersAsItsReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	biz := &bigAnswer{}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcx.UnaryServerInterceptor(guard, &grpcx.Options{Tx: store})))
-	srv.RegisterService(chaosrpc.ServiceDesc(), biz)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	cc := mustClient(t, ln.Addr().String())
+	cc := mustClient(t, serveGuardedWith(t, guard, &grpcx.Options{Tx: store}, biz))
 	ctx := grpcx.WithKey(context.Background(), "k-big-1")
 	_, err1 := chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 1}))
 	_, err2 := chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 1}))

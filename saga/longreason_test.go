@@ -14,7 +14,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/dtmhttp"
-	"github.com/idemkit/idemkit/internal/dtmserver"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/saga"
 	"github.com/idemkit/idemkit/txstatus"
@@ -26,19 +25,7 @@ import (
 // message lost", and Submit reported that instead of the step's message. The answer is cut to fit.
 func TestLongStepErrorOnSQLStore(t *testing.T) {
 	k := newBank(t, nil)
-	db := testsvc.Name("dtmstore_")
-	ctx, cancel := context.WithTimeout(ctxb, 5*time.Minute)
-	defer cancel()
-	if err := dtmserver.CreateMySQLStore(ctx, testsvc.MySQLDSN(), db); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.db.Exec("DROP DATABASE IF EXISTS " + db) })
-	srv, err := dtmserver.Start(ctx, &dtmserver.Options{Env: []string{"LOG_LEVEL=warn"},
-		MySQL: &dtmserver.MySQLStore{Host: "127.0.0.1", Port: 3306, User: "root", DB: db}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	srv := testsvc.DTMOnMySQL(t)
 	mux := http.NewServeMux()
 	mux.Handle("/act", saga.Action(nil, func(context.Context, *dtmhttp.Request) (barrier.Outcome, error) {
 		return barrier.Proceed, idemkit.Permanent(errors.New("refused: " + strings.Repeat("x", 1100)))

@@ -1,7 +1,6 @@
 package tcc_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/dtm-labs/client/dtmcli"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/dtmserver"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -24,20 +22,7 @@ import (
 // try's own error.
 func TestLongTryErrorOnSQLStore(t *testing.T) {
 	k := newBank(t)
-	db := testsvc.Name("dtmstore_")
-	ctx, cancel := context.WithTimeout(ctxb, 5*time.Minute)
-	defer cancel()
-	if err := dtmserver.CreateMySQLStore(ctx, testsvc.MySQLDSN(), db); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.db.Exec("DROP DATABASE IF EXISTS " + db) })
-	host, port := "127.0.0.1", 3306
-	srv, err := dtmserver.Start(ctx, &dtmserver.Options{Env: []string{"LOG_LEVEL=warn"},
-		MySQL: &dtmserver.MySQLStore{Host: host, Port: port, User: "root", DB: db}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	srv := testsvc.DTMOnMySQL(t)
 	k.global.Server = srv.URL()
 	k.global.Status = &txstatus.Client{Server: srv.URL(), PollInterval: 50 * time.Millisecond}
 	k.global.Wait = 10 * time.Second // far below the TCC's timeout: only an abort that DTM took ends it in time

@@ -214,12 +214,9 @@ func TestStopRequeuesDelayedDeliveries(t *testing.T) {
 	}
 }
 
-func TestConsumeReportsAClosedChannel(t *testing.T) {
-	f := setup(t, nil, nil)
-	ch := testbroker.Channel(t, f.conn)
-	done := make(chan error, 1)
-	go func() { done <- amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), nil) }()
-	// Closed once Consume consumes (closed before, its Qos or Consume call fails instead).
+// consuming waits (at most 10 s) until the fixture's queue has its one consumer.
+func (f *fixture) consuming(t *testing.T) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		q, err := f.pub.QueueDeclarePassive(f.topo.Queue, true, false, false, false, nil)
 		if err != nil {
@@ -232,6 +229,15 @@ func TestConsumeReportsAClosedChannel(t *testing.T) {
 			t.Fatalf("the queue has %d consumers 10 s after Consume started, want 1", q.Consumers)
 		}
 	}
+}
+
+func TestConsumeReportsAClosedChannel(t *testing.T) {
+	f := setup(t, nil, nil)
+	ch := testbroker.Channel(t, f.conn)
+	done := make(chan error, 1)
+	go func() { done <- amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), nil) }()
+	// Closed once Consume consumes (closed before, its Qos or Consume call fails instead).
+	f.consuming(t)
 	_ = ch.Close()
 	select {
 	case err := <-done:
@@ -256,18 +262,7 @@ func TestConsumeReportsACancelledConsumer(t *testing.T) {
 	ch := testbroker.Channel(t, f.conn)
 	done := make(chan error, 1)
 	go func() { done <- amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), nil) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		q, err := f.pub.QueueDeclarePassive(f.topo.Queue, true, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if q.Consumers == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the queue has %d consumers 10 s after Consume started, want 1", q.Consumers)
-		}
-	}
+	f.consuming(t)
 	if _, err := f.pub.QueueDelete(f.topo.Queue, false, false, false); err != nil {
 		t.Fatal(err)
 	}
