@@ -176,16 +176,7 @@ func TestBackCheck(t *testing.T) {
 func TestReconcilerCommitsWithTheStoredResult(t *testing.T) {
 	e := setup(t)
 	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
-	out, err := e.w.PublishOrder(ctxb, pub, e.svc, "r1", 3, nil)
-	if err != nil || out.Status != txstatus.Submitted {
-		t.Fatalf("publish: %+v %v", out, err)
-	}
-	status := &txstatus.Client{Server: e.dtm.URL()}
-	wctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
-	defer cancel()
-	if st, err := status.Wait(wctx, out.GID); err != nil || st != txstatus.Succeed {
-		t.Fatalf("message %s: %v", st, err)
-	}
+	status := e.delivered(t, pub, "r1", 3)
 	var got []string
 	lc := &hooks.Lifecycle{Guard: e.w.Guard, OnCommit: hooks.CommitFunc(func(_ context.Context, _ *hooks.Txn, result []byte) error {
 		got = append(got, string(result))

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/dtmmsg"
 	"github.com/idemkit/idemkit/internal/chaosdtmmsg"
 	"github.com/idemkit/idemkit/internal/dtmserver"
 	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/txstatus"
 )
 
 var ctxb = context.Background()
@@ -60,4 +62,21 @@ func (e *env) count(t *testing.T, table, where string, args ...any) int {
 		t.Fatal(err)
 	}
 	return int(n)
+}
+
+// delivered publishes an order of amount with key through pub, waits (at most 30 s) until DTM reports
+// the message succeeded (delivered to its branches), and returns the status client it asked.
+func (e *env) delivered(t *testing.T, pub *dtmmsg.Publisher, key string, amount int64) *txstatus.Client {
+	t.Helper()
+	out, err := e.w.PublishOrder(ctxb, pub, e.svc, key, amount, nil)
+	if err != nil || out.Status != txstatus.Submitted {
+		t.Fatalf("publish: %+v %v", out, err)
+	}
+	status := &txstatus.Client{Server: e.dtm.URL()}
+	wctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+	if st, err := status.Wait(wctx, out.GID); err != nil || st != txstatus.Succeed {
+		t.Fatalf("message %s: %v", st, err)
+	}
+	return status
 }

@@ -1,7 +1,6 @@
 package dtmmsg_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,7 +8,6 @@ import (
 	"github.com/idemkit/idemkit/dtmmsg"
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/chaosdtmmsg"
-	"github.com/idemkit/idemkit/txstatus"
 )
 
 // TestSagaReconcilerLeavesMessagesAlone: dtmmsg.Reconciler leaves the records of sagas and TCCs to
@@ -20,16 +18,7 @@ import (
 func TestSagaReconcilerLeavesMessagesAlone(t *testing.T) {
 	e := setup(t)
 	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
-	out, err := e.w.PublishOrder(ctxb, pub, e.svc, "shared", 3, nil)
-	if err != nil || out.Status != txstatus.Submitted {
-		t.Fatalf("publish: %+v %v", out, err)
-	}
-	status := &txstatus.Client{Server: e.dtm.URL()}
-	wctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
-	defer cancel()
-	if st, err := status.Wait(wctx, out.GID); err != nil || st != txstatus.Succeed {
-		t.Fatalf("message %s: %v", st, err)
-	}
+	status := e.delivered(t, pub, "shared", 3)
 	later := time.Now().Add(time.Hour) // every lease ran out
 	for _, tt := range []string{"saga", "tcc", ""} {
 		rc := &hooks.Reconciler{Lifecycle: pub.Lifecycle, Scopes: []string{chaosdtmmsg.Scope}, Manager: status, TransType: tt}
