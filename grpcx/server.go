@@ -129,10 +129,13 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 			return nil, statusOf(err).Err() // the response could not be encoded for storage
 		}
 		return nil, st.herr
-	case errors.Is(err, idemkit.ErrUnstorable):
+	case errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) &&
+		!errors.Is(err, idemkit.ErrInFlight) && !errors.Is(err, idemkit.ErrPayloadMismatch):
 		// Its outcome does not fit the record (a response too large): the writes were rolled back
 		// and the key stored REJECTED without it, which its retries are answered (UNKNOWN, as a
 		// rejection without a stored status): so is this call, rather than with a code saying to retry.
+		// Not when that REJECTED record could not be written either (joined with the write's error):
+		// nothing is stored, and the answer is the write's, as below.
 		return nil, status.Error(codes.Unknown, err.Error())
 	}
 	// The handler ran but its outcome was not recorded, and its writes were rolled back: the commit
