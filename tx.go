@@ -449,7 +449,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 		}
 	}
 	if err != nil {
-		cl.ev.Outcome, cl.ev.Status = OutcomeExecuted, next.Status
+		cl.ev.Outcome, cl.ev.Status = OutcomeExecuted, "" // the outcome was not written
 		werr := cl.classify(err)
 		cl.releaseLock(dctx, nil, 0)
 		cl.done = true
@@ -517,7 +517,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	case err != nil && ferr != nil:
 		// fn's failure stays the answer, with why its rejection was not recorded, as in Guard.Tx (on
 		// PostgreSQL a failed business statement aborts the transaction, so no record can follow it).
-		cl.ev.Status = next.Status
+		cl.ev.Status = "" // the outcome was not written
 		return ended(cl.fail(OutcomeExecuted, errors.Join(cl.classify(err), ferr)))
 	case err != nil:
 		return ended(cl.failWrite(err))
