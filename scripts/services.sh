@@ -18,7 +18,19 @@ hostport() {
   case "$1:$v" in
   IDEMKIT_TEST_MYSQL:*'tcp('*) hp=${v#*tcp(}; hp=${hp%%)*} ;;
   IDEMKIT_TEST_MYSQL:*) hp= ;; # no tcp(...): the driver's default, localhost:3306
-  IDEMKIT_TEST_POSTGRES:*://*) hp=${v#*://}; hp=${hp##*@}; hp=${hp%%[/?]*} ;;
+  IDEMKIT_TEST_POSTGRES:*://*)
+    hp=${v#*://}; hp=${hp%%[/?]*}; hp=${hp##*@}
+    # libpq and pgx let the query's host and port override the URL's (postgres:///db?host=h&port=p)
+    local q= w qh= qp=
+    case "$v" in *'?'*) q=${v#*\?} ;; esac
+    for w in ${q//&/ }; do
+      case "$w" in host=*) qh=${w#host=} ;; port=*) qp=${w#port=} ;; esac
+    done
+    if [ -n "$qh$qp" ]; then
+      local uh up
+      read -r uh up <<<"$(splithp "$hp")"
+      echo "${qh:-$uh} ${qp:-$up}"; return
+    fi ;;
   IDEMKIT_TEST_POSTGRES:*)
     local h= p= w
     for w in $v; do
@@ -28,10 +40,16 @@ hostport() {
   *://*) hp=${v#*://}; hp=${hp##*@}; hp=${hp%%[/?]*} ;;
   *) hp=$v ;;
   esac
-  case "$hp" in
-  '['*']:'*) echo "${hp%]:*}] ${hp##*]:}" ;;
-  *:*) echo "${hp%:*} ${hp##*:}" ;;
-  *) echo "$hp " ;;
+  splithp "$hp"
+}
+
+# splithp HOSTPORT: host and port (empty when not given) of host, host:port, [v6] or [v6]:port.
+splithp() {
+  case "$1" in
+  '['*']') echo "$1 " ;;
+  '['*']:'*) echo "${1%]:*}] ${1##*]:}" ;;
+  *:*) echo "${1%:*} ${1##*:}" ;;
+  *) echo "$1 " ;;
   esac
 }
 
