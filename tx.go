@@ -431,7 +431,9 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	}
 	next := cl.rec
 	next.UpdatedAt = g.opts.Now()
+	unrecorded := ferr // the answer when the record below cannot be written either
 	if isUnstorable {
+		unrecorded = unstorable.err
 		next.Status, next.Response, next.Error = StatusRejected, nil, errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", unstorable.err))
 		ferr = fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, StatusRejected, unstorable.err)
 	} else {
@@ -453,7 +455,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 		werr := cl.classify(err)
 		cl.releaseLock(dctx, nil, 0)
 		cl.done = true
-		cl.ev.Err = errors.Join(werr, ferr)
+		cl.ev.Err = errors.Join(werr, unrecorded)
 		g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 		return Result{}, cl.ev.Err
 	}
