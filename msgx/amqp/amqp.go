@@ -54,8 +54,9 @@ var ErrConsumerCancelled = errors.New("amqp: the broker cancelled the consumer")
 // It blocks until ctx is done or the channel closes. On ctx's end it cancels the consumer, requeues
 // deliveries not yet handled and those waiting out a delay, waits for running handlers (their
 // context is ctx) and returns nil; it returns an error wrapping ErrChannelClosed when the channel
-// closed first, or ErrConsumerCancelled when the broker cancelled the consumer. A decision whose error wraps msgx.ErrMisconfigured (the queue cannot be the record's
-// scope; msgx.Options.MaxAttempts above 2 on a classic queue, which keeps no delivery count — see the
+// closed first, or ErrConsumerCancelled when the broker cancelled the consumer. A decision whose
+// error wraps msgx.ErrMisconfigured (the queue cannot be the record's scope;
+// msgx.Options.MaxAttempts above 2 on a classic queue, which keeps no delivery count — see the
 // package doc) stops it the same way, the delivery requeued, and Consume returns that error. It
 // returns an error at once for an empty queue name. It sets the channel's prefetch (basic.qos). ch
 // must not be used by another consumer; close it after Consume returns, so that the broker requeues
@@ -151,9 +152,10 @@ func (o *Options) withDefaults() (Options, error) {
 }
 
 // Message converts a delivery from queue to a msgx.Message: ID from the message-id property, Queue
-// the queue, Subject the routing key, Attempt from the x-delivery-count and x-acquired-count headers
-// (quorum queues; the larger) or the redelivered flag (2 when set, with AttemptsUncounted: a classic queue keeps no count). Header
-// values that are not strings are formatted with fmt.Sprint.
+// the queue, Subject the routing key, Attempt from the x-delivery-count and x-acquired-count
+// headers (quorum queues; the larger) or the redelivered flag (2 when set, with AttemptsUncounted:
+// a classic queue keeps no count). Header values that are not strings are formatted with
+// fmt.Sprint.
 func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	m := &msgx.Message{
 		ID:          d.MessageId,
