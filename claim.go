@@ -174,7 +174,8 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		cl.ev.Fenced = true
 		werr = fmt.Errorf("%w: the lease ran out and another attempt took over; this outcome was not recorded", ErrFenced)
 	default:
-		werr = storeErr(cl.ctx, "finishing record", werr)
+		// Finish's caller is the one waiting for the answer (Begin's may have left long ago).
+		werr = storeErr(ctx, "finishing record", werr)
 		cl.ev.Status = cl.rec.Status // the outcome was not written: the record stays as it was
 	}
 	if cl.locked {

@@ -69,3 +69,30 @@ func TestTakeoverOfUnstorableCallIsInvalid(t *testing.T) {
 		t.Fatalf("takeover: %v, want ErrUnstorable and not ErrStoreUnavailable", err)
 	}
 }
+
+// TestFinishTimeoutAfterBeginContextEnded: Begin's context (a request's) ended before the work
+// finished, and Finish is called later on a live context of its own (a background job's). A finish
+// the store does not answer within FinishTimeout is ErrStoreUnavailable for that caller, who waits
+// for the answer: the error was classified by Begin's ended context and came back as a bare
+// context.DeadlineExceeded (found by a defect hunt).
+func TestFinishTimeoutAfterBeginContextEnded(t *testing.T) {
+	g, err := idemkit.New(stallingStore{memory.NewStore()}, &idemkit.Options{FinishTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, cancelReq := context.WithCancel(context.Background())
+	cl, _, err := g.Begin(reqCtx, idemkit.Call{Scope: "pay", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelReq() // the request is over; the work goes on in the background
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = cl.Finish(ctx, []byte("ok"), nil)
+	if ctx.Err() != nil {
+		t.Fatal("Finish's context ended")
+	}
+	if !errors.Is(err, idemkit.ErrStoreUnavailable) {
+		t.Fatalf("Finish: %v (context.DeadlineExceeded: %v), want ErrStoreUnavailable: the store did not record the outcome", err, errors.Is(err, context.DeadlineExceeded))
+	}
+}
