@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/background"
 )
 
 // Guard runs functions at most once per (scope, key) and replays their results to duplicates.
@@ -14,10 +15,10 @@ import (
 type Guard struct {
 	store Store
 	opts  Options
-	// watches counts the goroutines watching for abandoned claims (see Claim.abandoned).
-	watches atomic.Int32
-	// forgets counts the goroutines releasing locks whose Acquire failed (see Claim.forgetLock).
-	forgets atomic.Int32
+	// watches run the watches for abandoned claims (see Claim.abandoned).
+	watches background.Limit
+	// forgets run the releases of locks whose Acquire failed (see Claim.forgetLock).
+	forgets background.Limit
 }
 
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
@@ -33,7 +34,7 @@ func New(store Store, opts *Options) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Guard{store: store, opts: o}, nil
+	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, forgets: background.Limit{Max: maxWatches}}, nil
 }
 
 // Call names one guarded operation.
@@ -346,20 +347,13 @@ func (cl *Claim) abandoned(prev *Version) {
 	if cl.ctx.Err() == nil || cl.callerTx {
 		return
 	}
-	if g.watches.Add(1) > maxWatches {
-		g.watches.Add(-1)
-		return
-	}
 	st, mine, marks := cl.st, cl.rec, cl.mode.marks()
 	until := mine.LeaseUntil
 	if marks {
 		until = mine.UpdatedAt.Add(g.opts.Lease)
 	}
 	d := min(max(until.Sub(g.opts.Now()), g.opts.FinishTimeout), maxWatch)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), d)
-	go func() {
-		defer g.watches.Add(-1)
-		defer cancel()
+	g.watches.Go(cl.ctx, d, func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			cur, err := st.Get(ctx, mine.Scope, mine.Key)
 			switch {
@@ -379,15 +373,11 @@ func (cl *Claim) abandoned(prev *Version) {
 				// (the sweeper's DELETE it waited behind): it is watched until the end.
 				return
 			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !background.Sleep(ctx, wait) {
 				return
-			case <-t.C:
 			}
 		}
-	}()
+	})
 }
 
 // forgetLock releases, in the background, the lock an Acquire that failed may have taken all the
@@ -398,18 +388,10 @@ func (cl *Claim) abandoned(prev *Version) {
 // call's token, so it deletes nothing but that lock. It is bounded by FinishTimeout, and at most
 // maxWatches run at once per Guard (a Redis that never answers fails every call).
 func (cl *Claim) forgetLock() {
-	g := cl.g
-	if g.forgets.Add(1) > maxWatches {
-		g.forgets.Add(-1)
-		return
-	}
-	key, token := cl.id.lockKey, cl.token
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(cl.ctx), g.opts.FinishTimeout)
-	go func() {
-		defer g.forgets.Add(-1)
-		defer cancel()
-		_ = g.opts.Locker.Release(ctx, key, token, nil, 0)
-	}()
+	lk, key, token := cl.g.opts.Locker, cl.id.lockKey, cl.token
+	cl.g.forgets.Go(cl.ctx, cl.g.opts.FinishTimeout, func(ctx context.Context) {
+		_ = lk.Release(ctx, key, token, nil, 0)
+	})
 }
 
 // Bounds of the watches for abandoned claims: how long one lasts at most (InnoDB gives up a lock wait

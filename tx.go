@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/background"
 )
 
 // TxBeginner is a Store that begins transactions for [Guard.Tx] (record.Store implements it). The
@@ -373,7 +375,7 @@ func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Res
 					return cl.answer(v, cur, c, now)
 				}
 			}
-			if !errors.Is(gerr, ErrNotFound) || wait > conflictReread || !sleep(cl.ctx, wait) {
+			if !errors.Is(gerr, ErrNotFound) || wait > conflictReread || !background.Sleep(cl.ctx, wait) {
 				break
 			}
 		}
@@ -383,18 +385,6 @@ func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Res
 
 // conflictReread bounds the waits of writeFailed's reads (5, 10, ... ms: about 150 ms in all).
 const conflictReread = 80 * time.Millisecond
-
-// sleep waits d, or until ctx ends; it reports whether it waited d.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
 
 // answer ends a Tx-mode call with what a record it does not take over says (v, judge's verdict on
 // cur): its replay, a payload mismatch, or in flight.

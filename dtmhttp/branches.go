@@ -12,11 +12,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
+	"github.com/idemkit/idemkit/internal/background"
 )
 
 // Defaults of [Options].
@@ -86,8 +86,8 @@ type Event struct {
 // Branches builds handlers for DTM branch calls. Create it with [New]; it is safe for concurrent use.
 type Branches struct {
 	opts Options
-	// forgets counts the goroutines releasing locks whose Acquire failed (see Branches.forget).
-	forgets atomic.Int32
+	// forgets run the releases of locks whose Acquire failed (see Branches.forget).
+	forgets background.Limit
 }
 
 // New returns Branches configured by opts (nil for defaults). It copies opts and returns an error
@@ -119,7 +119,7 @@ func New(opts *Options) (*Branches, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dtmhttp: invalid options: %w", err)
 	}
-	return &Branches{opts: o}, nil
+	return &Branches{opts: o, forgets: background.Limit{Max: maxForgets}}, nil
 }
 
 // servedOps are the ops a handler may serve: those DTM delivers to branch URLs.
@@ -274,16 +274,8 @@ const maxForgets = 64
 // by DefaultReleaseTimeout, and at most maxForgets run at once (a Redis that never answers fails
 // every delivery).
 func (b *Branches) forget(ctx context.Context, key, token string) {
-	if b.forgets.Add(1) > maxForgets {
-		b.forgets.Add(-1)
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
-	go func() {
-		defer b.forgets.Add(-1)
-		defer cancel()
-		_ = b.opts.Locker.Release(rctx, key, token, nil, 0)
-	}()
+	lk := b.opts.Locker
+	b.forgets.Go(ctx, DefaultReleaseTimeout, func(ctx context.Context) { _ = lk.Release(ctx, key, token, nil, 0) })
 }
 
 // readBody reads at most limit bytes of r's body.

@@ -1,0 +1,44 @@
+// Package background runs the bounded follow-up work the Guard and dtmhttp start after a caller has
+// its answer (releasing a lock whose Acquire reply was lost, watching for a claim that lands late).
+package background
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Limit runs such work on goroutines of its own, at most Max at once; more is dropped. The zero value
+// is not usable: set Max.
+type Limit struct {
+	Max     int32
+	running atomic.Int32
+}
+
+// Go runs f on a goroutine with a context that keeps parent's values, not its cancellation, and
+// ends after d, and reports whether it did: false when Max goroutines already run.
+func (l *Limit) Go(parent context.Context, d time.Duration, f func(ctx context.Context)) bool {
+	if l.running.Add(1) > l.Max {
+		l.running.Add(-1)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
+	go func() {
+		defer l.running.Add(-1)
+		defer cancel()
+		f(ctx)
+	}()
+	return true
+}
+
+// Sleep waits d, or until ctx ends; it reports whether it waited d.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

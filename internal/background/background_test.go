@@ -1,0 +1,51 @@
+package background
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestLimitDropsBeyondMax(t *testing.T) {
+	l := &Limit{Max: 2}
+	release := make(chan struct{})
+	done := make(chan struct{}, 3)
+	run := func(ctx context.Context) { <-release; done <- struct{}{} }
+	started := 0
+	for range 3 {
+		if l.Go(context.Background(), time.Minute, run) {
+			started++
+		}
+	}
+	if started != 2 {
+		t.Fatalf("%d of 3 started with Max 2", started)
+	}
+	close(release)
+	<-done
+	<-done
+	for l.running.Load() != 0 { // the slots free up once the goroutines return
+		time.Sleep(time.Millisecond)
+	}
+	if !l.Go(context.Background(), time.Minute, func(context.Context) {}) {
+		t.Fatal("refused once the others ended")
+	}
+}
+
+func TestGoOutlivesParentWithinItsBound(t *testing.T) {
+	l := &Limit{Max: 1}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), "k", "v"))
+	cancel()
+	got := make(chan context.Context, 1)
+	l.Go(parent, 50*time.Millisecond, func(ctx context.Context) { got <- ctx })
+	ctx := <-got
+	if ctx.Value("k") != "v" {
+		t.Fatal("parent's values lost")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		t.Fatal("no deadline")
+	}
+	<-ctx.Done() // ends after d, not with the cancelled parent
+	if !Sleep(context.Background(), time.Millisecond) || Sleep(ctx, time.Hour) {
+		t.Fatal("Sleep: waited d / returned at ctx's end, as it should not")
+	}
+}
