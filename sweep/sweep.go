@@ -130,17 +130,17 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 		case errors.Is(err, idemkit.ErrLocked):
 			return nil, ErrSkipped
 		case err != nil && ctx.Err() != nil:
+			s.release(ctx, lk, token) // the lock may have been taken all the same
 			return nil, fmt.Errorf("sweep: taking the sweeper lock: %w", err)
 		case err != nil:
 			// The lock only saves work (every statement re-checks its conditions): a Redis outage
-			// must not stop stuck claims from being recovered. Sweep without it.
+			// must not stop stuck claims from being recovered. Sweep without it. An Acquire whose
+			// reply was lost may have taken the lock all the same: the release after the pass frees
+			// it (a release by a token that holds nothing changes nothing).
 			s.opts.Logger.WarnContext(ctx, "idemkit sweep: the sweeper lock is unavailable; sweeping without it", "error", err)
+			defer s.release(ctx, lk, token)
 		default:
-			defer func() {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				_ = lk.Release(rctx, s.opts.LockKey, token, nil, 0)
-			}()
+			defer s.release(ctx, lk, token)
 		}
 	}
 	stats := make(Stats, len(s.tasks))
@@ -159,6 +159,13 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 		}
 	}
 	return stats, errors.Join(errs...)
+}
+
+// release frees the sweeper lock token may hold, on a context that outlives ctx by a few seconds.
+func (s *Sweeper) release(ctx context.Context, lk idemkit.Locker, token string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = lk.Release(rctx, s.opts.LockKey, token, nil, 0)
 }
 
 // Start runs a pass every Interval in a goroutine the Sweeper owns, until ctx is done or Close is

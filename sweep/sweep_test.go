@@ -201,3 +201,33 @@ func TestSweeperRunsWithoutItsLock(t *testing.T) {
 		t.Fatal("a cancelled pass swept")
 	}
 }
+
+// lostReplyLocker takes the lock in its Locker and then reports the Acquire failed, as a reply lost
+// to a read timeout does.
+type lostReplyLocker struct{ idemkit.Locker }
+
+func (l lostReplyLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	if _, err := l.Locker.Acquire(ctx, key, token, ttl); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("read tcp 127.0.0.1:6379: i/o timeout")
+}
+
+// TestSweeperReleasesALockWhoseReplyWasLost: a pass whose Acquire took the lock but lost its reply
+// sweeps without the lock and still frees it afterwards, so other instances' passes are not skipped
+// until the lock's TTL (Interval) runs out.
+func TestSweeperReleasesALockWhoseReplyWasLost(t *testing.T) {
+	locker := memory.NewLocker(nil)
+	task := sweep.Task{Name: "t", Run: func(context.Context, time.Time, int) (int, error) { return 0, nil }}
+	a, err := sweep.New(&sweep.Options{Locker: lostReplyLocker{locker}, Interval: time.Hour}, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RunOnce(context.Background()); err != nil {
+		t.Fatalf("a pass whose lock reply was lost: %v; want it to sweep", err)
+	}
+	b, _ := sweep.New(&sweep.Options{Locker: locker, Interval: time.Hour}, task)
+	if _, err := b.RunOnce(context.Background()); err != nil {
+		t.Fatalf("the next instance's pass: %v; want the lock free", err)
+	}
+}
