@@ -162,13 +162,8 @@ func (a *Admin) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 		return nil, err
 	}
 	rec, err := a.store.Get(ctx, ad.Scope, ad.Key)
-	if errors.Is(err, idemkit.ErrNotFound) && (idemkit.IsHashedForm(scope) || idemkit.IsHashedForm(key)) {
-		if idemkit.IsHashedForm(scope) {
-			ad.Scope = scope
-		}
-		if idemkit.IsHashedForm(key) {
-			ad.Key = key
-		}
+	if as, ok := HashedAddress(ad, scope, key); ok && errors.Is(err, idemkit.ErrNotFound) {
+		ad = as
 		rec, err = a.store.Get(ctx, ad.Scope, ad.Key)
 	}
 	if errors.Is(err, idemkit.ErrNotFound) {
@@ -177,6 +172,22 @@ func (a *Admin) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 		}
 	}
 	return rec, err
+}
+
+// HashedAddress returns ad (the address of scope and key as the application passes them) with its
+// scope and key taken as they are where scope or key is given in the hashed stored form listings
+// show ("sha256:" and 64 hex digits), and whether either was: the second address [Admin.Get] looks a
+// record up at.
+func HashedAddress(ad idemkit.Address, scope, key string) (idemkit.Address, bool) {
+	hs, hk := idemkit.IsHashedForm(scope), idemkit.IsHashedForm(key)
+	if hs {
+		ad.Scope = scope
+	}
+	if hk {
+		ad.Key = key
+	}
+	ad.LockKey = idemkit.LockKey(ad.Scope, ad.Key)
+	return ad, hs || hk
 }
 
 // requireScope returns ErrUnknownScope when no record has the stored scope.

@@ -94,17 +94,10 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 // it is — as Admin.Get looks the record up.
 func (c *cli) redisWithoutRecord(ctx context.Context, scope, key string, ad idemkit.Address) (idemkit.Address, *admin.RedisState, error) {
 	rs, err := c.adm.Redis(ctx, ad.Scope, ad.Key)
-	if err != nil || rs.Locked || rs.Cached || !idemkit.IsHashedForm(scope) && !idemkit.IsHashedForm(key) {
+	as, hashed := admin.HashedAddress(ad, scope, key)
+	if err != nil || rs.Locked || rs.Cached || !hashed {
 		return ad, rs, err
 	}
-	as := ad
-	if idemkit.IsHashedForm(scope) {
-		as.Scope = scope
-	}
-	if idemkit.IsHashedForm(key) {
-		as.Key = key
-	}
-	as.LockKey = idemkit.LockKey(as.Scope, as.Key)
 	held, err := c.adm.Redis(ctx, as.Scope, as.Key)
 	if err != nil || !held.Locked && !held.Cached {
 		return ad, rs, err
