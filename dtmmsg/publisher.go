@@ -80,7 +80,9 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //   - an error wrapping the Prepare error when DTM could not be asked to prepare: nothing is published,
 //     the record is FAILED (or left to the Reconciler when even DTM's status is unknown);
 //   - an error matching ErrLocalFailed and wrapping Local's error when the local transaction did not
-//     commit: nothing is published, the message is aborted, the record FAILED or REJECTED;
+//     commit: nothing is published, the message is aborted, the record FAILED or REJECTED — when
+//     REJECTED, the error also matches idemkit.ErrRejected, and errors.As finds the
+//     *idemkit.RejectedError with the stored message that every replay of the key returns;
 //   - an error when the outcome of the local transaction cannot be known (its commit failed and the
 //     database cannot answer): the record stays PROCESSING; DTM's back-check and the Reconciler settle
 //     it.
@@ -144,7 +146,13 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 			if !p.Lifecycle.IsPermanent(lerr) {
 				reason = fmt.Errorf("%w: %w", hooks.ErrRolledBack, lerr)
 			}
-			return out, errors.Join(fmt.Errorf("%w: %w", ErrLocalFailed, lerr), p.Lifecycle.Rollback(ctx, t, reason))
+			rerr := p.Lifecycle.Rollback(ctx, t, reason)
+			err := errors.Join(fmt.Errorf("%w: %w", ErrLocalFailed, lerr), rerr)
+			if rerr == nil && t.Record.Status == idemkit.StatusRejected {
+				// A permanent failure, recorded: the shape every replay of the key returns.
+				err = &rejection{rej: &idemkit.RejectedError{Message: t.Record.Error}, cause: err}
+			}
+			return out, err
 		default:
 			p.Lifecycle.Detach(ctx, t)
 			return out, fmt.Errorf("dtmmsg: local transaction of %s: %w (and its outcome is unknown: %w)", gid, lerr, qerr)
@@ -183,3 +191,13 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	return out, err
 }
+
+// rejection is a permanent failure of Local on its first call: the *idemkit.RejectedError a replay of
+// the key returns, wrapping the error that caused it.
+type rejection struct {
+	rej   *idemkit.RejectedError
+	cause error
+}
+
+func (e *rejection) Error() string   { return e.rej.Error() }
+func (e *rejection) Unwrap() []error { return []error{e.rej, e.cause} }
