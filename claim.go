@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -31,6 +32,9 @@ type Claim struct {
 	done     bool
 	// cacheable is a finished, committed record read from the Store, cached when the lock is released.
 	cacheable *Record
+	// lazy, when set, is the fence [Claim.Context] hands the function: Guard.Tx's when nothing was read
+	// before the function (see lazyFence).
+	lazy *lazyFence
 }
 
 // Fence returns the claim's fence: greater than that of every earlier claim of the record.
@@ -41,6 +45,9 @@ func (cl *Claim) Record() Record { return cl.rec }
 
 // Context returns ctx carrying the claim's fence (see [FenceFromContext]).
 func (cl *Claim) Context(ctx context.Context) context.Context {
+	if cl.lazy != nil {
+		return context.WithValue(ctx, fenceKey{}, cl.lazy)
+	}
 	return context.WithValue(ctx, fenceKey{}, cl.rec.Fence)
 }
 
@@ -51,13 +58,61 @@ type fenceKey struct{}
 //
 // In Execute and Mark modes it is the fence of the claim already written. In Tx modes ([Guard.Tx],
 // [Guard.DoTx]) the record is written once, after the function, so it is the fence the record is
-// going to get: 1 for a new key, the stored fence + 1 when a failed or abandoned record was read
-// before the function ran. When another attempt's record appears while the function runs and this
-// call takes it over (it failed, expired, or its lease ran out), the record commits with a higher
-// fence, reported in [Result.Fence]; the business writes and the record still commit together.
+// going to get: 1 for a new key, the stored fence + 1 when a failed or abandoned record is there.
+// [Guard.Tx] reads the record before the function unless the Locker's cache answers for the key;
+// when it does (the cache holds every finished result, but not a failed or abandoned record), the
+// first FenceFromContext in the function reads the record in the function's transaction, locking it
+// — one statement more, only for functions that ask — and when that read fails, it reports no fence
+// and the call fails with ErrStoreUnavailable, its writes rolled back. When another attempt's record
+// appears while the function runs and this call takes it over (it failed, expired, or its lease ran
+// out), the record commits with a higher fence, reported in [Result.Fence]; the business writes and
+// the record still commit together.
 func FenceFromContext(ctx context.Context) (int64, bool) {
-	f, ok := ctx.Value(fenceKey{}).(int64)
-	return f, ok
+	switch f := ctx.Value(fenceKey{}).(type) {
+	case int64:
+		return f, true
+	case *lazyFence:
+		return f.get()
+	}
+	return 0, false
+}
+
+// lazyFence is the fence of a Guard.Tx call whose record was not read before its function: the
+// record is read (in the function's transaction, locking it) when the function first asks for the
+// fence, so that the fence is the one the record commits with — above a failed or abandoned record's.
+type lazyFence struct {
+	mu      sync.Mutex
+	read    func() (*Record, error) // nil once called, or once the function returned
+	fence   int64
+	ok      bool
+	found   *Record // what read found: the record to take over
+	readErr error   // what read failed with: the call fails
+}
+
+// get returns the fence, reading the record the first time it is asked.
+func (l *lazyFence) get() (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.read != nil {
+		cur, err := l.read()
+		l.read = nil
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			l.readErr, l.ok = err, false
+		default:
+			l.found, l.fence = cur, cur.Fence+1
+		}
+	}
+	return l.fence, l.ok
+}
+
+// close ends the reads once the function returned, and returns what the read found or failed with.
+func (l *lazyFence) close() (*Record, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.read = nil
+	return l.found, l.readErr
 }
 
 // run executes fn under the claim and finishes it. A panic in fn finishes the claim as a retryable

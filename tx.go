@@ -302,8 +302,33 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "beginning transaction", err)))
 		}
 	}
+	if prev == nil && cl.vouched() {
+		// Nothing was read: the cache holds no result for the key, but a failed or abandoned record
+		// may be there. A function that asks for its fence reads it (see FenceFromContext).
+		cl.lazy = &lazyFence{fence: cl.rec.Fence, ok: true, read: func() (*Record, error) {
+			return tx.Get(cl.ctx, cl.id.scope, cl.id.key)
+		}}
+	}
 	cl.claimed() // the lock, the read and the transaction: the record itself is written after fn
 	val, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) })
+	if cl.lazy != nil {
+		found, rerr := cl.lazy.close()
+		cl.lazy = nil
+		switch {
+		case rerr != nil:
+			// The function's fence is not known: its writes must not commit.
+			ferr = errors.Join(storeErr(cl.ctx, "reading record for the fence", rerr), ferr)
+		case found != nil:
+			// Read and locked in tx: take it over at the fence the function saw. A record this call
+			// does not take over (finished meanwhile, in flight) is met by the write as always.
+			if now := g.opts.Now(); judge(found, c.Fingerprint, ModeTx, now) == verdictTakeover {
+				v := found.Version()
+				prev = &v
+				cl.takeOver(found, now)
+				cl.ev.Takeover = true
+			}
+		}
+	}
 	if ferr != nil {
 		cl.rollback(tx)
 		return cl.txFailed(db, c, prev, val, ferr)
