@@ -53,6 +53,9 @@ func (cl *Claim) Context(ctx context.Context) context.Context {
 
 type fenceKey struct{}
 
+// errClaimEnded: Finish or Extend on a claim already finished ([Claim.Finish], [Claim.Detach]).
+var errClaimEnded = errors.New("idemkit: claim already finished or detached")
+
 // FenceFromContext returns the fence of the claim a guarded function runs under. Use it to condition
 // the function's own writes (UPDATE ... WHERE fence < ?) so a stale attempt cannot overwrite a newer one.
 //
@@ -177,7 +180,7 @@ func (cl *Claim) abort() {
 // why, so the work is never run again, and Finish returns ErrUnstorable joined with err.
 func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, error) {
 	if cl.done {
-		return Result{}, errors.New("idemkit: claim already finished")
+		return Result{}, errClaimEnded
 	}
 	cl.done = true
 	g := cl.g
@@ -268,8 +271,12 @@ func (cl *Claim) Detach(ctx context.Context) {
 // Extend renews the claim: the lock to Options.LockTTL and, outside Tx and Mark mode, the record's lease
 // to Options.Lease from now (in Mark mode, the mark's expiry when it would come sooner). It returns
 // ErrLockNotHeld or ErrFenced when the claim was lost, and Locker or Store errors as they come (a
-// Locker error is ignored under Options.FailOpen).
+// Locker error is ignored under Options.FailOpen). On a claim already finished or detached it
+// returns an error and changes nothing.
 func (cl *Claim) Extend(ctx context.Context) error {
+	if cl.done {
+		return errClaimEnded
+	}
 	g := cl.g
 	if cl.locked {
 		if err := g.opts.Locker.Refresh(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL); err != nil {

@@ -1,0 +1,78 @@
+package idemkit_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/record"
+)
+
+// realGuard returns a Guard on a fresh MariaDB record table and the test Redis (a prefix of the
+// test's own), with a one-minute lease on a test clock, its Store and its Locker.
+func realGuard(t *testing.T, mod func(*idemkit.Options)) (*idemkit.Guard, *record.Store, *lock.Locker, *idemtest.Clock) {
+	t.Helper()
+	db := testsvc.MySQL(t, nil)
+	name := testsvc.Name("claim_")
+	st, err := record.New(db, &record.Options{Table: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateTable(ctxb); err != nil {
+		t.Fatal(err)
+	}
+	testsvc.DropTable(t, db, name)
+	rdb := testsvc.Redis(t)
+	prefix := testsvc.Name("claim-test-") + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	lk := lock.New(rdb, &lock.Options{Prefix: prefix})
+	clock := idemtest.NewClock()
+	o := &idemkit.Options{Locker: lk, Lease: time.Minute, Now: clock.Now}
+	if mod != nil {
+		mod(o)
+	}
+	g, err := idemkit.New(st, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, st, lk, clock
+}
+
+// TestExtendAfterTheEndIsRefused: Extend on a claim already finished or detached returns an error
+// and writes nothing. Before, it renewed the lease of the finished (or detached) record, with the
+// version it had written, so the write landed.
+func TestExtendAfterTheEndIsRefused(t *testing.T) {
+	g, _, _, clock := realGuard(t, nil)
+	for _, end := range []string{"finish", "detach"} {
+		call := idemkit.Call{Scope: "s", Key: end}
+		cl, _, err := g.Begin(ctxb, call)
+		if err != nil || cl == nil {
+			t.Fatalf("Begin: %v", err)
+		}
+		if end == "finish" {
+			if _, err := cl.Finish(ctxb, []byte("v"), nil); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			cl.Detach(ctxb)
+		}
+		before, err := g.Get(ctxb, call.Scope, call.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+		if err := cl.Extend(ctxb); err == nil {
+			t.Errorf("%s: Extend after the claim's end: nil error", end)
+		}
+		after, err := g.Get(ctxb, call.Scope, call.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !after.LeaseUntil.Equal(before.LeaseUntil) || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.ExpiresAt.Equal(before.ExpiresAt) {
+			t.Errorf("%s: Extend after the claim's end wrote the record: %+v, was %+v", end, after, before)
+		}
+	}
+}
