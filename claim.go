@@ -270,22 +270,48 @@ func (cl *Claim) Detach(ctx context.Context) {
 
 // Extend renews the claim: the lock to Options.LockTTL and, outside Tx and Mark mode, the record's lease
 // to Options.Lease from now (in Mark mode, the mark's expiry when it would come sooner). It returns
-// ErrLockNotHeld or ErrFenced when the claim was lost, and Locker or Store errors as they come (a
-// Locker error is ignored under Options.FailOpen). On a claim already finished or detached it
-// returns an error and changes nothing.
+// ErrFenced when the claim was lost, and Locker or Store errors as they come (a Locker error is
+// ignored under Options.FailOpen). On a claim already finished or detached it returns an error and
+// changes nothing.
+//
+// In Execute and Mark mode the record, written before the work, is the claim: a lock that ran out
+// (LockTTL shorter than the work) does not end it. Extend then renews the record with a fenced write
+// — ErrFenced when it is no longer the claim's — and takes the lock again when it is free. In the Tx
+// modes, where the lock is all that holds the key until the commit, a lost lock is ErrLockNotHeld.
 func (cl *Claim) Extend(ctx context.Context) error {
 	if cl.done {
 		return errClaimEnded
 	}
 	g := cl.g
+	recorded := !cl.callerTx && (cl.mode == ModeExecute || cl.mode == ModeMark)
+	lockLost := false
 	if cl.locked {
 		if err := g.opts.Locker.Refresh(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL); err != nil {
-			if errors.Is(err, ErrLockNotHeld) || !g.opts.FailOpen {
+			switch {
+			case errors.Is(err, ErrLockNotHeld) && recorded:
+				lockLost = true
+			case errors.Is(err, ErrLockNotHeld) || !g.opts.FailOpen:
 				return err
+			default:
+				cl.ev.FailOpen = true
 			}
-			cl.ev.FailOpen = true
 		}
 	}
+	if err := cl.renew(ctx, lockLost); err != nil {
+		return err
+	}
+	if lockLost {
+		// The record is still the claim's: take the lock again if nobody holds it, so duplicates are
+		// turned away without reading the Store. Another attempt's lock stays; it meets the record.
+		_, _ = g.opts.Locker.Acquire(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL)
+	}
+	return nil
+}
+
+// renew renews the claim's record (see Extend); confirm writes it even when nothing needs moving, to
+// learn whether it is still the claim's.
+func (cl *Claim) renew(ctx context.Context, confirm bool) error {
+	g := cl.g
 	next := cl.rec
 	switch cl.mode {
 	case ModeExecute:
@@ -295,7 +321,10 @@ func (cl *Claim) Extend(ctx context.Context) error {
 		// expiry ahead of the renewal, as a claim's.
 		until := g.opts.Now().Add(g.opts.Lease)
 		if next.ExpiresAt.IsZero() || !next.ExpiresAt.Before(until) {
-			return nil
+			if !confirm {
+				return nil
+			}
+			until = next.ExpiresAt
 		}
 		next.ExpiresAt, next.UpdatedAt = until, g.opts.Now()
 		if err := cl.st.Update(ctx, &next, cl.rec.Version()); err != nil {

@@ -1,6 +1,8 @@
 package idemkit_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -74,5 +76,49 @@ func TestExtendAfterTheEndIsRefused(t *testing.T) {
 		if !after.LeaseUntil.Equal(before.LeaseUntil) || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.ExpiresAt.Equal(before.ExpiresAt) {
 			t.Errorf("%s: Extend after the claim's end wrote the record: %+v, was %+v", end, after, before)
 		}
+	}
+}
+
+// TestExtendKeepsAClaimWhoseLockRanOut: in Execute mode the record is the claim. A lock that ran out
+// while the record is still the claim's (LockTTL shorter than the work) does not end the claim:
+// Extend renews the record's lease, duplicates stay in flight, and the claim finishes. Before, Extend
+// returned ErrLockNotHeld without renewing the lease (a watchdog then cancelled live work, and the
+// lease ran out under it).
+func TestExtendKeepsAClaimWhoseLockRanOut(t *testing.T) {
+	g, _, lk, clock := realGuard(t, nil)
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	cl, _, err := g.Begin(ctxb, call)
+	if err != nil || cl == nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	ad, err := g.Address(call.Scope, call.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lock runs out (deleted as its expiry would).
+	if err := lk.Release(ctxb, ad.LockKey, cl.Record().Owner, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(50 * time.Second)
+	if err := cl.Extend(ctxb); err != nil {
+		t.Fatalf("Extend of a claim whose record is its own, its lock gone: %v", err)
+	}
+	rec, err := g.Get(ctxb, call.Scope, call.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := clock.Now().Add(time.Minute); !rec.LeaseUntil.Equal(want) {
+		t.Fatalf("lease until %v, want %v", rec.LeaseUntil, want)
+	}
+	clock.Advance(50 * time.Second) // past the first lease, within the renewed one
+	ran := false
+	if _, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); ran || !errors.Is(err, idemkit.ErrInFlight) {
+		t.Fatalf("a duplicate: ran=%v, %v; want ErrInFlight", ran, err)
+	}
+	if res, err := cl.Finish(ctxb, []byte("v"), nil); err != nil || string(res.Value) != "v" {
+		t.Fatalf("Finish: %+v, %v", res, err)
+	}
+	if res, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); ran || err != nil || !res.Replayed || string(res.Value) != "v" {
+		t.Fatalf("after Finish: ran=%v, %+v, %v", ran, res, err)
 	}
 }

@@ -297,8 +297,9 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		}
 		return nil, err
 	case errors.Is(err, idemkit.ErrLockNotHeld):
-		// The lock ran out: the record may still be ours, or may not. Nothing started, so rolling
-		// it back is right either way; a fenced rollback means another settled it first.
+		// A Locker that says the lock is not held (Extend renews a Begin claim's record when its lock
+		// ran out, and returns ErrFenced when the record is no longer its own): nothing started, so
+		// rolling it back is right either way; a fenced rollback means another settled it first.
 		reason := fmt.Errorf("%w (never started): the claim's lock ran out before the start: %w", ErrRolledBack, err)
 		return reason, l.Rollback(ctx, t, reason)
 	default:

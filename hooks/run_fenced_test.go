@@ -108,11 +108,12 @@ func TestRefusedStartAfterReconcilerFenceAgrees(t *testing.T) {
 	}
 }
 
-// TestLockLostAfterReconcilerRolledBackAgrees: the claim's lock and lease ran out while the Before
-// hook ran, and a Reconciler fenced the gid and recorded FAILED; Run's renewal finds the lock gone and
-// rolls back, which is fenced. The record agrees (FAILED, never started): Run reports Failed without
-// an error, as on its other never-started exits (found by a defect hunt's follow-up).
-func TestLockLostAfterReconcilerRolledBackAgrees(t *testing.T) {
+// TestLockLostAfterReconcilerRolledBackIsFenced: the claim's lock and lease ran out while the Before
+// hook ran, and a Reconciler fenced the gid and recorded FAILED. Run's renewal finds the claim
+// settled whether or not its lock ran out (the record is the claim: Claim.Extend renews it, fenced,
+// when the lock is gone) and returns ErrFenced, as when the lock lived (TestNoStartOnALostClaim in
+// saga); nothing starts. Before, a lost lock made Run roll the record back, fenced, and report Failed.
+func TestLockLostAfterReconcilerRolledBackIsFenced(t *testing.T) {
 	b := setup(t)
 	g, err := idemkit.New(b.store, &idemkit.Options{Lease: time.Second, Now: b.clock.Now, Locker: memory.NewLocker(&memory.LockerOptions{Now: b.clock.Now})})
 	if err != nil {
@@ -134,8 +135,8 @@ func TestLockLostAfterReconcilerRolledBackAgrees(t *testing.T) {
 			t.Error("started a transaction whose claim was lost")
 			return nil
 		}})
-	if err != nil || out.Status != txstatus.Failed {
-		t.Fatalf("Run = %+v, %v; want Failed without error", out, err)
+	if !errors.Is(err, idemkit.ErrFenced) {
+		t.Fatalf("Run = %+v, %v; want ErrFenced", out, err)
 	}
 	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed {
 		t.Fatalf("record %s, want FAILED", rec.Status)
