@@ -173,8 +173,9 @@ func (cl *Claim) abort() {
 // FAILED otherwise. The write runs on a context that survives ctx's cancellation, bounded by
 // Options.FinishTimeout (in Tx mode, on ctx itself).
 //
-// It returns value and err as given, or ErrFenced when a newer attempt took the record over (the
-// outcome was not stored), or ErrStoreUnavailable when the write failed, joined with err if any. When
+// It returns value and err as given, or ErrFenced when the record is no longer the claim's — taken
+// over by a newer attempt, ended by a sweeper or an operator, deleted, settled by another; the error
+// says which as far as a read of the record tells (the outcome was not stored), or ErrStoreUnavailable when the write failed, joined with err if any. When
 // the Store refuses the outcome's values (ErrUnstorable: a result too large for its column), the
 // record is finished REJECTED — FAILED for a retryable err — without a result and with an error saying
 // why, so the work is never run again, and Finish returns ErrUnstorable joined with err.
@@ -230,7 +231,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		}
 	case errors.Is(werr, ErrFenced):
 		cl.ev.Fenced = true
-		werr = fmt.Errorf("%w: the lease ran out and another attempt took over; this outcome was not recorded", ErrFenced)
+		werr = fmt.Errorf("%w; this outcome was not recorded", fencedWhy(wctx, cl.st, &cl.rec))
 	default:
 		// Finish's caller is the one waiting for the answer (Begin's may have left long ago).
 		werr = storeErr(ctx, "finishing record", werr)
@@ -298,6 +299,9 @@ func (cl *Claim) Extend(ctx context.Context) error {
 		}
 	}
 	if err := cl.renew(ctx, lockLost); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return fencedWhy(ctx, cl.st, &cl.rec)
+		}
 		return err
 	}
 	if lockLost {
@@ -538,7 +542,31 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	case werr == nil:
 		return note
 	case errors.Is(werr, ErrFenced):
-		return werr
+		return fencedWhy(ctx, g.store, rec)
 	}
 	return storeErr(ctx, "settling record", werr)
+}
+
+// fencedWhy returns ErrFenced for a write fenced off the record mine (as its writer last had it),
+// saying what became of the record as far as a read of it can tell: deleted, deleted and claimed
+// anew, taken over by another attempt, ended by a sweeper or an operator (the error they wrote), or
+// finished by another writer with the same claim (a reconciler's Settle).
+func fencedWhy(ctx context.Context, st Store, mine *Record) error {
+	cur, err := st.Get(ctx, mine.Scope, mine.Key)
+	var why string
+	switch {
+	case errors.Is(err, ErrNotFound):
+		why = "the record was deleted (purged, or expired and swept)"
+	case err != nil:
+		why = fmt.Sprintf("the record changed since (reading it failed: %v)", err)
+	case cur.Fence == mine.Fence && cur.Owner == mine.Owner:
+		why = fmt.Sprintf("the record was finished by another as %s (a reconciler's settlement)", cur.Status)
+	case cur.Fence > mine.Fence && cur.Owner == "":
+		why = fmt.Sprintf("the claim was ended by a sweeper or an operator (the record is %s, fence %d: %q)", cur.Status, cur.Fence, cur.Error)
+	case cur.Fence > mine.Fence:
+		why = fmt.Sprintf("the lease ran out and another attempt took over (fence %d)", cur.Fence)
+	default: // another owner with a fence no higher: the record was deleted, then claimed anew
+		why = fmt.Sprintf("the record was deleted and claimed again by another attempt (fence %d)", cur.Fence)
+	}
+	return fmt.Errorf("%w: %s", ErrFenced, why)
 }

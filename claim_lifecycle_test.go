@@ -3,10 +3,13 @@ package idemkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/admin"
 	"github.com/idemkit/idemkit/idemtest"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/lock"
@@ -14,8 +17,9 @@ import (
 )
 
 // realGuard returns a Guard on a fresh MariaDB record table and the test Redis (a prefix of the
-// test's own), with a one-minute lease on a test clock, its Store and its Locker.
-func realGuard(t *testing.T, mod func(*idemkit.Options)) (*idemkit.Guard, *record.Store, *lock.Locker, *idemtest.Clock) {
+// test's own), with a one-minute lease on a test clock, its Store and its Locker; and an Admin of
+// the table and Redis on the same clock.
+func realGuard(t *testing.T, mod func(*idemkit.Options)) (*idemkit.Guard, *admin.Admin, *lock.Locker, *idemtest.Clock) {
 	t.Helper()
 	db := testsvc.MySQL(t, nil)
 	name := testsvc.Name("claim_")
@@ -40,7 +44,11 @@ func realGuard(t *testing.T, mod func(*idemkit.Options)) (*idemkit.Guard, *recor
 	if err != nil {
 		t.Fatal(err)
 	}
-	return g, st, lk, clock
+	adm, err := admin.New(db, &admin.Options{Table: name, Redis: rdb, RedisPrefix: prefix, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, adm, lk, clock
 }
 
 // TestExtendAfterTheEndIsRefused: Extend on a claim already finished or detached returns an error
@@ -120,5 +128,85 @@ func TestExtendKeepsAClaimWhoseLockRanOut(t *testing.T) {
 	}
 	if res, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { ran = true; return nil, nil }); ran || err != nil || !res.Replayed || string(res.Value) != "v" {
 		t.Fatalf("after Finish: ran=%v, %+v, %v", ran, res, err)
+	}
+}
+
+// TestFencedSaysWhy: a claim's fenced Finish or Extend says what happened to its record — taken over
+// by another attempt, released by an operator, deleted, deleted and claimed again, settled by another
+// — as far as a read of the record can tell. Before, every fenced Finish said the lease ran out and
+// another attempt took over, and Extend said "fenced by a newer attempt".
+func TestFencedSaysWhy(t *testing.T) {
+	g, adm, _, clock := realGuard(t, func(o *idemkit.Options) { o.Locker = nil })
+	cases := []struct {
+		name string
+		do   func(t *testing.T, call idemkit.Call, cl *idemkit.Claim)
+		want string
+	}{
+		{"takeover", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
+			clock.Advance(2 * time.Minute)
+			if cl2, _, err := g.Begin(ctxb, call); err != nil || cl2 == nil {
+				t.Fatalf("takeover: %v", err)
+			}
+		}, "another attempt took over"},
+		{"released", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
+			clock.Advance(2 * time.Minute)
+			rec, err := adm.Get(ctxb, call.Scope, call.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := adm.Release(ctxb, rec, admin.ReleaseOptions{By: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+		}, "claim released by alice"},
+		{"purged", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
+			clock.Advance(2 * time.Minute)
+			rec, err := adm.Get(ctxb, call.Scope, call.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := adm.Purge(ctxb, rec, admin.PurgeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, "deleted"},
+		{"purged and claimed again", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
+			clock.Advance(2 * time.Minute)
+			rec, err := adm.Get(ctxb, call.Scope, call.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := adm.Purge(ctxb, rec, admin.PurgeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if cl2, _, err := g.Begin(ctxb, call); err != nil || cl2 == nil {
+				t.Fatalf("new claim: %v", err)
+			}
+		}, "deleted and claimed again"},
+		{"settled", func(t *testing.T, _ idemkit.Call, cl *idemkit.Claim) {
+			rec := cl.Record()
+			if err := g.Settle(ctxb, &rec, []byte("x"), nil); err != nil {
+				t.Fatal(err)
+			}
+		}, "finished by another as SUCCEEDED"},
+	}
+	for i, c := range cases {
+		for _, op := range []string{"finish", "extend"} {
+			call := idemkit.Call{Scope: "s", Key: fmt.Sprintf("k%d-%s", i, op)}
+			cl, _, err := g.Begin(ctxb, call)
+			if err != nil || cl == nil {
+				t.Fatalf("Begin: %v", err)
+			}
+			c.do(t, call, cl)
+			if op == "finish" {
+				_, err = cl.Finish(ctxb, []byte("v"), nil)
+			} else {
+				err = cl.Extend(ctxb)
+			}
+			if !errors.Is(err, idemkit.ErrFenced) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s, %s: %v; want ErrFenced saying %q", c.name, op, err, c.want)
+			}
+			if c.name != "takeover" && err != nil && strings.Contains(err.Error(), "took over") {
+				t.Errorf("%s, %s: %v blames a takeover", c.name, op, err)
+			}
+		}
 	}
 }

@@ -12,9 +12,11 @@ var (
 	ErrInFlight = errors.New("idemkit: request in flight")
 	// ErrPayloadMismatch: the key was first used with a different fingerprint.
 	ErrPayloadMismatch = errors.New("idemkit: idempotency key reused with a different payload")
-	// ErrFenced: the attempt's claim was taken over (its lease ran out) before it finished; its result
-	// was not stored. The attempt that took over decides the outcome.
-	ErrFenced = errors.New("idemkit: claim fenced by a newer attempt")
+	// ErrFenced: the attempt's record changed before it finished — taken over by a newer attempt (its
+	// lease ran out), ended by a sweeper or an operator, deleted, or settled by another — so its
+	// result was not stored. Whoever changed the record decides the outcome. The Guard's errors say
+	// which, as far as a read of the record tells.
+	ErrFenced = errors.New("idemkit: claim fenced")
 	// ErrRejected: the key finished with a permanent error, replayed as an [*RejectedError].
 	ErrRejected = errors.New("idemkit: request rejected")
 	// ErrDuplicate: Mark mode saw the key already marked.

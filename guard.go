@@ -79,8 +79,8 @@ type Result struct {
 // It returns fn's result and error on the first run; the stored result with Replayed set (or an
 // [*RejectedError] for a stored permanent failure) for a finished key; [*InFlightError] when another
 // attempt holds the key; ErrPayloadMismatch, ErrInvalidKey, ErrNilFunc, ErrStoreUnavailable,
-// ErrLockUnavailable as documented on each; ErrFenced when fn ran but its claim was taken over before it
-// finished. A panic in fn releases the claim (FAILED, retry allowed) and continues.
+// ErrLockUnavailable as documented on each; ErrFenced when fn ran but its claim was taken over (or
+// otherwise ended: see [Claim.Finish]) before it finished. A panic in fn releases the claim (FAILED, retry allowed) and continues.
 func (g *Guard) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	if fn == nil {
 		return Result{}, ErrNilFunc
