@@ -45,6 +45,10 @@ type Options struct {
 	Namespace string
 	// MaxKeyLen is idemkit.Options.MaxKeyLen. Defaults to idemkit.DefaultMaxKeyLen.
 	MaxKeyLen int
+	// Lease is idemkit.Options.Lease. Without Redis, a Mark-mode record (SUCCEEDED from the moment
+	// it is written, while its function runs) written less than a lease ago may still be running, and
+	// [Admin.Purge] refuses it. Defaults to idemkit.DefaultLease.
+	Lease time.Duration
 	// Redis is the client of the application's lock.Locker, to inspect locks and cached results and
 	// to clear them on release and purge. Defaults to none.
 	Redis redis.UniversalClient
@@ -78,8 +82,12 @@ func New(db *gorm.DB, opts *Options) (*Admin, error) {
 	o.Table = cmp.Or(o.Table, record.DefaultTable)
 	o.MaxKeyLen = cmp.Or(o.MaxKeyLen, idemkit.DefaultMaxKeyLen)
 	o.RedisPrefix = cmp.Or(o.RedisPrefix, lock.DefaultPrefix)
+	o.Lease = cmp.Or(o.Lease, idemkit.DefaultLease)
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Lease < 0 {
+		return nil, fmt.Errorf("admin: Lease %s must not be negative", o.Lease)
 	}
 	if strings.ContainsAny(o.RedisPrefix, "{}") {
 		return nil, fmt.Errorf("admin: Redis prefix %q must not contain '{' or '}'", o.RedisPrefix)

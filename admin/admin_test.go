@@ -393,8 +393,9 @@ func TestReleaseAndPurgeSeeARenewal(t *testing.T) {
 }
 
 // TestPurgeKeepsARunningMarkLock: Mark mode records SUCCEEDED when it claims and runs its function
-// under the Redis lock. Purging that record drops the record and any cached result, but not the
-// running owner's lock: duplicates stay in flight until the function ends, never run beside it.
+// under the Redis lock. A purge of that record is refused (TestPurgeRefusesARunningMark); a forced one
+// drops the record and any cached result, but not the running owner's lock: duplicates stay in flight
+// until the function ends, never run beside it.
 func TestPurgeKeepsARunningMarkLock(t *testing.T) {
 	db := testsvc.SQLite(t, nil)
 	rdb, prefix := cleanRedis(t)
@@ -419,7 +420,7 @@ func TestPurgeKeepsARunningMarkLock(t *testing.T) {
 	if err != nil || rec.Status != idemkit.StatusSucceeded {
 		t.Fatalf("Mark's record while it runs: %+v, %v", rec, err)
 	}
-	if err := adm.Purge(ctx, rec, admin.PurgeOptions{}); err != nil {
+	if err := adm.Purge(ctx, rec, admin.PurgeOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	ran := false

@@ -25,7 +25,9 @@
 // [Admin.Release] ends a stuck claim the way the sweeper does (FAILED, fence + 1, no owner), so the
 // stalled holder can never finish it and the next attempt runs again; it refuses live leases and
 // claims tied to a global transaction unless forced. [Admin.Purge] deletes a record, and with Redis its
-// cached result.
+// cached result; unless forced it refuses live claims, claims of a global transaction, and finished
+// records an attempt may still run or answer under (a running Mark-mode function, a lock holder that
+// would cache the record again).
 //
 // # Statements
 //

@@ -96,6 +96,25 @@ func (a *Admin) forget(ctx context.Context, rec *idemkit.Record) error {
 	return nil
 }
 
+// unlocked returns ErrRefused when Redis holds a lock on the key of rec, a SUCCEEDED or REJECTED record: its holder (a Mark-mode
+// function still running, or an attempt answering from the record) caches the record as it releases
+// the lock, which would answer duplicates after the record is purged.
+func (a *Admin) unlocked(ctx context.Context, rec *idemkit.Record) error {
+	s, err := a.lk.State(ctx, idemkit.LockKey(rec.Scope, rec.Key))
+	if err != nil {
+		return fmt.Errorf("admin: reading Redis before the purge (purge with force to skip it): %w", err)
+	}
+	if !s.Locked {
+		return nil
+	}
+	who := "an attempt answering from the record"
+	if s.Token == rec.Owner {
+		who = "the attempt that wrote the record (a Mark-mode function still running, or its finish)"
+	}
+	return fmt.Errorf("%w: Redis holds the lock of %s for %s more: releasing it caches the record again, which would answer duplicates once the record is gone; wait for it, or purge only with force",
+		ErrRefused, who, s.TTL.Round(time.Millisecond))
+}
+
 // newLocker returns the Locker the Admin reads Redis through, or nil without a client.
 func newLocker(o *Options) *lock.Locker {
 	if o.Redis == nil {

@@ -111,8 +111,11 @@ func (a *Admin) CanRelease(rec *idemkit.Record, opts ReleaseOptions) error {
 
 // PurgeOptions configure [Admin.Purge].
 type PurgeOptions struct {
-	// Force deletes a PROCESSING record whose lease has not run out or that carries a GID. Defaults to
-	// false: such records are refused with ErrRefused.
+	// Force deletes a PROCESSING record whose lease has not run out or that carries a GID, and a
+	// finished record an attempt may still be running or answering under (see [Admin.Purge]): a
+	// duplicate may then run beside a running Mark-mode function, and with Redis the attempt may cache
+	// the record again as it ends (delete it with [Admin.ForgetCached]). Defaults to false: such
+	// records are refused with ErrRefused.
 	Force bool
 }
 
@@ -124,7 +127,14 @@ type PurgeOptions struct {
 //
 // Unless opts.Force it refuses (ErrRefused) a PROCESSING record whose lease has not run out (its
 // holder may be running: its finish would then fail, and a retry could run beside it) or that
-// carries a GID (its outcome belongs to the global transaction).
+// carries a GID (its outcome belongs to the global transaction). It also refuses a finished record
+// an attempt may still be running or answering under. Mark mode writes its record SUCCEEDED before
+// its function runs: without Redis, nothing but that record keeps a duplicate from running beside the
+// function, so a mark (SUCCEEDED, no lease) written less than Options.Lease ago is refused. With
+// Redis, a SUCCEEDED or REJECTED record whose key Redis holds a lock on is refused: the holder (a Mark-mode
+// function, or an attempt answering from the record) caches the record as it releases the lock, which
+// would answer duplicates for a record that no longer exists. (An attempt that reads the record
+// between that check and the delete can still cache it; purge --redis of the key then clears it.)
 //
 // The record's fence count goes with it: the next claim starts again at fence 1, which a stalled
 // holder of a purged claim may exceed, so its fenced business writes (idemkit.FenceFromContext) are
@@ -136,6 +146,11 @@ func (a *Admin) Purge(ctx context.Context, rec *idemkit.Record, opts PurgeOption
 	}
 	if err := a.CanPurge(rec, opts); err != nil {
 		return err
+	}
+	if a.lk != nil && !opts.Force && rec.Status.Terminal() { // only a finished record is ever cached
+		if err := a.unlocked(ctx, rec); err != nil {
+			return err
+		}
 	}
 	err := a.writeChecked(ctx, rec, !opts.Force && rec.Status == idemkit.StatusProcessing, func(cur *idemkit.Record) error { return a.CanPurge(cur, opts) },
 		func(st *record.Store) error { return st.Delete(ctx, rec.Scope, rec.Key, rec.Version()) })
@@ -150,18 +165,29 @@ func (a *Admin) Purge(ctx context.Context, rec *idemkit.Record, opts PurgeOption
 	return nil
 }
 
-// CanPurge returns the ErrRefused error [Admin.Purge] would return for rec and opts, or nil.
+// CanPurge returns the ErrRefused error [Admin.Purge] would return for rec and opts, or nil, as far
+// as the record tells: with Redis, Purge also asks Redis whether an attempt holds the key's lock.
 func (a *Admin) CanPurge(rec *idemkit.Record, opts PurgeOptions) error {
-	if rec.Status != idemkit.StatusProcessing || opts.Force {
+	if opts.Force {
 		return nil
 	}
+	now := a.opts.Now()
 	switch {
-	case rec.GID != "":
+	case rec.Status == idemkit.StatusProcessing && rec.GID != "":
 		return fmt.Errorf("%w: a claim of global transaction %q: its outcome is the transaction's (idemctl dtm %s); purge only with force", ErrRefused, rec.GID, rec.GID)
-	case !rec.LeaseExpired(a.opts.Now()):
+	case rec.Status == idemkit.StatusProcessing && !rec.LeaseExpired(now):
 		return fmt.Errorf("%w: a live claim (lease until %s): its holder may still be running; purge only with force", ErrRefused, rec.LeaseUntil.UTC().Format(time.RFC3339))
+	case a.lk == nil && isMark(rec) && now.Before(rec.UpdatedAt.Add(a.opts.Lease)):
+		return fmt.Errorf("%w: a mark written %s ago, less than a lease (%s): in Mark mode its function may still be running, and without Redis nothing else keeps a duplicate from running beside it; wait until %s, or purge only with force",
+			ErrRefused, now.Sub(rec.UpdatedAt).Round(time.Second), a.opts.Lease, rec.UpdatedAt.Add(a.opts.Lease).UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// isMark reports whether rec is a mark (Mark, MarkTx, TxMark): SUCCEEDED with no lease, as the Guard
+// tells one.
+func isMark(rec *idemkit.Record) bool {
+	return rec.Status == idemkit.StatusSucceeded && rec.LeaseUntil.Equal(rec.CreatedAt)
 }
 
 // writeChecked runs write, a fenced write of rec (conditioned on its version), on the record store.

@@ -30,7 +30,7 @@ import (
 type opts struct {
 	db, table, namespace, redis, redisPrefix, dtm, metrics string
 	maxKeyLen                                              int
-	timeout                                                time.Duration
+	timeout, lease                                         time.Duration
 	json                                                   bool
 
 	filter  admin.Filter
@@ -135,6 +135,8 @@ func (c *cli) validate(cmd *command, pos []string) error {
 		return usagef("--max-key-len must be positive, got %d", o.maxKeyLen)
 	case o.filter.OlderThan < 0:
 		return usagef("--older-than must not be negative, got %s", o.filter.OlderThan)
+	case o.lease < 0:
+		return usagef("--lease must not be negative, got %s", o.lease)
 	case o.filter.Limit < 1:
 		return usagef("--limit must be positive, got %d", o.filter.Limit)
 	case o.preview < 0:
@@ -276,7 +278,7 @@ func (c *cli) connect(ctx context.Context) error {
 			return fmt.Errorf("connecting to Redis %s: %w", redact(c.o.redis), err)
 		}
 	}
-	ao := &admin.Options{Table: c.o.table, Namespace: c.o.namespace, MaxKeyLen: c.o.maxKeyLen, RedisPrefix: c.o.redisPrefix, Now: c.now}
+	ao := &admin.Options{Table: c.o.table, Namespace: c.o.namespace, MaxKeyLen: c.o.maxKeyLen, RedisPrefix: c.o.redisPrefix, Lease: c.o.lease, Now: c.now}
 	if c.rdb != nil {
 		ao.Redis = c.rdb
 	}

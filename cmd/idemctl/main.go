@@ -148,6 +148,7 @@ var commands = []*command{
 		flags: func(fs *flag.FlagSet, o *opts) {
 			filterFlags(100)(fs, o)
 			confirmFlags(fs, o)
+			fs.DurationVar(&o.lease, "lease", idemkit.DefaultLease, "the application's Lease: without --redis, a mark written less than this ago may still be running, and is skipped")
 		}, run: (*cli).purge},
 	{name: "sweep", summary: "what the sweeper would do (--dry-run), or one sweeper pass", flags: func(fs *flag.FlagSet, o *opts) {
 		fs.BoolVar(&o.dryRun, "dry-run", false, "only show what would be deleted, recovered or reconciled")
@@ -302,7 +303,10 @@ transaction: look at it with 'idemctl dtm GID'; the reconciler settles it from D
 read (fence, owner, status): a record that changed in between is left alone and counted. The key is
 new again afterwards: the next attempt runs. With --redis the cached result is deleted too; without it
 a cached result may still be replayed until it expires. Live claims and claims carrying a gid are
-skipped unless --force. Exit 4 when any record was left alone. A purge forgets the record's fence
+skipped unless --force, and so are finished records an attempt may still run or answer under: with
+--redis, a SUCCEEDED or REJECTED record whose key is locked (its holder would cache it again as it
+ends); without it, a mark (Mark mode writes it before its function runs) written less than --lease
+ago. Exit 4 when any record was left alone. A purge forgets the record's fence
 count: the next claim starts again at fence 1, so a stalled holder of a purged claim (still running
 after its lease) is no longer outranked by fence — release a stuck claim instead while its holder
 may be alive.

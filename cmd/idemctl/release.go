@@ -190,7 +190,7 @@ func (c *cli) purgeMany(ctx context.Context) error {
 			}
 		}
 		if len(skipped) > 0 {
-			return fmt.Errorf("%w: %d record(s) left alone (live claims or claims of a global transaction; --force deletes them)", admin.ErrRefused, len(skipped))
+			return fmt.Errorf("%w: %d record(s) left alone (live claims, claims of a global transaction, records an attempt may still run or answer under; --force deletes them)", admin.ErrRefused, len(skipped))
 		}
 		return nil
 	}
@@ -219,7 +219,8 @@ func (c *cli) purgeMany(ctx context.Context) error {
 		case errors.Is(err, idemkit.ErrFenced):
 			changed++
 		case errors.Is(err, admin.ErrRefused):
-			// Refused under the row lock: its holder renewed the claim since the listing.
+			// Refused under the row lock (its holder renewed the claim since the listing), or an
+			// attempt holds the key's lock in Redis.
 			skipped = append(skipped, fmt.Sprintf("%s / %s: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
 		case errors.Is(err, admin.ErrRedisCleanup):
 			deleted++

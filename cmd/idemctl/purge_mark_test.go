@@ -1,0 +1,25 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// TestPurgeSkipsARecentMarkWithoutRedis: without --redis, purge skips a mark (Mark mode writes it
+// before its function runs) written less than --lease ago, unless --force; once that has passed it
+// deletes it.
+func TestPurgeSkipsARecentMarkWithoutRedis(t *testing.T) {
+	f := setup(t, "mysql")
+	f.env["IDEMCTL_REDIS"] = ""
+	ctx := context.Background()
+	if err := f.guard.Mark(ctx, idemkit.Call{Scope: "mark", Key: "k"}, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	f.want(t, exitRefused, nil, []string{"purge", "--yes", "--lease", "1m", "mark", "k"}, "a mark written", "force")
+	f.want(t, exitRefused, nil, []string{"purge", "--yes", "--lease", "1m", "--scope", "mark"}, "skipped", "a mark written")
+	f.clock.Advance(time.Minute)
+	f.want(t, exitOK, nil, []string{"purge", "--yes", "--lease", "1m", "mark", "k"}, "deleted")
+}
