@@ -3,10 +3,11 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/dtm-labs/client/dtmcli"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/saga"
@@ -44,10 +45,21 @@ func TestCancelledCallerStillSettles(t *testing.T) {
 	k := newBank(t, nil)
 	c := newCall()
 	ctx, cancel := context.WithCancel(ctxb)
-	out, err := k.init.Submit(ctx, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: func(s *dtmcli.Saga) {
-		k.addSteps(s)
-		time.AfterFunc(50*time.Millisecond, cancel) // the client goes away while the saga runs
-	}})
+	defer cancel()
+	// The client goes away while Submit waits for the saga's outcome: at its first status query,
+	// once DTM has the saga (a timer could fire before the submit itself, on a loaded machine).
+	var once sync.Once
+	k.init.Status = &txstatus.Client{Server: k.srv.URL(), PollInterval: 50 * time.Millisecond,
+		HTTP: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasSuffix(r.URL.Path, "/query") {
+				once.Do(cancel)
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}}
+	out, err := k.init.Submit(ctx, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: k.addSteps})
+	if ctx.Err() == nil {
+		t.Fatal("Submit asked DTM nothing while it waited: the caller never went away")
+	}
 	if out.Status != txstatus.Succeed || err != nil {
 		t.Fatalf("Submit = %+v, %v", out, err)
 	}
@@ -55,6 +67,10 @@ func TestCancelledCallerStillSettles(t *testing.T) {
 		t.Fatalf("the saga succeeded and Submit saw it, but the record is %s and the order %s", rec.Status, k.orderStatus(t, out.GID))
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (k *bank) moved(t *testing.T) int {
 	var b int
