@@ -46,7 +46,7 @@
 //
 // # Storage policy
 //
-// By default 2xx, 3xx and 4xx responses except 401, 408 and 429 are stored (the record finishes
+// By default 2xx, 3xx and 4xx responses except 401, 408, 425 and 429 are stored (the record finishes
 // SUCCEEDED, whatever the status) and replayed with Idempotent-Replayed: true. Other statuses (5xx)
 // reach the client but finish the claim as a retryable failure, so the next retry runs the handler
 // again; so does a hijacked connection. A panicking handler releases the claim the same way and the

@@ -80,13 +80,14 @@ func neverStored(name string) bool {
 }
 
 // DefaultStorePolicy reports whether a response with status is stored and replayed: 2xx, 3xx and
-// 4xx except 401 Unauthorized, 408 Request Timeout and 429 Too Many Requests. 5xx (and anything
-// else) releases the claim as a retryable failure so the next retry runs again. 401 is not stored
-// because the same request with fresh credentials may succeed (grpcx treats UNAUTHENTICATED alike);
-// 403, a refusal of the caller as authenticated, is.
+// 4xx except 401 Unauthorized, 408 Request Timeout, 425 Too Early and 429 Too Many Requests. 5xx
+// (and anything else) releases the claim as a retryable failure so the next retry runs again. 401 is
+// not stored because the same request with fresh credentials may succeed (grpcx treats
+// UNAUTHENTICATED alike); 403, a refusal of the caller as authenticated, is. 408, 425 and 429 ask
+// the client to retry later (425 is DTM's "ongoing"): a stored one would answer every retry alike.
 func DefaultStorePolicy(status int) bool {
 	switch status {
-	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooManyRequests:
+	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
 	}
 	return status >= 200 && status < 500
@@ -135,7 +136,7 @@ type Options struct {
 	MaxResponseBytes int
 	// StorePolicy reports whether a response status is stored and replayed; for other statuses the
 	// response goes to the client and the claim finishes as a retryable failure. Defaults to
-	// [DefaultStorePolicy] (2xx–4xx except 401, 408 and 429).
+	// [DefaultStorePolicy] (2xx–4xx except 401, 408, 425 and 429).
 	StorePolicy func(status int) bool
 	// ReplayHeaders are the response headers stored and replayed, besides status and body; only
 	// the values the handler set are stored, not those outer middleware put on the response. A
