@@ -280,17 +280,28 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
 	case m.cfg.Duplicates == Reject:
-		m.problem(w, st, problem{Type: ProblemDuplicate, Status: http.StatusConflict, OriginalStatus: s.status,
+		m.problem(w, st, problem{Type: ProblemDuplicate, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was already processed."})
 	case s.omitted && s.encoded:
-		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: http.StatusConflict, OriginalStatus: s.status,
+		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was processed, but its response was not stored: the handler encoded its body (Content-Encoding), and encodings are never replayed."})
 	case s.omitted:
-		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: http.StatusConflict, OriginalStatus: s.status,
+		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was processed, but its response was too large to store."})
 	default:
 		s.write(w)
 	}
+}
+
+// unreplayedStatus is the status of the problem answering a duplicate whose stored response is not
+// replayed (Reject, or not stored): 409, or with Options.DTM the original status (2xx answer
+// SUCCESS before), since DTM acts on the status alone and reads 409 as FAILURE — a branch first
+// answered 400 (DTM retries) must not be rolled back by its duplicate.
+func (m *middleware) unreplayedStatus(original int) int {
+	if m.cfg.DTM {
+		return original
+	}
+	return http.StatusConflict
 }
 
 // afterRun logs what went wrong after the handler ran; its response already went to the client.

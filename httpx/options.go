@@ -152,7 +152,8 @@ type Options struct {
 	// manager reads as "ongoing, retry later", instead of 409. Set it on DTM branch routes. A
 	// duplicate of a branch that succeeded (2xx) but cannot be replayed — Duplicates is Reject, or the
 	// response was too large to store — gets 200 {"dtm_result":"SUCCESS"} instead of 409, which DTM
-	// would read as FAILURE. Defaults to false.
+	// would read as FAILURE, and one of another status gets its problem with that status (a 400,
+	// which DTM retries, stays 400). Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
 	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard
