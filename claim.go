@@ -150,6 +150,9 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	return val, ferr
 }
 
+// errPanicked is the outcome of a function that panicked: retryable whatever Options.IsPermanent says.
+var errPanicked = Retryable(errors.New("idemkit: panic in guarded function"))
+
 // abort finishes a claim whose function panicked. In Tx mode and in a caller's transaction nothing
 // of the call is left to undo but the lock (the transaction's rollback removes the rest).
 func (cl *Claim) abort() {
@@ -158,14 +161,14 @@ func (cl *Claim) abort() {
 	}
 	if cl.callerTx || cl.mode == ModeTx {
 		cl.done = true
-		cl.ev.Err = errors.New("idemkit: panic in guarded function")
+		cl.ev.Err = errPanicked
 		ctx, cancel := cl.detached(cl.ctx)
 		defer cancel()
 		cl.releaseLock(ctx, nil, 0)
 		cl.g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 		return
 	}
-	_, _ = cl.Finish(cl.ctx, nil, errors.New("idemkit: panic in guarded function"))
+	_, _ = cl.Finish(cl.ctx, nil, errPanicked)
 }
 
 // Finish records the outcome of the claimed work and releases the lock: SUCCEEDED with value when err

@@ -107,3 +107,27 @@ func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
 }
+
+// RetryableError marks an error as retryable whatever Options.IsPermanent says of it: the Guard
+// records it FAILED and a retry runs again. Create one with [Retryable].
+type RetryableError struct{ Err error }
+
+func (e *RetryableError) Error() string { return e.Err.Error() }
+func (e *RetryableError) Unwrap() error { return e.Err }
+
+// Retryable marks err as a failure a retry must run again, even under an Options.IsPermanent that
+// calls every unknown error permanent: adapters mark so the outcomes they do not store (a response
+// httpx's StorePolicy refuses, a hijacked connection) and the Guard its own panic error. A [Permanent]
+// mark still wins. Retryable(nil) is nil.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryableError{Err: err}
+}
+
+// IsRetryable reports whether err was marked with [Retryable].
+func IsRetryable(err error) bool {
+	var r *RetryableError
+	return errors.As(err, &r)
+}

@@ -310,7 +310,7 @@ func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, e
 	switch {
 	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked):
 	case errors.Is(err, idemkit.ErrFenced):
-		m.log(ctx, slog.LevelWarn, "httpx: response sent but not recorded: the claim's lease ran out and a newer attempt took over", st, scope, err)
+		m.log(ctx, slog.LevelWarn, "httpx: response sent but not recorded: the record is no longer this attempt's", st, scope, err)
 	default:
 		m.log(ctx, slog.LevelWarn, "httpx: response sent but its outcome not recorded; a retry after the lease may run again", st, scope, err)
 	}

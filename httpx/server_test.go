@@ -311,7 +311,7 @@ func TestFencedAfterRun(t *testing.T) {
 	if replay.Body.String() != second.Body.String() {
 		t.Fatalf("replay %s, want the takeover's %s", replay.Body, second.Body)
 	}
-	if !logs.has("WARN", "newer attempt took over", "scope=") {
+	if !logs.has("WARN", "no longer this attempt", "another attempt took over", "scope=") {
 		t.Fatalf("fenced finish not logged: %q", logs.msgs)
 	}
 }

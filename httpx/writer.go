@@ -8,6 +8,8 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+
+	"github.com/idemkit/idemkit"
 )
 
 // captureWriter streams a handler's response to the client and keeps a copy for the record: the
@@ -269,7 +271,7 @@ func (cw *captureWriter) trailers(fields []headerField) []headerField {
 // error making the claim retryable when the response is not to be stored.
 func (cw *captureWriter) result() ([]byte, error) {
 	if cw.hijacked {
-		return nil, errHijacked
+		return nil, idemkit.Retryable(errHijacked)
 	}
 	if !cw.wrote {
 		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
@@ -277,7 +279,7 @@ func (cw *captureWriter) result() ([]byte, error) {
 	cw.settleType()
 	cw.header = cw.trailers(cw.header)
 	if !cw.cfg.StorePolicy(cw.status) {
-		return nil, &errNotStored{cw.status}
+		return nil, idemkit.Retryable(&errNotStored{cw.status})
 	}
 	s := storedResponse{status: cw.status, header: cw.header, body: cw.body}
 	if len(s.header) > maxStoredFields {
