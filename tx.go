@@ -324,8 +324,9 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 		cl.lazy = nil
 		switch {
 		case rerr != nil:
-			// The function's fence is not known: its writes must not commit.
-			ferr = errors.Join(storeErr(cl.ctx, "reading record for the fence", rerr), ferr)
+			// The function's fence is not known: its writes must not commit. The Store failed, not
+			// the business: retryable whatever Options.IsPermanent says of the joined errors.
+			ferr = errors.Join(Retryable(storeErr(cl.ctx, "reading record for the fence", rerr)), ferr)
 		case found != nil:
 			// Read and locked in tx: take it over at the fence the function saw. A record this call
 			// does not take over (finished meanwhile, in flight) is met by the write as always.
