@@ -64,8 +64,10 @@ var errClaimEnded = errors.New("idemkit: claim already finished or detached")
 // going to get: 1 for a new key, the stored fence + 1 when a failed or abandoned record is there.
 // [Guard.Tx] reads the record before the function unless the Locker's cache answers for the key;
 // when it does (the cache holds every finished result, but not a failed or abandoned record), the
-// first FenceFromContext in the function reads the record in the function's transaction, locking it
-// — one statement more, only for functions that ask — and when that read fails, it reports no fence
+// first FenceFromContext in the function reads the record in the function's transaction, locking a
+// record it finds — two statements more when there is one, one when not, only for functions that ask;
+// on SQLite that read makes the transaction a reader before it writes, so open the database with
+// _txlock=immediate as for [Guard.DoTx] — and when that read fails, it reports no fence
 // and the call fails with ErrStoreUnavailable, its writes rolled back. When another attempt's record
 // appears while the function runs and this call takes it over (it failed, expired, or its lease ran
 // out), the record commits with a higher fence, reported in [Result.Fence]; the business writes and

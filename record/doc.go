@@ -102,7 +102,9 @@
 // serialised by the database: give it a busy timeout (_pragma=busy_timeout(5000)). A deferred SQLite
 // transaction that has read before another connection committed cannot write any more
 // (SQLITE_BUSY_SNAPSHOT), so a DoTx (which reads first) in it fails with idemkit.ErrStoreUnavailable
-// under concurrency: start such transactions with BEGIN IMMEDIATE (the driver's _txlock=immediate).
+// under concurrency, as does a Guard.Tx whose function calls idemkit.FenceFromContext (which may read
+// the record in the transaction): start such transactions with BEGIN IMMEDIATE (the driver's
+// _txlock=immediate).
 //
 // # Sweeper hooks
 //
