@@ -140,6 +140,9 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	defer func() {
 		if panicked {
 			stop()
+			if cl.lazy != nil {
+				_, _ = cl.lazy.close() // no read through the transaction rolled back below
+			}
 			if tx != nil {
 				_ = tx.Rollback()
 			}

@@ -69,7 +69,7 @@ func (b *Branches) judge(ev *Event, err error) verdict {
 	case errors.Is(err, ErrMalformedPayload), errors.Is(err, barrier.ErrBusinessFailure):
 		// The package's own permanent failures, whatever a custom IsPermanent says of other errors.
 		return failure()
-	case idemkit.IsPermanent(err), b.opts.IsPermanent(err):
+	case idemkit.IsPermanent(err), !idemkit.IsRetryable(err) && b.opts.IsPermanent(err):
 		return failure()
 	default:
 		return verdict{status: http.StatusInternalServerError}

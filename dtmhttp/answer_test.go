@@ -230,6 +230,23 @@ func TestJudgeCustomIsPermanentKeepsOwnFailures(t *testing.T) {
 	}
 }
 
+// TestJudgeRetryableUnderStrictIsPermanent: under a custom IsPermanent that calls every error
+// permanent, an error marked idemkit.Retryable is still a 500 (DTM retries), as the Guard classifies
+// it; a Permanent mark still wins.
+func TestJudgeRetryableUnderStrictIsPermanent(t *testing.T) {
+	b, err := New(&Options{IsPermanent: func(error) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &Event{TransType: barrier.TransSaga, Op: barrier.OpAction}
+	if v := b.judge(ev, idemkit.Retryable(errors.New("db down"))); v.status != http.StatusInternalServerError {
+		t.Errorf("a Retryable error: %d, want 500", v.status)
+	}
+	if v := b.judge(ev, idemkit.Permanent(idemkit.Retryable(errors.New("no")))); v.status != http.StatusConflict {
+		t.Errorf("a Permanent mark over Retryable: %d, want 409", v.status)
+	}
+}
+
 // TestFailureBodyFitsDTMReason: DTM keeps a saga's rollback reason ("url:<URL> return failed: <body>
 // FAILURE") in a varchar(1024); a FAILURE answer is cut to fit beside a URL of 300 characters,
 // whatever its escaping, and other answers are not.

@@ -55,7 +55,8 @@ type Options struct {
 	MaxBody int64
 	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
 	// an op that may fail), false an infrastructure error (500). An error marked with idemkit.Permanent
-	// is permanent whatever it says. Defaults to idemkit.IsPermanent.
+	// is permanent whatever it says, one marked with idemkit.Retryable (and not Permanent) retryable.
+	// Defaults to idemkit.IsPermanent.
 	// Errors wrapping dtmcli.ErrFailure, dtmcli.ErrOngoing, ErrMalformedPayload or
 	// barrier.ErrBusinessFailure are classified before it is asked (a custom one need not know them).
 	IsPermanent func(error) bool

@@ -59,6 +59,7 @@ func TestBadInput(t *testing.T) {
 			{"invalid UTF-8 reason", nil, []string{"release", "--yes", "--force", "--reason", "bad \xff", scopeA, s.stuck}, exitUsage, []string{"--reason", "not valid UTF-8"}},
 			{"reason with a line break", nil, []string{"release", "--yes", "--force", "--reason", "a\nb", scopeA, s.stuck}, exitUsage, []string{"--reason", "line break"}},
 			{"reason over 512 bytes", nil, []string{"release", "--yes", "--force", "--reason", strings.Repeat("r", 600), scopeA, s.stuck}, exitUsage, []string{"--reason", "at most 512"}},
+			{"purge: zero lease", nil, []string{"purge", "--yes", "--lease", "0s", scopeA, s.failed}, exitUsage, []string{"--lease must be positive"}},
 			{"purge: key and filters", nil, []string{"purge", "--yes", "--status", "FAILED", scopeA, s.failed}, exitUsage, []string{"conflict"}},
 			{"purge: nothing selected", nil, []string{"purge", "--yes"}, exitUsage, []string{"at least one filter"}},
 			{"purge: one argument", nil, []string{"purge", "--yes", scopeA}, exitUsage, []string{"want SCOPE KEY or filters"}},

@@ -135,8 +135,8 @@ func (c *cli) validate(cmd *command, pos []string) error {
 		return usagef("--max-key-len must be positive, got %d", o.maxKeyLen)
 	case o.filter.OlderThan < 0:
 		return usagef("--older-than must not be negative, got %s", o.filter.OlderThan)
-	case o.lease < 0:
-		return usagef("--lease must not be negative, got %s", o.lease)
+	case cmd.name == "purge" && o.lease <= 0:
+		return usagef("--lease must be positive (the application's Options.Lease), got %s", o.lease)
 	case o.filter.Limit < 1:
 		return usagef("--limit must be positive, got %d", o.filter.Limit)
 	case o.preview < 0:
