@@ -33,8 +33,9 @@ type Claim struct {
 	// cacheable is a finished, committed record read from the Store, cached when the lock is released.
 	cacheable *Record
 	// lazy, when set, is the fence [Claim.Context] hands the function: Guard.Tx's when nothing was read
-	// before the function (see lazyFence).
-	lazy *lazyFence
+	// before the function (see lazyFence). It points to lazyFence, kept here to cost no allocation.
+	lazy      *lazyFence
+	lazyFence lazyFence
 }
 
 // Fence returns the claim's fence: greater than that of every earlier claim of the record.
@@ -86,21 +87,23 @@ func FenceFromContext(ctx context.Context) (int64, bool) {
 // record is read (in the function's transaction, locking it) when the function first asks for the
 // fence, so that the fence is the one the record commits with — above a failed or abandoned record's.
 type lazyFence struct {
-	mu      sync.Mutex
-	read    func() (*Record, error) // nil once called, or once the function returned
-	fence   int64
-	ok      bool
-	found   *Record // what read found: the record to take over
-	readErr error   // what read failed with: the call fails
+	mu         sync.Mutex
+	ctx        context.Context
+	tx         TxStore // the transaction to read in; nil once read, or once the function returned
+	scope, key string
+	fence      int64
+	ok         bool
+	found      *Record // what read found: the record to take over
+	readErr    error   // what read failed with: the call fails
 }
 
 // get returns the fence, reading the record the first time it is asked.
 func (l *lazyFence) get() (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.read != nil {
+	if l.tx != nil {
 		cur, err := l.read()
-		l.read = nil
+		l.tx = nil
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
@@ -112,11 +115,23 @@ func (l *lazyFence) get() (int64, bool) {
 	return l.fence, l.ok
 }
 
+// read reads the record in the transaction. A plain read first: a locking read of a missing row takes
+// a gap lock on InnoDB, and transactions of new keys in one gap then deadlock on their records'
+// INSERTs. Only a record found is locked.
+func (l *lazyFence) read() (*Record, error) {
+	if p, ok := l.tx.(Peeker); ok {
+		if _, err := p.Peek(l.ctx, l.scope, l.key); err != nil {
+			return nil, err
+		}
+	}
+	return l.tx.Get(l.ctx, l.scope, l.key)
+}
+
 // close ends the reads once the function returned, and returns what the read found or failed with.
 func (l *lazyFence) close() (*Record, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.read = nil
+	l.tx = nil
 	return l.found, l.readErr
 }
 

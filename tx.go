@@ -305,17 +305,9 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 	if prev == nil && cl.vouched() {
 		// Nothing was read: the cache holds no result for the key, but a failed or abandoned record
 		// may be there. A function that asks for its fence reads it (see FenceFromContext).
-		cl.lazy = &lazyFence{fence: cl.rec.Fence, ok: true, read: func() (*Record, error) {
-			// A plain read first: a locking read of a missing row takes a gap lock on InnoDB, and
-			// transactions of new keys in one gap then deadlock on their records' INSERTs. Only a
-			// record found is locked.
-			if p, ok := tx.(Peeker); ok {
-				if _, err := p.Peek(cl.ctx, cl.id.scope, cl.id.key); err != nil {
-					return nil, err
-				}
-			}
-			return tx.Get(cl.ctx, cl.id.scope, cl.id.key)
-		}}
+		l := &cl.lazyFence
+		l.ctx, l.tx, l.scope, l.key, l.fence, l.ok = cl.ctx, tx, cl.id.scope, cl.id.key, cl.rec.Fence, true
+		cl.lazy = l
 	}
 	cl.claimed() // the lock, the read and the transaction: the record itself is written after fn
 	val, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) })
