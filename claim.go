@@ -166,8 +166,20 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	}()
 	val, ferr := fn(ctx)
 	panicked = false
+	if ferr != nil && ctx.Err() != nil && endedWork(ferr) {
+		// The function's context ended — the watchdog cancelled it (ErrLockLost), or the caller
+		// left — and it returned that: no failure of the business, retryable whatever
+		// Options.IsPermanent says. Checked before stop, which cancels ctx.
+		ferr = Retryable(ferr)
+	}
 	stop()
 	return val, ferr
+}
+
+// endedWork reports whether err is the error of a work context that ended: its cancellation, its
+// deadline, or the ErrLockLost cause the watchdog cancels it with.
+func endedWork(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLockLost)
 }
 
 // errPanicked is the outcome of a function that panicked: retryable whatever Options.IsPermanent says.
