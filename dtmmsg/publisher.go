@@ -120,7 +120,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		_ = dtmimp.TransCallDtm(&m.TransBase, "abort")
 		out.Status = txstatus.Failed
 		return out, errors.Join(fmt.Errorf("dtmmsg: preparing %s: %w", gid, perr),
-			p.Lifecycle.Rollback(ctx, t, fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, perr)))
+			p.Lifecycle.Rollback(ctx, t, idemkit.Retryable(fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, perr))))
 	}
 
 	lerr := p.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -144,7 +144,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 			out.Status, out.Reason = txstatus.Failed, lerr
 			reason := lerr
 			if !p.Lifecycle.IsPermanent(lerr) {
-				reason = fmt.Errorf("%w: %w", hooks.ErrRolledBack, lerr)
+				reason = idemkit.Retryable(fmt.Errorf("%w: %w", hooks.ErrRolledBack, lerr))
 			}
 			rerr := p.Lifecycle.Rollback(ctx, t, reason)
 			err := errors.Join(fmt.Errorf("%w: %w", ErrLocalFailed, lerr), rerr)

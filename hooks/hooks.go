@@ -86,6 +86,11 @@ func (f RollbackFunc) Rollback(ctx context.Context, t *Txn, reason error) error 
 // ErrRolledBack is the reason recorded on a record whose global transaction rolled back.
 var ErrRolledBack = errors.New("hooks: global transaction rolled back")
 
+// rolledBack is the reason of a rollback given none: ErrRolledBack, marked idemkit.Retryable. The rollback
+// reasons this package makes say the key may run again (FAILED), whatever Options.IsPermanent says of
+// them; only an initiator's permanent error (a TCC try's) rolls a record back REJECTED.
+var rolledBack = idemkit.Retryable(ErrRolledBack)
+
 // Lifecycle runs the hooks of global transactions and keeps their records. All fields are optional:
 // without a Guard no record is kept, without hooks only the record is. A Lifecycle is safe for
 // concurrent use once built; do not change its fields afterwards.
@@ -184,7 +189,7 @@ func (l *Lifecycle) Commit(ctx context.Context, t *Txn, result []byte) error {
 // again). Errors as for Commit.
 func (l *Lifecycle) Rollback(ctx context.Context, t *Txn, reason error) error {
 	if reason == nil {
-		reason = ErrRolledBack
+		reason = rolledBack
 	}
 	if l.OnRollback != nil {
 		if err := l.OnRollback.Rollback(ctx, t, reason); err != nil {

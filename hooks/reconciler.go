@@ -224,10 +224,10 @@ const PermanentReason = "idemkit: permanent: "
 func dtmRollbackReason(reason string) error {
 	switch {
 	case reason == "":
-		return ErrRolledBack
+		return rolledBack
 	case strings.HasPrefix(reason, PermanentReason):
 		return fmt.Errorf("%w: %w", ErrRolledBack, idemkit.Permanent(errors.New(strings.TrimPrefix(reason, PermanentReason))))
 	default:
-		return fmt.Errorf("%w: %s", ErrRolledBack, reason)
+		return idemkit.Retryable(fmt.Errorf("%w: %s", ErrRolledBack, reason))
 	}
 }

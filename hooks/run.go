@@ -151,12 +151,12 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			// record is rolled back and the key is free again — but this is an outage, not a
 			// transaction that rolled back, and the caller is told so (an error: retry later).
 			out, rerr := l.neverStarted(ctx, t, call, out,
-				fmt.Errorf("%w (never started): asking the manager whether gid %s is free: %w", ErrRolledBack, gid, err))
+				idemkit.Retryable(fmt.Errorf("%w (never started): asking the manager whether gid %s is free: %w", ErrRolledBack, gid, err)))
 			return out, errors.Join(fmt.Errorf("hooks: asking the manager whether gid %s is free: %w (nothing started; the key is free again)", gid, err), rerr)
 		case st != txstatus.Unknown:
 			return l.neverStarted(ctx, t, call, out,
-				fmt.Errorf("%w (never started): %w: gid %s is held by a transaction the manager reports %s: choose a new gid for every call",
-					ErrRolledBack, txstatus.ErrRefused, gid, st))
+				idemkit.Retryable(fmt.Errorf("%w (never started): %w: gid %s is held by a transaction the manager reports %s: choose a new gid for every call",
+					ErrRolledBack, txstatus.ErrRefused, gid, st)))
 		}
 	}
 	startErr := p.Start(ctx, gid)
@@ -168,7 +168,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			// DTM refused the call that creates the transaction (or nothing was sent): nothing of this
 			// call started, whatever the manager holds for gid — a gid held by another transaction
 			// (one reused, or a Reconciler's fence) is refused too, and its status is not ours.
-			return l.neverStarted(ctx, t, call, out, fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr))
+			return l.neverStarted(ctx, t, call, out, idemkit.Retryable(fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)))
 		}
 		// Did the transaction reach the manager? Only it can tell.
 		info, err = p.Status.Query(ctx, gid)
@@ -300,7 +300,7 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		// A Locker that says the lock is not held (Extend renews a Begin claim's record when its lock
 		// ran out, and returns ErrFenced when the record is no longer its own): nothing started, so
 		// rolling it back is right either way; a fenced rollback means another settled it first.
-		reason := fmt.Errorf("%w (never started): the claim's lock ran out before the start: %w", ErrRolledBack, err)
+		reason := idemkit.Retryable(fmt.Errorf("%w (never started): the claim's lock ran out before the start: %w", ErrRolledBack, err))
 		return reason, l.Rollback(ctx, t, reason)
 	default:
 		// The store cannot say: leave the record to the reconciler, which fences the gid.
@@ -312,9 +312,9 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 // startedElsewhere is the rollback reason of a start that DTM accepted onto another transaction holding
 // gid, which it then reported (info): nothing of the transType started, see [txstatus.Info.RanNothingFor].
 func startedElsewhere(gid, transType string, info txstatus.Info) error {
-	return fmt.Errorf("%w (never started): DTM reports %s as a %s %s with %d branch operations, not the %s started with it: "+
+	return idemkit.Retryable(fmt.Errorf("%w (never started): DTM reports %s as a %s %s with %d branch operations, not the %s started with it: "+
 		"the start landed on a transaction already holding the gid (a reconciler's fence) and nothing of it ran",
-		ErrRolledBack, gid, cmp.Or(info.TransType, "transaction"), info.Status, info.Branches, cmp.Or(transType, "transaction"))
+		ErrRolledBack, gid, cmp.Or(info.TransType, "transaction"), info.Status, info.Branches, cmp.Or(transType, "transaction")))
 }
 
 // rollbackReason says why gid rolled back: the initiator's own error when it is the reason — a
@@ -337,11 +337,12 @@ func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid 
 	reason := info.RollbackReason
 	switch {
 	case startErr != nil && (reason == "" || givenAsReason(startErr, reason)):
-		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
+		// Not permanent by the rule above: retryable, whatever Options.IsPermanent says of the wrapping.
+		return idemkit.Retryable(fmt.Errorf("%w: %w", ErrRolledBack, startErr))
 	case reason != "":
 		return dtmRollbackReason(reason)
 	}
-	return ErrRolledBack
+	return rolledBack
 }
 
 // givenAsReason reports whether reason is the text of err or of an error it wraps: the error an
