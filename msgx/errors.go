@@ -18,7 +18,8 @@ var ErrNoKey = errors.New("msgx: message has no idempotency key")
 // consuming with that error. Options.Scope is checked by New already.
 var ErrMisconfigured = errors.New("msgx: consumer misconfigured")
 
-// PanicError is a handler's panic, recovered and treated as a retryable failure (the message is
+// PanicError is a handler's panic, recovered and treated as a retryable failure whatever the Guard's
+// Options.IsPermanent says (it comes marked idemkit.Retryable; the message is
 // redelivered, and dead-lettered once Options.MaxAttempts is reached).
 type PanicError struct {
 	Value any    // the value passed to panic

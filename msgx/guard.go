@@ -153,12 +153,14 @@ func (g *Guard) misconfigured(m *Message, err error) Decision {
 	return Decision{Action: Retry, Outcome: Failed, Delay: g.opts.MaxRetryDelay, Err: err}
 }
 
-// safely runs f, turning a panic into a *PanicError.
+// safely runs f, turning a panic into a *PanicError, marked idemkit.Retryable: no business failure,
+// whatever the Guard's Options.IsPermanent says of it.
 func (g *Guard) safely(f func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-			g.opts.Logger.Error("msgx: handler panicked", "panic", v, "stack", string(err.(*PanicError).Stack))
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			g.opts.Logger.Error("msgx: handler panicked", "panic", v, "stack", string(pe.Stack))
+			err = idemkit.Retryable(pe)
 		}
 	}()
 	return f()
