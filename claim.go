@@ -166,7 +166,7 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	}()
 	val, ferr := fn(ctx)
 	panicked = false
-	if ferr != nil && ctx.Err() != nil && endedWork(ferr) {
+	if ferr != nil && ctx.Err() != nil && !IsRetryable(ferr) && endedWork(ferr) {
 		// The function's context ended — the watchdog cancelled it (ErrLockLost), or the caller
 		// left — and it returned that: no failure of the business, retryable whatever
 		// Options.IsPermanent says. Checked before stop, which cancels ctx.

@@ -87,7 +87,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		st = call{ran: true}
 		st.resp, st.herr = handler(ctx, req)
 		var val []byte
-		val, st.ferr = s.outcome(st.resp, st.herr)
+		val, st.ferr = s.outcome(ctx, st.resp, st.herr)
 		return val, st.ferr
 	}
 	if s.c.tx == nil {
@@ -187,9 +187,15 @@ func statusOf(err error) *status.Status {
 
 // outcome turns the handler's answer into what the Guard stores: the encoded response on success,
 // the encoded status with a permanent error, or a retryable error (stored as FAILED, not replayed).
-func (s *server) outcome(resp any, herr error) ([]byte, error) {
+// What is not the business's answer — a response that cannot be encoded, the context error of a
+// handler whose context ended (its caller left, the watchdog cancelled it) — is marked
+// idemkit.Retryable, whatever the Guard's classifier says.
+func (s *server) outcome(ctx context.Context, resp any, herr error) ([]byte, error) {
 	if herr != nil {
 		st := statusOf(herr)
+		if ctx.Err() != nil && !idemkit.IsPermanent(herr) && (st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded) {
+			return nil, idemkit.Retryable(herr)
+		}
 		// The Guard's own classifier (its Options.IsPermanent) and this package's (Options.Permanent)
 		// both decide: an error either calls permanent is stored, encoded, and marked so the Guard
 		// stores it REJECTED whatever its classifier says of the status error.
@@ -208,9 +214,10 @@ func (s *server) outcome(resp any, herr error) ([]byte, error) {
 	}
 	m, ok := resp.(proto.Message)
 	if !ok {
-		return nil, status.Errorf(codes.Internal, "grpcx: response %T is not a proto message", resp)
+		return nil, idemkit.Retryable(status.Errorf(codes.Internal, "grpcx: response %T is not a proto message", resp))
 	}
-	return encodeResponse(m)
+	b, err := encodeResponse(m)
+	return b, idemkit.Retryable(err)
 }
 
 // answer answers a call whose handler did not run: a replay or a refusal.
