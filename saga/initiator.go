@@ -78,14 +78,16 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 			if len(s.Steps) == 0 {
 				// Nothing to run; and a saga that succeeded without a branch is how DTM reports a submit
 				// that landed on a fence's empty transaction (see txstatus.Info.RanNothingFor).
-				return &txstatus.RefusedError{Op: "submit", GID: gid, Message: "saga: a saga without steps is not submitted"}
+				return idemkit.Retryable(&txstatus.RefusedError{Op: "submit", GID: gid, Message: "saga: a saga without steps is not submitted"})
 			}
 			// DTM answers a submit with WaitResult set FAILURE when the saga has not succeeded by
 			// then (a step still retrying), which cannot be told from its refusal to start one:
 			// Submit would roll the record back while the saga runs on. Initiator.Wait waits instead.
 			s.WaitResult = false
 			s.BuildCustomOptions() // what dtmcli's Submit does before it posts
-			return status.Call(ctx, "submit", gid, &s.TransBase)
+			// DTM's answer (or a gateway's), never the business's: retryable whatever the Guard's
+			// Options.IsPermanent says, should the saga roll back with it as the reason.
+			return idemkit.Retryable(status.Call(ctx, "submit", gid, &s.TransBase))
 		},
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/internal/dtmserver"
 	"github.com/idemkit/idemkit/saga"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -37,6 +38,26 @@ func TestRollbackReasonsStayRetryableUnderAStrictClassifier(t *testing.T) {
 		c := newCall()
 		out, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
 		if err != nil || out.Status != txstatus.Failed {
+			t.Fatalf("Submit = %+v, %v", out, err)
+		}
+		if rec := k.record(t, c); rec.Status != idemkit.StatusFailed {
+			t.Fatalf("record %s %q, want FAILED", rec.Status, rec.Error)
+		}
+		k.setFrozen(t, transIn, false)
+		again, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
+		if err != nil || again.Replayed || again.Status != txstatus.Succeed {
+			t.Fatalf("retry = %+v, %v: want a new saga", again, err)
+		}
+	})
+
+	t.Run("submit answered by a gateway, saga rolled back", func(t *testing.T) {
+		// The gateway forwards the submit and answers 502: Submit asks DTM, which runs the saga,
+		// and it rolls back. The gateway's error is DTM's answer, not the business's.
+		k.setFrozen(t, transIn, true)
+		p := dtmserver.NewProxy(t, k.srv, onPost("submit", dtmserver.ProxyAction{Status: 502}, nil))
+		c := newCall()
+		out, err := k.via(p.URL()).Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
+		if out.Status != txstatus.Failed || errors.Is(err, idemkit.ErrRejected) {
 			t.Fatalf("Submit = %+v, %v", out, err)
 		}
 		if rec := k.record(t, c); rec.Status != idemkit.StatusFailed {

@@ -98,8 +98,11 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 // given to DTM as a rollback reason starting with hooks.PermanentReason, so a Reconciler that settles
 // the record records it REJECTED as the initiator does.
 func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error, permanent func(error) bool) (err error) {
+	// DTM's answers (or a gateway's) are never the business's: they are returned marked
+	// idemkit.Retryable, so that the Guard's Options.IsPermanent does not record the key REJECTED
+	// when the transaction rolls back with one as the reason. A try's own error is returned as it is.
 	if err := status.Call(ctx, "prepare", t.Gid, &t.TransBase); err != nil {
-		return err
+		return idemkit.Retryable(err)
 	}
 	panicked := true
 	defer func() {
@@ -117,11 +120,13 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 		tryErr = &laterRefusal{op: "trying", gid: t.Gid, msg: tryErr.Error()}
 		if perm {
 			tryErr = idemkit.Permanent(tryErr)
+		} else {
+			tryErr = idemkit.Retryable(tryErr)
 		}
 	}
 	if tryErr == nil {
 		if err := status.Call(ctx, "submit", t.Gid, &t.TransBase); err != nil {
-			return exists("submitting", t.Gid, err)
+			return idemkit.Retryable(exists("submitting", t.Gid, err))
 		}
 		return nil
 	}
@@ -132,7 +137,11 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	t.RollbackReason = fitReason(t.RollbackReason)
 	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {
 		// DTM aborts a TCC left prepared past its TimeoutToFail anyway.
-		return fmt.Errorf("%w (and aborting: %w)", tryErr, exists("aborting", t.Gid, err))
+		err = fmt.Errorf("%w (and aborting: %w)", tryErr, exists("aborting", t.Gid, err))
+		if !perm {
+			err = idemkit.Retryable(err)
+		}
+		return err
 	}
 	return tryErr
 }
