@@ -123,6 +123,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 			p.Lifecycle.Rollback(ctx, t, idemkit.Retryable(fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, perr))))
 	}
 
+	var localErr error // Local's own error: any other is the barrier's or the database's
 	lerr := p.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		b, err := barrier.MsgBranch(gid)
 		if err != nil {
@@ -131,8 +132,14 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		if _, err := p.Barrier.Enter(ctx, tx, b); err != nil {
 			return err // ErrDuplicate: the back-check already decided this message failed
 		}
-		return pp.Local(ctx, tx, gid)
+		localErr = pp.Local(ctx, tx, gid)
+		return localErr
 	})
+	if lerr != nil && localErr == nil {
+		// The barrier's refusal or the database's failure (a commit), not the business's: retryable
+		// whatever the Guard's Options.IsPermanent says.
+		lerr = idemkit.Retryable(lerr)
+	}
 	if lerr != nil {
 		// Did the local transaction commit after all (a lost commit reply)? The barrier knows, and
 		// asking fences it when it did not.
