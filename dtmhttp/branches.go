@@ -249,7 +249,8 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		return func() {}, nil
 	default:
 		b.forget(ctx, key, token)
-		return nil, fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err)
+		// An outage, not the business's answer: DTM must call again, whatever IsPermanent says.
+		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err))
 	}
 	released := false
 	return func() {
@@ -290,7 +291,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	case errors.As(err, &tooLarge):
 		return nil, idemkit.Permanent(fmt.Errorf("%w: payload larger than %d bytes", ErrMalformedPayload, limit))
 	case err != nil:
-		return nil, fmt.Errorf("dtmhttp: reading payload: %w", err)
+		return nil, idemkit.Retryable(fmt.Errorf("dtmhttp: reading payload: %w", err))
 	}
 	return body, nil
 }
