@@ -137,6 +137,20 @@ func TestExtendKeepsAClaimWhoseLockRanOut(t *testing.T) {
 // another attempt took over, and Extend said "fenced by a newer attempt".
 func TestFencedSaysWhy(t *testing.T) {
 	g, adm, _, clock := realGuard(t, func(o *idemkit.Options) { o.Locker = nil })
+	// expired returns the record of call once its lease ran out.
+	expired := func(t *testing.T, call idemkit.Call) *idemkit.Record {
+		clock.Advance(2 * time.Minute)
+		rec, err := adm.Get(ctxb, call.Scope, call.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	purge := func(t *testing.T, call idemkit.Call) {
+		if err := adm.Purge(ctxb, expired(t, call), admin.PurgeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cases := []struct {
 		name string
 		do   func(t *testing.T, call idemkit.Call, cl *idemkit.Claim)
@@ -149,34 +163,13 @@ func TestFencedSaysWhy(t *testing.T) {
 			}
 		}, "another attempt took over"},
 		{"released", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
-			clock.Advance(2 * time.Minute)
-			rec, err := adm.Get(ctxb, call.Scope, call.Key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := adm.Release(ctxb, rec, admin.ReleaseOptions{By: "alice"}); err != nil {
+			if _, err := adm.Release(ctxb, expired(t, call), admin.ReleaseOptions{By: "alice"}); err != nil {
 				t.Fatal(err)
 			}
 		}, "claim released by alice"},
-		{"purged", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
-			clock.Advance(2 * time.Minute)
-			rec, err := adm.Get(ctxb, call.Scope, call.Key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := adm.Purge(ctxb, rec, admin.PurgeOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}, "deleted"},
+		{"purged", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) { purge(t, call) }, "deleted"},
 		{"purged and claimed again", func(t *testing.T, call idemkit.Call, _ *idemkit.Claim) {
-			clock.Advance(2 * time.Minute)
-			rec, err := adm.Get(ctxb, call.Scope, call.Key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := adm.Purge(ctxb, rec, admin.PurgeOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			purge(t, call)
 			if cl2, _, err := g.Begin(ctxb, call); err != nil || cl2 == nil {
 				t.Fatalf("new claim: %v", err)
 			}
