@@ -121,7 +121,8 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // transactions queue instead of failing with SQLITE_BUSY.
 //
 // When fn fails, DoTx reads the record (locking it) and replays one finished meanwhile, with
-// ErrRollbackReplayed; otherwise it returns fn's error. For a permanent error it has also written the
+// ErrRollbackReplayed; otherwise — nothing finished there, or the read failed, as it always does in a
+// PostgreSQL transaction a failed statement aborted — it returns fn's error. For a permanent error it has also written the
 // record REJECTED in tx: the caller's rollback (the rule above) removes it with fn's writes and leaves
 // the key free, so a retry runs again — the rejection is stored only if the caller deliberately
 // commits fn's writes with it. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
@@ -508,13 +509,13 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	next.UpdatedAt = g.opts.Now()
 	permanent := g.IsPermanent(ferr)
 	if ferr != nil && !permanent {
-		// A record finished by another attempt meanwhile is the answer, not fn's error.
+		// A record finished by another attempt meanwhile is the answer, not fn's error. The read is
+		// the best the call can do, not part of its outcome: when it fails (a PostgreSQL transaction
+		// fn's failed statement aborted refuses every statement) fn's error stays the answer, and
+		// the caller's retry, in a new transaction, meets the record. It is no store outage.
 		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
-		switch {
-		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
+		if err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay {
 			return cl.replayRollback(cur, c)
-		case err != nil && !errors.Is(err, ErrNotFound):
-			ferr = errors.Join(storeErr(cl.ctx, "reading record", err), ferr)
 		}
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		return cl.finished(&next, val, ferr, false)

@@ -33,3 +33,28 @@ func TestDoTxPermanentErrorKeptWhenRecordUnwritable(t *testing.T) {
 		t.Fatalf("record: %v, want none", gerr)
 	}
 }
+
+// TestDoTxRetryableErrorAloneAfterAbortedTransaction: on PostgreSQL a business statement that fails
+// aborts the caller's transaction, so DoTx's read for a record finished meanwhile fails too. That
+// read is best effort: the answer is the function's retryable error, not joined with
+// ErrStoreUnavailable — the caller would report an outage of a store that is up.
+func TestDoTxRetryableErrorAloneAfterAbortedTransaction(t *testing.T) {
+	f := newTxFixture(t, backends[1], nil)
+	busy := errors.New("stock row busy, try again")
+	err := f.db.Transaction(func(tx *gorm.DB) error {
+		_, err := f.guard.DoTx(ctxb, f.store.WithTx(tx), idemkit.Call{Scope: "tx", Key: "aborted-retry"}, func(ctx context.Context) ([]byte, error) {
+			if err := tx.Exec("SELECT 1/0").Error; err != nil {
+				return nil, errors.Join(busy, err)
+			}
+			return nil, errors.New("the statement did not fail")
+		})
+		return err
+	})
+	if !errors.Is(err, busy) || errors.Is(err, idemkit.ErrStoreUnavailable) || idemkit.IsPermanent(err) {
+		t.Fatalf("DoTx after an aborted transaction: %v; want the function's retryable error alone", err)
+	}
+	res, err := f.guard.Do(ctxb, idemkit.Call{Scope: "tx", Key: "aborted-retry"}, func(context.Context) ([]byte, error) { return []byte("ran"), nil })
+	if err != nil || res.Replayed || string(res.Value) != "ran" {
+		t.Fatalf("retry: %+v, %v; want the function to run", res, err)
+	}
+}
