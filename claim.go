@@ -415,7 +415,7 @@ func (cl *Claim) replayed(r *Record, fingerprint string, cacheable *Record) (*Cl
 	if cl.mode.marks() {
 		return cl.fail(OutcomeDuplicate, ErrDuplicate) // never cached: see begin
 	}
-	if !cl.callerTx && !isMark(r) {
+	if !cl.callerTx && !r.IsMark() {
 		// Read through the caller's transaction, the record may not be committed (a second call in
 		// the same transaction, which may still roll back): only a committed record may be cached.
 		// Nor is a mark, written by a Mark-mode call of the same key (one mode per scope is the
@@ -430,10 +430,6 @@ func (cl *Claim) replayed(r *Record, fingerprint string, cacheable *Record) (*Cl
 	cl.finishEarly(OutcomeReplayed, err)
 	return nil, Result{Value: r.Response, Replayed: true, Fence: r.Fence}, err
 }
-
-// isMark reports whether r is a mark (Mark, MarkTx, TxMark): SUCCEEDED with no lease, which every
-// other mode's record has.
-func isMark(r *Record) bool { return r.Status == StatusSucceeded && r.LeaseUntil.Equal(r.CreatedAt) }
 
 // fail ends a call that did not get a claim.
 func (cl *Claim) fail(o Outcome, err error) (*Claim, Result, error) {

@@ -73,5 +73,9 @@ func (r *Record) Expired(now time.Time) bool {
 	return !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
 }
 
+// IsMark reports whether the record is a mark (written by Mark, MarkTx or TxMark): SUCCEEDED with no
+// lease, which every other mode's record has.
+func (r *Record) IsMark() bool { return r.Status == StatusSucceeded && r.LeaseUntil.Equal(r.CreatedAt) }
+
 // LeaseExpired reports whether a PROCESSING record's lease has run out at now.
 func (r *Record) LeaseExpired(now time.Time) bool { return !now.Before(r.LeaseUntil) }

@@ -410,12 +410,7 @@ func TestPurgeKeepsARunningMarkLock(t *testing.T) {
 	}
 	ctx := context.Background()
 	call := idemkit.Call{Scope: "m", Key: "k"}
-	inside, finish := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- g.Mark(ctx, call, func(context.Context) error { close(inside); <-finish; return nil })
-	}()
-	<-inside
+	finish := markRunning(t, g, call)
 	rec, err := adm.Get(ctx, call.Scope, call.Key)
 	if err != nil || rec.Status != idemkit.StatusSucceeded {
 		t.Fatalf("Mark's record while it runs: %+v, %v", rec, err)
@@ -428,9 +423,25 @@ func TestPurgeKeepsARunningMarkLock(t *testing.T) {
 	if ran || !errors.Is(err, idemkit.ErrInFlight) {
 		t.Fatalf("a duplicate after the purge, while the first runs: ran=%v, %v; want ErrInFlight", ran, err)
 	}
-	close(finish)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	finish()
+}
+
+// markRunning starts g.Mark on call with a function that runs until finish is called; finish waits
+// for Mark and fails t on its error.
+func markRunning(t *testing.T, g *idemkit.Guard, call idemkit.Call) (finish func()) {
+	t.Helper()
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Mark(context.Background(), call, func(context.Context) error { close(inside); <-release; return nil })
+	}()
+	<-inside
+	return func() {
+		t.Helper()
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

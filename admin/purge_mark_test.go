@@ -47,12 +47,7 @@ func TestPurgeRefusesARunningMark(t *testing.T) {
 			}
 			ctx := context.Background()
 			call := idemkit.Call{Scope: "m", Key: "k"}
-			inside, finish := make(chan struct{}), make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				done <- g.Mark(ctx, call, func(context.Context) error { close(inside); <-finish; return nil })
-			}()
-			<-inside
+			finish := markRunning(t, g, call)
 			rec, err := adm.Get(ctx, call.Scope, call.Key)
 			if err != nil {
 				t.Fatal(err)
@@ -60,10 +55,7 @@ func TestPurgeRefusesARunningMark(t *testing.T) {
 			perr := adm.Purge(ctx, rec, admin.PurgeOptions{})
 			ran := false
 			derr := g.Mark(ctx, call, func(context.Context) error { ran = true; return nil })
-			close(finish)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			finish()
 			if ran {
 				t.Fatalf("a duplicate ran beside the running mark (purge: %v)", perr)
 			}

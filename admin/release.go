@@ -177,17 +177,11 @@ func (a *Admin) CanPurge(rec *idemkit.Record, opts PurgeOptions) error {
 		return fmt.Errorf("%w: a claim of global transaction %q: its outcome is the transaction's (idemctl dtm %s); purge only with force", ErrRefused, rec.GID, rec.GID)
 	case rec.Status == idemkit.StatusProcessing && !rec.LeaseExpired(now):
 		return fmt.Errorf("%w: a live claim (lease until %s): its holder may still be running; purge only with force", ErrRefused, rec.LeaseUntil.UTC().Format(time.RFC3339))
-	case a.lk == nil && isMark(rec) && now.Before(rec.UpdatedAt.Add(a.opts.Lease)):
+	case a.lk == nil && rec.IsMark() && now.Before(rec.UpdatedAt.Add(a.opts.Lease)):
 		return fmt.Errorf("%w: a mark written %s ago, less than a lease (%s): in Mark mode its function may still be running, and without Redis nothing else keeps a duplicate from running beside it; wait until %s, or purge only with force",
 			ErrRefused, now.Sub(rec.UpdatedAt).Round(time.Second), a.opts.Lease, rec.UpdatedAt.Add(a.opts.Lease).UTC().Format(time.RFC3339))
 	}
 	return nil
-}
-
-// isMark reports whether rec is a mark (Mark, MarkTx, TxMark): SUCCEEDED with no lease, as the Guard
-// tells one.
-func isMark(rec *idemkit.Record) bool {
-	return rec.Status == idemkit.StatusSucceeded && rec.LeaseUntil.Equal(rec.CreatedAt)
 }
 
 // writeChecked runs write, a fenced write of rec (conditioned on its version), on the record store.

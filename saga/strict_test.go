@@ -20,6 +20,20 @@ var errTransient = errors.New("transient")
 // strictClassifier calls every error it does not recognise permanent, as many users configure it.
 func strictClassifier(err error) bool { return !errors.Is(err, errTransient) }
 
+// retryRunsANewSaga checks that c's saga rolled back FAILED (its account frozen), then unfreezes the
+// account and checks that a retry of c runs a new saga, which succeeds.
+func (k *bank) retryRunsANewSaga(t *testing.T, c idemkit.Call) {
+	t.Helper()
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("record %s %q, want FAILED", rec.Status, rec.Error)
+	}
+	k.setFrozen(t, transIn, false)
+	again, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
+	if err != nil || again.Replayed || again.Status != txstatus.Succeed {
+		t.Fatalf("retry = %+v, %v: want a new saga", again, err)
+	}
+}
+
 // TestRollbackReasonsStayRetryableUnderAStrictClassifier: the rollback reasons hooks makes itself — a
 // saga DTM rolled back (its rollback reason), Lifecycle.Conclude's ErrRolledBack, a Reconciler's
 // rollback of a gid it fenced — say "the key may run again" (a step's failure is never REJECTED). Under an
@@ -40,14 +54,7 @@ func TestRollbackReasonsStayRetryableUnderAStrictClassifier(t *testing.T) {
 		if err != nil || out.Status != txstatus.Failed {
 			t.Fatalf("Submit = %+v, %v", out, err)
 		}
-		if rec := k.record(t, c); rec.Status != idemkit.StatusFailed {
-			t.Fatalf("record %s %q, want FAILED", rec.Status, rec.Error)
-		}
-		k.setFrozen(t, transIn, false)
-		again, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
-		if err != nil || again.Replayed || again.Status != txstatus.Succeed {
-			t.Fatalf("retry = %+v, %v: want a new saga", again, err)
-		}
+		k.retryRunsANewSaga(t, c)
 	})
 
 	t.Run("submit answered by a gateway, saga rolled back", func(t *testing.T) {
@@ -60,14 +67,7 @@ func TestRollbackReasonsStayRetryableUnderAStrictClassifier(t *testing.T) {
 		if out.Status != txstatus.Failed || errors.Is(err, idemkit.ErrRejected) {
 			t.Fatalf("Submit = %+v, %v", out, err)
 		}
-		if rec := k.record(t, c); rec.Status != idemkit.StatusFailed {
-			t.Fatalf("record %s %q, want FAILED", rec.Status, rec.Error)
-		}
-		k.setFrozen(t, transIn, false)
-		again, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("ok")})
-		if err != nil || again.Replayed || again.Status != txstatus.Succeed {
-			t.Fatalf("retry = %+v, %v: want a new saga", again, err)
-		}
+		k.retryRunsANewSaga(t, c)
 	})
 
 	t.Run("Conclude Failed", func(t *testing.T) {
