@@ -151,12 +151,19 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	if cl.g.opts.Watchdog {
 		ctx, stop = cl.watch(ctx)
 	}
+	sealer, _ := tx.(TxSealer)
+	if sealer != nil {
+		sealer.SealTx(true) // the transaction is the Guard's to end, after the record is in it
+	}
 	panicked := true
 	defer func() {
 		if panicked {
 			stop()
 			if cl.lazy != nil {
 				_, _ = cl.lazy.close() // no read through the transaction rolled back below
+			}
+			if sealer != nil {
+				sealer.SealTx(false)
 			}
 			if tx != nil {
 				_ = tx.Rollback()
@@ -166,6 +173,9 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	}()
 	val, ferr := fn(ctx)
 	panicked = false
+	if sealer != nil {
+		sealer.SealTx(false)
+	}
 	if ferr != nil && ctx.Err() != nil && !IsRetryable(ferr) && endedWork(ferr) {
 		// The function's context ended — the watchdog cancelled it (ErrLockLost), or the caller
 		// left — and it returned that: no failure of the business, retryable whatever

@@ -29,6 +29,19 @@ type TxStore interface {
 	Rollback() error
 }
 
+// TxSealer is a TxStore that can refuse to end its transaction. [Guard.Tx] and [Guard.TxMark] seal
+// the TxStore they hand their function for as long as the function runs: its Commit and Rollback then
+// return an error and leave the transaction open. A function that committed the Guard's transaction
+// would commit its writes without their record (the Guard writes it after the function), and every
+// duplicate would run them again. record.Store's and the memory Store's transactions implement it; a
+// TxStore that does not is handed to the function as it is.
+type TxSealer interface {
+	TxStore
+	// SealTx makes Commit and Rollback refuse (sealed) or work again (not sealed). It may be called
+	// while other goroutines use the TxStore.
+	SealTx(sealed bool)
+}
+
 // InsertCommitter is a TxStore that can write a new record and commit its transaction in one round
 // trip (record.Store's transactions on MySQL and MariaDB when the connection allows several statements
 // in a packet). [Guard.Tx] uses it, when the TxStore implements it, for the record of a key nobody
@@ -59,7 +72,9 @@ type BeginGetter interface {
 
 // TxFunc is a function guarded by [Guard.Tx]: it makes its writes in the transaction tx (through the
 // driver's transaction its TxStore exposes; record.Store.Tx hands it a *gorm.DB) and returns the
-// result to store and replay. Its context carries the fence (see [FenceFromContext]).
+// result to store and replay. Its context carries the fence (see [FenceFromContext]). It must not end
+// the transaction: the Guard commits it after writing the record in it (a [TxSealer], as record.Store's
+// and the memory Store's transactions are, refuses Commit and Rollback while the function runs).
 type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 
 // Tx runs fn once for c in a transaction it begins on db, commits and owns (Tx mode): the business

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -225,9 +226,16 @@ type Tx struct {
 	s      *Store
 	writes map[recKey]*idemkit.Record // nil value: deleted
 	done   bool
+	sealed atomic.Bool // see SealTx
 }
 
-var errTxDone = errors.New("memory: transaction already committed or rolled back")
+var (
+	errTxDone     = errors.New("memory: transaction already committed or rolled back")
+	errGuardOwned = errors.New("memory: the Guard commits or rolls back this transaction: return the error from the function instead")
+)
+
+// SealTx implements [idemkit.TxSealer]: while the Guard's function runs, Commit and Rollback refuse.
+func (t *Tx) SealTx(sealed bool) { t.sealed.Store(sealed) }
 
 // current returns the record as the transaction sees it.
 func (t *Tx) current(k recKey) (*idemkit.Record, bool) {
@@ -310,6 +318,9 @@ func (t *Tx) Delete(ctx context.Context, scope, key string, prev idemkit.Version
 
 // Commit applies the transaction's writes and releases the Store's write lock.
 func (t *Tx) Commit() error {
+	if t.sealed.Load() {
+		return errGuardOwned
+	}
 	if t.done {
 		return errTxDone
 	}
@@ -330,6 +341,9 @@ func (t *Tx) Commit() error {
 // Rollback drops the transaction's writes and releases the Store's write lock. After Commit it
 // does nothing.
 func (t *Tx) Rollback() error {
+	if t.sealed.Load() {
+		return errGuardOwned
+	}
 	if t.done {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -91,6 +92,9 @@ func (q *queries) interpretError(doing string, err error) error {
 	}
 	if isGaleraNotReady(q.dialect, err) {
 		return fmt.Errorf("record: %s %s: the Galera node does not accept queries (not synced with its cluster, or cut off from the primary component): use another node: %w", doing, q.name, err)
+	}
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("record: %s %s: the transaction had already ended (a function guarded by Store.SQLTx must not commit or roll back its *sql.Tx, nor a caller end the transaction it bound with WithSQLTx or WithTx before DoTx returns): %w", doing, q.name, err)
 	}
 	return fmt.Errorf("record: %s %s: %w", doing, q.name, err)
 }

@@ -469,10 +469,17 @@ func (t *multiTx) rollbackQuiet() { _ = t.rollback() }
 // the business's gorm session on the transaction.
 type multiStore struct {
 	Store
-	tx multiTx
+	tx     multiTx
+	sealed atomic.Bool // see SealTx
 }
 
+// SealTx implements [idemkit.TxSealer]: while the Guard's function runs, Commit and Rollback refuse.
+func (m *multiStore) SealTx(sealed bool) { m.sealed.Store(sealed) }
+
 func (m *multiStore) Commit() error {
+	if m.sealed.Load() {
+		return errGuardOwned
+	}
 	if err := m.tx.commit(); err != nil {
 		return fmt.Errorf("record: committing: %w", m.q.interpretError("committing a transaction on", err))
 	}
@@ -480,6 +487,9 @@ func (m *multiStore) Commit() error {
 }
 
 func (m *multiStore) Rollback() error {
+	if m.sealed.Load() {
+		return errGuardOwned
+	}
 	if err := m.tx.rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("record: rolling back: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 
@@ -163,12 +164,19 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 // txStore is a Store bound to a transaction it owns: what BeginTx returns.
 type txStore struct {
 	*Store
-	gtx *gorm.DB
-	biz *gorm.DB // gtx as the business gets it: Commit and Rollback refused
-	stx *sql.Tx
+	gtx    *gorm.DB
+	biz    *gorm.DB // gtx as the business gets it: Commit and Rollback refused
+	stx    *sql.Tx
+	sealed atomic.Bool // see SealTx
 }
 
+// SealTx implements [idemkit.TxSealer]: while the Guard's function runs, Commit and Rollback refuse.
+func (t *txStore) SealTx(sealed bool) { t.sealed.Store(sealed) }
+
 func (t *txStore) Commit() error {
+	if t.sealed.Load() {
+		return errGuardOwned
+	}
 	var err error
 	if t.gtx != nil {
 		err = t.gtx.Commit().Error
@@ -182,6 +190,9 @@ func (t *txStore) Commit() error {
 }
 
 func (t *txStore) Rollback() error {
+	if t.sealed.Load() {
+		return errGuardOwned
+	}
 	var err error
 	if t.gtx != nil {
 		err = t.gtx.Rollback().Error
