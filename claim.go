@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idemkit/idemkit/internal/background"
 )
 
 // Claim is an attempt's hold on a record, returned by [Guard.Begin]. Finish it exactly once with
@@ -502,7 +504,31 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 		if g.opts.FailOpen {
 			cl.ev.FailOpen = true
 		}
+		cl.retryRelease(result, ttl)
 	}
+}
+
+// retryRelease tries again, in the background, a release that failed (a connection Redis dropped, a
+// client that does not retry): its lock would otherwise stay until LockTTL ran out, answering "in
+// flight" to every duplicate of a key whose outcome is stored, and the result it was to cache would
+// be missing from a cache that vouches for the keys it does not hold. It retries with a backoff (10 ms
+// doubling, up to a second) for FinishTimeout, until Redis answers; the result's time to live shrinks
+// as time passes, so it never outlives its record, and once none is left only the lock is released.
+// At most maxWatches run at once per Guard.
+func (cl *Claim) retryRelease(result []byte, ttl time.Duration) {
+	g, key, token := cl.g, cl.id.lockKey, cl.token
+	until := g.opts.Now().Add(ttl)
+	g.forgets.Go(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) {
+		for wait := 10 * time.Millisecond; background.Sleep(ctx, wait); wait = min(2*wait, time.Second) {
+			res, left := result, until.Sub(g.opts.Now())
+			if left <= 0 {
+				res = nil
+			}
+			if err := g.opts.Locker.Release(ctx, key, token, res, left); err == nil || errors.Is(err, ErrLockNotHeld) {
+				return
+			}
+		}
+	})
 }
 
 // outcome writes a finished attempt's status, result and error into next, the claim's record: a

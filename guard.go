@@ -17,7 +17,8 @@ type Guard struct {
 	opts  Options
 	// watches run the watches for abandoned claims (see Claim.abandoned).
 	watches background.Limit
-	// forgets run the releases of locks whose Acquire failed (see Claim.forgetLock).
+	// forgets run the releases of locks whose Acquire failed (see Claim.forgetLock), and the retries
+	// of releases that failed (see Claim.retryRelease).
 	forgets background.Limit
 }
 
