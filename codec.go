@@ -3,17 +3,24 @@ package idemkit
 import (
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 )
 
 // The cached form of a finished record: what a replay needs and nothing else.
 //
-//	byte 0     format version (1)
+//	byte 0     format version (2)
 //	byte 1     status: 1 SUCCEEDED, 2 REJECTED
 //	uvarint    fence
 //	uvarint n  + n bytes fingerprint
 //	uvarint n  + n bytes error message
 //	rest       response
-const cacheFormat = 1
+//	4 bytes    CRC-32C (Castagnoli) of all the above, big endian
+//
+// The checksum keeps a value cut short, altered or written by someone else from being replayed as a
+// result. Format 1, the same without it, written by earlier versions, is still read.
+const cacheFormat = 2
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var errBadCache = errors.New("idemkit: malformed cached result")
 
@@ -27,20 +34,32 @@ func encodeCached(r *Record) []byte {
 	default:
 		return nil
 	}
-	b := make([]byte, 0, 2+3*binary.MaxVarintLen64+len(r.Fingerprint)+len(r.Error)+len(r.Response))
+	b := make([]byte, 0, 2+3*binary.MaxVarintLen64+len(r.Fingerprint)+len(r.Error)+len(r.Response)+4)
 	b = append(b, cacheFormat, st)
 	b = binary.AppendUvarint(b, uint64(r.Fence))
 	b = binary.AppendUvarint(b, uint64(len(r.Fingerprint)))
 	b = append(b, r.Fingerprint...)
 	b = binary.AppendUvarint(b, uint64(len(r.Error)))
 	b = append(b, r.Error...)
-	return append(b, r.Response...)
+	b = append(b, r.Response...)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 // decodeCached parses what encodeCached wrote. It never panics on arbitrary input.
 func decodeCached(b []byte) (Record, error) {
 	var r Record
-	if len(b) < 2 || b[0] != cacheFormat {
+	if len(b) < 2 {
+		return r, errBadCache
+	}
+	switch b[0] {
+	case 1:
+	case cacheFormat:
+		n := len(b) - 4
+		if n < 2 || binary.BigEndian.Uint32(b[n:]) != crc32.Checksum(b[:n], castagnoli) {
+			return r, errBadCache
+		}
+		b = b[:n]
+	default:
 		return r, errBadCache
 	}
 	switch b[1] {

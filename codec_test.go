@@ -55,3 +55,21 @@ func FuzzDecodeCached(f *testing.F) {
 		}
 	})
 }
+
+// TestCachedFormat1StillRead: results cached by earlier versions (format 1, without the checksum)
+// are still replayed; a format-2 value whose checksum does not match is not.
+func TestCachedFormat1StillRead(t *testing.T) {
+	v1 := []byte{1, 1, 7, 2, 'f', 'p', 0, 'b', 'o', 'd', 'y'}
+	r, err := decodeCached(v1)
+	if err != nil || r.Status != StatusSucceeded || r.Fence != 7 || r.Fingerprint != "fp" || string(r.Response) != "body" {
+		t.Fatalf("decodeCached(format 1) = %+v, %v", r, err)
+	}
+	v2 := encodeCached(&Record{Status: StatusSucceeded, Fence: 7, Fingerprint: "fp", Response: []byte("body")})
+	for i := range v2 {
+		bad := bytes.Clone(v2)
+		bad[i] ^= 0x01
+		if _, err := decodeCached(bad); err == nil {
+			t.Fatalf("a cached value with byte %d changed was accepted", i)
+		}
+	}
+}
