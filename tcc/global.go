@@ -53,8 +53,9 @@ type RunParams struct {
 // the tries, submits (or aborts when a try failed), waits up to Wait for the outcome and commits, rolls
 // back or detaches the record. See [hooks.Lifecycle.Run] for results and errors.
 //
-// Prepare, submit and abort are posted with ctx through Status's HTTP client (dtmcli's try calls,
-// made by Tries, take no context). Only DTM's own refusal of the prepare (409 FAILURE) rolls the record
+// Prepare, submit and abort are posted through Status's HTTP client (dtmcli's try calls, made by
+// Tries, take no context): the prepare with ctx; the submit or abort that follows the tries whether or
+// not ctx was cancelled meanwhile, since the transaction exists by then. Only DTM's own refusal of the prepare (409 FAILURE) rolls the record
 // back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
 // PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
 // Outcome.Reason carries the try's error. The record is then FAILED (a retry with the key runs anew),
@@ -104,11 +105,15 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	if err := status.Call(ctx, "prepare", t.Gid, &t.TransBase); err != nil {
 		return idemkit.Retryable(err)
 	}
+	// The transaction exists: it is submitted or aborted whether or not the caller is still there (the
+	// tries, which take no context, ran anyway), as Run's wait and settlement outlive the caller. A
+	// cancelled context left it prepared, its resources reserved, until DTM's TimeoutToFail.
+	ctx = context.WithoutCancel(ctx)
 	panicked := true
 	defer func() {
 		if panicked {
 			t.RollbackReason = "panic in the tries"
-			_ = status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase)
+			_ = status.Call(ctx, "abort", t.Gid, &t.TransBase)
 		}
 	}()
 	tryErr := tries(t)
@@ -135,7 +140,7 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 		t.RollbackReason = hooks.PermanentReason + tryErr.Error()
 	}
 	t.RollbackReason = fitReason(t.RollbackReason)
-	if err := status.Call(context.WithoutCancel(ctx), "abort", t.Gid, &t.TransBase); err != nil {
+	if err := status.Call(ctx, "abort", t.Gid, &t.TransBase); err != nil {
 		// DTM aborts a TCC left prepared past its TimeoutToFail anyway.
 		err = fmt.Errorf("%w (and aborting: %w)", tryErr, exists("aborting", t.Gid, err))
 		if !perm {
