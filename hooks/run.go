@@ -59,8 +59,9 @@ type RunParams struct {
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
 	// Wait bounds how long Run waits for the outcome after Start, whether or not ctx is cancelled
-	// meanwhile; the Commit or Rollback hook and the record's settlement that follow run on a context
-	// that survives the cancellation too. 0 waits not at all: the record stays PROCESSING until the
+	// meanwhile; the question whether a Start that failed reached the manager (a submit cut short by
+	// the cancellation may have), and the Commit or Rollback hook and the record's settlement that
+	// follow, run on a context that survives the cancellation too. 0 waits not at all: the record stays PROCESSING until the
 	// Reconciler settles it — unless Start failed and the manager, asked then, already reports the
 	// outcome (a TCC whose try failed, aborted by its initiator), which is settled at once.
 	// Keep the Guard's Lease above Wait: the Reconciler settles records whose lease ran out.
@@ -170,8 +171,12 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			// (one reused, or a Reconciler's fence) is refused too, and its status is not ours.
 			return l.neverStarted(ctx, t, call, out, idemkit.Retryable(fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)))
 		}
-		// Did the transaction reach the manager? Only it can tell.
-		info, err = p.Status.Query(ctx, gid)
+		// Did the transaction reach the manager? Only it can tell, and it is asked whether or not the
+		// caller is still there: a start cut short by the caller's cancellation may have reached it,
+		// and what follows a start (the wait, the settlement) outlives the caller.
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(p.Wait, txstatus.DefaultTimeout))
+		info, err = p.Status.Query(qctx, gid)
+		cancel()
 		switch st := info.Status; {
 		case err != nil:
 			l.Detach(ctx, t)

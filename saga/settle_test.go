@@ -79,3 +79,38 @@ func (k *bank) moved(t *testing.T) int {
 	}
 	return b - initBalance
 }
+
+// TestCallerGoneDuringSubmitStillSettles: the caller goes away while the submit is on its way (a
+// client that disconnects, a deadline shorter than DTM's answer): DTM has the saga, the answer is lost.
+// Submit asked DTM whether the start arrived with the caller's ended context, which could not ask, and
+// left the record PROCESSING for the Reconciler with an error, although the wait that follows a start
+// outlives the caller: every retry of the key was in flight until the lease ran out and a Reconciler
+// came by. It asks whatever became of the caller, and follows the saga to its outcome.
+func TestCallerGoneDuringSubmitStillSettles(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	c := newCall()
+	ctx, cancel := context.WithCancel(ctxb)
+	defer cancel()
+	k.init.Status = &txstatus.Client{Server: k.srv.URL(), PollInterval: 50 * time.Millisecond,
+		HTTP: &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := http.DefaultTransport.RoundTrip(r)
+			if err == nil && strings.HasSuffix(r.URL.Path, "/submit") {
+				// DTM took the submit; the caller leaves before its answer is read.
+				resp.Body.Close()
+				cancel()
+				return nil, context.Canceled
+			}
+			return resp, err
+		})}}
+	out, err := k.init.Submit(ctx, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: k.addSteps})
+	if ctx.Err() == nil {
+		t.Fatal("the submit was never posted: the caller never went away")
+	}
+	if out.Status != txstatus.Succeed || err != nil || string(out.Result) != "ok" {
+		t.Fatalf("Submit = %+v, %v; want the submitted saga followed to succeed", out, err)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusSucceeded || k.orderStatus(t, out.GID) != "PAID" {
+		t.Fatalf("the saga succeeded, but the record is %s and the order %s", rec.Status, k.orderStatus(t, out.GID))
+	}
+}
