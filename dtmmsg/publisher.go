@@ -142,7 +142,11 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	if lerr != nil {
 		// Did the local transaction commit after all (a lost commit reply)? The barrier knows, and
-		// asking fences it when it did not.
+		// asking fences it when it did not. It is asked, and the record settled, whether or not the
+		// caller is still there: its cancellation may be why the commit failed, and the database can
+		// answer all the same.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
+		defer cancel()
 		switch qerr := p.Barrier.QueryPrepared(ctx, gid); {
 		case qerr == nil:
 			lerr = nil // committed: publish
