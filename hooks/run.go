@@ -85,9 +85,10 @@ type RunParams struct {
 // [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced — and, when the record
 // it settled says this gid rolled back, runs the Rollback hook again (that Reconciler ran it, maybe
 // before the writes of a Before hook that outlived the lease existed) — or, when only the lock was
-// lost, rolls the record back (nothing started) and reports Failed. With a gid chosen up front
-// (RunParams.GID), a manager that cannot be asked whether it is free (unreachable, a gateway's 5xx)
-// rolls the record back too (nothing started, the key is free again), and Run returns an error.
+// lost, rolls the record back (nothing started) and reports Failed. A caller gone by then (ctx ended)
+// has the record rolled back too (Failed, nothing started, the key free again) and gets an error. With
+// a gid chosen up front (RunParams.GID), a manager that cannot be asked whether it is free
+// (unreachable, a gateway's 5xx) rolls the record back too, and Run returns an error.
 //
 // When Start fails with DTM's refusal of the call that creates the transaction (an error matching
 // txstatus.ErrRefused) nothing started: the record is rolled back and the key is free again, whatever
@@ -282,6 +283,16 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		return nil, nil
 	}
 	err = t.claim.Extend(ctx)
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller left before the start (the renewal failed for that, not for the store): nothing
+		// started and nothing will, so the record is rolled back, on a context that survives the
+		// cancellation, and the key is free again — rather than left PROCESSING for a Reconciler to
+		// fence a gid the manager never heard of.
+		reason := idemkit.Retryable(fmt.Errorf("%w (never started): the caller left before the start: %w", ErrRolledBack, cerr))
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
+		defer cancel()
+		return reason, errors.Join(fmt.Errorf("hooks: %s not started: %w (the key is free again)", t.GID, cerr), l.Rollback(sctx, t, reason))
+	}
 	switch {
 	case err == nil:
 		t.Record = t.claim.Record()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/saga"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -112,5 +113,43 @@ func TestCallerGoneDuringSubmitStillSettles(t *testing.T) {
 	}
 	if rec := k.record(t, c); rec.Status != idemkit.StatusSucceeded || k.orderStatus(t, out.GID) != "PAID" {
 		t.Fatalf("the saga succeeded, but the record is %s and the order %s", rec.Status, k.orderStatus(t, out.GID))
+	}
+}
+
+// TestCallerGoneBeforeSubmitFreesTheKey: the caller goes away once the Before hook wrote the order,
+// before the saga is submitted. Submit renewed the claim with the caller's ended context, which failed,
+// and took that for a Store that cannot answer: the record was left PROCESSING "for the reconciler",
+// every retry of the key in flight until the lease ran out, and the Reconciler then had to fence a gid
+// DTM never heard of, logging at error level what the README says to alert on. Nothing was or will
+// be submitted: the record is rolled back at once (the Rollback hook cancels the order) and a retry
+// runs a new saga.
+func TestCallerGoneBeforeSubmitFreesTheKey(t *testing.T) {
+	t.Parallel()
+	k := newBank(t, nil)
+	c := newCall()
+	ctx, cancel := context.WithCancel(ctxb)
+	defer cancel()
+	lc := *k.lc
+	before := lc.Before
+	lc.Before = hooks.BeforeTransactionFunc(func(ctx context.Context, tx *hooks.Txn) error {
+		err := before.BeforeTransaction(ctx, tx)
+		cancel() // the client disconnects once the order row is written
+		return err
+	})
+	init := *k.init
+	init.Lifecycle = &lc
+	out, err := init.Submit(ctx, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: k.addSteps})
+	if err == nil || out.Status != txstatus.Failed {
+		t.Fatalf("Submit = %+v, %v; want an error and nothing started", out, err)
+	}
+	if tr, qerr := k.srv.Query(ctxb, out.GID); qerr != nil || tr.Status != "" {
+		t.Fatalf("DTM holds %s: %+v, %v", out.GID, tr, qerr)
+	}
+	if rec := k.record(t, c); rec.Status != idemkit.StatusFailed || k.orderStatus(t, out.GID) != "CANCELLED" {
+		t.Fatalf("nothing started, but the record is %s and the order %s", rec.Status, k.orderStatus(t, out.GID))
+	}
+	again, err := k.init.Submit(ctxb, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: k.addSteps})
+	if err != nil || again.Status != txstatus.Succeed {
+		t.Fatalf("retry = %+v, %v; want a new saga", again, err)
 	}
 }
