@@ -75,6 +75,8 @@ const (
 	VExecLean     = "execute-lean"
 	VTxLean       = "tx-lean"
 	VMarkTxCaller = "mark-tx-caller"
+	VSQLTx        = "sql-tx"       // rawsql.go
+	VSQLTxProbe   = "sql-tx-probe" // rawsql.go
 )
 
 // DefaultVariants are run when the command is not told otherwise, in this order within each round.
@@ -322,6 +324,7 @@ func Variants(e *Env) (map[string]*Variant, error) {
 	}
 	vs = append(vs, hv...)
 	vs = append(vs, grpcVariants(e, gExec, gExec, e.Store, biz)...) // grpc.go
+	vs = append(vs, rawSQLVariants(e)...)                           // rawsql.go
 	mv, err := msgVariants(e, gExec)                                // message consumers (msg.go); optional, they need the brokers
 	if err != nil {
 		return nil, err
