@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -62,8 +63,12 @@ func decodeResponse(b []byte, r protoregistry.MessageTypeResolver) (proto.Messag
 }
 
 // encodeStatus is the stored form of a permanent error: its google.rpc.Status (code, message, details).
+// A message that is not valid UTF-8, which a proto string must be, is stored with its invalid bytes
+// replaced by U+FFFD: refused, the error would not be stored at all.
 func encodeStatus(st *status.Status) ([]byte, error) {
-	return deterministic.Marshal(st.Proto())
+	p := st.Proto()
+	p.Message = strings.ToValidUTF8(p.GetMessage(), "\uFFFD")
+	return deterministic.Marshal(p)
 }
 
 // decodeStatus turns a stored google.rpc.Status back into a status.
