@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,7 +58,9 @@ type Options struct {
 	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (its data, its
 	// headers — Nats-* ones renamed, see HeaderOriginalPrefix — and the Idemkit-* headers saying
 	// why), published through JetStream and acknowledged by a stream before the original is
-	// terminated. A stream must capture the subject. The copy's Nats-Msg-Id names this dead-lettering
+	// terminated. A stream must capture the subject; one that would deliver it to this consumer (its
+	// own stream, through its filter) is refused: Consume returns an error wrapping
+	// msgx.ErrMisconfigured. The copy's Nats-Msg-Id names this dead-lettering
 	// ("<stream>/<consumer>:<stream seq>:<stored time>:<outcome>"): a publish repeated after a lost
 	// ack, or the same message dead-lettered again after a lost Term, is deduplicated by the
 	// dead-letter stream, while another message with the same id is a dead letter of its own.
@@ -90,7 +93,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // record's scope: set msgx.Options.Scope) stops it too: that message is given back with
 // NakWithDelay, and Consume returns the error. Messages fetched and not handled are redelivered by
 // the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit
-// acks and an error for invalid options.
+// acks, an error for invalid options, and one wrapping msgx.ErrMisconfigured, before pulling, when
+// Options.DeadLetterSubject would be delivered to cons itself.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
 	if cons == nil || h == nil {
 		return errors.New("natsjs: nil consumer or handler")
@@ -105,6 +109,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	}
 	if info.Config.AckPolicy != jetstream.AckExplicitPolicy {
 		return fmt.Errorf("%w (consumer %s has %s)", ErrAckPolicy, info.Name, info.Config.AckPolicy)
+	}
+	if err := deadLettersComeBack(ctx, js, info, o.DeadLetterSubject, o.Logger); err != nil {
+		return err
 	}
 	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name}
 
@@ -177,6 +184,52 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 		}
 	}
 	return nil
+}
+
+// deadLettersComeBack returns an error wrapping msgx.ErrMisconfigured when subject, the dead-letter
+// subject, is captured by the consumer's own stream and passes its filter: every dead letter would
+// be delivered to the consumer again as a new message — its own Nats-Msg-Id a new key — run by the
+// handler (a poison message included) and dead-lettered anew, without end. A stream it cannot read
+// (a user allowed to consume, not to read stream info) is logged and not checked.
+func deadLettersComeBack(ctx context.Context, js jetstream.JetStream, info *jetstream.ConsumerInfo, subject string, log *slog.Logger) error {
+	if subject == "" {
+		return nil
+	}
+	stream, err := js.Stream(ctx, info.Stream)
+	if err != nil {
+		log.Warn("natsjs: cannot read the stream to check that DeadLetterSubject does not come back to the consumer",
+			"stream", info.Stream, "subject", subject, "error", err)
+		return nil
+	}
+	subjects := stream.CachedInfo().Config.Subjects // the server's: [name] for a stream created without any
+	filters := info.Config.FilterSubjects
+	if info.Config.FilterSubject != "" {
+		filters = append(filters, info.Config.FilterSubject)
+	}
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	if slices.ContainsFunc(subjects, func(p string) bool { return subjectMatches(p, subject) }) &&
+		slices.ContainsFunc(filters, func(p string) bool { return subjectMatches(p, subject) }) {
+		return fmt.Errorf("natsjs: %w: DeadLetterSubject %q is captured by stream %s and delivered to its consumer %s: "+
+			"every dead letter would come back to the handler as a new message; capture it in another stream", msgx.ErrMisconfigured, subject, info.Stream, info.Name)
+	}
+	return nil
+}
+
+// subjectMatches reports whether the literal subject matches pattern, a NATS subject that may hold
+// the wildcards "*" (one token) and ">" (one token or more, last).
+func subjectMatches(pattern, subject string) bool {
+	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, p := range pt {
+		switch {
+		case p == ">":
+			return i < len(st)
+		case i >= len(st) || (p != "*" && p != st[i]):
+			return false
+		}
+	}
+	return len(pt) == len(st)
 }
 
 func (o *Options) withDefaults(js jetstream.JetStream) (Options, error) {
