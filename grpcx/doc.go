@@ -33,6 +33,8 @@
 //	key missing on a Required method, malformed, too      INVALID_ARGUMENT
 //	  long, or two different keys in the metadata
 //	record store or lock unavailable                      UNAVAILABLE (nothing ran)
+//	the Guard's watchdog cancelled the handler (MaxHold   UNAVAILABLE (not stored: a retry runs again)
+//	  ran out, the lock was lost)
 //	Tx mode: the transaction could not begin or commit,   UNAVAILABLE (nothing took effect)
 //	  or the record could not be written after the
 //	  handler (its writes rolled back)

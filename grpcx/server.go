@@ -55,6 +55,18 @@ type call struct {
 	resp any   // its response
 	herr error // its error
 	ferr error // the error returned to the Guard (herr, marked permanent or not, or an encoding error)
+	lost error // the Guard's watchdog cancelled the handler (idemkit.ErrLockLost) and herr is that context error
+}
+
+// err is the handler's error as the caller gets it. A context error the Guard caused — its watchdog
+// cancelled the handler (MaxHold ran out, the lock was lost) while the caller waited — is
+// UNAVAILABLE, as an unavailable lock is: nothing was stored and a retry runs again, where
+// CANCELLED would tell the caller that it cancelled the call itself.
+func (st *call) err() error {
+	if st.lost != nil {
+		return status.Error(codes.Unavailable, st.lost.Error())
+	}
+	return st.herr
 }
 
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -86,6 +98,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	run := func(ctx context.Context) ([]byte, error) {
 		st = call{ran: true}
 		st.resp, st.herr = handler(ctx, req)
+		if cause := context.Cause(ctx); st.herr != nil && errors.Is(cause, idemkit.ErrLockLost) && !idemkit.IsPermanent(st.herr) {
+			if c := statusOf(st.herr).Code(); c == codes.Canceled || c == codes.DeadlineExceeded {
+				st.lost = cause
+			}
+		}
 		var val []byte
 		val, st.ferr = s.outcome(ctx, st.resp, st.herr)
 		return val, st.ferr
@@ -100,7 +117,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			// or a newer attempt took the key over): its answer is still the truth about this call.
 			s.c.logger.WarnContext(ctx, "grpcx: outcome not recorded", slog.String("method", method), slog.Any("error", err))
 		}
-		return st.resp, st.herr
+		return st.resp, st.err()
 	}
 
 	res, err := s.g.Tx(ctx, s.c.tx, c, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
@@ -128,7 +145,7 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 		if st.herr == nil {
 			return nil, statusOf(err).Err() // the response could not be encoded for storage
 		}
-		return nil, st.herr
+		return nil, st.err()
 	case errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) &&
 		!errors.Is(err, idemkit.ErrInFlight) && !errors.Is(err, idemkit.ErrPayloadMismatch):
 		// Its outcome does not fit the record (a response too large): the writes were rolled back

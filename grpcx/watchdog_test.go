@@ -1,0 +1,63 @@
+package grpcx_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/grpcx"
+	"github.com/idemkit/idemkit/internal/chaosrpc"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// outlivesItsHold charges for longer than the Guard lets a claim be held, and gives up when its
+// context ends, as a well-behaved handler does.
+type outlivesItsHold struct{ runs atomic.Int64 }
+
+func (o *outlivesItsHold) Charge(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+	o.runs.Add(1)
+	select {
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-time.After(20 * time.Second):
+		return nil, errors.New("the watchdog never cancelled the handler")
+	}
+}
+
+// TestWatchdogCancellationIsUnavailable: when the Guard's watchdog cancels a handler (MaxHold ran
+// out, or the lock was lost: ErrLockLost) the handler answers its context's CANCELLED, and that
+// went to a caller that had cancelled nothing — a code gRPC clients and retry policies take for the
+// caller's own decision, never retried. Nothing was stored, so the call is answered UNAVAILABLE, and
+// a retry with the key runs again.
+func TestWatchdogCancellationIsUnavailable(t *testing.T) {
+	for _, tx := range []bool{false, true} {
+		store := memory.NewStore()
+		guard, err := idemkit.New(store, &idemkit.Options{Watchdog: true, MaxHold: 50 * time.Millisecond, Lease: 150 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := &grpcx.Options{}
+		if tx {
+			opts.Tx = store
+		}
+		biz := &outlivesItsHold{}
+		cc := mustClient(t, serveGuardedWith(t, guard, opts, biz))
+		ctx := grpcx.WithKey(context.Background(), "k-hold-1")
+		for i := range 2 {
+			_, err := chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 1}))
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("Tx %v, call %d: %v, want UNAVAILABLE", tx, i+1, err)
+			}
+		}
+		if n := biz.runs.Load(); n != 2 {
+			t.Fatalf("Tx %v: handler ran %d times, want 2 (nothing stored)", tx, n)
+		}
+	}
+}
