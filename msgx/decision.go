@@ -85,7 +85,8 @@ func (o Outcome) String() string {
 type Decision struct {
 	Action  Action
 	Outcome Outcome
-	// Delay is how long to wait before redelivery (Retry only).
+	// Delay is how long to wait before redelivery: for Retry, and for GaveUp, whose redelivery (when
+	// the adapter could not dead-letter it) runs the handler again.
 	Delay time.Duration
 	// Replayed is true when the handler did not run because the record was finished before
 	// (Duplicate, or a Rejected replayed from the record).

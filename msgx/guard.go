@@ -193,7 +193,9 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
 		return Decision{Action: DeadLetter, Outcome: Poison, Err: err}
 	case herr != nil && !notRecorded && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
-		return Decision{Action: DeadLetter, Outcome: GaveUp, Err: err}
+		// Delay: should dead-lettering fail, the adapter redelivers it after the backoff, as a retry
+		// (the record is FAILED: the redelivery runs the handler again).
+		return Decision{Action: DeadLetter, Outcome: GaveUp, Delay: g.backoff(m), Err: err}
 	default: // a retryable handler error, an outcome that could not be recorded, cancellation
 		return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
 	}
