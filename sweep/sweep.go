@@ -56,7 +56,7 @@ type Options struct {
 	MaxBatches int
 	// Locker, when set, makes passes exclusive across every sweeper sharing it and LockKey: a pass
 	// that finds the lock held is skipped; one that cannot reach the Locker sweeps without it (logged
-	// at warn). Defaults to none (every instance sweeps; still correct, since every statement
+	// at warn). The lock is taken for Interval and refreshed every third of it while the pass runs. Defaults to none (every instance sweeps; still correct, since every statement
 	// re-checks its conditions, only wasteful).
 	Locker idemkit.Locker
 	// LockKey names the lock. Defaults to DefaultLockKey.
@@ -141,6 +141,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 			defer s.release(ctx, lk, token)
 		default:
 			defer s.release(ctx, lk, token)
+			// The lock lives Interval; a pass may take longer (a backlog, a reconciler waiting on
+			// its manager). Keep it until the pass ends (deferred before the release: stopped first).
+			defer s.keep(ctx, lk, token)()
 		}
 	}
 	stats := make(Stats, len(s.tasks))
@@ -159,6 +162,36 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 		}
 	}
 	return stats, errors.Join(errs...)
+}
+
+// keep refreshes the sweeper lock token holds every third of Interval until the returned function is
+// called, which waits for it to stop. A lock found lost (expired, taken by another instance) is not
+// refreshed again; a Locker error is retried at the next tick.
+func (s *Sweeper) keep(ctx context.Context, lk idemkit.Locker, token string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(s.opts.Interval/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := lk.Refresh(ctx, s.opts.LockKey, token, s.opts.Interval); err != nil && ctx.Err() == nil {
+				s.opts.Logger.WarnContext(ctx, "idemkit sweep: could not keep the sweeper lock", "error", err)
+				if errors.Is(err, idemkit.ErrLockNotHeld) {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // release frees the sweeper lock token may hold, on a context that outlives ctx by a few seconds.

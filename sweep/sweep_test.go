@@ -231,3 +231,37 @@ func TestSweeperReleasesALockWhoseReplyWasLost(t *testing.T) {
 		t.Fatalf("the next instance's pass: %v; want the lock free", err)
 	}
 }
+
+// TestSweeperHoldsItsLockThroughALongPass: the sweeper lock lives Interval; a pass that runs longer
+// (a large backlog of expired records, a reconciler waiting on DTM) must keep it, or another instance
+// starts a pass beside it, which Options.Locker says cannot happen.
+func TestSweeperHoldsItsLockThroughALongPass(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	locker := memory.NewLocker(nil)
+	started, finish := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	task := sweep.Task{Name: "long", Run: func(ctx context.Context, _ time.Time, _ int) (int, error) {
+		if runs.Add(1) == 1 { // the first pass's only batch outlives the lock's TTL
+			close(started)
+			<-finish
+		}
+		return 0, nil
+	}}
+	a, _ := sweep.New(&sweep.Options{Locker: locker, Interval: interval}, task)
+	b, _ := sweep.New(&sweep.Options{Locker: locker, Interval: interval}, task)
+	errs := make(chan error, 1)
+	go func() { _, err := a.RunOnce(context.Background()); errs <- err }()
+	<-started
+	time.Sleep(4 * interval) // the pass goes on past the TTL it took the lock with
+	_, errB := b.RunOnce(context.Background())
+	close(finish)
+	if err := <-errs; err != nil {
+		t.Fatalf("the long pass: %v", err)
+	}
+	if !errors.Is(errB, sweep.ErrSkipped) || runs.Load() != 1 {
+		t.Fatalf("another instance's pass during a long one: %v (%d task runs); want ErrSkipped", errB, runs.Load())
+	}
+	if _, err := b.RunOnce(context.Background()); err != nil {
+		t.Fatalf("a pass after the long one ended: %v; want the lock released", err)
+	}
+}
