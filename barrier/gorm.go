@@ -92,12 +92,8 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // Enter returns ErrInvalidBranch, ErrNoTransaction, ErrDuplicate (with Duplicate) for a repeated msg op,
 // or the database error.
 func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, error) {
-	if err := b.Validate(); err != nil {
+	if err := g.validate(b); err != nil {
 		return 0, err
-	}
-	if g.d.noNUL && strings.IndexByte(b.TransType+b.Gid+b.BranchID+b.Op, 0) >= 0 {
-		// PostgreSQL text refuses NUL in every insert: an error each delivery would be retried forever.
-		return 0, fmt.Errorf("%w: %s holds a NUL byte, which PostgreSQL text refuses", ErrInvalidBranch, b)
 	}
 	pool, err := txPool(tx)
 	if err != nil {
@@ -136,6 +132,18 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, erro
 		return Hanging, nil
 	}
 	return Duplicate, nil
+}
+
+// validate checks b as [Branch.Validate] does, and for the database: PostgreSQL text refuses NUL in
+// every insert, so such a branch would fail each delivery (and each back-check) forever.
+func (g *Gorm) validate(b *Branch) error {
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	if g.d.noNUL && strings.IndexByte(b.TransType+b.Gid+b.BranchID+b.Op, 0) >= 0 {
+		return fmt.Errorf("%w: %s holds a NUL byte, which PostgreSQL text refuses", ErrInvalidBranch, b)
+	}
+	return nil
 }
 
 func (g *Gorm) insert(ctx context.Context, pool gorm.ConnPool, b *Branch, op, bid string) (int64, error) {

@@ -35,10 +35,14 @@ func MsgBranch(gid string) (*Branch, error) {
 // the insert waits for it on the row's lock (MySQL, PostgreSQL) and the answer is its outcome.
 //
 // It runs two statements of its own (not in a caller's transaction), on ctx. It returns
-// ErrInvalidBranch for a bad gid, ErrMsgRolledBack, or the database error.
+// ErrInvalidBranch for a bad gid (also one holding a NUL byte on PostgreSQL, as [Gorm.Enter] does),
+// ErrMsgRolledBack, or the database error.
 func (g *Gorm) QueryPrepared(ctx context.Context, gid string) error {
 	b, err := MsgBranch(gid)
 	if err != nil {
+		return err
+	}
+	if err := g.validate(b); err != nil {
 		return err
 	}
 	pool := g.db.Statement.ConnPool

@@ -92,3 +92,14 @@ func TestQueryPreparedDTMCompatibility(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryPreparedPostgresRefusesNUL: a gid PostgreSQL text cannot hold is a bad gid for the
+// back-check too (ErrInvalidBranch, answered 400), as it is for Enter; it was sent to the database,
+// whose refusal came back as a database error (500, "ask again later") on every back-check.
+func TestQueryPreparedPostgresRefusesNUL(t *testing.T) {
+	db := testsvc.Postgres(t, nil)
+	g := newGormTable(t, db)
+	if err := g.QueryPrepared(context.Background(), "msg-a\x00b"); !errors.Is(err, ErrInvalidBranch) {
+		t.Fatalf("back-check of a gid with NUL on PostgreSQL: %v, want ErrInvalidBranch", err)
+	}
+}
