@@ -15,7 +15,9 @@
 // sweeper task's name. A scope stored hashed (longer than [idemkit.MaxStoredLen] bytes with its
 // namespace) is reported in that hashed form, as idemctl and the claims gauges show it; the scope of a
 // call refused as invalid that no Store could hold as it is (empty, control characters, too long) as
-// "_invalid". Through the OpenTelemetry Prometheus exporter the names become idemkit_calls_total,
+// "_invalid". Scopes are bounded too: after Options.MaxScopes distinct ones (DefaultMaxScopes, 256), any
+// new scope is labelled "_other" — a scope made of request data would otherwise add series without end.
+// Through the OpenTelemetry Prometheus exporter the names become idemkit_calls_total,
 // idemkit_duration_seconds and so on, and the attribute idemkit.scope the label idemkit_scope; the
 // README's "Operating idemkit" section has the table.
 package idemotel
@@ -24,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -41,6 +44,12 @@ const ScopeName = "github.com/idemkit/idemkit"
 
 // InvalidScope is the scope label of calls whose scope is not a valid stored scope.
 const InvalidScope = "_invalid"
+
+// OtherScope is the scope label of every scope an Observer meets after Options.MaxScopes others.
+const OtherScope = "_other"
+
+// DefaultMaxScopes is the default of Options.MaxScopes.
+const DefaultMaxScopes = 256
 
 // Attribute keys of the metrics and spans.
 const (
@@ -66,6 +75,12 @@ type Options struct {
 	// it costs one query per collection. An error it returns is passed to the MeterProvider's error
 	// handling and the gauges are not reported for that collection. Defaults to none.
 	Claims func(ctx context.Context) ([]ClaimStats, error)
+	// MaxScopes bounds the scope labels: the first MaxScopes distinct scopes the Observer reports
+	// are labelled by themselves, any later one OtherScope. Scopes are meant to be few (route
+	// patterns, names the program chose), but one made of request data — httpx.DefaultScope falls back
+	// to the request's path outside a router, a Scope built from an id — would otherwise add series
+	// without end. Defaults to DefaultMaxScopes; negative means no bound.
+	MaxScopes int
 }
 
 // ClaimStats is the state of one scope's PROCESSING records at one moment.
@@ -84,6 +99,7 @@ type ClaimStats struct {
 // Observer is an [idemkit.Observer] on OpenTelemetry. It is safe for concurrent use.
 type Observer struct {
 	tracer     trace.Tracer
+	scopes     scopeSet
 	calls      metric.Int64Counter
 	newKeys    metric.Int64Counter
 	replays    metric.Int64Counter
@@ -113,6 +129,10 @@ func New(opts *Options) (*Observer, error) {
 		o = *opts
 	}
 	obs := &Observer{}
+	obs.scopes.max = o.MaxScopes
+	if o.MaxScopes == 0 {
+		obs.scopes.max = DefaultMaxScopes
+	}
 	if o.TracerProvider != nil {
 		obs.tracer = o.TracerProvider.Tracer(ScopeName)
 	}
@@ -147,7 +167,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.recFenced = counter("idemkit.reconcile.fenced", "{record}", "Pending records whose gid the transaction manager did not know: the reconciler fenced the gid. Alert when it grows: an initiator died before the manager heard of its transaction, or the manager lost one it had accepted.")
 	obs.recErrors = counter("idemkit.reconcile.errors", "{record}", "Pending records a transaction reconciler could not settle in a pass (manager unreachable, a failing hook, the store), by scope.")
 	if o.Claims != nil {
-		errs = append(errs, registerClaims(m, o.Claims))
+		errs = append(errs, obs.registerClaims(m, o.Claims))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
@@ -156,7 +176,7 @@ func New(opts *Options) (*Observer, error) {
 }
 
 // registerClaims creates the gauges of PROCESSING records and their callback.
-func registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, error)) error {
+func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, error)) error {
 	processing, err1 := m.Int64ObservableGauge("idemkit.records.processing", metric.WithUnit("{record}"),
 		metric.WithDescription("PROCESSING records by scope."))
 	stuck, err2 := m.Int64ObservableGauge("idemkit.records.stuck", metric.WithUnit("{record}"),
@@ -172,7 +192,7 @@ func registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, er
 			return fmt.Errorf("idemotel: reading claims: %w", err)
 		}
 		for _, s := range stats {
-			attrs := metric.WithAttributes(attribute.String(AttrScope, storedLabel(s.Scope)))
+			attrs := metric.WithAttributes(attribute.String(AttrScope, o.scopes.label(storedLabel(s.Scope))))
 			ob.ObserveInt64(processing, s.Processing, attrs)
 			ob.ObserveInt64(stuck, s.Stuck, attrs)
 			ob.ObserveFloat64(oldest, s.Oldest.Seconds(), attrs)
@@ -203,6 +223,40 @@ func scopeLabel(scope, stored string) string {
 	case stored == "" && idemkit.ValidateKey(scope, idemkit.MaxStoredLen) != nil:
 		return InvalidScope
 	}
+	return scope
+}
+
+// scopeSet bounds the scope labels of an Observer (Options.MaxScopes).
+type scopeSet struct {
+	max  int // negative: no bound
+	mu   sync.RWMutex
+	seen map[string]struct{}
+}
+
+// label returns scope's label: scope itself when it is one of the first max scopes met, or InvalidScope;
+// OtherScope otherwise.
+func (s *scopeSet) label(scope string) string {
+	if s.max < 0 || scope == InvalidScope {
+		return scope
+	}
+	s.mu.RLock()
+	_, ok := s.seen[scope]
+	s.mu.RUnlock()
+	if ok {
+		return scope
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[scope]; ok {
+		return scope
+	}
+	if len(s.seen) >= s.max {
+		return OtherScope
+	}
+	if s.seen == nil {
+		s.seen = make(map[string]struct{})
+	}
+	s.seen[scope] = struct{}{}
 	return scope
 }
 
@@ -242,7 +296,7 @@ func (o *Observer) Start(ctx context.Context, mode idemkit.Mode, scope string) (
 // record adds one finished call to the instruments.
 func (o *Observer) record(ctx context.Context, ev *idemkit.Event) {
 	mode := attribute.String(AttrMode, ev.Mode.String())
-	scope := attribute.String(AttrScope, scopeLabel(ev.Scope, ev.StoredScope))
+	scope := attribute.String(AttrScope, o.scopes.label(scopeLabel(ev.Scope, ev.StoredScope)))
 	outcome := attribute.String(AttrOutcome, ev.Outcome.String())
 	base := metric.WithAttributes(mode, scope)
 	o.calls.Add(ctx, 1, metric.WithAttributes(mode, scope, outcome, attribute.String(AttrStatus, string(ev.Status))))
@@ -315,7 +369,7 @@ func (o *Observer) Reconciled(ctx context.Context, ev *hooks.ReconcileEvent) {
 	if o.recSettled == nil {
 		return
 	}
-	scope := attribute.String(AttrScope, scopeLabel(ev.Scope, ev.Record.Scope))
+	scope := attribute.String(AttrScope, o.scopes.label(scopeLabel(ev.Scope, ev.Record.Scope)))
 	if ev.Settled {
 		o.recSettled.Add(ctx, 1, metric.WithAttributes(scope, attribute.String(AttrTxStatus, string(ev.Status))))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -467,5 +468,31 @@ func TestSpanErrorWhenOutcomeNotRecorded(t *testing.T) {
 	}
 	if ended[0].Status().Code != codes.Error || status == string(idemkit.StatusSucceeded) {
 		t.Fatalf("span status %v, %s %q; want an error and not %s", ended[0].Status(), idemotel.AttrStatus, status, idemkit.StatusSucceeded)
+	}
+}
+
+// TestScopeLabelsAreBounded: scopes made of request data (httpx.DefaultScope outside a router falls
+// back to the request's path) added a series per resource to every metric. After Options.MaxScopes
+// distinct scopes any new one is labelled OtherScope; the scopes met first keep their labels.
+func TestScopeLabelsAreBounded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), MaxScopes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, scope := range []string{"POST /orders/1", "POST /orders/2", "POST /orders/3", "POST /orders/4", "POST /orders/1"} {
+		if _, err := g.Do(ctx, idemkit.Call{Scope: scope, Key: fmt.Sprint("k", i)}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for scope, want := range map[string]float64{"POST /orders/1": 2, "POST /orders/2": 1, "POST /orders/3": 0, "POST /orders/4": 0, idemotel.OtherScope: 2} {
+		if got := collect(t, reader, map[string]string{idemotel.AttrScope: scope})["idemkit.calls"]; got != want {
+			t.Errorf("calls labelled %q = %v, want %v", scope, got, want)
+		}
 	}
 }
