@@ -84,8 +84,8 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //     REJECTED, the error also matches idemkit.ErrRejected, and errors.As finds the
 //     *idemkit.RejectedError with the stored message that every replay of the key returns;
 //   - an error when the outcome of the local transaction cannot be known (its commit failed and the
-//     database cannot answer): the record stays PROCESSING; DTM's back-check and the Reconciler settle
-//     it.
+//     database cannot answer — within Wait, or txstatus.DefaultTimeout when longer, once the caller
+//     left): the record stays PROCESSING; DTM's back-check and the Reconciler settle it.
 //
 // A failed Submit after the local commit is not an error: DTM's back-check finds the commit and
 // publishes the message; the Outcome's Reason carries the submit error.
@@ -144,10 +144,15 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		// Did the local transaction commit after all (a lost commit reply)? The barrier knows, and
 		// asking fences it when it did not. It is asked, and the record settled, whether or not the
 		// caller is still there: its cancellation may be why the commit failed, and the database can
-		// answer all the same.
+		// answer all the same. Not for ever: the question waits on the row's lock while the local
+		// transaction is open on the server (a commit whose reply was lost), and a caller gone no
+		// longer bounds it.
+		qctx, qcancel := outlive(ctx, max(p.Wait, txstatus.DefaultTimeout))
+		qerr := p.Barrier.QueryPrepared(qctx, gid)
+		qcancel()
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
 		defer cancel()
-		switch qerr := p.Barrier.QueryPrepared(ctx, gid); {
+		switch {
 		case qerr == nil:
 			lerr = nil // committed: publish
 		case errors.Is(qerr, barrier.ErrMsgRolledBack):
@@ -201,6 +206,17 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		return out, nil // a Reconciler settled the record first, from the same outcome
 	}
 	return out, err
+}
+
+// outlive returns a context with ctx's values that ends once ctx has ended and d has passed: ctx's
+// own bound, or d when ctx ends sooner.
+func outlive(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	timer := time.AfterFunc(d, func() {
+		stop := context.AfterFunc(ctx, cancel)
+		context.AfterFunc(octx, func() { stop() })
+	})
+	return octx, func() { timer.Stop(); cancel() }
 }
 
 // rejection is a permanent failure of Local on its first call: the *idemkit.RejectedError a replay of
