@@ -494,6 +494,10 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 	}
 	cl.locked = false
 	g := cl.g
+	var until time.Time // when the result's time to live ends, should the release have to be retried
+	if result != nil {
+		until = g.opts.Now().Add(ttl)
+	}
 	err := g.opts.Locker.Release(ctx, cl.id.lockKey, cl.token, result, ttl)
 	switch {
 	case err == nil:
@@ -504,7 +508,7 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 		if g.opts.FailOpen {
 			cl.ev.FailOpen = true
 		}
-		cl.retryRelease(result, ttl)
+		cl.retryRelease(result, until)
 	}
 }
 
@@ -513,11 +517,10 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 // flight" to every duplicate of a key whose outcome is stored, and the result it was to cache would
 // be missing from a cache that vouches for the keys it does not hold. It retries with a backoff (10 ms
 // doubling, up to a second) for FinishTimeout, until Redis answers; the result's time to live shrinks
-// as time passes, so it never outlives its record, and once none is left only the lock is released.
-// At most maxWatches run at once per Guard.
-func (cl *Claim) retryRelease(result []byte, ttl time.Duration) {
+// as time passes (it ends at until, where the first release's would have), so it never outlives its
+// record, and once none is left only the lock is released. At most maxWatches run at once per Guard.
+func (cl *Claim) retryRelease(result []byte, until time.Time) {
 	g, key, token := cl.g, cl.id.lockKey, cl.token
-	until := g.opts.Now().Add(ttl)
 	g.forgets.Go(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; background.Sleep(ctx, wait); wait = min(2*wait, time.Second) {
 			res, left := result, until.Sub(g.opts.Now())
