@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/memory"
 	"github.com/redis/go-redis/v9"
@@ -20,10 +21,14 @@ import (
 type lostRelease struct {
 	*redis.Client
 	failed atomic.Bool
+	onFail func() // run when the release fails, when set
 }
 
 func (c *lostRelease) Process(ctx context.Context, cmd redis.Cmder) error {
 	if cmd.Name() == "set" && !hasArg(cmd, "nx") && c.failed.CompareAndSwap(false, true) {
+		if c.onFail != nil {
+			c.onFail()
+		}
 		cmd.SetErr(errInjected)
 		return errInjected
 	}
@@ -66,6 +71,48 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 		}
 		if !errors.Is(err, idemkit.ErrInFlight) || time.Now().After(deadline) {
 			t.Fatalf("duplicate of a finished key whose release failed = %+v, %v; want the stored result", res, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRetriedReleaseKeepsTheCacheWithinTheRecord: the retried release caches the result for what is
+// left of the time to live the first release had, which ends with the record. It was counted again
+// from after the failed release, so a release that failed slowly cached the result past the record's
+// expiry, answering duplicates of a key the store no longer counts. The Guard's clock moves 30
+// minutes while the release fails; the record lives an hour.
+func TestRetriedReleaseKeepsTheCacheWithinTheRecord(t *testing.T) {
+	_, b := setup(t)
+	ctx := testCtx(t)
+	clock := idemtest.NewClock()
+	client := &lostRelease{Client: b.rdb, onFail: func() { clock.Advance(30 * time.Minute) }}
+	g := newGuard(t, memory.NewStore(), &idemkit.Options{
+		Locker: lock.New(client, &lock.Options{Prefix: b.prefix}), LockTTL: time.Hour, Lease: time.Hour, TTL: time.Hour, Now: clock.Now,
+	})
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	if _, err := g.Do(ctx, call, func(context.Context) ([]byte, error) { return []byte("done"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		keys, err := b.rdb.Keys(ctx, b.prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 1 {
+			if v, err := b.rdb.Get(ctx, keys[0]).Result(); err == nil && !strings.HasPrefix(v, "L") {
+				ttl, err := b.rdb.PTTL(ctx, keys[0]).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ttl > 31*time.Minute {
+					t.Fatalf("cached for %s after the retry; the record expires in 30 minutes", ttl)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retried release did not cache the result (keys %v)", keys)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
