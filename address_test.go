@@ -65,3 +65,20 @@ func TestAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceLikeAHashedFormIsRefused: a namespace starting with "sha256:" made every stored scope
+// start with it, and StoredForm hashes every such value: each scope, however short, was stored as a
+// hash, so the records were not under "ns/" where admin and idemctl look for a namespace's records
+// (listings, scopes, stats under the namespace found none of them). New refuses such a namespace.
+func TestNamespaceLikeAHashedFormIsRefused(t *testing.T) {
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Namespace: "sha256:shop"})
+	if err != nil {
+		if !strings.Contains(err.Error(), "invalid options") || !strings.Contains(err.Error(), "sha256:") {
+			t.Fatalf("New: %v, want an invalid options error naming the prefix", err)
+		}
+		return
+	}
+	if ad, _ := g.Address("POST /orders", "k1"); ad.Scope != "sha256:shop/POST /orders" {
+		t.Fatalf("Namespace %q accepted, but scope %q is stored as %q, not under the namespace", "sha256:shop", "POST /orders", ad.Scope)
+	}
+}

@@ -59,7 +59,8 @@ type Options struct {
 	// DefaultFinishTimeout (5s).
 	FinishTimeout time.Duration
 	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
-	// and a Redis; it must not contain '/'. Give every application sharing a table its own: a Guard
+	// and a Redis; it must not contain '/' nor start with "sha256:" (every scope would then be stored
+	// hashed, see [MaxStoredLen]). Give every application sharing a table its own: a Guard
 	// without one stores scopes as they are, so its scope "billing/x" would be namespace "billing"'s
 	// scope "x". Defaults to "".
 	Namespace string
@@ -128,6 +129,10 @@ func (o *Options) withDefaults() (Options, error) {
 		} else if strings.Contains(c.Namespace, "/") {
 			// "a/b" + scope "c" and "a" + scope "b/c" would both be stored as "a/b/c".
 			errs = append(errs, fmt.Errorf("Namespace %q contains '/', which separates it from the scope: two namespaces could then share records", c.Namespace))
+		} else if strings.HasPrefix(c.Namespace, hashedPrefix) {
+			// Every scope would start with it, and StoredForm hashes every such value: no record
+			// would be stored under "ns/", where operators' tools look for the namespace's records.
+			errs = append(errs, fmt.Errorf("Namespace %q starts with %q, the prefix of hashed stored forms: every scope would be stored hashed", c.Namespace, hashedPrefix))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
