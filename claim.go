@@ -290,7 +290,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 
 	res := Result{Value: value, Fence: cl.rec.Fence}
 	if err == nil {
-		res.Value = next.Response // value, or the result stored with the claim
+		res.Value = answered(next.Response) // value, or the result stored with the claim
 	}
 	if werr = cmp.Or(werr, note); werr != nil {
 		res = Result{}
@@ -532,6 +532,15 @@ func (cl *Claim) retryRelease(result []byte, until time.Time) {
 			}
 		}
 	})
+}
+
+// answered is the Value of a first call's success: its stored result, nil when empty, as every replay
+// returns it (no Store tells an empty result from none).
+func answered(result []byte) []byte {
+	if len(result) == 0 {
+		return nil
+	}
+	return result
 }
 
 // outcome writes a finished attempt's status, result and error into next, the claim's record: a

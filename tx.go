@@ -674,7 +674,7 @@ func (cl *Claim) finished(next *Record, val []byte, ferr error, cache bool) (Res
 	if ferr != nil {
 		return Result{Value: val, Fence: next.Fence}, ferr
 	}
-	return Result{Value: next.Response, Fence: next.Fence}, nil
+	return Result{Value: answered(next.Response), Fence: next.Fence}, nil
 }
 
 // unstorableError carries a Store's refusal of an outcome from txCommit to txFailed.
