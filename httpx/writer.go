@@ -54,19 +54,57 @@ type captureWriter struct {
 func (cw *captureWriter) start() {
 	cw.ran = true
 	h := cw.w.Header()
+	odd := oddKeys(h)
 	for _, name := range cw.cfg.replay {
-		cw.remember(h, name)
+		cw.remember(h, name, odd)
 	}
-	cw.remember(h, "Content-Encoding")
+	cw.remember(h, "Content-Encoding", odd)
 }
 
-func (cw *captureWriter) remember(h http.Header, name string) {
-	if v, ok := h[name]; ok {
+func (cw *captureWriter) remember(h http.Header, name string, odd []string) {
+	if v, ok := fieldValues(h, name, odd); ok {
 		if cw.before == nil {
 			cw.before = make(map[string][]string, 4)
 		}
 		cw.before[name] = slices.Clone(v)
 	}
+}
+
+// oddKeys returns the keys of h that are not canonical: a handler may set a field by assigning to
+// the map under another spelling (w.Header()["ETag"]), and net/http sends it all the same.
+func oddKeys(h http.Header) []string {
+	var odd []string
+	for k := range h {
+		if textproto.CanonicalMIMEHeaderKey(k) != k {
+			odd = append(odd, k)
+		}
+	}
+	return odd
+}
+
+// fieldValues returns the values of the field with the canonical name in h, under whichever
+// spellings (odd holds the non-canonical keys of h) in the order net/http sends them (keys sorted);
+// ok reports whether any of those keys is present.
+func fieldValues(h http.Header, name string, odd []string) (v []string, ok bool) {
+	v, ok = h[name]
+	var keys []string
+	for _, k := range odd {
+		if textproto.CanonicalMIMEHeaderKey(k) == name {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return v, ok
+	}
+	if ok {
+		keys = append(keys, name)
+	}
+	slices.Sort(keys)
+	v = nil
+	for _, k := range keys {
+		v = append(v, h[k]...)
+	}
+	return v, true
 }
 
 func (cw *captureWriter) Header() http.Header { return cw.w.Header() }
@@ -214,8 +252,10 @@ func (cw *captureWriter) settleType() {
 // and whether it set Content-Encoding.
 func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 	h := cw.w.Header()
+	odd := oddKeys(h)
 	for _, name := range cw.cfg.replay {
-		before, now := cw.before[name], h[name]
+		before := cw.before[name]
+		now, _ := fieldValues(h, name, odd)
 		switch {
 		case slices.Equal(before, now):
 			continue
@@ -228,14 +268,14 @@ func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 			header = append(header, headerField{name: name, value: v})
 		}
 	}
-	if v, ok := h["Content-Type"]; ok && len(v) == 0 && slices.Contains(cw.cfg.replay, "Content-Type") {
+	if v, ok := h["Content-Type"]; ok && len(v) == 0 && slices.Contains(cw.cfg.replay, "Content-Type") && !slices.ContainsFunc(header, func(f headerField) bool { return f.name == "Content-Type" && !f.clear }) {
 		if _, had := cw.before["Content-Type"]; !had {
 			// Suppressed by the handler (set to nil): net/http sends no type and sniffs none, and
 			// nor must the replay. A clear with no value after it says so.
 			header = append(header, headerField{name: "Content-Type", clear: true})
 		}
 	}
-	ce := h["Content-Encoding"]
+	ce, _ := fieldValues(h, "Content-Encoding", odd)
 	return header, len(ce) > 0 && !slices.Equal(ce, cw.before["Content-Encoding"])
 }
 
