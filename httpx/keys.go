@@ -59,7 +59,8 @@ func Query(name string) KeySource {
 }
 
 // URLParam takes the key from the route parameter name: chi's URL parameter when routed by chi
-// (also when the middleware runs before routing), else http.Request.PathValue (http.ServeMux).
+// (also when the middleware runs before routing), else http.Request.PathValue (http.ServeMux, also
+// one mounted in chi).
 func URLParam(name string) KeySource {
 	if name == "" {
 		panic("httpx: URLParam: empty parameter name")
@@ -68,7 +69,10 @@ func URLParam(name string) KeySource {
 		st, done := stateFor(r)
 		defer done()
 		if _, rctx, _ := st.route(r); rctx != nil {
-			return rctx.URLParam(name), nil
+			if v := rctx.URLParam(name); v != "" {
+				return v, nil
+			}
+			// Not chi's: a ServeMux mounted in chi may have routed the request after it.
 		}
 		return r.PathValue(name), nil
 	}

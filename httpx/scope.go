@@ -14,7 +14,8 @@ import (
 //     a mounted sub-router, r.With, Group). chi completes the pattern only while it routes, so when
 //     the middleware runs before routing it looks the route up in the router itself;
 //   - routed by http.ServeMux (Go 1.22 patterns) with the middleware inside the mux: the path part
-//     of the matched pattern;
+//     of the matched pattern, also when the mux is mounted in chi (chi's pattern, "/api/*", names
+//     only the mount);
 //   - otherwise the escaped request path, so every path is its own scope.
 //
 // Scopes longer than idemkit.MaxStoredLen are hashed by the Guard. DefaultScope is safe for
@@ -26,7 +27,7 @@ func DefaultScope(r *http.Request) string {
 	} else {
 		pattern, _, _ = resolveRoute(r)
 	}
-	if pattern == "" && r.Pattern != "" {
+	if r.Pattern != "" && (pattern == "" || muxWithin(muxPath(r.Pattern), pattern)) {
 		pattern = muxPath(r.Pattern)
 	}
 	if pattern == "" {
@@ -39,6 +40,27 @@ func DefaultScope(r *http.Request) string {
 		pattern = idemkit.HashedForm(pattern)
 	}
 	return r.Method + " " + pattern
+}
+
+// muxWithin reports whether the ServeMux path pattern mp routes below the chi pattern when chi's ends
+// in "/*": a ServeMux mounted in chi (r.Mount("/api", mux)) routed the request after chi, so its
+// pattern ("/api/orders") names the route and chi's ("/api/*") only the mount. A parameter segment
+// matches any other segment (the two routers may name it differently).
+func muxWithin(mp, chiPattern string) bool {
+	prefix, ok := strings.CutSuffix(chiPattern, "/*")
+	if !ok {
+		return false
+	}
+	outer, inner := strings.Split(prefix, "/"), strings.Split(mp, "/")
+	if len(inner) <= len(outer) {
+		return false
+	}
+	for i, seg := range outer {
+		if seg != inner[i] && !strings.HasPrefix(seg, "{") && !strings.HasPrefix(inner[i], "{") {
+			return false
+		}
+	}
+	return true
 }
 
 // muxPath returns the path part of a ServeMux pattern "[METHOD ][HOST]/[PATH]".
