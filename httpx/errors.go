@@ -60,3 +60,7 @@ func (e *errNotStored) Error() string {
 }
 
 var errHijacked = errors.New("httpx: connection hijacked; response not stored")
+
+// errBodyCut: the handler met an error reading the request body (the client went away mid-body), so
+// its response answers a request cut short, not the one a retry sends; it is not stored.
+var errBodyCut = errors.New("httpx: request body cut short; response not stored")

@@ -93,7 +93,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	res, err := m.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
 		cw.start()
 		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
-		r2.Body = st.bodyFor()
+		r2.Body = cw.watch(st)
 		next.ServeHTTP(cw, r2)
 		return cw.result()
 	})
@@ -308,7 +308,7 @@ func (m *middleware) unreplayedStatus(original int) int {
 func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, err error) {
 	var ns *errNotStored
 	switch {
-	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked):
+	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked), errors.Is(err, errBodyCut):
 	case errors.Is(err, idemkit.ErrFenced):
 		m.log(ctx, slog.LevelWarn, "httpx: response sent but not recorded: the record is no longer this attempt's", st, scope, err)
 	default:

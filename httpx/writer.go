@@ -3,6 +3,8 @@ package httpx
 import (
 	"bufio"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -44,6 +46,9 @@ type captureWriter struct {
 	hijacked bool
 	// lost is the first error writing the body to the client; nothing more is sent to it then.
 	lost error
+	// bodyErr is the first error the handler met reading a request body the middleware had not
+	// read whole (see watch).
+	bodyErr error
 	// sniff: the handler set no Content-Type (nor Transfer-Encoding) by the time it sent the status,
 	// and the type is still to be sniffed from the body as net/http does, from the bytes written
 	// before the first flush (settleType clears it).
@@ -307,11 +312,41 @@ func (cw *captureWriter) trailers(fields []headerField) []headerField {
 	return fields
 }
 
+// watch returns the body the handler reads (st.bodyFor) and, when it was not read whole by the
+// middleware (NoFingerprint), notes the first error reading it: a client that went away mid-body
+// makes the handler answer a request cut short (typically 400), which must not be replayed to the
+// retry that sends the whole body. An http.MaxBytesError (an outer MaxBytesReader) is no such
+// error: the same body meets it again.
+func (cw *captureWriter) watch(st *reqState) io.ReadCloser {
+	body := st.bodyFor()
+	if body == nil || body == http.NoBody || st.bodyDone && st.bodyErr == nil {
+		return body
+	}
+	return &watchedBody{ReadCloser: body, cw: cw}
+}
+
+type watchedBody struct {
+	io.ReadCloser
+	cw *captureWriter
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && err != io.EOF && b.cw.bodyErr == nil && !errors.As(err, &mbe) {
+		b.cw.bodyErr = err
+	}
+	return n, err
+}
+
 // result is the guarded function's outcome once the handler returned: the stored response, or an
 // error making the claim retryable when the response is not to be stored.
 func (cw *captureWriter) result() ([]byte, error) {
 	if cw.hijacked {
 		return nil, idemkit.Retryable(errHijacked)
+	}
+	if cw.bodyErr != nil {
+		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", errBodyCut, cw.bodyErr))
 	}
 	if !cw.wrote {
 		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
