@@ -153,7 +153,9 @@ type Options struct {
 	// duplicate of a branch that succeeded (2xx) but cannot be replayed — Duplicates is Reject, or the
 	// response was too large to store — gets 200 {"dtm_result":"SUCCESS"} instead of 409, which DTM
 	// would read as FAILURE, and one of another status gets its problem with that status (a 400,
-	// which DTM retries, stays 400). Defaults to false.
+	// which DTM retries, stays 400). DTM calls a branch whose payload is empty with GET, which
+	// Methods does not guard by default: list http.MethodGet in Methods on such routes (package
+	// dtmhttp's handlers guard every method DTM uses). Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
 	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard
