@@ -61,8 +61,8 @@ type RunParams struct {
 	// Wait bounds how long Run waits for the outcome after Start, whether or not ctx is cancelled
 	// meanwhile; the question whether a Start that failed reached the manager (a submit cut short by
 	// the cancellation may have), and the Commit or Rollback hook and the record's settlement that
-	// follow, run on a context that survives the cancellation too. 0 waits not at all: the record stays PROCESSING until the
-	// Reconciler settles it — unless Start failed and the manager, asked then, already reports the
+	// follow, run on a context that survives the cancellation too. 0 waits not at all: the record
+	// stays PROCESSING until the Reconciler settles it — unless Start failed and the manager, asked then, already reports the
 	// outcome (a TCC whose try failed, aborted by its initiator), which is settled at once.
 	// Keep the Guard's Lease above Wait: the Reconciler settles records whose lease ran out.
 	Wait time.Duration

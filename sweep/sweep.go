@@ -56,8 +56,9 @@ type Options struct {
 	MaxBatches int
 	// Locker, when set, makes passes exclusive across every sweeper sharing it and LockKey: a pass
 	// that finds the lock held is skipped; one that cannot reach the Locker sweeps without it (logged
-	// at warn). The lock is taken for Interval and refreshed every third of it while the pass runs. Defaults to none (every instance sweeps; still correct, since every statement
-	// re-checks its conditions, only wasteful).
+	// at warn). The lock is taken for Interval and refreshed every third of it while the pass runs.
+	// Defaults to none (every instance sweeps; still correct, since every statement re-checks its
+	// conditions, only wasteful).
 	Locker idemkit.Locker
 	// LockKey names the lock. Defaults to DefaultLockKey.
 	LockKey string

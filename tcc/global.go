@@ -55,8 +55,8 @@ type RunParams struct {
 //
 // Prepare, submit and abort are posted through Status's HTTP client (dtmcli's try calls, made by
 // Tries, take no context): the prepare with ctx; the submit or abort that follows the tries whether or
-// not ctx was cancelled meanwhile, since the transaction exists by then. Only DTM's own refusal of the prepare (409 FAILURE) rolls the record
-// back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
+// not ctx was cancelled meanwhile, since the transaction exists by then. Only DTM's own refusal of the
+// prepare (409 FAILURE) rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
 // PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
 // Outcome.Reason carries the try's error. The record is then FAILED (a retry with the key runs anew),
 // unless the error is permanent (marked idemkit.Permanent, or so classified by the Guard's
