@@ -51,7 +51,8 @@ type Options struct {
 	// retries later.
 	FailOpen bool
 	// MaxBody is the largest payload accepted, in bytes; a larger one is malformed (see the package
-	// documentation). Defaults to DefaultMaxBody (1 MiB).
+	// documentation), and is refused only once the barrier lets a [Gorm] op that must not fail
+	// through. Defaults to DefaultMaxBody (1 MiB).
 	MaxBody int64
 	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
 	// an op that may fail), false an infrastructure error (500). An error marked with idemkit.Permanent
@@ -181,9 +182,9 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 		b.answer(w, r, ev, start, fmt.Errorf("%w: got op %q at a %s handler", ErrWrongOp, br.Op, op))
 		return
 	}
-	payload, err := readBody(w, r, b.opts.MaxBody)
-	if err != nil {
-		b.answer(w, r, ev, start, err)
+	payload, perr := readBody(w, r, b.opts.MaxBody)
+	if perr != nil && (MayFail(br.TransType, br.Op) || !errors.Is(perr, ErrMalformedPayload)) {
+		b.answer(w, r, ev, start, perr)
 		return
 	}
 	release, err := b.lock(r.Context(), br)
@@ -193,6 +194,12 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 	}
 
 	req := &Request{HTTP: r, Branch: br, Payload: payload}
+	if perr != nil {
+		// An oversized payload of an op that must not fail: the op it undoes was refused the same
+		// payload, so the barrier most likely skips this call as a null compensation, which needs
+		// no payload. Gorm lets it decide first; a Business written by hand gets no Branch.
+		req.Branch, req.branch, req.payloadErr = nil, br, perr
+	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)
 	finished := false
 	defer func() {
@@ -216,6 +223,9 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 	out, err := run(ctx, req)
 	finished = true
 	release()
+	if err != nil && req.payloadErr != nil && !req.seen {
+		err = req.payloadErr // a Business written by hand failed on the missing Branch
+	}
 	ev.Outcome = out
 	b.answer(w, r, ev, start, err)
 }

@@ -18,10 +18,29 @@ type Request struct {
 	// HTTP is the incoming request; its body has been read into Payload.
 	HTTP *http.Request
 	// Branch is the branch read from the query string. It counts the barrier calls made with it
-	// (barrier_id 01, 02, ...), so use it for the barrier calls of this request only.
+	// (barrier_id 01, 02, ...), so use it for the barrier calls of this request only. It is nil when
+	// the payload of an op that must not fail was larger than Options.MaxBody: only [Gorm] and [Redis]
+	// run such a call (Gorm lets the barrier skip a null compensation first); a barrier call of a
+	// Business written by hand fails, and the call is answered as for the payload error.
 	Branch *barrier.Branch
 	// Payload is the request body: the payload given to DTM for this branch.
 	Payload []byte
+
+	// branch and payloadErr hold the branch and the payload error while Branch is nil; seen records
+	// that Gorm or Redis took them.
+	branch     *barrier.Branch
+	payloadErr error
+	seen       bool
+}
+
+// deferred returns the branch to run the barrier with, and the payload error a business must return
+// instead of running when the barrier lets the call through (nil when the payload was read).
+func (r *Request) deferred() (*barrier.Branch, error) {
+	if r.payloadErr == nil {
+		return r.Branch, nil
+	}
+	r.seen = true
+	return r.branch, r.payloadErr
 }
 
 // Business runs one branch op behind a barrier and reports the barrier's decision (0 when it has
@@ -79,7 +98,11 @@ func Gorm[T any](bar *barrier.Gorm, fn GormFunc[T]) Business {
 		panic("dtmhttp: Gorm: nil barrier or function")
 	}
 	return func(ctx context.Context, req *Request) (barrier.Outcome, error) {
-		return bar.TransactionOutcome(ctx, req.Branch, func(tx *gorm.DB) error {
+		br, perr := req.deferred()
+		return bar.TransactionOutcome(ctx, br, func(tx *gorm.DB) error {
+			if perr != nil { // oversized: the barrier did not skip the call, so it cannot run
+				return perr
+			}
 			p, err := Decode[T](req.Payload)
 			if err != nil {
 				return err
@@ -105,6 +128,9 @@ func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
 		panic("dtmhttp: Redis: nil barrier or function")
 	}
 	return func(ctx context.Context, req *Request) (barrier.Outcome, error) {
+		if _, perr := req.deferred(); perr != nil {
+			return 0, perr
+		}
 		p, err := Decode[T](req.Payload)
 		if err != nil {
 			return 0, err

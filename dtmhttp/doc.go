@@ -60,6 +60,12 @@
 // idemkit.Permanent([ErrMalformedPayload]). An empty body (DTM sends GET without a body when the
 // payload is empty) decodes to T's zero value.
 //
+// The compensation of such an action (or the cancel of such a try) carries the same payload, and has
+// nothing to undo: [Gorm] decodes only when the barrier lets the call through, so it answers the null
+// compensation 200 without the payload, whether it is malformed or larger than MaxBody. [Redis], and a
+// Business written by hand (which gets no Request.Branch then), refuse an oversized payload of an op
+// that must not fail before the barrier decides, as they do a malformed one.
+//
 // # Panics
 //
 // A panic in the business rolls its local transaction back (the barrier rows go with it), releases
