@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
@@ -99,16 +100,25 @@ func Gorm[T any](bar *barrier.Gorm, fn GormFunc[T]) Business {
 	}
 	return func(ctx context.Context, req *Request) (barrier.Outcome, error) {
 		br, perr := req.deferred()
-		return bar.TransactionOutcome(ctx, br, func(tx *gorm.DB) error {
+		failed := false // the payload or fn failed, not the barrier or the transaction
+		out, err := bar.TransactionOutcome(ctx, br, func(tx *gorm.DB) error {
 			if perr != nil { // oversized: the barrier did not skip the call, so it cannot run
+				failed = true
 				return perr
 			}
 			p, err := Decode[T](req.Payload)
-			if err != nil {
-				return err
+			if err == nil {
+				err = fn(ctx, tx, p)
 			}
-			return fn(ctx, tx, p)
+			failed = err != nil
+			return err
 		})
+		if err != nil && !failed {
+			// The database's error (begin, barrier, commit), not the business's answer: DTM must
+			// call again, whatever Options.IsPermanent says.
+			err = idemkit.Retryable(err)
+		}
+		return out, err
 	}
 }
 
@@ -140,6 +150,12 @@ func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
 			return 0, err
 		}
 		res, err := bar.Call(ctx, req.Branch, call)
+		var reply redis.Error
+		if err != nil && !errors.As(err, &reply) && !idemkit.IsPermanent(err) && !errors.Is(err, barrier.ErrInvalidBranch) {
+			// No reply from Redis (a connection or timeout error): an outage, not the business's
+			// answer; DTM must call again, whatever Options.IsPermanent says.
+			err = idemkit.Retryable(err)
+		}
 		return res.Outcome, err
 	}
 }
