@@ -191,8 +191,24 @@ func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]
 		if err != nil {
 			return fmt.Errorf("idemotel: reading claims: %w", err)
 		}
+		// Several scopes may share a label (OtherScope, InvalidScope): a gauge keeps only the last
+		// value observed under one, so theirs are summed (the oldest is the oldest of them).
+		byLabel := make(map[string]*ClaimStats, len(stats))
+		var labels []string
 		for _, s := range stats {
-			attrs := metric.WithAttributes(attribute.String(AttrScope, o.scopes.label(storedLabel(s.Scope))))
+			l := o.scopes.label(storedLabel(s.Scope))
+			if t, ok := byLabel[l]; ok {
+				t.Processing += s.Processing
+				t.Stuck += s.Stuck
+				t.Oldest = max(t.Oldest, s.Oldest)
+				continue
+			}
+			byLabel[l] = &s
+			labels = append(labels, l)
+		}
+		for _, l := range labels {
+			s := byLabel[l]
+			attrs := metric.WithAttributes(attribute.String(AttrScope, l))
 			ob.ObserveInt64(processing, s.Processing, attrs)
 			ob.ObserveInt64(stuck, s.Stuck, attrs)
 			ob.ObserveFloat64(oldest, s.Oldest.Seconds(), attrs)

@@ -496,3 +496,29 @@ func TestScopeLabelsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimsOfOtherScopesAreSummed: the claims gauges of the scopes past MaxScopes share the label
+// OtherScope; each observation under it replaced the one before (a gauge keeps the last value), so
+// stuck records of one such scope were hidden by the next scope's zero.
+func TestClaimsOfOtherScopesAreSummed(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), MaxScopes: 1,
+		Claims: func(context.Context) ([]idemotel.ClaimStats, error) {
+			return []idemotel.ClaimStats{
+				{Scope: "a", Processing: 1, Stuck: 1, Oldest: time.Minute},
+				{Scope: "b", Processing: 4, Stuck: 3, Oldest: time.Hour},
+				{Scope: "c", Processing: 2, Stuck: 0, Oldest: time.Second},
+			}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = obs
+	got := collect(t, reader, map[string]string{idemotel.AttrScope: idemotel.OtherScope})
+	want := map[string]float64{"idemkit.records.processing": 6, "idemkit.records.stuck": 3, "idemkit.records.oldest_processing": 3600}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s labelled %s = %v, want %v", name, idemotel.OtherScope, got[name], w)
+		}
+	}
+}
