@@ -3,6 +3,7 @@ package httpx
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -44,5 +45,34 @@ func TestServeMuxMountedInChi(t *testing.T) {
 	s, h, b := send(t, client, http.MethodPost, srv.URL+"/api/orders/7/pay", "", "{}")
 	if s != http.StatusOK || h.Get(ReplayedHeader) != "true" || bd.calls.Load() != 3 {
 		t.Fatalf("retry of /api/orders/7/pay: %d %q (replayed %q), %d runs; want the replay", s, b, h.Get(ReplayedHeader), bd.calls.Load())
+	}
+}
+
+// TestChiInServeMuxKeepsChiScope: a chi router mounted in a ServeMux (mux.Handle("/", r), or
+// http.Handle on the default mux) with the middleware in r.Use runs before chi routes, under the
+// outer mux's pattern ("/", "/api/"): that pattern names no route below chi's catch-all ("/*"),
+// and the scope stays chi's, as before the ServeMux-in-chi change (it became "POST /", a silent
+// change of the stored scope).
+func TestChiInServeMuxKeepsChiScope(t *testing.T) {
+	for _, c := range []struct{ mux, chi, path string }{
+		{"/", "/*", "/x/y"},
+		{"/api/", "/api/*", "/api/x"},
+		{"/api/{rest...}", "/api/*", "/api/x"},
+	} {
+		var got string
+		r := chi.NewRouter()
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = DefaultScope(r)
+				next.ServeHTTP(w, r)
+			})
+		})
+		r.Handle(c.chi, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		mux := http.NewServeMux()
+		mux.Handle(c.mux, r)
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, c.path, nil))
+		if want := "POST " + c.chi; got != want {
+			t.Errorf("chi %q mounted at mux %q: scope %q, want %q", c.chi, c.mux, got, want)
+		}
 	}
 }

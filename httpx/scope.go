@@ -45,13 +45,19 @@ func DefaultScope(r *http.Request) string {
 // muxWithin reports whether the ServeMux path pattern mp routes below the chi pattern when chi's ends
 // in "/*": a ServeMux mounted in chi (r.Mount("/api", mux)) routed the request after chi, so its
 // pattern ("/api/orders") names the route and chi's ("/api/*") only the mount. A parameter segment
-// matches any other segment (the two routers may name it differently).
+// matches any other segment (the two routers may name it differently). A pattern ending in "/" or
+// "{name...}" below the mount ("/", "/api/") is a prefix no narrower than chi's "/*": it is the
+// pattern of a ServeMux chi is mounted in (the middleware runs in chi before it routes), and chi's
+// pattern stays the scope.
 func muxWithin(mp, chiPattern string) bool {
 	prefix, ok := strings.CutSuffix(chiPattern, "/*")
 	if !ok {
 		return false
 	}
 	outer, inner := strings.Split(prefix, "/"), strings.Split(mp, "/")
+	if last := inner[len(inner)-1]; last == "" || strings.HasSuffix(last, "...}") {
+		inner = inner[:len(inner)-1]
+	}
 	if len(inner) <= len(outer) {
 		return false
 	}
