@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/idemkit/idemkit"
 )
@@ -47,8 +48,9 @@ type captureWriter struct {
 	// lost is the first error writing the body to the client; nothing more is sent to it then.
 	lost error
 	// bodyErr is the first error the handler met reading a request body the middleware had not
-	// read whole (see watch).
-	bodyErr error
+	// read whole (see watch). Atomic: the handler may read the body in a goroutine it does not wait
+	// for (http.TimeoutHandler past its limit), while the middleware reads the handler's outcome.
+	bodyErr atomic.Pointer[error]
 	// sniff: the handler set no Content-Type (nor Transfer-Encoding) by the time it sent the status,
 	// and the type is still to be sniffed from the body as net/http does, from the bytes written
 	// before the first flush (settleType clears it).
@@ -333,8 +335,8 @@ type watchedBody struct {
 func (b *watchedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	var mbe *http.MaxBytesError
-	if err != nil && err != io.EOF && b.cw.bodyErr == nil && !errors.As(err, &mbe) {
-		b.cw.bodyErr = err
+	if err != nil && err != io.EOF && !errors.As(err, &mbe) {
+		b.cw.bodyErr.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
@@ -345,8 +347,8 @@ func (cw *captureWriter) result() ([]byte, error) {
 	if cw.hijacked {
 		return nil, idemkit.Retryable(errHijacked)
 	}
-	if cw.bodyErr != nil {
-		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", errBodyCut, cw.bodyErr))
+	if berr := cw.bodyErr.Load(); berr != nil {
+		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", errBodyCut, *berr))
 	}
 	if !cw.wrote {
 		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
