@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	idemsql "github.com/idemkit/idemkit/sql"
 )
@@ -42,7 +44,9 @@ func (s *Store) DDL() (string, error) {
 // (scope, idem_key) and two secondary indexes) to v2 (primary key (scope, idem_key), one secondary
 // index (status, expires_at)), running the migrate_v1_to_v2 file of package
 // github.com/idemkit/idemkit/sql for the Store's dialect and table, statement by statement on one
-// connection. It does nothing on a v2 table. Records keep every value: nothing but the keys change.
+// connection. It does nothing on a v2 table (on PostgreSQL, one left with v1's indexes by a run that
+// failed after the primary key swap gets them dropped). Records keep every value: nothing but the
+// keys change.
 //
 // Run it once, after every process sharing the table runs this version (which works on either
 // layout; the previous one does not work on v2). On MySQL/MariaDB it is one online ALTER TABLE
@@ -55,19 +59,29 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return errors.New("record: Migrate needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
 	}
 	v1, err := s.isV1(ctx)
-	if err != nil || !v1 {
+	if err != nil {
 		return err
 	}
 	text, err := idemsql.Migration(s.q.dialect)
 	if err != nil {
 		return err
 	}
+	stmts := idemsql.Statements(s.q.renderDDL(text))
+	if !v1 {
+		// On PostgreSQL a run that failed after the primary key swap (the id column is gone), in one
+		// of the file's closing DROP INDEX CONCURRENTLY statements, left v1's indexes: finish it.
+		left, err := s.v1Leftovers(ctx)
+		if err != nil || !left {
+			return err
+		}
+		stmts = slices.DeleteFunc(stmts, func(stmt string) bool { return !strings.HasPrefix(stmt, "DROP INDEX CONCURRENTLY") })
+	}
 	conn, err := s.sdb.Conn(ctx)
 	if err != nil {
 		return s.q.interpretError("migrating", err)
 	}
 	defer conn.Close()
-	for _, stmt := range idemsql.Statements(s.q.renderDDL(text)) {
+	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			if s.q.dialect == dialectSQLite {
 				_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
@@ -102,6 +116,27 @@ func (s *Store) isV1(ctx context.Context) (bool, error) {
 			query = "SELECT count(*) FROM pragma_table_info(?, ?) WHERE name = 'id'"
 			args = append(args, s.q.schema)
 		}
+	}
+	var n int
+	if err := queryOne(ctx, s.c, query, args, &n); err != nil {
+		return false, s.q.interpretError("inspecting", err)
+	}
+	return n > 0, nil
+}
+
+// v1Leftovers reports whether the Store's table, on PostgreSQL, still has an index the migration
+// drops at its end (v1's two secondary indexes, or the new primary key's index of a run on a table
+// already migrated). It is false on the other databases, whose migration is one statement or one
+// transaction.
+func (s *Store) v1Leftovers(ctx context.Context) (bool, error) {
+	if s.q.dialect != dialectPostgres {
+		return false, nil
+	}
+	query := "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid " +
+		"WHERE x.indrelid = to_regclass($1::text) AND c.relname IN ($2, $3, $4)"
+	args := []any{s.q.quoted}
+	for _, suffix := range []string{"_expires_at_idx", "_status_lease_idx", "_pk_v2"} {
+		args = append(args, indexName(s.q.table, suffix))
 	}
 	var n int
 	if err := queryOne(ctx, s.c, query, args, &n); err != nil {

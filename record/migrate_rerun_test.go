@@ -125,3 +125,39 @@ func mustMigration(t *testing.T) string {
 	must(t, err)
 	return text
 }
+
+// TestMigratePostgresRerunAfterFailedIndexDrop: a run that failed after the primary key swap, in
+// one of the file's closing DROP INDEX CONCURRENTLY statements (here: lock_timeout while a writer's
+// transaction is open; equally a cancelled context), leaves the v1 indexes on the table. The table
+// has no id column any more, so the next Migrate took it for a v2 table and did nothing: it reported
+// success and the v1 indexes stayed for good (every write kept maintaining three secondary indexes).
+func TestMigratePostgresRerunAfterFailedIndexDrop(t *testing.T) {
+	db := backends[1].db(t, nil) // PostgreSQL
+	s := v1Table(t, db)
+	table := s.q.name
+	must(t, db.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k', 'SUCCEEDED', 1, 'o')").Error)
+	short := testsvc.PostgresWith(t, nil, " lock_timeout=300")
+	ms, err := New(short, &Options{Table: table})
+	must(t, err)
+	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
+	i := slices.IndexFunc(stmts, func(s string) bool { return strings.HasPrefix(s, "DROP INDEX CONCURRENTLY") })
+	for _, stmt := range stmts[:i] {
+		must(t, short.Exec(stmt).Error)
+	}
+	blocker := db.Begin()
+	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
+	err = short.Exec(stmts[i]).Error
+	blocker.Rollback()
+	if err == nil {
+		t.Fatal("the index drop succeeded; the test did not provoke a failure")
+	}
+	t.Logf("the run failed at: %.60s...: %v", stmts[i], err)
+
+	ctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+	must(t, s.Migrate(ctx)) // run again
+	checkV2Layout(t, s, db)
+	if invalid := invalidIndexes(t, db, s); len(invalid) > 0 {
+		t.Fatalf("Migrate reported success, but INVALID indexes %v are left on the table", invalid)
+	}
+}
