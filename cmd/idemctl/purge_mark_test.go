@@ -23,3 +23,19 @@ func TestPurgeSkipsARecentMarkWithoutRedis(t *testing.T) {
 	f.clock.Advance(time.Minute)
 	f.want(t, exitOK, nil, []string{"purge", "--yes", "--lease", "1m", "mark", "k"}, "deleted")
 }
+
+// TestPurgeJSONSkippedIsAList: purge --json's "skipped" is a list of what was left alone, empty when
+// nothing was: it was null then, which a script iterating over it (for s in out["skipped"]) failed on.
+func TestPurgeJSONSkippedIsAList(t *testing.T) {
+	f := setup(t, "sqlite")
+	f.populate(t)
+	for _, argv := range [][]string{
+		{"purge", "--yes", "--json", "--gid", "nobody"},      // nothing matched
+		{"purge", "--yes", "--json", "--status", "REJECTED"}, // one deleted, none skipped
+	} {
+		out := jsonOf[map[string]any](t, f.want(t, exitOK, nil, argv))
+		if _, ok := out["skipped"].([]any); !ok {
+			t.Errorf("idemctl %q: skipped is %#v, want a list", argv, out["skipped"])
+		}
+	}
+}

@@ -172,7 +172,7 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	now := c.now()
 	opts := admin.PurgeOptions{Force: c.o.force}
 	var todo []*admin.Entry
-	var skipped []string
+	skipped := []string{} // --json: a list, empty when nothing is left alone
 	for _, e := range entries {
 		if err := c.adm.CanPurge(&e.Record, opts); err != nil {
 			skipped = append(skipped, fmt.Sprintf("%s / %s: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
