@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,7 +51,8 @@ func (s *Store) DDL() (string, error) {
 //
 // Run it once, after every process sharing the table runs this version (which works on either
 // layout; the previous one does not work on v2). On MySQL/MariaDB it is one online ALTER TABLE
-// (ALGORITHM=INPLACE, LOCK=NONE: reads and writes go on while the table is rebuilt); on PostgreSQL
+// (ALGORITHM=INPLACE, LOCK=NONE: reads and writes go on while the table is rebuilt; it gives up
+// after waiting 10s for its metadata lock behind an open transaction); on PostgreSQL
 // the indexes are built and dropped CONCURRENTLY and the primary key swapped in one short
 // transaction; on SQLite the table is copied in one transaction. See the README's "Upgrading from
 // v1". It returns the first failing statement's error; every step can be run again.
@@ -81,6 +83,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return s.q.interpretError("migrating", err)
 	}
 	defer conn.Close()
+	if s.q.dialect == dialectMySQL {
+		// The file sets the session's lock_wait_timeout: the connection goes, not back to the pool.
+		defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }()
+	}
 	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			if s.q.dialect == dialectSQLite {

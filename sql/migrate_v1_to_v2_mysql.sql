@@ -9,8 +9,12 @@
 -- its statements name the id column). One statement, online: InnoDB rebuilds the table in place while
 -- reads and writes go on (ALGORITHM=INPLACE, LOCK=NONE; MySQL and MariaDB refuse the statement rather
 -- than take a stronger lock), with a short exclusive metadata lock at its start and end. The rebuild
--- copies the table once: plan for its size in disk and time. record.Store.Migrate runs this file for
+-- copies the table once: plan for its size in disk and time. Its metadata lock waits for every open
+-- transaction that used the table, and every later statement on the table queues behind that wait: the
+-- first statement bounds it to 10 seconds (lock_wait_timeout is a day by default), after which the
+-- ALTER gives up, changing nothing, and can be run again. record.Store.Migrate runs this file for
 -- record.Options.Table and does nothing on a v2 table.
+SET SESSION lock_wait_timeout = LEAST(@@session.lock_wait_timeout, 10);
 ALTER TABLE idemkit_records
   DROP PRIMARY KEY,
   DROP COLUMN id,

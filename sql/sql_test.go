@@ -92,7 +92,7 @@ func TestStatements(t *testing.T) {
 }
 
 func TestMigration(t *testing.T) {
-	for d, want := range map[string]int{"mysql": 1, "postgres": 7, "sqlite": 7} {
+	for d, want := range map[string]int{"mysql": 2, "postgres": 7, "sqlite": 7} {
 		text, err := Migration(d)
 		if err != nil {
 			t.Fatalf("Migration(%q): %v", d, err)
