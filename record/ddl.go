@@ -45,9 +45,9 @@ func (s *Store) DDL() (string, error) {
 // (scope, idem_key) and two secondary indexes) to v2 (primary key (scope, idem_key), one secondary
 // index (status, expires_at)), running the migrate_v1_to_v2 file of package
 // github.com/idemkit/idemkit/sql for the Store's dialect and table, statement by statement on one
-// connection. It does nothing on a v2 table (on PostgreSQL, one left with v1's indexes by a run that
-// failed after the primary key swap gets them dropped). Records keep every value: nothing but the
-// keys change.
+// connection. It fails when the table does not exist, and does nothing on a v2 table (on
+// PostgreSQL, one left with v1's indexes by a run that failed after the primary key swap gets them
+// dropped). Records keep every value: nothing but the keys change.
 //
 // Run it once, after every process sharing the table runs this version (which works on either
 // layout; the previous one does not work on v2). On MySQL/MariaDB it is one online ALTER TABLE
@@ -98,13 +98,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// isV1 reports whether the Store's table has the v1 id column.
+// isV1 reports whether the Store's table has the v1 id column; an error when there is no such table.
 func (s *Store) isV1(ctx context.Context) (bool, error) {
 	var query string
 	args := []any{s.q.table}
 	switch s.q.dialect {
 	case dialectMySQL:
-		query = "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = 'id' AND table_schema = "
+		query = "SELECT count(*), COALESCE(SUM(column_name = 'id'), 0) FROM information_schema.columns WHERE table_name = ? AND table_schema = "
 		if s.q.schema != "" {
 			query += "?"
 			args = append(args, s.q.schema)
@@ -114,20 +114,24 @@ func (s *Store) isV1(ctx context.Context) (bool, error) {
 	case dialectPostgres:
 		// The table the Store's statements name, found as they find it (through search_path when it
 		// is not qualified): current_schema() is only the first schema of the path that exists.
-		query = "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1::text) AND attname = 'id' AND NOT attisdropped"
+		query = "SELECT count(*), count(*) FILTER (WHERE attname = 'id') FROM pg_attribute " +
+			"WHERE attrelid = to_regclass($1::text) AND attnum > 0 AND NOT attisdropped"
 		args = []any{s.q.quoted}
 	default:
-		query = "SELECT count(*) FROM pragma_table_info(?) WHERE name = 'id'"
+		query = "SELECT count(*), COALESCE(SUM(name = 'id'), 0) FROM pragma_table_info(?)"
 		if s.q.schema != "" {
-			query = "SELECT count(*) FROM pragma_table_info(?, ?) WHERE name = 'id'"
+			query = "SELECT count(*), COALESCE(SUM(name = 'id'), 0) FROM pragma_table_info(?, ?)"
 			args = append(args, s.q.schema)
 		}
 	}
-	var n int
-	if err := queryOne(ctx, s.c, query, args, &n); err != nil {
+	var columns, id int
+	if err := queryOne(ctx, s.c, query, args, &columns, &id); err != nil {
 		return false, s.q.interpretError("inspecting", err)
 	}
-	return n > 0, nil
+	if columns == 0 {
+		return false, fmt.Errorf("record: migrating %s: the table does not exist", s.q.name)
+	}
+	return id > 0, nil
 }
 
 // v1Leftovers reports whether the Store's table, on PostgreSQL, still has an index the migration

@@ -3,6 +3,7 @@ package record
 import (
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +68,18 @@ func TestMigrateMySQLGivesUpOnMetadataLock(t *testing.T) {
 
 	must(t, s.Migrate(ctxb)) // the transaction is gone: run it again
 	checkV2Layout(t, s, db)
+}
+
+// TestMigrateMissingTable: Migrate of a table that does not exist (a mistyped Options.Table, a
+// PostgreSQL table outside search_path, the wrong database in the DSN) found no v1 id column, took
+// the table for a v2 one and reported success: the real v1 table stayed as it was, and nothing said
+// so. It fails, saying the table is not there.
+func TestMigrateMissingTable(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		s, err := New(b.db(t, nil), &Options{Table: "no_such_table_v1"})
+		must(t, err)
+		if err := s.Migrate(ctxb); err == nil || !strings.Contains(err.Error(), "does not exist") {
+			t.Fatalf("Migrate of a missing table: %v; want an error saying it does not exist", err)
+		}
+	})
 }
