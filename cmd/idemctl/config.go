@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -210,7 +211,7 @@ func dialector(dsn string) (gorm.Dialector, error) {
 			dsn = u.String()
 		}
 		if _, err := pgx.ParseConfig(dsn); err != nil {
-			return nil, usagef("--db %s: %v", redact(dsn), err)
+			return nil, usagef("--db %s: %s", redact(dsn), hideQueryPassword(err.Error())) // pgx quotes the URL
 		}
 		return postgres.Open(dsn), nil
 	case "sqlite":
@@ -233,14 +234,22 @@ func dialector(dsn string) (gorm.Dialector, error) {
 	return nil, usagef("--db %s: unknown scheme %q: want mysql, postgres or sqlite", redact(dsn), scheme)
 }
 
+// queryPassword is the password parameter of a URL's query (PostgreSQL's postgres://...?password=).
+var queryPassword = regexp.MustCompile("(?i)([?&]password=)[^&#\\s`]*")
+
+// hideQueryPassword replaces the value of every password parameter in s with ****.
+func hideQueryPassword(s string) string { return queryPassword.ReplaceAllString(s, "${1}****") }
+
 // connectError is a failure to reach a service (exit 1), found while checking the command line.
 type connectError struct{ err error }
 
 func (e *connectError) Error() string { return e.err.Error() }
 func (e *connectError) Unwrap() error { return e.err }
 
-// redact hides the password of a DSN "scheme://user:password@...".
+// redact hides the password of a DSN "scheme://user:password@..." and of a URL's query parameter
+// "password=...".
 func redact(dsn string) string {
+	dsn = hideQueryPassword(dsn)
 	scheme, rest, ok := strings.Cut(dsn, "://")
 	if !ok {
 		scheme, rest = "", dsn
