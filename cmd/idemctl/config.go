@@ -229,7 +229,11 @@ func dialector(dsn string) (gorm.Dialector, error) {
 		if query == "" {
 			query = "_pragma=busy_timeout(5000)"
 		}
-		return sqlite.Open("file:" + path + "?" + query), nil
+		if !strings.Contains(query, "mode=") {
+			query += "&mode=rw" // never create a database
+		}
+		// In a "file:" URI SQLite decodes %XX and ends the path at '#': escape both.
+		return sqlite.Open("file:" + strings.NewReplacer("%", "%25", "#", "%23").Replace(path) + "?" + query), nil
 	}
 	return nil, usagef("--db %s: unknown scheme %q: want mysql, postgres or sqlite", redact(dsn), scheme)
 }
