@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/internal/background"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -150,7 +151,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		qctx, qcancel := outlive(ctx, max(p.Wait, txstatus.DefaultTimeout))
 		qerr := p.Barrier.QueryPrepared(qctx, gid)
 		qcancel()
-		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
+		ctx, cancel := background.Settling(ctx)
 		defer cancel()
 		switch {
 		case qerr == nil:
@@ -199,7 +200,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	// The local transaction committed: the message is published whether or not the caller is still
 	// there, and the hooks and the record follow it (as the wait does).
-	sctx, cancelSettle := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
+	sctx, cancelSettle := background.Settling(ctx)
 	defer cancelSettle()
 	err = p.Lifecycle.Conclude(sctx, t, out.Status, pp.Result)
 	if errors.Is(err, idemkit.ErrFenced) && out.Status.Final() {
@@ -211,7 +212,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 // outlive returns a context with ctx's values that ends once ctx has ended and d has passed: ctx's
 // own bound, or d when ctx ends sooner.
 func outlive(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	octx, cancel := background.Settling(ctx)
 	timer := time.AfterFunc(d, func() {
 		stop := context.AfterFunc(ctx, cancel)
 		context.AfterFunc(octx, func() { stop() })

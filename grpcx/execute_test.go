@@ -35,18 +35,9 @@ func (c *counter) Charge(ctx context.Context, req *structpb.Struct) (*structpb.S
 // clients sending the same key at once over TCP: the handler runs once, every caller gets its answer
 // (the original, or the replay once it finished) or ABORTED while it runs, never a second run.
 func TestExecuteModeConcurrentDuplicates(t *testing.T) {
-	db := testsvc.MySQL(t, nil)
 	rdb := testsvc.Redis(t)
-	table := testsvc.Name("grpcx_exec_")
-	testsvc.DropTable(t, db, table)
-	store, err := record.New(db, &record.Options{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	prefix := table + ":"
+	store := mysqlRecords(t, "grpcx_exec_")
+	prefix := store.Table() + ":"
 	testsvc.CleanRedis(t, rdb, prefix)
 	guard, err := idemkit.New(store, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: prefix})})
 	if err != nil {
@@ -139,4 +130,20 @@ func serveGuardedWith(t *testing.T, guard *idemkit.Guard, opts *grpcx.Options, b
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return ln.Addr().String()
+}
+
+// mysqlRecords returns a record Store on a fresh MariaDB table named with prefix, dropped when t ends.
+func mysqlRecords(t *testing.T, prefix string) *record.Store {
+	t.Helper()
+	db := testsvc.MySQL(t, nil)
+	table := testsvc.Name(prefix)
+	testsvc.DropTable(t, db, table)
+	store, err := record.New(db, &record.Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return store
 }

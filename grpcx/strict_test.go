@@ -13,8 +13,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcx"
 	"github.com/idemkit/idemkit/internal/chaosrpc"
-	"github.com/idemkit/idemkit/internal/testsvc"
-	"github.com/idemkit/idemkit/record"
 )
 
 // unanswerable is a Payments business whose answer is not the business's: a response proto cannot
@@ -51,16 +49,7 @@ func (u *unanswerable) Charge(ctx context.Context, _ *structpb.Struct) (*structp
 // context error stored with its CANCELLED status), and every retry of the key got the replayed rejection
 // instead of running again.
 func TestUnansweredOutcomesStayRetryableUnderAStrictClassifier(t *testing.T) {
-	db := testsvc.MySQL(t, nil)
-	table := testsvc.Name("grpcx_strict_")
-	testsvc.DropTable(t, db, table)
-	store, err := record.New(db, &record.Options{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := mysqlRecords(t, "grpcx_strict_")
 	errTransient := errors.New("transient")
 	guard, err := idemkit.New(store, &idemkit.Options{IsPermanent: func(err error) bool { return !errors.Is(err, errTransient) }})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/background"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -211,9 +212,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	}
 	// From here on the transaction was started: its outcome is what the hooks and the record must
 	// follow, whether or not the caller is still there (as for the wait).
-	// A cancellable context all the same: Claim.Finish bounds its writes by Options.FinishTimeout only
-	// on one that can be cancelled (it uses a context that never is as it is).
-	ctx, cancelSettle := context.WithCancel(context.WithoutCancel(ctx))
+	ctx, cancelSettle := background.Settling(ctx)
 	defer cancelSettle()
 	var notOurs error
 	if out.Status == txstatus.Succeed && info.RanNothingFor(p.TransType) {
@@ -289,7 +288,7 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		// cancellation, and the key is free again — rather than left PROCESSING for a Reconciler to
 		// fence a gid the manager never heard of.
 		reason := idemkit.Retryable(fmt.Errorf("%w (never started): the caller left before the start: %w", ErrRolledBack, cerr))
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // cancellable: Finish then bounds its write
+		sctx, cancel := background.Settling(ctx)
 		defer cancel()
 		return reason, errors.Join(fmt.Errorf("hooks: %s not started: %w (the key is free again)", t.GID, cerr), l.Rollback(sctx, t, reason))
 	}

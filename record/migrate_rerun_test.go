@@ -83,27 +83,11 @@ func TestMigratePostgresRerunAfterCancelledMigrate(t *testing.T) {
 func TestMigratePostgresRerunRebuildsInvalidIndex(t *testing.T) {
 	db := backends[1].db(t, nil) // PostgreSQL
 	s := v1Table(t, db)
-	table := s.q.name
-	short := testsvc.PostgresWith(t, nil, " lock_timeout=300")
-	ms, err := New(short, &Options{Table: table})
-	must(t, err)
-	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
 	// A run built the primary key's index, then failed building the (status, expires_at) one while a
 	// writer's transaction was open.
-	i := slices.IndexFunc(stmts, func(s string) bool {
+	failMigrationAt(t, db, s, func(s string) bool {
 		return strings.HasPrefix(s, "CREATE INDEX CONCURRENTLY") && strings.Contains(s, "_status_expires_idx")
 	})
-	for _, stmt := range stmts[:i] {
-		must(t, short.Exec(stmt).Error)
-	}
-	blocker := db.Begin()
-	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
-	err = short.Exec(stmts[i]).Error
-	blocker.Rollback()
-	if err == nil {
-		t.Fatal("the index build succeeded; the test did not provoke a failure")
-	}
-	t.Logf("the run failed at: %.60s...: %v", stmts[i], err)
 
 	must(t, s.Migrate(ctxb)) // run again
 	checkV2Layout(t, s, db)
@@ -120,6 +104,29 @@ func invalidIndexes(t *testing.T, db *gorm.DB, s *Store) []string {
 	return names
 }
 
+// failMigrationAt runs the PostgreSQL migration of s's table on db's server up to its first statement
+// at which returns true, and runs that one with a short lock_timeout while a writer's transaction on
+// the table is open, so that it fails, as a run cut short there would.
+func failMigrationAt(t *testing.T, db *gorm.DB, s *Store, at func(stmt string) bool) {
+	t.Helper()
+	short := testsvc.PostgresWith(t, nil, " lock_timeout=300")
+	ms, err := New(short, &Options{Table: s.q.name})
+	must(t, err)
+	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
+	i := slices.IndexFunc(stmts, at)
+	for _, stmt := range stmts[:i] {
+		must(t, short.Exec(stmt).Error)
+	}
+	blocker := db.Begin()
+	must(t, blocker.Exec("INSERT INTO "+s.q.name+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
+	err = short.Exec(stmts[i]).Error
+	blocker.Rollback()
+	if err == nil {
+		t.Fatalf("%.60s... succeeded; the test did not provoke a failure", stmts[i])
+	}
+	t.Logf("the run failed at: %.60s...: %v", stmts[i], err)
+}
+
 func mustMigration(t *testing.T) string {
 	text, err := idemsql.Migration(dialectPostgres)
 	must(t, err)
@@ -134,24 +141,8 @@ func mustMigration(t *testing.T) string {
 func TestMigratePostgresRerunAfterFailedIndexDrop(t *testing.T) {
 	db := backends[1].db(t, nil) // PostgreSQL
 	s := v1Table(t, db)
-	table := s.q.name
-	must(t, db.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k', 'SUCCEEDED', 1, 'o')").Error)
-	short := testsvc.PostgresWith(t, nil, " lock_timeout=300")
-	ms, err := New(short, &Options{Table: table})
-	must(t, err)
-	stmts := idemsql.Statements(ms.q.renderDDL(mustMigration(t)))
-	i := slices.IndexFunc(stmts, func(s string) bool { return strings.HasPrefix(s, "DROP INDEX CONCURRENTLY") })
-	for _, stmt := range stmts[:i] {
-		must(t, short.Exec(stmt).Error)
-	}
-	blocker := db.Begin()
-	must(t, blocker.Exec("INSERT INTO "+table+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k2', 'SUCCEEDED', 1, 'o')").Error)
-	err = short.Exec(stmts[i]).Error
-	blocker.Rollback()
-	if err == nil {
-		t.Fatal("the index drop succeeded; the test did not provoke a failure")
-	}
-	t.Logf("the run failed at: %.60s...: %v", stmts[i], err)
+	must(t, db.Exec("INSERT INTO "+s.q.name+" (scope, idem_key, status, fence, owner) VALUES ('s', 'k', 'SUCCEEDED', 1, 'o')").Error)
+	failMigrationAt(t, db, s, func(s string) bool { return strings.HasPrefix(s, "DROP INDEX CONCURRENTLY") })
 
 	ctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
 	defer cancel()

@@ -42,3 +42,11 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// Settling returns a context with ctx's values for work that must finish whether or not the caller
+// still waits (following a global transaction's outcome, settling its record), and its cancel. It
+// survives ctx's cancellation yet can be cancelled itself, which matters: Claim.Finish bounds its
+// writes by Options.FinishTimeout only on a context that can end, and takes one that never can as is.
+func Settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.WithoutCancel(ctx))
+}
