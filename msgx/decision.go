@@ -85,8 +85,9 @@ func (o Outcome) String() string {
 type Decision struct {
 	Action  Action
 	Outcome Outcome
-	// Delay is how long to wait before redelivery: for Retry, and for GaveUp, whose redelivery (when
-	// the adapter could not dead-letter it) runs the handler again.
+	// Delay is how long to wait before redelivery: for Retry, and for DeadLetter, which the adapter
+	// redelivers when it could not dead-letter the message (the attempt's backoff, as for a retry; a
+	// GaveUp message then runs the handler again, a Rejected or Poison one is dead-lettered again).
 	Delay time.Duration
 	// Replayed is true when the handler did not run because the record was finished before
 	// (Duplicate, or a Rejected replayed from the record).

@@ -135,7 +135,7 @@ func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
 	}
 	if err != nil {
 		g.opts.Logger.Warn("msgx: message without a usable key, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
-		return idemkit.Call{}, Decision{Action: DeadLetter, Outcome: Poison, Err: err}, false
+		return idemkit.Call{}, Decision{Action: DeadLetter, Outcome: Poison, Delay: g.backoff(m), Err: err}, false
 	}
 	c := idemkit.Call{Scope: scope, Key: key}
 	if g.opts.Fingerprint != nil {
@@ -176,9 +176,9 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 	case err == nil:
 		return Decision{Action: Ack, Outcome: Processed}
 	case herr != nil && !notRecorded && g.guard.IsPermanent(herr):
-		return g.rejected(err, false)
+		return g.rejected(m, err, false)
 	case herr == nil && errors.Is(err, idemkit.ErrRejected):
-		return g.rejected(err, true)
+		return g.rejected(m, err, true)
 	case herr == nil && errors.Is(err, idemkit.ErrInFlight):
 		var ife *idemkit.InFlightError
 		hold := time.Duration(0)
@@ -191,22 +191,20 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 		// The same delivery would fail the same way forever: ErrUnstorable here is a value of the
 		// call the Store refuses, or an outcome recorded REJECTED without it (replayed as such).
 		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
-		return Decision{Action: DeadLetter, Outcome: Poison, Err: err}
+		return Decision{Action: DeadLetter, Outcome: Poison, Delay: g.backoff(m), Err: err}
 	case herr != nil && !notRecorded && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
-		// Delay: should dead-lettering fail, the adapter redelivers it after the backoff, as a retry
-		// (the record is FAILED: the redelivery runs the handler again).
+		// The record is FAILED: should dead-lettering fail, the redelivery runs the handler again.
 		return Decision{Action: DeadLetter, Outcome: GaveUp, Delay: g.backoff(m), Err: err}
 	default: // a retryable handler error, an outcome that could not be recorded, cancellation
 		return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
 	}
 }
 
-func (g *Guard) rejected(err error, replayed bool) Decision {
-	a := DeadLetter
+func (g *Guard) rejected(m *Message, err error, replayed bool) Decision {
 	if g.opts.OnReject == AckRejected {
-		a = Ack
+		return Decision{Action: Ack, Outcome: Rejected, Replayed: replayed, Err: err}
 	}
-	return Decision{Action: a, Outcome: Rejected, Replayed: replayed, Err: err}
+	return Decision{Action: DeadLetter, Outcome: Rejected, Delay: g.backoff(m), Replayed: replayed, Err: err}
 }
 
 // backoff is the retry delay of m's delivery attempt: RetryDelay doubled per earlier attempt, capped

@@ -12,7 +12,8 @@
 //	msgx.Ack         Ack (after the outcome is durable)
 //	msgx.Retry       NakWithDelay(delay): the server redelivers after the delay
 //	msgx.DeadLetter  a copy published to Options.DeadLetterSubject (awaiting the stream's ack), then
-//	                 Term; without a dead-letter subject only Term (an advisory reports it)
+//	                 Term; without a dead-letter subject only Term (an advisory reports it). A copy
+//	                 that cannot be published: NakWithDelay(delay), the attempt's backoff
 //
 // The copy keeps the data and headers, with the original's Nats-* headers renamed Idemkit-Orig-*
 // (Nats-Msg-Id becomes Idemkit-Orig-Msg-Id): JetStream would act on them when the copy is published

@@ -308,7 +308,8 @@ func (s *settler) settle(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) {
 }
 
 // deadLetter publishes a copy to the dead-letter subject (when configured) and terminates jm. When
-// the copy cannot be published, jm is redelivered later instead, so it is never lost.
+// the copy cannot be published, jm is redelivered after the decision's Delay (the attempt's backoff)
+// instead, so it is never lost.
 func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) error {
 	md, mderr := jm.Metadata()
 	seq := ""
