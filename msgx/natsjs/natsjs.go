@@ -58,7 +58,8 @@ type Options struct {
 	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (its data, its
 	// headers — Nats-* ones renamed, see HeaderOriginalPrefix — and the Idemkit-* headers saying
 	// why), published through JetStream and acknowledged by a stream before the original is
-	// terminated. A stream must capture the subject; one that would deliver it to this consumer (its
+	// terminated. A subject with whitespace or an empty token, which nothing can be published to, is
+	// an invalid option. A stream must capture the subject; one that would deliver it to this consumer (its
 	// own stream, through its filter) is refused: Consume returns an error wrapping
 	// msgx.ErrMisconfigured. The copy's Nats-Msg-Id names this dead-lettering
 	// ("<stream>/<consumer>:<stream seq>:<stored time>:<outcome>"): a publish repeated after a lost
@@ -250,8 +251,18 @@ func (o *Options) withDefaults(js jetstream.JetStream) (Options, error) {
 		return Options{}, fmt.Errorf("natsjs: PublishTimeout must not be negative, got %s", c.PublishTimeout)
 	case c.DeadLetterSubject != "" && js == nil:
 		return Options{}, errors.New("natsjs: DeadLetterSubject needs a JetStream context to publish through")
+	case c.DeadLetterSubject != "" && !publishable(c.DeadLetterSubject):
+		return Options{}, fmt.Errorf("natsjs: DeadLetterSubject %q cannot be published to: a subject is tokens separated by '.', none empty, without whitespace", c.DeadLetterSubject)
 	}
 	return c, nil
+}
+
+// publishable reports whether a message can be published to subject: its tokens are not empty and it
+// holds no whitespace (the client refuses a subject with whitespace, the server one with an empty
+// token). Every dead letter's publish to another fails, and the message would be redelivered without
+// end instead of dead-lettered.
+func publishable(subject string) bool {
+	return !strings.ContainsAny(subject, " \t\r\n") && !slices.Contains(strings.Split(subject, "."), "")
 }
 
 // Message converts a JetStream message to a msgx.Message: ID from the Nats-Msg-Id header, Queue

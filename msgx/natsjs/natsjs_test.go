@@ -26,6 +26,7 @@ type fixture struct {
 	js      jetstream.JetStream
 	stream  string
 	dlq     string // dead-letter subject, captured by its own stream
+	dlqName string // the dead-letter stream's name: it captures "<dlqName>.>"
 	dlqS    jetstream.Stream
 	cons    jetstream.Consumer
 	guard   *idemkit.Guard
@@ -46,9 +47,8 @@ func setup(t *testing.T, mopts *msgx.Options) *fixture {
 	f.nc, f.js = testbroker.NATS(t)
 	// The smallest duplicate window JetStream accepts, so that tests can publish a message id again.
 	_, f.stream = testbroker.Stream(t, f.js, "msgx_", &jetstream.StreamConfig{Duplicates: 100 * time.Millisecond})
-	var dlqName string
-	f.dlqS, dlqName = testbroker.Stream(t, f.js, "msgx_dlq_", nil)
-	f.dlq = dlqName + ".dead"
+	f.dlqS, f.dlqName = testbroker.Stream(t, f.js, "msgx_dlq_", nil)
+	f.dlq = f.dlqName + ".dead"
 	ctx := context.Background()
 	var err error
 	f.cons, err = f.js.CreateOrUpdateConsumer(ctx, f.stream, jetstream.ConsumerConfig{
