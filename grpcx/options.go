@@ -35,7 +35,9 @@ type Options struct {
 	// Required reports whether a guarded method must carry a key: a call without one is answered
 	// INVALID_ARGUMENT. Defaults to none: a call without a key passes through unguarded.
 	Required func(method string) bool
-	// Scope returns the record scope of a method. Defaults to the full method name.
+	// Scope returns the record scope of a method. Defaults to the full method name. A scope the Guard
+	// would refuse (longer than its Options.MaxKeyLen, or holding control characters) is kept as its
+	// hash (idemkit.HashedForm); an empty one answers INTERNAL, and the handler does not run.
 	Scope func(method string) string
 	// Permanent reports whether a handler's status error is a permanent answer, stored (REJECTED) and
 	// replayed to duplicates with its code, message and details; other errors are retryable, not stored,

@@ -3,6 +3,7 @@ package grpcx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"time"
@@ -92,7 +93,12 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	c := idemkit.Call{Scope: s.c.scope(method), Key: key, Fingerprint: fp}
+	scope, err := s.scope(method)
+	if err != nil {
+		s.c.logger.ErrorContext(ctx, "grpcx: no usable scope", slog.String("method", method), slog.Any("error", err))
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	c := idemkit.Call{Scope: scope, Key: key, Fingerprint: fp}
 
 	var st call
 	run := func(ctx context.Context) ([]byte, error) {
@@ -124,6 +130,25 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return run(context.WithValue(ctx, txKey{}, tx))
 	})
 	return s.txAnswer(ctx, method, &st, res, err)
+}
+
+// scope is the record scope of method: Options.Scope's (the full method name by default), kept as its
+// hash (idemkit.HashedForm) when the Guard would refuse it — a method name longer than the Guard's
+// MaxKeyLen — as the HTTP middleware keeps its scopes. The scope is the server's choice: one the Guard
+// cannot take even so (empty, or a MaxKeyLen below the hash's length) is an error of the server's,
+// never the client's INVALID_ARGUMENT.
+func (s *server) scope(method string) (string, error) {
+	scope := s.c.scope(method)
+	if scope == "" {
+		return "", fmt.Errorf("grpcx: Options.Scope returned an empty scope for %s", method)
+	}
+	if idemkit.ValidateKey(scope, s.g.MaxKeyLen()) != nil {
+		scope = idemkit.HashedForm(scope)
+	}
+	if err := idemkit.ValidateKey(scope, s.g.MaxKeyLen()); err != nil {
+		return "", fmt.Errorf("grpcx: the scope of %s: %w", method, err)
+	}
+	return scope, nil
 }
 
 // txAnswer answers a call guarded in Tx mode ([idemkit.Guard.Tx]). The Guard commits the handler's
