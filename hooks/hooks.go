@@ -44,6 +44,9 @@ type Txn struct {
 	Record idemkit.Record
 
 	claim *idemkit.Claim
+	// chosen is set when the gid is the caller's (RunParams.GID): the manager may hold it for
+	// another transaction, whose status is not this one's.
+	chosen bool
 }
 
 // BeforeTransaction runs before a global transaction starts; an error stops it from starting.

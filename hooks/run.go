@@ -46,6 +46,9 @@ type RunParams struct {
 	// asks the manager about a gid given here before it starts anything (one query more), and a gid
 	// the manager knows — in any state, even still running — rolls the call back without starting
 	// anything: DTM itself accepts a submit or a prepare for a gid it holds as submitted or prepared.
+	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
+	// rolled back all the same and Run returns the hook's error: the Reconciler, which follows the
+	// manager's status for the gid, would take another transaction holding it for this call's.
 	// It must not start with "msg-" (dtmmsg.GIDPrefix): the Reconciler leaves such records to
 	// dtmmsg.Reconciler.
 	GID string
@@ -133,6 +136,7 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		return Outcome{}, err
 	}
 	out := Outcome{GID: gid}
+	t.chosen = p.GID != ""
 	if rolledBack, err := l.renew(ctx, t, call); err != nil || rolledBack != nil {
 		if rolledBack != nil {
 			out.Status, out.Reason = txstatus.Failed, rolledBack
@@ -255,7 +259,28 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 // and the Outcome is Failed.
 func (l *Lifecycle) neverStarted(ctx context.Context, t *Txn, call idemkit.Call, out Outcome, reason error) (Outcome, error) {
 	out.Status, out.Reason = txstatus.Failed, reason
-	return l.ended(ctx, call, t.GID, out, l.Rollback(ctx, t, reason))
+	return l.ended(ctx, call, t.GID, out, l.rollbackUnstarted(ctx, t, reason))
+}
+
+// rollbackUnstarted is Rollback for t, whose transaction never started. When its gid was chosen by the
+// caller and the Rollback hook fails, the record is rolled back all the same, and the hook's error
+// returned: left PROCESSING, the Reconciler would follow what the manager holds for the gid — maybe
+// another transaction, whose success it would record as this call's, none of it run. (A fresh gid is
+// left to the Reconciler, which fences it and runs the hook again.)
+func (l *Lifecycle) rollbackUnstarted(ctx context.Context, t *Txn, reason error) error {
+	if !t.chosen || l.OnRollback == nil {
+		return l.Rollback(ctx, t, reason)
+	}
+	if err := l.OnRollback.Rollback(ctx, t, reason); err != nil {
+		err = fmt.Errorf("hooks: rollback %s: %w (the record is rolled back all the same: its gid may be another transaction's)", t.GID, err)
+		if serr := l.settle(ctx, t, nil, reason); serr != nil {
+			// The hook's error is the one to report, also when another settled the record first
+			// (which Run's caller would otherwise be told is no error).
+			err = fmt.Errorf("%w; settling the record: %v", err, serr)
+		}
+		return err
+	}
+	return l.settle(ctx, t, nil, reason)
 }
 
 // ended is Run's return once the record was settled, or its settlement tried, with err: when the
@@ -290,7 +315,7 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		reason := idemkit.Retryable(fmt.Errorf("%w (never started): the caller left before the start: %w", ErrRolledBack, cerr))
 		sctx, cancel := background.Settling(ctx)
 		defer cancel()
-		return reason, errors.Join(fmt.Errorf("hooks: %s not started: %w (the key is free again)", t.GID, cerr), l.Rollback(sctx, t, reason))
+		return reason, errors.Join(fmt.Errorf("hooks: %s not started: %w (the key is free again)", t.GID, cerr), l.rollbackUnstarted(sctx, t, reason))
 	}
 	switch {
 	case err == nil:
@@ -316,7 +341,7 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		// ran out, and returns ErrFenced when the record is no longer its own): nothing started, so
 		// rolling it back is right either way; a fenced rollback means another settled it first.
 		reason := idemkit.Retryable(fmt.Errorf("%w (never started): the claim's lock ran out before the start: %w", ErrRolledBack, err))
-		return reason, l.Rollback(ctx, t, reason)
+		return reason, l.rollbackUnstarted(ctx, t, reason)
 	default:
 		// The store cannot say: leave the record to the reconciler, which fences the gid.
 		l.Detach(ctx, t)

@@ -1,0 +1,72 @@
+package hooks_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/txstatus"
+)
+
+// TestNeverStartedIsNotLeftToTheReconciler: a call given a gid that another transaction holds (reused,
+// or taken by a concurrent call between Run's question and its start) starts nothing, and its record is
+// rolled back. When the Rollback hook fails then, the record was left PROCESSING for the Reconciler,
+// which asked DTM about the gid, found the other transaction succeeded, ran the Commit hook and
+// recorded SUCCEEDED — with this call's result, although nothing of it ran: a retry of the key was
+// answered success. The record is FAILED all the same, and Run returns the hook's error.
+func TestNeverStartedIsNotLeftToTheReconciler(t *testing.T) {
+	const other = `{"branches":[{"op":"compensate"},{"op":"action"}],"transaction":{"status":"succeed","trans_type":"saga"}}`
+	for _, tc := range []struct {
+		name    string
+		refused bool // the gid was free when Run asked, and DTM refused the start
+	}{{"held before the start", false}, {"taken before the start", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			var queries atomic.Int32
+			dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if queries.Add(1) == 1 && tc.refused {
+					_, _ = w.Write([]byte(`{"branches":[],"transaction":null}`))
+					return
+				}
+				_, _ = w.Write([]byte(other))
+			}))
+			defer dtm.Close()
+			status := &txstatus.Client{Server: dtm.URL, PollInterval: time.Millisecond}
+			lc := *b.lc
+			hookDown := errors.New("orders table down")
+			lc.OnRollback = hooks.RollbackFunc(func(ctx context.Context, t *hooks.Txn, reason error) error {
+				_ = b.j.add("rollback " + t.GID)
+				return hookDown
+			})
+			started := false
+			out, err := lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "reused",
+				Wait: time.Second, Result: []byte("mine"),
+				Start: func(context.Context, string) error {
+					started = true
+					return &txstatus.RefusedError{Op: "submit", GID: "reused", Message: "current status 'succeed', cannot sumbmit"}
+				}})
+			if started != tc.refused || out.Status != txstatus.Failed || !errors.Is(err, hookDown) {
+				t.Fatalf("Run = %+v, %v (started %v); want Failed and the hook's error", out, err, started)
+			}
+
+			b.clock.Advance(2 * time.Second) // past the lease
+			r := &hooks.Reconciler{Lifecycle: &lc, Scopes: []string{"create-order"}, Manager: status, TransType: "saga"}
+			_, _ = r.RunOnce(ctxb, b.clock.Now(), 10)
+			if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
+				t.Fatalf("record %s %q; want FAILED: nothing of this call ran", rec.Status, rec.Error)
+			}
+			for _, c := range b.j.list() {
+				if strings.HasPrefix(c, "commit") {
+					t.Fatalf("hooks ran: %v", b.j.list())
+				}
+			}
+		})
+	}
+}
