@@ -49,8 +49,9 @@ type RunParams struct {
 	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
 	// rolled back all the same and Run returns the hook's error: the Reconciler, which follows the
 	// manager's status for the gid, would take another transaction holding it for this call's.
-	// It must not start with "msg-" (dtmmsg.GIDPrefix): the Reconciler leaves such records to
-	// dtmmsg.Reconciler.
+	// It must not start with "msg-" (dtmmsg.GIDPrefix), which marks a 2-phase message's record: the
+	// Reconciler leaves such records to dtmmsg.Reconciler (Run refuses such a gid before anything
+	// starts).
 	GID string
 	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
@@ -123,6 +124,12 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		// DTM's HTTP API removes these from the gids it is given: the transaction would run under
 		// another gid than the record's, which no query or fence of this gid ever finds.
 		return Outcome{}, fmt.Errorf("hooks: gid %q contains ';', CR or LF, which DTM removes from gids: choose another (see barrier.ValidateGid)", gid)
+	}
+	if strings.HasPrefix(gid, msgGIDPrefix) {
+		// A 2-phase message's gid: the Reconciler passes its record over, and dtmmsg.Reconciler, which
+		// settles such records, would take the transaction for a message whose local transaction never
+		// committed and roll the record back, whatever became of the transaction.
+		return Outcome{}, fmt.Errorf("hooks: gid %q starts with %q, which marks the gid of a 2-phase message (dtmmsg.GIDPrefix), whose records only dtmmsg.Reconciler settles: choose another", gid, msgGIDPrefix)
 	}
 	call := p.Call
 	if call.Result == nil {
