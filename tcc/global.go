@@ -77,7 +77,9 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 		Result:    p.Result,
 		GID:       p.GID,
 		Start: func(ctx context.Context, gid string) error {
-			t := &dtmcli.Tcc{TransBase: *dtmimp.NewTransBase(gid, "tcc", g.Server, "")}
+			// dtmcli registers the branches at Server+"/registerBranch": without the trailing slash
+			// txstatus tolerates, or DTM answers 404 to ".../api/dtmsvr//registerBranch".
+			t := &dtmcli.Tcc{TransBase: *dtmimp.NewTransBase(gid, "tcc", strings.TrimSuffix(g.Server, "/"), "")}
 			if p.Options != nil {
 				p.Options(t)
 			}
