@@ -128,9 +128,15 @@ func (l *Lifecycle) IsPermanent(err error) bool {
 // with the stored message (so one check, errors.Is(err, idemkit.ErrRejected), serves the first call
 // and every replay). On the first call the error also wraps the hook's own error.
 func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemkit.Call) (*Txn, idemkit.Result, error) {
+	return l.begin(ctx, transType, gid, gid, call)
+}
+
+// begin is Begin, storing recordGID on the record rather than gid (Run claims the record of a gid the
+// manager already holds without it: see RunParams.GID).
+func (l *Lifecycle) begin(ctx context.Context, transType, gid, recordGID string, call idemkit.Call) (*Txn, idemkit.Result, error) {
 	t := &Txn{TransType: transType, GID: gid}
 	if l.Guard != nil {
-		call.GID = gid
+		call.GID = recordGID
 		cl, res, err := l.Guard.Begin(ctx, call)
 		if cl == nil {
 			return nil, res, err

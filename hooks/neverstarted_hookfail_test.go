@@ -29,9 +29,9 @@ func TestNeverStartedIsNotLeftToTheReconciler(t *testing.T) {
 	}{{"held before the start", false}, {"taken before the start", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
-			var queries atomic.Int32
+			var started atomic.Bool // the other transaction takes the gid when this call starts
 			dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if queries.Add(1) == 1 && tc.refused {
+				if tc.refused && !started.Load() {
 					_, _ = w.Write([]byte(`{"branches":[],"transaction":null}`))
 					return
 				}
@@ -45,15 +45,14 @@ func TestNeverStartedIsNotLeftToTheReconciler(t *testing.T) {
 				_ = b.j.add("rollback " + t.GID)
 				return hookDown
 			})
-			started := false
 			out, err := lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "reused",
 				Wait: time.Second, Result: []byte("mine"),
 				Start: func(context.Context, string) error {
-					started = true
+					started.Store(true)
 					return &txstatus.RefusedError{Op: "submit", GID: "reused", Message: "current status 'succeed', cannot sumbmit"}
 				}})
-			if started != tc.refused || out.Status != txstatus.Failed || !errors.Is(err, hookDown) {
-				t.Fatalf("Run = %+v, %v (started %v); want Failed and the hook's error", out, err, started)
+			if started.Load() != tc.refused || out.Status != txstatus.Failed || !errors.Is(err, hookDown) {
+				t.Fatalf("Run = %+v, %v (started %v); want Failed and the hook's error", out, err, started.Load())
 			}
 
 			b.clock.Advance(2 * time.Second) // past the lease

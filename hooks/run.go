@@ -46,6 +46,8 @@ type RunParams struct {
 	// asks the manager about a gid given here before it starts anything (one query more), and a gid
 	// the manager knows — in any state, even still running — rolls the call back without starting
 	// anything: DTM itself accepts a submit or a prepare for a gid it holds as submitted or prepared.
+	// A gid the manager already holds when Run is called is not stored on the record (its GID stays
+	// empty), so that no Reconciler takes that transaction for this call's while the Before hook runs.
 	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
 	// rolled back all the same and Run returns the hook's error: the Reconciler, which follows the
 	// manager's status for the gid, would take another transaction holding it for this call's.
@@ -135,7 +137,17 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	if call.Result == nil {
 		call.Result = p.Result
 	}
-	t, res, err := l.Begin(ctx, p.TransType, gid, call)
+	recordGID, held := gid, txstatus.Unknown
+	if p.GID != "" {
+		// A gid the manager already holds (reused) is not stored on the record: while the Before hook
+		// runs, the claim's lease may run out, and a Reconciler would follow that other transaction as
+		// this call's — recording its success, none of this call's steps run. The question below, once
+		// the Before hook ran, refuses the start; if the manager cannot be asked now, it is asked then.
+		if st, err := p.Status.Status(ctx, gid); err == nil && st != txstatus.Unknown {
+			recordGID, held = "", st
+		}
+	}
+	t, res, err := l.begin(ctx, p.TransType, gid, recordGID, call)
 	if t == nil {
 		if res.Replayed {
 			return Outcome{Replayed: true, Result: res.Value}, err
@@ -159,7 +171,11 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		// starts, as DTM refuses one it holds in another state (the reason matches txstatus.ErrRefused
 		// alike). Two calls that reuse one gid at the same moment can still both pass: only DTM could
 		// close that. A fresh gid (NewGID) needs no such question.
-		switch st, err := p.Status.Status(ctx, gid); {
+		st, err := held, error(nil)
+		if st == txstatus.Unknown {
+			st, err = p.Status.Status(ctx, gid)
+		}
+		switch {
 		case err != nil:
 			// The manager could not be asked (unreachable, a gateway's 5xx): nothing started, so the
 			// record is rolled back and the key is free again — but this is an outage, not a
