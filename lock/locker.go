@@ -425,12 +425,17 @@ func (l *Locker) keyAndLock(key string, deadline int64, token string) (string, s
 	return s[:n], s[n:]
 }
 
-// millis converts a time to live to whole milliseconds, rounding up.
+// millis converts a time to live to whole milliseconds, rounding up. It divides before it rounds: a
+// Duration near its maximum ("forever") plus a millisecond would overflow to a negative PX.
 func millis(doing string, d time.Duration) (int64, error) {
 	if d <= 0 {
 		return 0, fmt.Errorf("lock: %s: time to live must be positive, got %s", doing, d)
 	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms, nil
 }
 
 // held interprets the 1/0 reply of the refresh and release scripts.
