@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,8 +31,23 @@ const DefaultMaxInFlight = 1
 // pipeline's callers (or the client's read timeout when one of them has none). A pipeline carries the
 // context values of the caller that sends it (go-redis hooks, tracing among them, see it as that
 // caller's).
+//
+// A command whose caller left while it was out may not even be written yet (its sender waits for a
+// connection, say), so it can land after anything its caller does next: the batcher keeps the keys
+// of such commands until their pipelines return, and a compare-and-delete on one of those keys waits
+// for them (see settled).
 type batcher struct {
 	*batch.Batcher[redis.Cmder]
+
+	mu  sync.Mutex
+	out map[string]*outKey // Redis key → its commands whose callers left while they were out
+}
+
+// outKey counts a key's commands out in pipelines after their callers left; settled is closed when
+// the last has returned.
+type outKey struct {
+	n       int
+	settled chan struct{}
 }
 
 // newBatcher returns a batcher on client when client is a go-redis client whose pipelines are its
@@ -52,7 +68,8 @@ func newBatcher(client Client, max int) *batcher {
 	default:
 		return nil
 	}
-	return &batcher{batch.New(max, batch.Funcs[redis.Cmder]{
+	b := &batcher{out: make(map[string]*outKey)}
+	b.Batcher = batch.New(max, batch.Funcs[redis.Cmder]{
 		One: func(ctx context.Context, cmd redis.Cmder) { _ = client.Process(ctx, cmd) },
 		Many: func(ctx context.Context, cmds []redis.Cmder) {
 			pipe := pipeline()
@@ -67,8 +84,64 @@ func newBatcher(client Client, max int) *batcher {
 				}
 			}
 		},
-		Fail: func(cmd redis.Cmder, err error) { failUnanswered(cmd, fmt.Errorf("lock: %w", err)) },
-	})}
+		Fail:    func(cmd redis.Cmder, err error) { failUnanswered(cmd, fmt.Errorf("lock: %w", err)) },
+		Abandon: b.abandon,
+		Settle:  b.settle,
+	})
+	return b
+}
+
+// abandon notes that cmd is out in a pipeline after its caller left.
+func (b *batcher) abandon(cmd redis.Cmder) {
+	k := cmdKey(cmd)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o := b.out[k]
+	if o == nil {
+		o = &outKey{settled: make(chan struct{})}
+		b.out[k] = o
+	}
+	o.n++
+}
+
+// settle notes that the pipeline of an abandoned cmd has returned.
+func (b *batcher) settle(cmd redis.Cmder) {
+	k := cmdKey(cmd)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o := b.out[k]; o != nil {
+		if o.n--; o.n == 0 {
+			close(o.settled)
+			delete(b.out, k)
+		}
+	}
+}
+
+// settled waits until no command on Redis key k is out in a pipeline after its caller left, or ctx
+// ends. A compare-and-delete waits for it: a lock an abandoned Acquire takes after the release ran
+// would stay until its time to live ran out. A nil batcher has nothing out.
+func (b *batcher) settled(ctx context.Context, k string) error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	o := b.out[k]
+	b.mu.Unlock()
+	if o == nil {
+		return nil
+	}
+	select {
+	case <-o.settled:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cmdKey is the Redis key of one of the Locker's native commands (SET key ...).
+func cmdKey(cmd redis.Cmder) string {
+	k, _ := cmd.Args()[1].(string)
+	return k
 }
 
 // do sends cmd and returns its error, as Process does.

@@ -23,7 +23,8 @@
 // event-loop passes in Redis. Each caller stays bounded by its own context: a command whose caller's
 // context ends while it waits is withdrawn unsent, and a caller whose command is out in another
 // caller's pipeline returns when its context ends (the command may still take effect, as an abandoned
-// command may). A pipeline runs until the latest deadline among its callers, so one caller's end never
+// command may, and later than anything the caller does next: a [Locker.Release] without a result of
+// the same key waits for it, so that the release of a lock such an Acquire took finds it). A pipeline runs until the latest deadline among its callers, so one caller's end never
 // fails another's command; the caller that sends it waits for it, so on an unresponsive Redis that one
 // caller may wait past its own deadline, up to that latest deadline.
 //

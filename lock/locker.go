@@ -295,7 +295,10 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // [Locker.Acquire]; after one of them nothing may have changed, or everything.
 //
 // Callers usually release on a context detached from the request's cancellation (the Guard does), so
-// that an abandoned request still unlocks promptly.
+// that an abandoned request still unlocks promptly. An Acquire of key that failed because its context
+// ended while its command was out in another caller's pipeline (Options.MaxInFlight) may still lock
+// key; a Release without a result waits for that pipeline first (bounded by ctx), so that releasing
+// with the Acquire's token frees the key whenever that Acquire took it.
 func (l *Locker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
 	const doing = "releasing"
 	if err := ctx.Err(); err != nil {
@@ -303,6 +306,11 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 	}
 	k := l.key(key)
 	if result == nil || cacheTTL <= 0 {
+		// An Acquire of key whose caller left while its command was out in a pipeline may lock key
+		// after this compare-and-delete ran, and the lock would stay: wait for it first.
+		if err := l.batch.settled(ctx, k); err != nil {
+			return interpretError(ctx, doing, err)
+		}
 		v, err := releaseScript.Run(ctx, l.client, []string{k}, token).Result()
 		if err != nil {
 			return interpretError(ctx, doing, err)

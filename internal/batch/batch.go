@@ -22,6 +22,12 @@ type Funcs[T any] struct {
 	// Fail sets err as the outcome of op when Many panicked (or exited its goroutine) before op was
 	// answered; it must leave an op that has its outcome alone.
 	Fail func(op T, err error)
+	// Abandon, when set, is told of an op whose caller's context ended while it was out in another
+	// caller's batch: Do returns ctx's error, and op may still take effect. It is called before that
+	// Do returns, with the Batcher's mutex held (it must be quick and must not call the Batcher), and
+	// Settle, when set, with op once its batch has returned: from then on op has its outcome, so a
+	// caller can order what undoes op after it.
+	Abandon, Settle func(op T)
 }
 
 // Batcher sends operations at once, on their own, while fewer than max are in flight; otherwise an
@@ -32,7 +38,8 @@ type Funcs[T any] struct {
 // Every caller stays bounded by its own context, as with an operation of its own: when it ends while
 // the operation waits, the operation is withdrawn and never sent; when it ends while the operation is
 // out in another caller's batch, the caller returns at once (the operation may still take effect, as
-// one whose reply is abandoned may). A batch runs without its callers' cancellation and until the
+// one whose reply is abandoned may, and may still be unsent: Funcs.Abandon and Funcs.Settle tell when
+// it has its outcome). A batch runs without its callers' cancellation and until the
 // latest of their deadlines, so one caller's end never fails another's operation; the caller that
 // sends it does so even if its own context ended after the batch formed, and waits for it.
 type Batcher[T any] struct {
@@ -53,8 +60,9 @@ type waiter[T any] struct {
 	// this waiter's goroutine is to send it.
 	wake chan []*waiter[T]
 	// taken and sender are set, under the batcher's mutex, when the waiter leaves the queue in a
-	// batch, and for the batch's first.
-	taken, sender bool
+	// batch, and for the batch's first; answered when its batch has returned, abandoned when its
+	// caller left while it was out (its batch's sender then settles and recycles it).
+	taken, sender, answered, abandoned bool
 }
 
 // New returns a Batcher with at most limit operations or batches in flight (at least 1).
@@ -66,7 +74,7 @@ func New[T any](limit int, f Funcs[T]) *Batcher[T] {
 
 // Do runs op, alone or in a batch, and returns nil once op has its outcome, or ctx's error when ctx
 // ended first. In that case op may have been withdrawn unsent, or be out in a batch that still
-// writes its outcome: the caller must not reuse it.
+// writes its outcome (Funcs.Abandon was called with it): the caller must not reuse it.
 func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 	b.mu.Lock()
 	if b.inFlight < b.max {
@@ -77,7 +85,7 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 		return nil
 	}
 	w := b.waiters.Get().(*waiter[T])
-	w.ctx, w.op, w.taken, w.sender = ctx, op, false, false
+	w.ctx, w.op, w.taken, w.sender, w.answered, w.abandoned = ctx, op, false, false, false, false
 	b.queue = append(b.queue, w)
 	b.mu.Unlock()
 	var batch []*waiter[T]
@@ -91,15 +99,18 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 			b.mu.Unlock()
 			b.recycle(w)
 			return ctx.Err()
-		case !w.sender:
+		case !w.sender && w.answered: // answered after all: its outcome is the caller's
 			b.mu.Unlock()
-			select {
-			case <-w.wake: // answered after all: its outcome is the caller's
-				b.recycle(w)
-				return nil
-			default: // out in another caller's batch, which still writes to op
-				return ctx.Err()
+			<-w.wake
+			b.recycle(w)
+			return nil
+		case !w.sender: // out in another caller's batch, which still writes to op
+			w.abandoned = true
+			if b.f.Abandon != nil {
+				b.f.Abandon(op)
 			}
+			b.mu.Unlock()
+			return ctx.Err()
 		}
 		b.mu.Unlock()
 		batch = <-w.wake // handed over right after it was taken: others depend on this goroutine
@@ -132,7 +143,7 @@ func (b *Batcher[T]) InFlight() int {
 }
 
 // recycle returns w to the pool once nobody else refers to it: its caller has its outcome, or
-// withdrew it before it was taken.
+// withdrew it before it was taken, or left while it was out and its batch has returned.
 func (b *Batcher[T]) recycle(w *waiter[T]) {
 	var zero T
 	w.ctx, w.op = nil, zero
@@ -193,10 +204,26 @@ func (b *Batcher[T]) send(batch []*waiter[T]) {
 	finished = true
 }
 
-// wake tells the callers of batch that their operations were answered.
+// wake tells the callers of batch that their operations were answered, and settles those whose
+// callers left (Funcs.Settle).
 func (b *Batcher[T]) wake(batch []*waiter[T]) {
+	if len(batch) == 0 {
+		return
+	}
+	b.mu.Lock()
 	for _, w := range batch {
-		w.wake <- nil
+		w.answered = true
+	}
+	b.mu.Unlock()
+	for _, w := range batch {
+		if !w.abandoned {
+			w.wake <- nil
+			continue
+		}
+		if b.f.Settle != nil {
+			b.f.Settle(w.op)
+		}
+		b.recycle(w) // its caller is gone
 	}
 }
 

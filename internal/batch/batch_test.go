@@ -155,3 +155,86 @@ func TestPanickingBatch(t *testing.T) {
 		t.Errorf("after: %d in flight, %d waiting", f.b.InFlight(), f.b.Waiting())
 	}
 }
+
+// TestAbandonedOpIsSettled: when an operation's caller leaves while it is out in another caller's
+// batch, Funcs.Abandon hears of it before Do returns, and Funcs.Settle once its batch has returned
+// with its outcome, so that what undoes it can wait for it.
+func TestAbandonedOpIsSettled(t *testing.T) {
+	release, inMany, manyRelease := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var abandoned, settled []*op
+	b := New(1, Funcs[*op]{
+		One: func(ctx context.Context, o *op) {
+			if o.id < 0 {
+				<-release
+			}
+			o.size = 1
+		},
+		Many: func(ctx context.Context, ops []*op) {
+			close(inMany)
+			<-manyRelease
+			for _, o := range ops {
+				o.size = len(ops)
+			}
+		},
+		Fail: func(*op, error) {},
+		Abandon: func(o *op) {
+			mu.Lock()
+			defer mu.Unlock()
+			abandoned = append(abandoned, o)
+		},
+		Settle: func(o *op) {
+			mu.Lock()
+			defer mu.Unlock()
+			if o.size != 2 {
+				t.Errorf("settled operation %d before its batch returned", o.id)
+			}
+			settled = append(settled, o)
+		},
+	})
+	waitQueued := func(n int) {
+		t.Helper()
+		for i := 0; b.Waiting() != n; i++ {
+			if i > 10000 {
+				t.Fatalf("%d waiting, want %d", b.Waiting(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	held := make(chan error, 1)
+	go func() { held <- b.Do(context.Background(), &op{id: -1}) }()
+	for b.InFlight() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	sender := make(chan error, 1)
+	go func() { sender <- b.Do(context.Background(), &op{id: 1}) }()
+	waitQueued(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	left := &op{id: 2}
+	lerr := make(chan error, 1)
+	go func() { lerr <- b.Do(ctx, left) }()
+	waitQueued(2)
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	<-inMany
+	cancel()
+	if err := <-lerr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller that left: %v; want its cancellation", err)
+	}
+	mu.Lock()
+	if len(abandoned) != 1 || abandoned[0] != left || len(settled) != 0 {
+		t.Fatalf("when its caller left: abandoned %v, settled %v; want the operation abandoned, not settled", abandoned, settled)
+	}
+	mu.Unlock()
+	close(manyRelease)
+	if err := <-sender; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(settled) != 1 || settled[0] != left {
+		t.Fatalf("after its batch returned: settled %v; want the abandoned operation", settled)
+	}
+}
