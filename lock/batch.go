@@ -76,9 +76,11 @@ func newBatcher(client Client, max int) *batcher {
 			for _, cmd := range cmds {
 				_ = pipe.Process(ctx, cmd)
 			}
-			// Each command carries its own reply or error; an error of the pipeline itself (a hook
-			// that refused it, say) is also set on every command without one.
-			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) {
+			// Each command carries its own reply or error; an error of the pipeline itself, which no
+			// command carries (a hook that refused it, say), is also set on every command without
+			// one. An error some command carries is that command's own: on a Redis Cluster, that of
+			// the commands on a node that is down, while the other nodes' replies stand.
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !carried(cmds, err) {
 				for _, cmd := range cmds {
 					failUnanswered(cmd, err)
 				}
@@ -150,6 +152,16 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 		return err
 	}
 	return cmd.Err()
+}
+
+// carried reports whether one of cmds carries err: go-redis set it on the commands it concerns.
+func carried(cmds []redis.Cmder, err error) bool {
+	for _, cmd := range cmds {
+		if errors.Is(cmd.Err(), err) {
+			return true
+		}
+	}
+	return false
 }
 
 // failUnanswered sets err on cmd when it carries no error, as go-redis does for a network error: a

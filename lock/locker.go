@@ -52,7 +52,7 @@ type Options struct {
 	// other clients (wrappers) get every command through their Process. Scripts are never batched.
 	// On a Redis Cluster a pipeline goes to the nodes it names in parallel and returns with the
 	// slowest: raise MaxInFlight (to the number of primaries, say) so that one slow node does not hold
-	// up commands for the others.
+	// up commands for the others. A node that is down fails its own commands only.
 	MaxInFlight int
 }
 
