@@ -57,8 +57,12 @@ func New(client Client, opts *Options) *Store {
 var errExists = errors.New("redistoken: token id already stored")
 
 // Put implements [httpx.TokenStore]: SET key value NX PX ttl. It returns errExists if the id is
-// taken and Redis errors wrapped.
+// taken, an error when ttl is not positive (Redis would keep the token forever), and Redis errors
+// wrapped.
 func (s *Store) Put(ctx context.Context, id string, value []byte, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("redistoken: storing token: time to live must be positive, got %s", ttl)
+	}
 	ok, err := s.client.SetArgs(ctx, s.prefix+id, value, redis.SetArgs{Mode: "NX", TTL: ttl}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -132,3 +132,19 @@ func TestErrors(t *testing.T) {
 	}()
 	redistoken.New(nil, nil)
 }
+
+// TestNonPositiveTTL: a token put with a time to live of zero or less is refused with an error. It
+// was stored without any expiry (go-redis sends no PX for a zero TTL): a one-time token usable
+// forever, where httpx.MemoryTokenStore's expired at once.
+func TestNonPositiveTTL(t *testing.T) {
+	st, rdb, prefix := setup(t)
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if err := st.Put(ctx, "id", []byte("v"), ttl); err == nil || !strings.Contains(err.Error(), "time to live") {
+			t.Errorf("Put(ttl=%s) = %v; want an error about the time to live", ttl, err)
+		}
+		if n := rdb.Exists(ctx, prefix+"id").Val(); n != 0 {
+			t.Fatalf("Put(ttl=%s) stored the token (PTTL %s)", ttl, rdb.PTTL(ctx, prefix+"id").Val())
+		}
+	}
+}
