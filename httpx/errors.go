@@ -64,3 +64,7 @@ var errHijacked = errors.New("httpx: connection hijacked; response not stored")
 // errBodyCut: the handler met an error reading the request body (the client went away mid-body), so
 // its response answers a request cut short, not the one a retry sends; it is not stored.
 var errBodyCut = errors.New("httpx: request body cut short; response not stored")
+
+// errResponseCut: the handler wrote less body than the Content-Length it declared, so net/http
+// closed the connection mid-response; what it wrote is not stored.
+var errResponseCut = errors.New("httpx: handler wrote less than its Content-Length; response not stored")

@@ -89,7 +89,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
-	cw := &captureWriter{w: w, cfg: m.cfg}
+	cw := &captureWriter{w: w, cfg: m.cfg, head: r.Method == http.MethodHead, declared: -1}
 	res, err := m.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
 		cw.start()
 		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
@@ -309,6 +309,8 @@ func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, e
 	var ns *errNotStored
 	switch {
 	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked), errors.Is(err, errBodyCut):
+	case errors.Is(err, errResponseCut):
+		m.log(ctx, slog.LevelWarn, "httpx: the handler's response was cut short; not stored, a retry runs again", st, scope, err)
 	case errors.Is(err, idemkit.ErrFenced):
 		m.log(ctx, slog.LevelWarn, "httpx: response sent but not recorded: the record is no longer this attempt's", st, scope, err)
 	default:

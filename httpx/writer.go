@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -35,9 +36,11 @@ import (
 type captureWriter struct {
 	w        http.ResponseWriter
 	cfg      *config
+	head     bool // a HEAD request: a declared Content-Length comes without the body
 	ran      bool // the handler was called: the client gets its response, whatever happens next
 	wrote    bool // the final status was sent
 	status   int
+	declared int64               // the Content-Length the handler declared when it sent the status, or -1
 	before   map[string][]string // allow-listed fields (and Content-Encoding) before the handler ran
 	header   []headerField
 	encoded  bool // the handler set Content-Encoding: the body it wrote cannot be replayed without it
@@ -205,6 +208,7 @@ func (cw *captureWriter) FlushError() error {
 	if err == nil {
 		// Headers sent with no body: net/http sniffs no type from nothing (sniff stays unset).
 		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, cw.untyped(header), encoded
+		cw.declared = declaredLength(cw.w.Header())
 	}
 	return err
 }
@@ -237,8 +241,26 @@ func (cw *captureWriter) commit(code int) {
 	cw.wrote, cw.status = true, code
 	cw.header, cw.encoded = cw.changes()
 	h := cw.w.Header()
+	cw.declared = declaredLength(h)
 	_, typed := h["Content-Type"]
 	cw.sniff = !typed && h.Get("Transfer-Encoding") == "" && slices.Contains(cw.cfg.replay, "Content-Type")
+}
+
+// declaredLength returns the Content-Length in h as net/http reads it when the status is sent (the
+// first value under the canonical name, a non-negative integer), or -1.
+func declaredLength(h http.Header) int64 {
+	if v := h["Content-Length"]; len(v) > 0 {
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
+}
+
+// cut reports whether the handler wrote less body than the Content-Length it declared: net/http
+// then closes the connection mid-response, and what was written is not the whole response.
+func (cw *captureWriter) cut() bool {
+	return cw.declared >= 0 && !cw.head && bodyAllowed(cw.status) && cw.size < uint64(cw.declared)
 }
 
 // settleType stores the Content-Type net/http sniffs for a handler that set none: from the first 512
@@ -357,6 +379,12 @@ func (cw *captureWriter) result() ([]byte, error) {
 	cw.header = cw.trailers(cw.header)
 	if !cw.cfg.StorePolicy(cw.status) {
 		return nil, idemkit.Retryable(&errNotStored{cw.status})
+	}
+	if cw.cut() && !cw.overflow {
+		// The client got a broken response; the body written is not the response to replay. (One
+		// too large to store is not replayed anyway, and its writes may have failed because the
+		// client went away: it stays recorded as not stored, and is not run again.)
+		return nil, idemkit.Retryable(fmt.Errorf("%w: %d of %d bytes", errResponseCut, cw.size, cw.declared))
 	}
 	s := storedResponse{status: cw.status, header: cw.header, body: cw.body}
 	if len(s.header) > maxStoredFields {
