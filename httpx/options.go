@@ -63,6 +63,10 @@ func DefaultReplayHeaders() []string {
 	}
 }
 
+// statusClientClosed is 499 Client Closed Request: not in RFC 9110, but the status nginx logs for a
+// request whose client went away and grpc-gateway answers for a handler's codes.Canceled.
+const statusClientClosed = 499
+
 // neverReplayed holds headers never stored or replayed whatever Options.ReplayHeaders says:
 // credentials, cookies, hop-by-hop fields (and every Proxy-* field, see neverStored), framing and
 // encoding (the stored body is what the handler wrote, before any outer middleware encoded it), and
@@ -80,14 +84,18 @@ func neverStored(name string) bool {
 }
 
 // DefaultStorePolicy reports whether a response with status is stored and replayed: 2xx, 3xx and
-// 4xx except 401 Unauthorized, 408 Request Timeout, 425 Too Early and 429 Too Many Requests. 5xx
-// (and anything else) releases the claim as a retryable failure so the next retry runs again. 401 is
-// not stored because the same request with fresh credentials may succeed (grpcx treats
-// UNAUTHENTICATED alike); 403, a refusal of the caller as authenticated, is. 408, 425 and 429 ask
-// the client to retry later (425 is DTM's "ongoing"): a stored one would answer every retry alike.
+// 4xx except 401 Unauthorized, 408 Request Timeout, 425 Too Early, 429 Too Many Requests and 499
+// Client Closed Request. 5xx (and anything else) releases the claim as a retryable failure so the
+// next retry runs again. 401 is not stored because the same request with fresh credentials may
+// succeed (grpcx treats UNAUTHENTICATED alike); 403, a refusal of the caller as authenticated, is.
+// 408, 425 and 429 ask the client to retry later (425 is DTM's "ongoing"): a stored one would answer
+// every retry alike. 499 (nginx's, and grpc-gateway's for a cancelled call) answers a client that
+// went away: no client reads it, and the retry that client sends must run (grpcx leaves a CANCELED
+// handler's key free alike).
 func DefaultStorePolicy(status int) bool {
 	switch status {
-	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+	case http.StatusUnauthorized, http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
+		statusClientClosed:
 		return false
 	}
 	return status >= 200 && status < 500
@@ -136,7 +144,7 @@ type Options struct {
 	MaxResponseBytes int
 	// StorePolicy reports whether a response status is stored and replayed; for other statuses the
 	// response goes to the client and the claim finishes as a retryable failure. Defaults to
-	// [DefaultStorePolicy] (2xx–4xx except 401, 408, 425 and 429).
+	// [DefaultStorePolicy] (2xx–4xx except 401, 408, 425, 429 and 499).
 	StorePolicy func(status int) bool
 	// ReplayHeaders are the response headers stored and replayed, besides status and body; only
 	// the values the handler set are stored, not those outer middleware put on the response. A

@@ -1,0 +1,59 @@
+package httpx
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// statusClientClosedRequest is 499, the status nginx logs for a request its client closed and that
+// grpc-gateway's runtime answers for a handler returning codes.Canceled.
+const statusClientClosedRequest = 499
+
+// TestClientClosedRequestNotStored: a handler whose client went away answers 499 Client Closed
+// Request (nginx's status, grpc-gateway's for a cancelled call): the answer no client ever reads, not
+// the business's. DefaultStorePolicy stored it, as a 4xx, and the client's retry got 499 replayed
+// for as long as the record lived, the operation never done (found by a defect hunt). Real TCP.
+func TestClientClosedRequestNotStored(t *testing.T) {
+	if DefaultStorePolicy(statusClientClosedRequest) {
+		t.Errorf("DefaultStorePolicy(499) = true, want false")
+	}
+	bd := setup(t, memoryBackend, nil, nil)
+	var calls atomic.Int64
+	h := bd.mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			<-r.Context().Done() // the client gives up
+			w.WriteHeader(statusClientClosedRequest)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"order":1}`)
+	}))
+	srv, client := newServer(t, h)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
+	r.Header.Set(DefaultHeader, "k-gone")
+	if resp, err := client.Do(r); err == nil {
+		resp.Body.Close()
+		t.Fatalf("first request answered %d; want the client to give up", resp.StatusCode)
+	}
+	var status int
+	var hdr http.Header
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		status, hdr, body = send(t, client, http.MethodPost, srv.URL+"/orders", "k-gone", `{}`)
+		if status != http.StatusConflict || time.Now().After(deadline) { // 409 while the first still runs
+			break
+		}
+	}
+	if status != http.StatusCreated || hdr.Get(ReplayedHeader) != "" || calls.Load() != 2 {
+		t.Fatalf("retry: %d %q (replayed %q, handler ran %d times), want 201 from a second run",
+			status, body, hdr.Get(ReplayedHeader), calls.Load())
+	}
+}
