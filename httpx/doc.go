@@ -49,14 +49,15 @@
 // By default 2xx, 3xx and 4xx responses except 401, 408, 425, 429 and 499 are stored (the record
 // finishes SUCCEEDED, whatever the status) and replayed with Idempotent-Replayed: true. Other
 // statuses (5xx) reach the client but finish the claim as a retryable failure, so the next retry
-// runs the handler again; so does a hijacked connection, and a body shorter than the Content-Length
-// the handler set (net/http closes the connection mid-response). A panicking handler releases the
-// claim the same way and the panic continues to the outer recoverer. Set-Cookie, Authorization, hop-by-hop, framing and
-// encoding headers (Content-Length, Content-Encoding) are never replayed, and of the allow-listed
-// headers only what the handler set is stored: middleware wrapped outside this one sets its own
-// headers (and encodes the body) again on every replay. A response body larger than
-// Options.MaxResponseBytes, or one the handler encoded itself, is not stored: the record is
-// SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a truncated or
+// runs the handler again; so does a hijacked connection, a body shorter than the Content-Length the
+// handler set (net/http closes the connection mid-response), and a handler that returned without
+// answering once its context had ended (its client went away). A panicking handler releases the
+// claim the same way and the panic continues to the outer recoverer. Set-Cookie, Authorization,
+// hop-by-hop, framing and encoding headers (Content-Length, Content-Encoding) are never replayed,
+// and of the allow-listed headers only what the handler set is stored: middleware wrapped outside
+// this one sets its own headers (and encodes the body) again on every replay. A response body
+// larger than Options.MaxResponseBytes, or one the handler encoded itself, is not stored: the record
+// is SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a truncated or
 // undecodable body.
 //
 // # Status codes

@@ -68,3 +68,7 @@ var errBodyCut = errors.New("httpx: request body cut short; response not stored"
 // errResponseCut: the handler wrote less body than the Content-Length it declared, so net/http
 // closed the connection mid-response; what it wrote is not stored.
 var errResponseCut = errors.New("httpx: handler wrote less than its Content-Length; response not stored")
+
+// errNoResponse: the handler returned without a response once its context had ended (its client
+// went away); the empty 200 net/http would make of that is not stored.
+var errNoResponse = errors.New("httpx: handler answered nothing after its context ended; response not stored")

@@ -95,7 +95,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
 		r2.Body = cw.watch(st)
 		next.ServeHTTP(cw, r2)
-		return cw.result()
+		return cw.result(ctx)
 	})
 	if cw.ran {
 		m.afterRun(ctx, st, call.Scope, err)
@@ -308,7 +308,7 @@ func (m *middleware) unreplayedStatus(original int) int {
 func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, err error) {
 	var ns *errNotStored
 	switch {
-	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked), errors.Is(err, errBodyCut):
+	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked), errors.Is(err, errBodyCut), errors.Is(err, errNoResponse):
 	case errors.Is(err, errResponseCut):
 		m.log(ctx, slog.LevelWarn, "httpx: the handler's response was cut short; not stored, a retry runs again", st, scope, err)
 	case errors.Is(err, idemkit.ErrFenced):

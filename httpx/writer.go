@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -363,14 +364,20 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// result is the guarded function's outcome once the handler returned: the stored response, or an
-// error making the claim retryable when the response is not to be stored.
-func (cw *captureWriter) result() ([]byte, error) {
+// result is the guarded function's outcome once the handler, run on ctx, returned: the stored
+// response, or an error making the claim retryable when the response is not to be stored.
+func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 	if cw.hijacked {
 		return nil, idemkit.Retryable(errHijacked)
 	}
 	if berr := cw.bodyErr.Load(); berr != nil {
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", errBodyCut, *berr))
+	}
+	if !cw.wrote && ctx.Err() != nil {
+		// The handler gave up when its context ended (the client went away, an outer
+		// http.TimeoutHandler answered): it answered nothing, which is not the empty 200 net/http
+		// would make of it for a client still there.
+		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", errNoResponse, context.Cause(ctx)))
 	}
 	if !cw.wrote {
 		cw.commit(http.StatusOK) // net/http sends 200 for a handler that wrote nothing
