@@ -69,20 +69,11 @@ func parseSFString(s string) (val, rest string, err error) {
 
 var errSFParams = fmt.Errorf("%w: malformed parameters", idemkit.ErrInvalidKey)
 
-// skipSFParams checks that s is a (possibly empty) list of RFC 8941 parameters followed by optional
-// whitespace; a comma (a list, not an item) is an error.
+// skipSFParams checks that s is a (possibly empty) list of RFC 8941 parameters, each right after
+// the item or the parameter before it (no space before its ";"), followed by optional whitespace; a
+// comma (a list, not an item) is an error.
 func skipSFParams(s string) error {
-	for {
-		s = strings.TrimLeft(s, " \t")
-		if s == "" {
-			return nil
-		}
-		if s[0] == ',' {
-			return fmt.Errorf("%w: a list, not a single key", idemkit.ErrInvalidKey)
-		}
-		if s[0] != ';' {
-			return errSFParams
-		}
+	for s != "" && s[0] == ';' {
 		s = strings.TrimLeft(s[1:], " ")
 		// key = ( lcalpha / "*" ) *( lcalpha / DIGIT / "_" / "-" / "." / "*" )
 		if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] == '*') {
@@ -101,6 +92,13 @@ func skipSFParams(s string) error {
 			return err
 		}
 	}
+	switch s = strings.TrimLeft(s, " \t"); {
+	case s == "":
+		return nil
+	case s[0] == ',':
+		return fmt.Errorf("%w: a list, not a single key", idemkit.ErrInvalidKey)
+	}
+	return errSFParams
 }
 
 // skipBareItem skips an RFC 8941 bare item (string, token, number, byte sequence, boolean).
@@ -133,12 +131,18 @@ func skipBareItem(s string) (string, error) {
 		if c == '-' {
 			i++
 		}
-		start, dot := i, false
-		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.' && !dot) {
-			dot = dot || s[i] == '.'
+		start, dot := i, -1
+		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.' && dot < 0) {
+			if s[i] == '.' {
+				dot = i
+			}
 			i++
 		}
-		if i == start || s[i-1] == '.' {
+		// An integer has 1 to 15 digits, a decimal 1 to 12 before its point and 1 to 3 after.
+		switch {
+		case i == start, dot < 0 && i-start > 15:
+			return "", errSFParams
+		case dot >= 0 && (dot == start || dot-start > 12 || i-dot-1 < 1 || i-dot-1 > 3):
 			return "", errSFParams
 		}
 		return s[i:], nil
