@@ -58,8 +58,8 @@ func DefaultMethods() []string { return []string{http.MethodPost, http.MethodPat
 // handler ran (set by outer middleware) and values added after it sent the status are not.
 func DefaultReplayHeaders() []string {
 	return []string{
-		"Cache-Control", "Content-Disposition", "Content-Language", "Content-Location",
-		"Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Vary",
+		"Accept-Ranges", "Allow", "Cache-Control", "Content-Disposition", "Content-Language", "Content-Location",
+		"Content-Range", "Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Vary",
 	}
 }
 
