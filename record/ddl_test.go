@@ -3,6 +3,7 @@ package record
 import (
 	"bytes"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +147,41 @@ func TestCreateTableLongNames(t *testing.T) {
 			t.Errorf("%s has %d indexes, want 2", table, n)
 		}
 	}
+}
+
+// TestCreateTableConcurrently runs CreateTable for one new table from several goroutines at once, as
+// replicas starting together do: every call succeeds. On PostgreSQL the losers of the race of CREATE
+// TABLE IF NOT EXISTS (and of CREATE INDEX IF NOT EXISTS) failed on the system catalog's unique index,
+// an error CreateTable then reported as idemkit.ErrExists ("record exists").
+func TestCreateTableConcurrently(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		for round := range 8 {
+			table := testsvc.Name("t_cc_")
+			testsvc.DropTable(t, db, table)
+			var wg sync.WaitGroup
+			errs := make([]error, 8)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s, err := New(db, &Options{Table: table})
+					if err == nil {
+						err = s.CreateTable(ctxb)
+					}
+					errs[i] = err
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatalf("round %d: CreateTable beside others: %v", round, err)
+				}
+			}
+			s, err := New(db, &Options{Table: table})
+			must(t, err)
+			rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}
+			must(t, s.Insert(ctxb, rec))
+		}
+	})
 }
