@@ -16,12 +16,28 @@ import (
 // names are derived from the table name). It is idempotent, also when several processes run it at
 // once (replicas starting together). DDL commits implicitly on MySQL: call it on a Store that is not
 // bound to a transaction. It returns the first failing statement's error.
+//
+// It leaves the secondary index of an existing v1 table to [Store.Migrate] (on PostgreSQL built
+// CONCURRENTLY), and on PostgreSQL runs no CREATE INDEX for a table that has its index: CREATE INDEX,
+// even IF NOT EXISTS, waits for a lock on the table behind every open transaction that wrote to it,
+// with every later write queued behind that wait — a CreateTable at a process's start would stall the
+// table's traffic, or block its writes for a whole build on a large v1 table.
 func (s *Store) CreateTable(ctx context.Context) error {
 	ddl, err := s.DDL()
 	if err != nil {
 		return err
 	}
 	for _, stmt := range idemsql.Statements(ddl) {
+		if strings.HasPrefix(stmt, "CREATE INDEX") {
+			// Asked after CREATE TABLE: of the table the Store's statements name.
+			skip, err := s.indexInPlace(ctx)
+			if err != nil {
+				return err
+			}
+			if skip {
+				continue
+			}
+		}
 		if err := s.execDDL(ctx, stmt); err != nil {
 			return err
 		}
@@ -30,6 +46,30 @@ func (s *Store) CreateTable(ctx context.Context) error {
 		s.ps.prepareAll(ctx) // now that the table exists (see stmtCache)
 	}
 	return nil
+}
+
+// indexInPlace reports whether CreateTable must not run the DDL's CREATE INDEX: the table exists and
+// is a v1 table (an id column; its v2 index is Migrate's to build), or, on PostgreSQL, has the index
+// already. (MySQL's index is part of its CREATE TABLE; SQLite's CREATE INDEX IF NOT EXISTS of an
+// index that exists takes no lock.)
+func (s *Store) indexInPlace(ctx context.Context) (bool, error) {
+	if s.q.dialect == dialectMySQL {
+		return false, nil
+	}
+	columns, id, err := s.tableColumns(ctx)
+	if err != nil || columns == 0 {
+		return false, err
+	}
+	if id > 0 || s.q.dialect != dialectPostgres {
+		return id > 0, nil
+	}
+	query := "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid " +
+		"WHERE x.indrelid = to_regclass($1::text) AND c.relname = $2"
+	var n int
+	if err := queryOne(ctx, s.c, query, []any{s.q.quoted, indexName(s.q.table, "_status_expires_idx")}, &n); err != nil {
+		return false, s.q.interpretError("inspecting", err)
+	}
+	return n > 0, nil
 }
 
 // ddlRaceRetries bounds how many times CreateTable runs a statement again after it lost a race with
@@ -76,7 +116,7 @@ func lostCreateRace(err error) bool {
 	return false
 }
 
-// DDL returns the statements CreateTable runs, as one text: the records DDL of package
+// DDL returns the statements CreateTable runs on a new table, as one text: the records DDL of package
 // github.com/idemkit/idemkit/sql for the Store's dialect, renamed for Options.Table.
 func (s *Store) DDL() (string, error) {
 	ddl, err := idemsql.Records(s.q.dialect)
@@ -145,6 +185,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // isV1 reports whether the Store's table has the v1 id column; an error when there is no such table.
 func (s *Store) isV1(ctx context.Context) (bool, error) {
+	columns, id, err := s.tableColumns(ctx)
+	if err != nil {
+		return false, err
+	}
+	if columns == 0 {
+		return false, fmt.Errorf("record: migrating %s: the table does not exist", s.q.name)
+	}
+	return id > 0, nil
+}
+
+// tableColumns returns how many columns the Store's table has (0 when there is no such table) and
+// whether one of them is v1's id (1 or 0).
+func (s *Store) tableColumns(ctx context.Context) (columns, id int, err error) {
 	var query string
 	args := []any{s.q.table}
 	switch s.q.dialect {
@@ -169,14 +222,10 @@ func (s *Store) isV1(ctx context.Context) (bool, error) {
 			args = append(args, s.q.schema)
 		}
 	}
-	var columns, id int
 	if err := queryOne(ctx, s.c, query, args, &columns, &id); err != nil {
-		return false, s.q.interpretError("inspecting", err)
+		return 0, 0, s.q.interpretError("inspecting", err)
 	}
-	if columns == 0 {
-		return false, fmt.Errorf("record: migrating %s: the table does not exist", s.q.name)
-	}
-	return id > 0, nil
+	return columns, id, nil
 }
 
 // v1Leftovers reports whether the Store's table, on PostgreSQL, still has an index the migration

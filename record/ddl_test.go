@@ -2,10 +2,13 @@ package record
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemtest"
@@ -184,4 +187,63 @@ func TestCreateTableConcurrently(t *testing.T) {
 			must(t, s.Insert(ctxb, rec))
 		}
 	})
+}
+
+// TestCreateTableBesideAnOpenWriter runs CreateTable, as every process does at its start, on a table
+// that exists (v2, and v1 during a rolling upgrade) while a transaction that wrote to it is open: it
+// returns at once. On PostgreSQL its CREATE INDEX IF NOT EXISTS waited for a SHARE lock on the table
+// behind that transaction — and every later write to the table queued behind it — even when the
+// index existed; on a v1 table it built v2's index there, blocking writes for the build.
+func TestCreateTableBesideAnOpenWriter(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		if b.name == "SQLite" {
+			// A process's first statements run on new connections. (An SQLite connection that last
+			// read the schema before another one created the table compiles CREATE TABLE IF NOT
+			// EXISTS as a write, which waits for the writer.)
+			sqlDB, err := db.DB()
+			must(t, err)
+			sqlDB.SetMaxIdleConns(0)
+		}
+		for _, layout := range []string{"v2", "v1"} {
+			t.Run(layout, func(t *testing.T) {
+				var s *Store
+				if layout == "v1" {
+					s = v1Table(t, db)
+				} else {
+					s = newTable(t, db)
+				}
+				indexes := countIndexes(t, s, db)
+				tx := db.Begin()
+				must(t, tx.Error)
+				defer tx.Rollback()
+				must(t, s.WithTx(tx).Insert(ctxb, &idemkit.Record{Scope: "s", Key: "open", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}))
+
+				ctx, cancel := context.WithTimeout(ctxb, 3*time.Second)
+				defer cancel()
+				start := time.Now()
+				if err := s.CreateTable(ctx); err != nil {
+					t.Fatalf("CreateTable beside a transaction that wrote to the table: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+				}
+				must(t, tx.Rollback().Error)
+				if n := countIndexes(t, s, db); n != indexes {
+					t.Fatalf("CreateTable on an existing %s table: %d indexes, had %d", layout, n, indexes)
+				}
+			})
+		}
+	})
+}
+
+// countIndexes returns how many indexes s's table has.
+func countIndexes(t *testing.T, s *Store, db *gorm.DB) (n int) {
+	t.Helper()
+	switch s.Dialect() {
+	case dialectMySQL:
+		must(t, db.Raw("SELECT count(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ?", s.q.table).Row().Scan(&n))
+	case dialectPostgres:
+		must(t, db.Raw("SELECT count(*) FROM pg_index WHERE indrelid = ?::regclass", s.q.quoted).Row().Scan(&n))
+	default:
+		must(t, db.Raw("SELECT count(*) FROM pragma_index_list(?)", s.q.table).Row().Scan(&n))
+	}
+	return n
 }
