@@ -6,7 +6,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemotel"
@@ -85,9 +87,27 @@ func (a *Admin) where(ctx context.Context, f *Filter, now time.Time) (where, err
 		w.add("updated_at <= ?", millis(now.Add(-f.OlderThan)))
 	}
 	if f.GID != "" {
+		if err := CheckGID(f.GID); err != nil {
+			return w, err
+		}
 		w.add("gid = ?", f.GID)
 	}
 	return w, nil
+}
+
+// CheckGID returns an error when no record can carry gid, as a Guard refuses such a call's GID (see
+// idemkit.StorableText): longer than idemkit.MaxStoredLen bytes, not valid UTF-8, or holding a NUL
+// byte. A filter on such a gid is a mistake (a mangled argument), and PostgreSQL refuses the query.
+func CheckGID(gid string) error {
+	switch {
+	case len(gid) > idemkit.MaxStoredLen:
+		return fmt.Errorf("admin: gid: %d bytes, longer than %d: no record carries such a gid", len(gid), idemkit.MaxStoredLen)
+	case !utf8.ValidString(gid):
+		return errors.New("admin: gid: not valid UTF-8: no record carries such a gid")
+	case strings.IndexByte(gid, 0) >= 0:
+		return errors.New("admin: gid: holds a NUL byte: no record carries such a gid")
+	}
+	return nil
 }
 
 // List returns up to f.Limit records matching f, reading them in pages of 500 (keyset pagination).

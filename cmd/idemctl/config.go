@@ -143,6 +143,16 @@ func (c *cli) validate(cmd *command, pos []string) error {
 	case o.preview < 0:
 		return usagef("--preview must not be negative, got %d", o.preview)
 	}
+	if o.filter.GID != "" {
+		if err := admin.CheckGID(o.filter.GID); err != nil {
+			return usagef("--gid: %v", err)
+		}
+	}
+	if cmd.name == "dtm" && len(pos) == 1 {
+		if err := admin.CheckGID(pos[0]); err != nil {
+			return usagef("GID: %v", err)
+		}
+	}
 	if o.reason != "" {
 		if err := admin.CheckBy(c.who()); err != nil { // "idemctl (user@host): <reason>", as Release gets it
 			return usagef("--reason: %v", err)
