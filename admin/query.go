@@ -90,7 +90,7 @@ func (a *Admin) where(ctx context.Context, f *Filter, now time.Time) (where, err
 		if err := CheckGID(f.GID); err != nil {
 			return w, err
 		}
-		w.add("gid = ?", f.GID)
+		a.q.gid(&w, f.GID)
 	}
 	return w, nil
 }

@@ -189,6 +189,16 @@ func (q *sqlTexts) namespace(w *where, prefix string) {
 	w.add("scope LIKE ? ESCAPE '!'", likeEscape(prefix)+"%")
 }
 
+// gid restricts w to the records of gid, exactly. MySQL's gid column is utf8mb4_bin, a PAD SPACE
+// collation that compares "g1" equal to "g1 ": there the byte lengths must match too.
+func (q *sqlTexts) gid(w *where, gid string) {
+	if q.dialect == "mysql" {
+		w.add("gid = ? AND LENGTH(gid) = ?", gid, len(gid))
+		return
+	}
+	w.add("gid = ?", gid)
+}
+
 // likeEscape escapes LIKE's wildcards and its escape character '!' in s.
 func likeEscape(s string) string {
 	var b strings.Builder
