@@ -9,8 +9,10 @@ import (
 
 // watch keeps the claim alive while its function runs: every third of the shorter of LockTTL and Lease
 // it calls Extend, until Options.MaxHold has passed since the claim. When the claim is lost, or the hold
-// lapses, the returned context is cancelled with ErrLockLost as its cause. stop ends the watchdog and
-// waits for it, so nothing is renewed after it returns.
+// lapses, the returned context is cancelled with ErrLockLost as its cause. The renewals go on until
+// stop, even once parent ended: a function that goes on after its caller left (finishing what it
+// started) would otherwise lose its claim to the caller's retry, which would run the work again beside
+// it. stop ends the watchdog and waits for it, so nothing is renewed after it returns.
 func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()) {
 	g := cl.g
 	ctx, cancel := context.WithCancelCause(parent)
@@ -22,6 +24,7 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 	started := g.opts.Now()
 	holdUntil := started.Add(period * 3) // the claim is safe until then without renewal
 	stopc, done := make(chan struct{}), make(chan struct{})
+	renewing := context.WithoutCancel(ctx) // the function may outlive its caller: renew until stop
 	go func() {
 		defer close(done)
 		t := time.NewTicker(period)
@@ -29,8 +32,6 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 		for {
 			select {
 			case <-stopc:
-				return
-			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
@@ -42,7 +43,7 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 				}
 				continue
 			}
-			ectx, ecancel := context.WithTimeout(ctx, period)
+			ectx, ecancel := context.WithTimeout(renewing, period)
 			err := cl.Extend(ectx)
 			ecancel()
 			switch {
@@ -55,7 +56,7 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 				cancel(fmt.Errorf("%w: renewal failing: %w", ErrLockLost, err))
 				return
 			default:
-				g.opts.Logger.WarnContext(ctx, "idemkit: watchdog renewal failed, retrying", "error", err)
+				g.opts.Logger.WarnContext(renewing, "idemkit: watchdog renewal failed, retrying", "error", err)
 			}
 		}
 	}()
