@@ -38,6 +38,9 @@ type Claim struct {
 	// before the function (see lazyFence). It points to lazyFence, kept here to cost no allocation.
 	lazy      *lazyFence
 	lazyFence lazyFence
+	// reruns is how many more times Guard.TxMark runs its transaction again when the database rolled
+	// it back on a write conflict before the mark (see rerun).
+	reruns int
 }
 
 // Fence returns the claim's fence: greater than that of every earlier claim of the record.

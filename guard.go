@@ -280,6 +280,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
 		}
 		if !errors.Is(err, ErrExists) {
+			if cl.rerun(err) {
+				return nil, Result{}, err
+			}
 			cl.abandoned(nil)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
 		}
@@ -289,6 +292,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			continue // deleted between our insert and read (Mark release, sweeper): try again
 		}
 		if err != nil {
+			if cl.rerun(err) {
+				return nil, Result{}, err
+			}
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "reading record", err))
 		}
 		now = g.opts.Now()
@@ -324,12 +330,25 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			// The call's own values do not fit the Store (a Result too large): bad input, as on
 			// the insert.
 			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
+		case cl.rerun(err):
+			return nil, Result{}, err
 		default:
 			prev := cur.Version()
 			cl.abandoned(&prev)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
+}
+
+// rerun reports whether a Store error of the claim is a write conflict on which the call runs its
+// transaction again (Guard.TxMark, a few times at most) rather than ending: the database rolled the
+// transaction back, and nothing of it happened. The claim then returns the error, the call not ended.
+func (cl *Claim) rerun(err error) bool {
+	if cl.reruns == 0 || !errors.Is(err, ErrConflict) || cl.ctx.Err() != nil {
+		return false
+	}
+	cl.reruns--
+	return true
 }
 
 // abandoned follows up a claim write (an insert, or a takeover of the record at prev) that failed

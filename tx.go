@@ -214,56 +214,63 @@ func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc
 	if db == nil {
 		return errors.New("idemkit: nil TxBeginner")
 	}
-	for attempt := 0; ; attempt++ {
-		claimed, err := g.txMark(ctx, db, c, fn)
-		// The mark is the transaction's first write: when the database rolled the transaction back on
-		// a write conflict before the mark was made (InnoDB deadlocks the duplicates waiting on a mark
-		// whose transaction rolled back), nothing happened and the transaction runs again.
-		if claimed || attempt == conflictRetries || !errors.Is(err, ErrConflict) || ctx.Err() != nil {
-			return err
-		}
+	cl, _, err := g.open(ctx, db, ModeMarkTx, &c)
+	if cl == nil {
+		return err
 	}
+	return cl.runTxMark(db, &c, fn)
 }
 
 // conflictRetries bounds the runs of TxMark's transaction again after a write conflict.
 const conflictRetries = 3
 
-// txMark is one run of TxMark's transaction. claimed says the mark was made, so fn ran.
-func (g *Guard) txMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) (claimed bool, err error) {
-	cl, _, err := g.open(ctx, db, ModeMarkTx, &c)
-	if cl == nil {
-		return false, err
+// runTxMark is Guard.TxMark after the lock. The mark is the transaction's first write: when the
+// database rolled the transaction back on a write conflict before the mark was made (InnoDB deadlocks
+// the duplicates waiting on a mark whose transaction rolled back), nothing happened, and the
+// transaction runs again, within the same call: under the same lock, reported once.
+func (cl *Claim) runTxMark(db TxBeginner, c *Call, fn TxMarkFunc) error {
+	cl.reruns = conflictRetries
+	for {
+		tx, err := db.BeginTx(cl.ctx)
+		if err != nil {
+			_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "beginning transaction", err))
+			return err
+		}
+		// The claim writes in tx, and until the commit nothing of it may be cached: as in a caller's
+		// transaction.
+		cl.st, cl.callerTx = tx, true
+		_, _, err = cl.claim(c)
+		switch {
+		case err == nil:
+			return cl.txMarked(tx, fn)
+		case cl.done: // answered without a mark: a duplicate, in flight, a failure
+			cl.rollback(tx)
+			return err
+		}
+		cl.rollback(tx) // a write conflict before the mark (see rerun): run the transaction again
 	}
-	tx, err := db.BeginTx(cl.ctx)
-	if err != nil {
-		_, _, err = cl.fail(OutcomeUnavailable, storeErr(ctx, "beginning transaction", err))
-		return false, err
-	}
-	// The claim writes in tx, and until the commit nothing of it may be cached: as in a caller's
-	// transaction.
-	cl.st, cl.callerTx = tx, true
-	if _, _, err := cl.claim(&c); cl.done {
-		cl.rollback(tx)
-		return false, err
-	}
+}
+
+// txMarked runs fn in tx, where the claim just marked the key, and commits.
+func (cl *Claim) txMarked(tx TxStore, fn TxMarkFunc) error {
 	_, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx, tx) })
 	if ferr != nil {
 		cl.rollback(tx)
 		next := cl.rec
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		_, err := cl.finished(&next, nil, ferr, false)
-		return true, err
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened or not: nothing is cached, a retry finds out.
-		_, _, err = cl.fail(OutcomeUnavailable, storeErr(ctx, "committing transaction", err))
-		return true, err
+		_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err))
+		return err
 	}
 	cl.callerTx = false // committed: the mark may be cached
 	next := cl.rec
 	next.Response = nil
-	_, err = cl.finished(&next, nil, nil, true)
-	return true, err
+	_, err := cl.finished(&next, nil, nil, true)
+	return err
 }
 
 // vouched reports whether the cache answers for the key: the lock was taken because the key held
