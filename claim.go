@@ -291,7 +291,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		cl.releaseLock(survive(), cached, ttl)
 	}
 
-	res := Result{Value: value, Fence: cl.rec.Fence}
+	res := Result{Value: answered(value), Fence: cl.rec.Fence}
 	if err == nil {
 		res.Value = answered(next.Response) // value, or the result stored with the claim
 	}
@@ -537,8 +537,8 @@ func (cl *Claim) retryRelease(result []byte, until time.Time) {
 	})
 }
 
-// answered is the Value of a first call's success: its stored result, nil when empty, as every replay
-// returns it (no Store tells an empty result from none).
+// answered is the Value of a first call's answer (a success's stored result, a rejection's value):
+// nil when empty, as every replay returns it (no Store tells an empty result from none).
 func answered(result []byte) []byte {
 	if len(result) == 0 {
 		return nil

@@ -679,7 +679,7 @@ func (cl *Claim) finished(next *Record, val []byte, ferr error, cache bool) (Res
 	}
 	g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 	if ferr != nil {
-		return Result{Value: val, Fence: next.Fence}, ferr
+		return Result{Value: answered(val), Fence: next.Fence}, ferr
 	}
 	return Result{Value: answered(next.Response), Fence: next.Fence}, nil
 }
