@@ -15,7 +15,8 @@ import (
 // rollback.
 type TxBeginner interface {
 	Store
-	// BeginTx begins a transaction and returns a Store bound to it.
+	// BeginTx begins a transaction and returns a Store bound to it. The transaction lasts as long as
+	// ctx, as a database/sql one does: once ctx is done, nothing of it commits (Commit fails).
 	BeginTx(ctx context.Context) (TxStore, error)
 }
 

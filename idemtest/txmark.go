@@ -87,6 +87,27 @@ func runTxMark(t *testing.T, newStore NewStore) {
 		must(t, g.TxMark(ctxb, db, call, markFn(&counter{})))
 	})
 
+	t.Run("CallerLeftMidFunction", func(t *testing.T) {
+		// The transaction is bound to the call's context, as a database/sql one is: once the caller
+		// left, nothing commits, the call fails, and the key is free for the caller's retry.
+		g, db, _ := setup(t)
+		ctx, leave := context.WithCancel(ctxb)
+		err := g.TxMark(ctx, db, call, func(context.Context, idemkit.TxStore) error {
+			leave()
+			return nil
+		})
+		if err == nil {
+			t.Fatal("the caller left while the function ran, and TxMark reported success")
+		}
+		if db.commits.Load() != 0 {
+			t.Fatal("the transaction of a caller that left committed")
+		}
+		wantNone(t, g, "a caller that left")
+		c := &counter{}
+		must(t, g.TxMark(ctxb, db, call, markFn(c)))
+		c.want(t, 1)
+	})
+
 	t.Run("InFlightTakeoverAndMismatch", func(t *testing.T) {
 		g, db, clk := setup(t)
 		a := call

@@ -213,20 +213,35 @@ func unsettled(r *idemkit.Record) bool { return r.Status == idemkit.StatusProces
 // BeginTx implements [idemkit.TxBeginner]: it takes the Store's write lock (waiting for the
 // transaction or write holding it, or until ctx is done) and returns a Store bound to the transaction.
 // Its writes are buffered and applied at Commit; its reads see them over the committed records. A
-// transaction must end with Commit or Rollback, or the Store stays locked.
+// transaction must end with Commit or Rollback, or the Store stays locked. As a database/sql
+// transaction, it lasts as long as ctx: once ctx is done its statements fail, and Commit rolls it back
+// and returns ctx's error.
 func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if err := s.lockWrites(ctx); err != nil {
 		return nil, err
 	}
-	return &Tx{s: s, writes: make(map[recKey]*idemkit.Record)}, nil
+	return &Tx{s: s, ctx: ctx, writes: make(map[recKey]*idemkit.Record)}, nil
 }
 
 // Tx is a transaction of a memory [Store], from [Store.BeginTx]. It is not safe for concurrent use.
 type Tx struct {
 	s      *Store
+	ctx    context.Context            // BeginTx's: the transaction ends with it
 	writes map[recKey]*idemkit.Record // nil value: deleted
 	done   bool
 	sealed atomic.Bool // see SealTx
+}
+
+// usable returns why a statement on ctx cannot run in the transaction: it ended, or ctx or the
+// transaction's context is done.
+func (t *Tx) usable(ctx context.Context) error {
+	switch {
+	case t.done:
+		return errTxDone
+	case t.ctx.Err() != nil:
+		return t.ctx.Err()
+	}
+	return ctx.Err()
 }
 
 var (
@@ -250,10 +265,7 @@ func (t *Tx) current(k recKey) (*idemkit.Record, bool) {
 
 // Insert implements [idemkit.Store] in the transaction.
 func (t *Tx) Insert(ctx context.Context, rec *idemkit.Record) error {
-	if t.done {
-		return errTxDone
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.usable(ctx); err != nil {
 		return err
 	}
 	k := recKey{rec.Scope, rec.Key}
@@ -266,10 +278,7 @@ func (t *Tx) Insert(ctx context.Context, rec *idemkit.Record) error {
 
 // Get implements [idemkit.Store] in the transaction.
 func (t *Tx) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
-	if t.done {
-		return nil, errTxDone
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
 	r, ok := t.current(recKey{scope, key})
@@ -286,10 +295,7 @@ func (t *Tx) Peek(ctx context.Context, scope, key string) (*idemkit.Record, erro
 
 // Update implements [idemkit.Store] in the transaction.
 func (t *Tx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	if t.done {
-		return errTxDone
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.usable(ctx); err != nil {
 		return err
 	}
 	k := recKey{rec.Scope, rec.Key}
@@ -302,10 +308,7 @@ func (t *Tx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Versi
 
 // Delete implements [idemkit.Store] in the transaction.
 func (t *Tx) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
-	if t.done {
-		return errTxDone
-	}
-	if err := ctx.Err(); err != nil {
+	if err := t.usable(ctx); err != nil {
 		return err
 	}
 	k := recKey{scope, key}
@@ -325,6 +328,10 @@ func (t *Tx) Commit() error {
 		return errTxDone
 	}
 	t.done = true
+	if err := t.ctx.Err(); err != nil {
+		t.s.unlockWrites() // rolled back: its context ended
+		return err
+	}
 	t.s.mu.Lock()
 	for k, r := range t.writes {
 		if r == nil {
