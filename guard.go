@@ -198,10 +198,11 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 	}
 	cl.ctx = ctx
 	id, err := g.identify(c)
+	cl.ev.StoredScope = id.scope // also of a call refused for its key: a valid scope keeps its label
 	if err != nil {
 		return cl.fail(OutcomeInvalid, err)
 	}
-	cl.id, cl.ev.StoredScope = id, id.scope
+	cl.id = id
 	cl.token = newToken()
 
 	if lk := g.opts.Locker; lk != nil {

@@ -108,6 +108,9 @@ type identity struct {
 	lockKey    string // unambiguous scope+key for the Locker
 }
 
+// identify validates c and returns its address. On an error it still holds the stored scope when
+// the scope itself is valid (the key or another field was refused), so that the refused call is
+// observed under the scope's one label.
 func (g *Guard) identify(c *Call) (identity, error) {
 	scope := c.Scope
 	if g.opts.Namespace != "" {
@@ -116,15 +119,16 @@ func (g *Guard) identify(c *Call) (identity, error) {
 	if err := ValidateKey(c.Scope, g.opts.MaxKeyLen); err != nil {
 		return identity{}, fmt.Errorf("scope: %w", err)
 	}
+	id := identity{scope: StoredForm(scope)}
 	if err := ValidateKey(c.Key, g.opts.MaxKeyLen); err != nil {
-		return identity{}, err
+		return id, err
 	}
 	for _, f := range [...]struct{ name, v string }{{"fingerprint", c.Fingerprint}, {"gid", c.GID}, {"branch id", c.BranchID}} {
 		if err := checkStoredText(f.v); err != nil {
-			return identity{}, fmt.Errorf("idemkit: %s: %w: %w", f.name, ErrUnstorable, err)
+			return id, fmt.Errorf("idemkit: %s: %w: %w", f.name, ErrUnstorable, err)
 		}
 	}
-	id := identity{scope: StoredForm(scope), key: StoredForm(c.Key)}
+	id.key = StoredForm(c.Key)
 	id.lockKey = LockKey(id.scope, id.key)
 	return id, nil
 }

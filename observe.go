@@ -72,7 +72,8 @@ type Event struct {
 	Mode  Mode
 	Scope string
 	// StoredScope is the scope as Stores hold it (namespaced, hashed when longer than MaxStoredLen
-	// bytes, see [Address]); "" when the call was refused as invalid before it was computed.
+	// bytes, see [Address]); "" when the call was refused for an invalid scope. A call refused for
+	// its key, fingerprint, gid or branch id has it.
 	StoredScope string
 	// Key is a short hash of the key, or the key itself when Options.LogKeys is set.
 	Key     string

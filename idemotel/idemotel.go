@@ -227,8 +227,8 @@ func storedLabel(stored string) string {
 	return stored
 }
 
-// scopeLabel is the label of a call's scope given with its stored form ("" when the call was refused
-// before it was computed): a scope stored hashed (longer than idemkit.MaxStoredLen bytes with its
+// scopeLabel is the label of a call's scope given with its stored form ("" when the call's scope was
+// refused as invalid): a scope stored hashed (longer than idemkit.MaxStoredLen bytes with its
 // namespace) is labelled by that hash, as idemctl and the claims gauges show it, so a scope has one
 // label in every metric; any other by itself. A refused call's scope that no Store could hold as it
 // is (empty, control characters, too long) becomes InvalidScope.

@@ -522,3 +522,55 @@ func TestClaimsOfOtherScopesAreSummed(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedCallKeepsItsScopeLabel: a call refused for its key (or an unstorable fingerprint) has a
+// valid scope: it is labelled as every other call of that scope is — the hashed stored form of a scope
+// stored hashed — not "_invalid", and not by the raw scope where the namespace makes it stored hashed.
+func TestRefusedCallKeepsItsScopeLabel(t *testing.T) {
+	for _, c := range []struct {
+		name, namespace, scope string
+	}{
+		{"long scope", "", "POST /" + strings.Repeat("x", 200)},
+		{"hashed with its namespace", strings.Repeat("n", 40), "POST /" + strings.Repeat("x", 100)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			obs, err := idemotel.New(&idemotel.Options{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Namespace: c.namespace, Observer: obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			run := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+			if _, err := g.Do(ctx, idemkit.Call{Scope: c.scope, Key: "k"}, run); err != nil {
+				t.Fatal(err)
+			}
+			for _, call := range []idemkit.Call{
+				{Scope: c.scope, Key: ""},
+				{Scope: c.scope, Key: "bad\x00key"},
+				{Scope: c.scope, Key: "k2", Fingerprint: strings.Repeat("f", 200)},
+			} {
+				if _, err := g.Do(ctx, call, run); err == nil {
+					t.Fatalf("Do(%q) accepted", call.Key)
+				}
+			}
+			rec, err := g.Get(ctx, c.scope, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !idemkit.IsHashedForm(rec.Scope) {
+				t.Fatalf("the scope is stored as %q, want a hashed form", rec.Scope)
+			}
+			got := collect(t, reader, map[string]string{idemotel.AttrScope: rec.Scope})
+			if got["idemkit.calls"] != 4 {
+				inv := collect(t, reader, map[string]string{idemotel.AttrScope: idemotel.InvalidScope})
+				raw := collect(t, reader, map[string]string{idemotel.AttrScope: c.scope})
+				t.Errorf("calls labelled with the stored scope = %v, want 4 (1 run, 3 refused); %s: %v, the raw scope: %v",
+					got["idemkit.calls"], idemotel.InvalidScope, inv["idemkit.calls"], raw["idemkit.calls"])
+			}
+		})
+	}
+}
