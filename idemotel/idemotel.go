@@ -72,8 +72,10 @@ type Options struct {
 	// Claims, when set (with a MeterProvider), is read at every metrics collection to report the
 	// PROCESSING records of a record table by scope: the gauges idemkit.records.processing,
 	// idemkit.records.stuck and idemkit.records.oldest_processing. admin.Admin.Claims implements it;
-	// it costs one query per collection. An error it returns is passed to the MeterProvider's error
-	// handling and the gauges are not reported for that collection. Defaults to none.
+	// it costs one query per collection. Every instance given it reports the same table: a query over
+	// instances takes one copy per application (max by job and scope), never their sum. An error it
+	// returns is passed to the MeterProvider's error handling and the gauges are not reported for that
+	// collection. Defaults to none.
 	Claims func(ctx context.Context) ([]ClaimStats, error)
 	// MaxScopes bounds the scope labels: the first MaxScopes distinct scopes the Observer reports
 	// are labelled by themselves, any later one OtherScope. Scopes are meant to be few (route

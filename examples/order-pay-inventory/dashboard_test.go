@@ -350,3 +350,37 @@ func (brokenLocker) Refresh(context.Context, string, string, time.Duration) erro
 func (brokenLocker) Release(context.Context, string, string, []byte, time.Duration) error {
 	return errors.New("redis down")
 }
+
+// TestDashboardCountsTableGaugesOnce: the record gauges idemkit_records_stuck and
+// idemkit_records_processing are read from the shared record table by every instance that passes
+// idemotel.Options.Claims, so N instances export N copies of one count. A query must take one copy per
+// application (max by job and scope) before it adds scopes up: summed over instances, 3 instances
+// showed every stuck claim 3 times. (The oldest claim's age is a maximum already.)
+func TestDashboardCountsTableGaugesOnce(t *testing.T) {
+	panels, _ := dashboardQueries(t)
+	const once = "max by (job, idemkit_scope) ("
+	seen := 0
+	for title, exprs := range panels {
+		for _, e := range exprs {
+			for _, n := range metricNames(e) {
+				if n != "idemkit_records_stuck" && n != "idemkit_records_processing" {
+					continue
+				}
+				seen++
+				for rest := e; ; {
+					i := strings.Index(rest, n)
+					if i < 0 {
+						break
+					}
+					if !strings.HasSuffix(strings.TrimRight(rest[:i], " "), once) {
+						t.Errorf("panel %q: %s is not taken once per application (%q) in %q", title, n, once, e)
+					}
+					rest = rest[i+len(n):]
+				}
+			}
+		}
+	}
+	if seen < 3 {
+		t.Fatalf("only %d queries use the record gauges: the parser or the dashboard is broken", seen)
+	}
+}
