@@ -51,6 +51,10 @@ const OtherScope = "_other"
 // DefaultMaxScopes is the default of Options.MaxScopes.
 const DefaultMaxScopes = 256
 
+// DefaultClaimsTimeout is the default of Options.ClaimsTimeout: below Prometheus's default scrape
+// timeout (10s).
+const DefaultClaimsTimeout = 5 * time.Second
+
 // Attribute keys of the metrics and spans.
 const (
 	AttrMode    = "idemkit.mode"
@@ -77,6 +81,11 @@ type Options struct {
 	// returns is passed to the MeterProvider's error handling and the gauges are not reported for that
 	// collection. Defaults to none.
 	Claims func(ctx context.Context) ([]ClaimStats, error)
+	// ClaimsTimeout bounds each read of Claims: its context ends then (an error for that collection).
+	// The OpenTelemetry Prometheus exporter collects without a deadline, so without one a database
+	// that stopped answering would hold a goroutine and a connection of the pool per scrape. Defaults
+	// to DefaultClaimsTimeout (5s).
+	ClaimsTimeout time.Duration
 	// MaxScopes bounds the scope labels: the first MaxScopes distinct scopes the Observer reports
 	// are labelled by themselves, any later one OtherScope. Scopes are meant to be few (route
 	// patterns, names the program chose), but one made of request data — httpx.DefaultScope falls back
@@ -169,7 +178,11 @@ func New(opts *Options) (*Observer, error) {
 	obs.recFenced = counter("idemkit.reconcile.fenced", "{record}", "Pending records whose gid the transaction manager did not know: the reconciler fenced the gid. Alert when it grows: an initiator died before the manager heard of its transaction, or the manager lost one it had accepted.")
 	obs.recErrors = counter("idemkit.reconcile.errors", "{record}", "Pending records a transaction reconciler could not settle in a pass (manager unreachable, a failing hook, the store), by scope.")
 	if o.Claims != nil {
-		errs = append(errs, obs.registerClaims(m, o.Claims))
+		timeout := o.ClaimsTimeout
+		if timeout <= 0 {
+			timeout = DefaultClaimsTimeout
+		}
+		errs = append(errs, obs.registerClaims(m, o.Claims, timeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
@@ -177,8 +190,9 @@ func New(opts *Options) (*Observer, error) {
 	return obs, nil
 }
 
-// registerClaims creates the gauges of PROCESSING records and their callback.
-func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, error)) error {
+// registerClaims creates the gauges of PROCESSING records and their callback, which reads them within
+// timeout.
+func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]ClaimStats, error), timeout time.Duration) error {
 	processing, err1 := m.Int64ObservableGauge("idemkit.records.processing", metric.WithUnit("{record}"),
 		metric.WithDescription("PROCESSING records by scope."))
 	stuck, err2 := m.Int64ObservableGauge("idemkit.records.stuck", metric.WithUnit("{record}"),
@@ -189,6 +203,8 @@ func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]
 		return err
 	}
 	_, err := m.RegisterCallback(func(ctx context.Context, ob metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		stats, err := read(ctx)
 		if err != nil {
 			return fmt.Errorf("idemotel: reading claims: %w", err)

@@ -574,3 +574,82 @@ func TestRefusedCallKeepsItsScopeLabel(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimsReadIsBounded: the OpenTelemetry Prometheus exporter collects with context.TODO(), so
+// the Claims read had no deadline: a database that stopped answering held every scrape's goroutine
+// and a connection of the application's pool for good, one more every scrape. The read gets a
+// deadline (Options.ClaimsTimeout); one that runs past it fails the collection of the gauges only.
+func TestClaimsReadIsBounded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := idemotel.New(&idemotel.Options{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		Claims: func(ctx context.Context) ([]idemotel.ClaimStats, error) {
+			if _, ok := ctx.Deadline(); !ok {
+				return nil, errors.New("the claims read has no deadline")
+			}
+			<-ctx.Done() // a database that never answers
+			return nil, ctx.Err()
+		},
+		ClaimsTimeout: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(context.Background(), idemkit.Call{Scope: "s", Key: "k"}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var rm metricdata.ResourceMetrics
+	go func() { done <- reader.Collect(context.Background(), &rm) }() // as the exporter: no deadline
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Collect = %v, want the claims read's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Collect still waits for the claims read after 10s")
+	}
+	calls := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "idemkit.calls" {
+				calls++
+			}
+		}
+	}
+	if calls != 1 {
+		t.Errorf("the calls counter is missing from a collection whose claims read failed")
+	}
+}
+
+// TestClaimsTimeoutDefault: without Options.ClaimsTimeout the read still gets a deadline, at most
+// DefaultClaimsTimeout away.
+func TestClaimsTimeoutDefault(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	var left time.Duration
+	_, err := idemotel.New(&idemotel.Options{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		Claims: func(ctx context.Context) ([]idemotel.ClaimStats, error) {
+			d, ok := ctx.Deadline()
+			if !ok {
+				return nil, errors.New("the claims read has no deadline")
+			}
+			left = time.Until(d)
+			return nil, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if left <= 0 || left > idemotel.DefaultClaimsTimeout {
+		t.Errorf("the claims read's deadline is %s away, want within %s", left, idemotel.DefaultClaimsTimeout)
+	}
+}
