@@ -64,6 +64,6 @@ case "${1:-all}" in
     [ $# -ge 2 ] || { echo "usage: $0 up redis|galera|dtm" >&2; exit 2; }
     go run ./internal/cluster/cmd/clusterup "$2" ;;
   *)
-    sed -n '2,22p' "$0" >&2; exit 2 ;;
+    sed -n '2,19p' "$0" >&2; exit 2 ;;
 esac
 echo; echo "cluster checks passed"
