@@ -6,8 +6,9 @@
 #
 # A service that its IDEMKIT_TEST_* variable (README, "Testing") puts elsewhere is left alone: MySQL
 # and PostgreSQL unless it names the local server on its default port, Redis, NATS and RabbitMQ when
-# its host is not loopback (on another loopback port the script starts one there). The tests create
-# the database idemkit_test on their own.
+# its host is not loopback (on another loopback port the script starts Redis or NATS there; RabbitMQ
+# it starts on its own port, 5672, only, and then waits in vain for the other). The tests create the
+# database idemkit_test on their own.
 set -euo pipefail
 
 log() { printf '[services] %s\n' "$*" >&2; }
