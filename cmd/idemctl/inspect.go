@@ -186,6 +186,8 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now)))
 	case rec.Expired(now):
 		return fmt.Sprintf("runs again: the record expired and is taken over (fence %d)", rec.Fence+1)
+	case rec.IsMark():
+		return "refused as a duplicate (idemkit.ErrDuplicate): the key is marked, and a mark keeps no result to replay; nothing runs (a different payload gets 422)"
 	case rec.Status == idemkit.StatusSucceeded:
 		return "the stored result is replayed (a different payload gets 422)"
 	case rec.Status == idemkit.StatusRejected:

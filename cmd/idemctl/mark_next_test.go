@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// TestNextAttemptOfAMark: a mark (Mark, MarkTx, TxMark) keeps no answer: the next attempt of its
+// key gets idemkit.ErrDuplicate and nothing runs. inspect said "the stored result is replayed",
+// which no attempt of a Mark-mode scope ever gets.
+func TestNextAttemptOfAMark(t *testing.T) {
+	ctx := context.Background()
+	clock := idemtest.NewClock()
+	store := memory.NewStore()
+	g, err := idemkit.New(store, &idemkit.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "send-mail", Key: "k"}
+	if err := g.Mark(ctx, call, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	rec, err := g.Get(ctx, call.Scope, call.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := nextAttempt(rec, nil, clock.Now())
+	ran := false
+	err = g.Mark(ctx, call, func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, idemkit.ErrDuplicate) || ran {
+		t.Fatalf("the Guard's next attempt: %v (ran %v), want ErrDuplicate", err, ran)
+	}
+	if !strings.Contains(got, "duplicate") || strings.Contains(got, "replayed") {
+		t.Errorf("nextAttempt of a mark = %q, want it to say a duplicate is refused (ErrDuplicate), not that a result is replayed", got)
+	}
+}
