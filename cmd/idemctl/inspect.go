@@ -186,7 +186,7 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now)))
 	case rec.Expired(now):
 		return fmt.Sprintf("runs again: the record expired and is taken over (fence %d)", rec.Fence+1)
-	case rec.IsMark():
+	case markRecord(rec):
 		return "refused as a duplicate (idemkit.ErrDuplicate): the key is marked, and a mark keeps no result to replay; nothing runs (a different payload gets 422)"
 	case rec.Status == idemkit.StatusSucceeded:
 		return "the stored result is replayed (a different payload gets 422)"
@@ -197,4 +197,11 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 	default:
 		return fmt.Sprintf("runs again: a retry takes the %s record over (fence %d)", rec.Status, rec.Fence+1)
 	}
+}
+
+// markRecord reports whether rec was written by Mark, MarkTx or TxMark: a mark (see
+// idemkit.Record.IsMark), or one a permanent error left REJECTED, which keeps the mark's lack of a
+// lease. Either way the next attempt of its key gets idemkit.ErrDuplicate.
+func markRecord(rec *idemkit.Record) bool {
+	return rec.IsMark() || rec.Status == idemkit.StatusRejected && rec.LeaseUntil.Equal(rec.CreatedAt)
 }

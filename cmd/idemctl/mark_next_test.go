@@ -16,6 +16,12 @@ import (
 // key gets idemkit.ErrDuplicate and nothing runs. inspect said "the stored result is replayed",
 // which no attempt of a Mark-mode scope ever gets.
 func TestNextAttemptOfAMark(t *testing.T) {
+	t.Run("done", func(t *testing.T) { testNextAttemptOfAMark(t, nil) })
+	// A permanent error keeps the mark, REJECTED: its duplicates get ErrDuplicate too, not the rejection.
+	t.Run("rejected", func(t *testing.T) { testNextAttemptOfAMark(t, idemkit.Permanent(errors.New("refused"))) })
+}
+
+func testNextAttemptOfAMark(t *testing.T, fail error) {
 	ctx := context.Background()
 	clock := idemtest.NewClock()
 	store := memory.NewStore()
@@ -24,7 +30,7 @@ func TestNextAttemptOfAMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := idemkit.Call{Scope: "send-mail", Key: "k"}
-	if err := g.Mark(ctx, call, func(context.Context) error { return nil }); err != nil {
+	if err := g.Mark(ctx, call, func(context.Context) error { return fail }); !errors.Is(err, fail) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Hour)
