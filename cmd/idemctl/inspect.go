@@ -187,11 +187,11 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 	case rec.Expired(now):
 		return fmt.Sprintf("runs again: the record expired and is taken over (fence %d)", rec.Fence+1)
 	case markRecord(rec):
-		return "refused as a duplicate (idemkit.ErrDuplicate): the key is marked, and a mark keeps no result to replay; nothing runs (a different payload gets 422)"
+		return "refused as a duplicate (idemkit.ErrDuplicate): the key is marked, and a mark keeps no result to replay; nothing runs" + mismatchNote(rec)
 	case rec.Status == idemkit.StatusSucceeded:
-		return "the stored result is replayed (a different payload gets 422)"
+		return "the stored result is replayed" + mismatchNote(rec)
 	case rec.Status == idemkit.StatusRejected:
-		return "the stored rejection is replayed (a different payload gets 422)"
+		return "the stored rejection is replayed" + mismatchNote(rec)
 	case rec.Status == idemkit.StatusProcessing:
 		return fmt.Sprintf("runs again: the stuck claim is taken over (fence %d); the sweeper would recover it first", rec.Fence+1)
 	default:
@@ -204,4 +204,13 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 // lease. Either way the next attempt of its key gets idemkit.ErrDuplicate.
 func markRecord(rec *idemkit.Record) bool {
 	return rec.IsMark() || rec.Status == idemkit.StatusRejected && rec.LeaseUntil.Equal(rec.CreatedAt)
+}
+
+// mismatchNote says what a call with another payload gets from a finished record: 422 when the record
+// holds a fingerprint; without one it binds no payload, and every call gets the same answer.
+func mismatchNote(rec *idemkit.Record) string {
+	if rec.Fingerprint == "" {
+		return " (whatever the payload: the record holds no fingerprint)"
+	}
+	return " (a different payload gets 422)"
 }

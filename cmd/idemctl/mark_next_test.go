@@ -48,3 +48,31 @@ func testNextAttemptOfAMark(t *testing.T, fail error) {
 		t.Errorf("nextAttempt of a mark = %q, want it to say a duplicate is refused (ErrDuplicate), not that a result is replayed", got)
 	}
 }
+
+// TestNextAttemptWithoutFingerprint: a record stored without a fingerprint binds no payload: the
+// Guard replays it to a call with any payload. inspect said "a different payload gets 422" all the same.
+func TestNextAttemptWithoutFingerprint(t *testing.T) {
+	ctx := context.Background()
+	g, err := idemkit.New(memory.NewStore(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+	for _, fp := range []string{"", "f1"} {
+		call := idemkit.Call{Scope: "s", Key: "k" + fp, Fingerprint: fp}
+		if _, err := g.Do(ctx, call, run); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := g.Get(ctx, call.Scope, call.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := nextAttempt(rec, nil, time.Now())
+		call.Fingerprint = "other"
+		_, err = g.Do(ctx, call, run)
+		mismatch := errors.Is(err, idemkit.ErrPayloadMismatch)
+		if says := strings.Contains(got, "422"); says != mismatch {
+			t.Errorf("fingerprint %q: nextAttempt = %q, but another payload gets %v", fp, got, err)
+		}
+	}
+}
