@@ -258,13 +258,18 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	outcome(&next, value, err, permanent)
 
 	var werr, note error
+	var write func(context.Context) error // the finish's write, should it have to be tried again
 	switch {
 	case cl.mode.marks() && err == nil:
 		// The mark written by the claim already says SUCCEEDED.
 	case cl.mode.marks() && !permanent:
-		werr = cl.st.Delete(wctx, cl.rec.Scope, cl.rec.Key, cl.rec.Version())
+		mine := cl.rec
+		write = func(ctx context.Context) error { return cl.st.Delete(ctx, mine.Scope, mine.Key, mine.Version()) }
+		werr = write(wctx)
 	default:
-		note, werr = writeOutcome(wctx, cl.st, &next, cl.rec.Version())
+		want, prev := next, cl.rec.Version()
+		write = func(ctx context.Context) error { n := want; _, err := writeOutcome(ctx, cl.st, &n, prev); return err }
+		note, werr = writeOutcome(wctx, cl.st, &next, prev)
 	}
 
 	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeExecuted, next.Fence, next.Status
@@ -286,6 +291,9 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		// Finish's caller is the one waiting for the answer (Begin's may have left long ago).
 		werr = storeErr(ctx, "finishing record", werr)
 		cl.ev.Status = cl.rec.Status // the outcome was not written: the record stays as it was
+		if !cl.callerTx {
+			cl.unwritten(write)
+		}
 	}
 	if cl.locked {
 		cl.releaseLock(survive(), cached, ttl)

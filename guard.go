@@ -369,12 +369,7 @@ func (cl *Claim) abandoned(prev *Version) {
 		return
 	}
 	st, mine, marks := cl.st, cl.rec, cl.mode.marks()
-	until := mine.LeaseUntil
-	if marks {
-		until = mine.UpdatedAt.Add(g.opts.Lease)
-	}
-	d := min(max(until.Sub(g.opts.Now()), g.opts.FinishTimeout), maxWatch)
-	g.watches.Go(cl.ctx, d, func(ctx context.Context) {
+	g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			cur, err := st.Get(ctx, mine.Scope, mine.Key)
 			switch {
@@ -395,6 +390,37 @@ func (cl *Claim) abandoned(prev *Version) {
 				return
 			}
 			if !background.Sleep(ctx, wait) {
+				return
+			}
+		}
+	})
+}
+
+// watchFor is how long a follow-up of the claim matters: until its lease ends (a claim landing, or
+// an outcome written, later is stale on arrival: the next attempt takes the record over, and the
+// fenced write fails), and for a mark, which has no lease, for Options.Lease; never shorter than
+// Options.FinishTimeout, never longer than maxWatch.
+func (cl *Claim) watchFor() time.Duration {
+	g, mine := cl.g, cl.rec
+	until := mine.LeaseUntil
+	if cl.mode.marks() {
+		until = mine.UpdatedAt.Add(g.opts.Lease)
+	}
+	return min(max(until.Sub(g.opts.Now()), g.opts.FinishTimeout), maxWatch)
+}
+
+// unwritten writes again, in the background, a finish whose write failed (the store too slow for
+// FinishTimeout, a connection dropped): left PROCESSING, the record would be taken over once its
+// lease ran out, and a retry of the key would run the work a second time although its outcome is
+// known; a failed mark left in place would refuse every retry as a duplicate until it expired. The
+// write is fenced on the claim's version, so it lands only on the record as the claim left it — one
+// whose first write did land after all, or that was taken over, fences it off — and it is tried with a
+// backoff (10 ms doubling, up to a second) for as long as that matters (see watchFor). It shares the
+// abandoned-claim watches' limit: beyond maxWatches at once, the record is left to its lease.
+func (cl *Claim) unwritten(write func(context.Context) error) {
+	cl.g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
+		for wait := 10 * time.Millisecond; background.Sleep(ctx, wait); wait = min(2*wait, time.Second) {
+			if err := write(ctx); err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
 				return
 			}
 		}

@@ -1,0 +1,89 @@
+package idemkit_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// flakyFinishStore is a memory Store whose first finish (an Update, or a mark's Delete) fails, as a
+// write a database was too slow to answer within FinishTimeout, or a connection it dropped.
+type flakyFinishStore struct {
+	*memory.Store
+	updates, deletes atomic.Int32
+}
+
+func (s *flakyFinishStore) Update(ctx context.Context, r *idemkit.Record, prev idemkit.Version) error {
+	if r.Status != idemkit.StatusProcessing && s.updates.Add(1) == 1 {
+		return errors.New("i/o timeout")
+	}
+	return s.Store.Update(ctx, r, prev)
+}
+
+func (s *flakyFinishStore) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
+	if s.deletes.Add(1) == 1 {
+		return errors.New("i/o timeout")
+	}
+	return s.Store.Delete(ctx, scope, key, prev)
+}
+
+// TestUnwrittenFinishIsWrittenLater: a finish whose write failed (the store slow or gone for a moment)
+// left the record PROCESSING; once its lease ran out, a retry of the key took it over and ran the work
+// a second time — the order created twice, although the first call's work was done and its outcome
+// known. The Guard writes that outcome again in the background until it lands, so the retry is
+// answered with it. Likewise a mark whose function failed: its delete is retried, so the key is free
+// again rather than taken for done until it expires.
+func TestUnwrittenFinishIsWrittenLater(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	st := &flakyFinishStore{Store: memory.NewStore()}
+	g, err := idemkit.New(st, &idemkit.Options{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	t.Run("Execute", func(t *testing.T) {
+		var runs atomic.Int32
+		fn := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("order-1"), nil }
+		c := idemkit.Call{Scope: "orders", Key: "k"}
+		if _, err := g.Do(ctx, c, fn); !errors.Is(err, idemkit.ErrStoreUnavailable) {
+			t.Fatalf("first call: %v, want ErrStoreUnavailable (its finish failed)", err)
+		}
+		time.Sleep(lease + 100*time.Millisecond) // the lease over: an unwritten claim would be taken over
+		res, err := g.Do(ctx, c, fn)
+		if err != nil || !res.Replayed || string(res.Value) != "order-1" {
+			t.Fatalf("retry after the lease: %+v, %v; want the first call's result replayed", res, err)
+		}
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("the work ran %d times, want once", n)
+		}
+	})
+
+	t.Run("MarkFailed", func(t *testing.T) {
+		var runs atomic.Int32
+		c := idemkit.Call{Scope: "marks", Key: "k"}
+		failing := func(context.Context) error { runs.Add(1); return errors.New("payment gateway down") }
+		if err := g.Mark(ctx, c, failing); !errors.Is(err, idemkit.ErrStoreUnavailable) {
+			t.Fatalf("first call: %v, want ErrStoreUnavailable (its mark could not be deleted)", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := g.Mark(ctx, c, func(context.Context) error { runs.Add(1); return nil })
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, idemkit.ErrDuplicate) || time.Now().After(deadline) {
+				t.Fatalf("retry of a failed mark: %v; want it run once the mark is deleted", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := runs.Load(); n != 2 {
+			t.Fatalf("ran %d times, want twice (the failure, then the retry)", n)
+		}
+	})
+}
