@@ -150,7 +150,10 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	}
 	if cur.Status == StatusProcessing && !cur.LeaseExpired(now) && cur.Expired(now) {
 		// A claim renewed past its record's expiry (Extend moves the expiry with the lease; a record
-		// written before it did): its attempt is alive, and the key is in flight.
+		// written before it did): its attempt is alive, and the key is in flight — to the same payload.
+		if fingerprint != "" && cur.Fingerprint != "" && fingerprint != cur.Fingerprint {
+			return verdictMismatch
+		}
 		return verdictInFlight
 	}
 	if cur.Expired(now) {

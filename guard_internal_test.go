@@ -49,6 +49,8 @@ func TestJudge(t *testing.T) {
 		{"expired processing, lease expired", rec(StatusProcessing, past, expired), "", ModeExecute, verdictTakeover},
 		// A claim renewed past its expiry is alive: never taken over while its lease is.
 		{"expired processing, lease live", rec(StatusProcessing, live, expired), "", ModeExecute, verdictInFlight},
+		// ... and answers another payload as any live claim does (found by a defect hunt).
+		{"expired processing, lease live, other fingerprint", rec(StatusProcessing, live, expired), "other", ModeExecute, verdictMismatch},
 		// A record tied to an unsettled global transaction outlives its expiry (issue 11, item 10a).
 		{"expired processing with gid", rec(StatusProcessing, past, gid, expired), "", ModeExecute, verdictInFlight},
 		{"expired processing with gid, other fingerprint", rec(StatusProcessing, past, gid, expired), "other", ModeExecute, verdictMismatch},
