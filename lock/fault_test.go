@@ -164,7 +164,7 @@ func waitUp(t *testing.T, rdb *redis.Client) {
 func TestRedisDown(t *testing.T) {
 	p, rdb := privateRedis(t)
 	ctx := testCtx(t)
-	l := lock.New(rdb, nil)
+	l := &releaseWatch{Locker: lock.New(rdb, nil)}
 	store := memory.NewStore()
 	obs := &events{}
 	open := newGuard(t, store, &idemkit.Options{Locker: l, FailOpen: true, Observer: obs})
@@ -190,7 +190,7 @@ func TestRedisDown(t *testing.T) {
 		inside, finish := make(chan struct{}), make(chan struct{})
 		holder := make(chan error, 1)
 		go func() {
-			_, err := open.Do(ctx, call, func(context.Context) ([]byte, error) {
+			_, err := open.Do(l.watch(ctx), call, func(context.Context) ([]byte, error) {
 				runs.Add(1)
 				close(inside)
 				<-finish
@@ -277,6 +277,10 @@ func TestRedisDown(t *testing.T) {
 	})
 
 	t.Run("Restarted", func(t *testing.T) {
+		// The holder of "one" finished while Redis was down: its release failed and is retried in
+		// the background for FinishTimeout. A retry landing after the restart would cache the
+		// result (rightly), and "one" would no longer be replayed from the Store as checked below.
+		l.waitRetryEnded(t)
 		p.Restart()
 		waitUp(t, rdb)
 		if n := rdb.DBSize(ctx).Val(); n != 0 {
@@ -307,6 +311,61 @@ func TestRedisDown(t *testing.T) {
 			t.Fatalf("events after restart: %+v", evs)
 		}
 	})
+}
+
+// releaseWatch is an idemkit.Locker that follows the releases made on a context from watch: the
+// Guard's release of a call made with it and, when that release fails, the Guard's retries of it in
+// the background, on a context of their own with the call's values.
+type releaseWatch struct {
+	idemkit.Locker
+	mu      sync.Mutex
+	calls   int             // releases on a watched context so far
+	running int             // of which still running
+	last    context.Context // the context of the latest
+}
+
+type watchedKey struct{}
+
+// watch returns ctx marked for the releases of the calls made with it to be followed.
+func (w *releaseWatch) watch(ctx context.Context) context.Context {
+	return context.WithValue(ctx, watchedKey{}, true)
+}
+
+func (w *releaseWatch) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	if ctx.Value(watchedKey{}) == nil {
+		return w.Locker.Release(ctx, key, token, result, ttl)
+	}
+	w.mu.Lock()
+	w.calls++
+	w.running++
+	w.last = ctx
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running--
+		w.mu.Unlock()
+	}()
+	return w.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// retryEnded reports whether the watched release failed, was retried, and the retry has given up:
+// its context ended, and no release runs. A Release on an ended context sends nothing.
+func (w *releaseWatch) retryEnded() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls >= 2 && w.running == 0 && w.last.Err() != nil
+}
+
+// waitRetryEnded waits (at most 15s) for retryEnded.
+func (w *releaseWatch) waitRetryEnded(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !w.retryEnded() {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed release was not retried, or its retry did not end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // nil2 is a function for calls that must replay: it fails if it runs.
