@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/idemkit/idemkit/internal/background"
 )
 
 // Claim is an attempt's hold on a record, returned by [Guard.Begin]. Finish it exactly once with
@@ -532,16 +530,13 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 // record, and once none is left only the lock is released. At most maxWatches run at once per Guard.
 func (cl *Claim) retryRelease(result []byte, until time.Time) {
 	g, key, token := cl.g, cl.id.lockKey, cl.token
-	g.forgets.Go(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) {
-		for wait := 10 * time.Millisecond; background.Sleep(ctx, wait); wait = min(2*wait, time.Second) {
-			res, left := result, until.Sub(g.opts.Now())
-			if left <= 0 {
-				res = nil
-			}
-			if err := g.opts.Locker.Release(ctx, key, token, res, left); err == nil || errors.Is(err, ErrLockNotHeld) {
-				return
-			}
+	g.forgets.Retry(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) bool {
+		res, left := result, until.Sub(g.opts.Now())
+		if left <= 0 {
+			res = nil
 		}
+		err := g.opts.Locker.Release(ctx, key, token, res, left)
+		return err == nil || errors.Is(err, ErrLockNotHeld)
 	})
 }
 

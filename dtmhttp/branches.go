@@ -90,7 +90,8 @@ type Event struct {
 // Branches builds handlers for DTM branch calls. Create it with [New]; it is safe for concurrent use.
 type Branches struct {
 	opts Options
-	// forgets run the releases of locks whose Acquire failed (see Branches.forget).
+	// forgets run the releases of locks whose Acquire failed (see Branches.forget), and the retries
+	// of releases that failed (Branches.retryRelease).
 	forgets background.Limit
 }
 
@@ -274,11 +275,24 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		defer cancel()
 		if err := lk.Release(rctx, key, token, nil, 0); err != nil && !errors.Is(err, idemkit.ErrLockNotHeld) {
 			b.opts.Logger.WarnContext(ctx, "dtmhttp: releasing branch lock", "key", key, "error", err)
+			b.retryRelease(ctx, key, token)
 		}
 	}, nil
 }
 
-// maxForgets bounds the releases of Branches.forget running at once.
+// retryRelease tries again, in the background, a release that failed (a connection Redis dropped, a
+// client that does not retry): the lock would otherwise stay until LockTTL ran out, and DTM's retries
+// of the branch would be answered 425 meanwhile. It retries with a backoff (10 ms doubling, up to a
+// second) for DefaultReleaseTimeout, until the Locker answers; it shares maxForgets with forget.
+func (b *Branches) retryRelease(ctx context.Context, key, token string) {
+	lk := b.opts.Locker
+	b.forgets.Retry(ctx, DefaultReleaseTimeout, func(ctx context.Context) bool {
+		err := lk.Release(ctx, key, token, nil, 0)
+		return err == nil || errors.Is(err, idemkit.ErrLockNotHeld)
+	})
+}
+
+// maxForgets bounds the releases of Branches.forget and Branches.retryRelease running at once.
 const maxForgets = 64
 
 // forget releases, in the background, the lock an Acquire that failed may have taken all the same:

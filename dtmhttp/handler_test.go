@@ -436,3 +436,48 @@ return redis.call('INCRBY', KEYS[1], delta)`)
 		t.Fatalf("balance %d, %v", bal, err)
 	}
 }
+
+// lostReleaseLocker's first Release fails without taking effect, as on a connection Redis dropped.
+type lostReleaseLocker struct {
+	idemkit.Locker
+	failed atomic.Bool
+}
+
+func (l *lostReleaseLocker) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	if l.failed.CompareAndSwap(false, true) {
+		return errors.New("write tcp 127.0.0.1:50000->127.0.0.1:6379: connection reset by peer")
+	}
+	return l.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// TestFailedBranchReleaseIsRetried: a branch lock whose release failed once (a Redis blip) stayed, so
+// DTM's retries of the branch were answered 425 until LockTTL ran out. The release is retried in the
+// background, as the Guard's.
+func TestFailedBranchReleaseIsRetried(t *testing.T) {
+	k := setup(t, nil, nil)
+	lost := &lostReleaseLocker{Locker: k.locker}
+	b, err := dtmhttp.New(&dtmhttp.Options{Locker: lost, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := call{"saga", testsvc.Name("gid-"), "01", "action", `{"amount":30}`}
+	expect(t, b.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1))), c, 200, "SUCCESS")
+	if !lost.failed.Load() {
+		t.Fatal("the lock was not released")
+	}
+	// DTM's retry, through a healthy Locker (k.b shares k.locker and the key layout).
+	action := k.b.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1)))
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rec := httptest.NewRecorder()
+		action.ServeHTTP(rec, c.request())
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry still answers %d %s 2 s later", rec.Code, rec.Body)
+		}
+	}
+	if k.runCount() != 1 {
+		t.Fatalf("business ran %d times, want 1", k.runCount())
+	}
+}

@@ -1,5 +1,6 @@
 // Package background runs the bounded follow-up work the Guard and dtmhttp start after a caller has
-// its answer (releasing a lock whose Acquire reply was lost, watching for a claim that lands late).
+// its answer (releasing a lock whose Acquire reply was lost, retrying a release that failed, watching
+// for a claim that lands late).
 package background
 
 import (
@@ -29,6 +30,20 @@ func (l *Limit) Go(parent context.Context, d time.Duration, f func(ctx context.C
 		f(ctx)
 	}()
 	return true
+}
+
+// Retry runs f as Go does, after a pause of 10 ms and then again after pauses that double up to a
+// second, until f reports that it is done or d is over: the retry of a lock release that failed (a
+// connection Redis dropped), which would otherwise leave the lock until its time to live ran out. It
+// reports whether it started, as Go.
+func (l *Limit) Retry(parent context.Context, d time.Duration, f func(ctx context.Context) (done bool)) bool {
+	return l.Go(parent, d, func(ctx context.Context) {
+		for wait := 10 * time.Millisecond; Sleep(ctx, wait); wait = min(2*wait, time.Second) {
+			if f(ctx) {
+				return
+			}
+		}
+	})
 }
 
 // Sleep waits d, or until ctx ends; it reports whether it waited d.

@@ -49,3 +49,33 @@ func TestGoOutlivesParentWithinItsBound(t *testing.T) {
 		t.Fatal("Sleep: waited d / returned at ctx's end, as it should not")
 	}
 }
+
+func TestRetryUntilDone(t *testing.T) {
+	l := &Limit{Max: 1}
+	calls := make(chan int, 10)
+	n := 0
+	l.Retry(context.Background(), time.Minute, func(context.Context) bool {
+		n++
+		calls <- n
+		return n == 3
+	})
+	for want := 1; want <= 3; want++ {
+		if got := <-calls; got != want {
+			t.Fatalf("call %d, want %d", got, want)
+		}
+	}
+	for l.running.Load() != 0 { // it stops once f is done
+		time.Sleep(time.Millisecond)
+	}
+	if len(calls) != 0 {
+		t.Fatal("called again after done")
+	}
+}
+
+func TestRetryEndsAfterD(t *testing.T) {
+	l := &Limit{Max: 1}
+	l.Retry(context.Background(), 50*time.Millisecond, func(context.Context) bool { return false })
+	for l.running.Load() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
