@@ -33,13 +33,15 @@ type Store interface {
 // it unlocks.
 //
 // Locks are never re-entrant: a second Acquire with another token fails even from the same process.
-// Acquire with the token that holds the lock succeeds (and resets its ttl), so a client that retries a
-// command whose reply was lost does not lock its own attempt out; the Guard uses a new token per attempt.
+// Acquire with the token that holds the lock succeeds and leaves the lock as it is (its ttl is not
+// reset: Refresh extends a lock), so a client that retries a command whose reply was lost does not
+// lock its own attempt out; the Guard uses a new token per attempt.
 // Implementations must be safe for concurrent use.
 type Locker interface {
 	// Acquire returns the cached result for key when there is one, taking no lock. Otherwise it locks
-	// key with token for ttl and returns (nil, nil), or returns an [*InFlightError] (ErrLocked) when
-	// another token holds it.
+	// key with token for ttl and returns (nil, nil) — when token holds the lock already, it returns
+	// (nil, nil) and leaves the lock as it is — or returns an [*InFlightError] (ErrLocked) when another
+	// token holds it.
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (cached []byte, err error)
 	// Refresh extends the lock to ttl if token still holds it; ErrLockNotHeld otherwise.
 	Refresh(ctx context.Context, key, token string, ttl time.Duration) error

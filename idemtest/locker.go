@@ -61,6 +61,19 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 		}
 	})
 
+	t.Run("ReacquireLeavesTheLock", func(t *testing.T) {
+		// An Acquire by the holding token changes nothing: its ttl does not become the lock's
+		// (Refresh extends a lock), as the holder's remaining time, seen by another token, shows.
+		l := newLocker(t)
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		if _, err := l.Acquire(ctxb, "k", "tok-1", time.Hour); err != nil {
+			t.Fatalf("re-Acquire by the holding token: %v, want success (idempotent retry)", err)
+		}
+		wantLocked(t, l, "k", ttl)
+		must(t, l.Release(ctxb, "k", "tok-1", nil, 0))
+	})
+
 	t.Run("ReleaseComparesToken", func(t *testing.T) {
 		l := newLocker(t)
 		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
