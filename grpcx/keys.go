@@ -18,12 +18,12 @@ import (
 // none. An error is answered INVALID_ARGUMENT and nothing runs.
 type KeyFunc func(ctx context.Context, method string, req proto.Message) (string, error)
 
-// MetadataKeyFunc reads the key from the incoming metadata field name (lower case, e.g.
-// [MetadataKey]). Repeated values must be equal: a call carrying two different keys is an error. A
-// binary field (a name ending in "-bin") carries bytes, not text: its key is
+// MetadataKeyFunc reads the key from the incoming metadata field name (e.g. [MetadataKey]; compared
+// ignoring case, as gRPC does). Repeated values must be equal: a call carrying two different keys is
+// an error. A binary field (a name ending in "-bin", in any case) carries bytes, not text: its key is
 // idemkit.DerivedKey of them (the bytes themselves when they are a valid key, else their hash).
 func MetadataKeyFunc(name string) KeyFunc {
-	binary := strings.HasSuffix(name, "-bin")
+	binary := strings.HasSuffix(strings.ToLower(name), "-bin")
 	return func(ctx context.Context, _ string, _ proto.Message) (string, error) {
 		vals := metadata.ValueFromIncomingContext(ctx, name)
 		if len(vals) == 0 {
