@@ -57,7 +57,8 @@ type Client struct {
 	Server string
 	// HTTP is the client used. Defaults to one with a DefaultTimeout timeout.
 	HTTP *http.Client
-	// PollInterval is the pause between queries in Wait. Defaults to DefaultPollInterval.
+	// PollInterval is the pause between queries in Wait. Defaults to DefaultPollInterval. A negative
+	// one is an error: Wait and WaitInfo return it without querying.
 	PollInterval time.Duration
 }
 
@@ -198,6 +199,9 @@ const waitTolerance = 3
 // fails is tried again at the next poll; the wait returns the error when waitTolerance queries in a
 // row failed, or when ctx ends before any query was answered (it could not ask).
 func (c *Client) WaitInfo(ctx context.Context, gid string) (Info, error) {
+	if c.PollInterval < 0 {
+		return Info{}, fmt.Errorf("txstatus: PollInterval must not be negative, got %s", c.PollInterval)
+	}
 	poll := cmp.Or(c.PollInterval, DefaultPollInterval)
 	t := time.NewTimer(0)
 	defer t.Stop()
