@@ -35,6 +35,10 @@
 // told before one.) A quorum queue's own x-delivery-limit, if set, drops or dead-letters a message
 // past it: keep MaxAttempts below it.
 //
-// A queue without a dead-letter exchange drops what is dead-lettered; [Declare] sets one up. Publish
-// persistent messages with publisher confirms for them to survive a broker restart.
+// A queue without a dead-letter exchange drops what is dead-lettered; [Declare] sets one up, and
+// declares a quorum queue with at-least-once dead-lettering (x-dead-letter-strategy at-least-once,
+// x-overflow reject-publish): a dead letter stays in the queue until the dead-letter queue has it. A
+// classic queue dead-letters at most once (RabbitMQ's only way for it): a dead letter the dead-letter
+// queue cannot take at that moment is lost. Publish persistent messages with publisher confirms for
+// them to survive a broker restart.
 package amqp

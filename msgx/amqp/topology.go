@@ -18,8 +18,16 @@ type Topology struct {
 // exchange "<queue>.dlx" and from there to a durable queue "<queue>.dlq". args are further queue
 // arguments ("x-queue-type": "quorum" is recommended: see Queue types in the package doc); an
 // x-dead-letter-exchange in them is an error.
+//
+// A quorum queue is declared with at-least-once dead-lettering ("x-dead-letter-strategy":
+// "at-least-once", and "x-overflow": "reject-publish", without which RabbitMQ falls back to at most
+// once): a dead letter stays in the queue until the dead-letter queue has it, where RabbitMQ's default
+// drops one it cannot deliver at once (the dead-letter queue unavailable or full). args may set either
+// argument otherwise. A classic queue dead-letters at most once: RabbitMQ offers nothing else for it.
+//
 // Declaring again with the same arguments changes nothing; with different ones RabbitMQ closes the
-// channel with PRECONDITION_FAILED.
+// channel with PRECONDITION_FAILED — as for a quorum queue declared by a version of this package that
+// did not set the two arguments above (see the README's Changes).
 func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, error) {
 	if queue == "" {
 		return Topology{}, errors.New("amqp: Declare needs a queue name")
@@ -29,6 +37,10 @@ func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, e
 	}
 	t := Topology{Queue: queue, DeadLetterExchange: queue + ".dlx", DeadLetterQueue: queue + ".dlq"}
 	qargs := amqp091.Table{"x-dead-letter-exchange": t.DeadLetterExchange}
+	if qt, _ := args["x-queue-type"].(string); qt == "quorum" {
+		qargs["x-dead-letter-strategy"] = "at-least-once"
+		qargs["x-overflow"] = "reject-publish"
+	}
 	for k, v := range args {
 		qargs[k] = v
 	}
