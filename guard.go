@@ -435,12 +435,15 @@ func (cl *Claim) unwritten(write func(context.Context) error) {
 // ending the wait). The call goes on without the lock (FailOpen) or ends, and nothing else would
 // release it: the key would answer "in flight" until LockTTL ran out — to the call's retries, and to
 // the duplicates of a key finished meanwhile, whose result is not cached. The release compares the
-// call's token, so it deletes nothing but that lock. It is bounded by FinishTimeout, and at most
-// maxWatches run at once per Guard (a Redis that never answers fails every call).
+// call's token, so it deletes nothing but that lock. A release that fails (the same blip) is tried
+// again as in retryRelease (10 ms backoff doubling, up to a second) until Redis answers. It is bounded
+// by FinishTimeout, and at most maxWatches run at once per Guard (a Redis that never answers fails
+// every call).
 func (cl *Claim) forgetLock() {
 	lk, key, token := cl.g.opts.Locker, cl.id.lockKey, cl.token
-	cl.g.forgets.Go(cl.ctx, cl.g.opts.FinishTimeout, func(ctx context.Context) {
-		_ = lk.Release(ctx, key, token, nil, 0)
+	cl.g.forgets.Retry(cl.ctx, cl.g.opts.FinishTimeout, func(ctx context.Context) bool {
+		err := lk.Release(ctx, key, token, nil, 0)
+		return err == nil || errors.Is(err, ErrLockNotHeld)
 	})
 }
 

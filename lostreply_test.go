@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,4 +103,40 @@ func eventually(t *testing.T, what string, try func() (got string, done bool)) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// failFirstRelease's first Release fails without taking effect, as on a connection Redis dropped.
+type failFirstRelease struct {
+	idemkit.Locker
+	failed atomic.Bool
+}
+
+func (l *failFirstRelease) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	if l.failed.CompareAndSwap(false, true) {
+		return errors.New("write tcp 127.0.0.1:50000->127.0.0.1:6379: connection reset by peer")
+	}
+	return l.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// TestLockWhoseReplyWasLostIsReleasedDespiteABlip: the release of a lock an Acquire took although its
+// reply was lost was tried once; when it failed too (the same blip), the lock stayed and the call's
+// retries met "in flight" until LockTTL ran out. It is retried as a failed release is.
+func TestLockWhoseReplyWasLostIsReleasedDespiteABlip(t *testing.T) {
+	run := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	inner, store := memory.NewLocker(nil), memory.NewStore()
+	lk := &lostReplyLocker{Locker: &failFirstRelease{Locker: inner}}
+	g, err := idemkit.New(store, &idemkit.Options{Locker: lk, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(ctxb, call, run); !errors.Is(err, idemkit.ErrLockUnavailable) {
+		t.Fatalf("Do whose Acquire reply was lost: %v", err)
+	}
+	// The retry, whose Acquire gets its reply.
+	g2, err := idemkit.New(store, &idemkit.Options{Locker: inner, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventuallyRuns(t, g2, call, run)
 }

@@ -90,8 +90,8 @@ type Event struct {
 // Branches builds handlers for DTM branch calls. Create it with [New]; it is safe for concurrent use.
 type Branches struct {
 	opts Options
-	// forgets run the releases of locks whose Acquire failed (see Branches.forget), and the retries
-	// of releases that failed (Branches.retryRelease).
+	// forgets run the background releases of Branches.releaseLater: of locks whose Acquire failed,
+	// and of locks whose release failed.
 	forgets background.Limit
 }
 
@@ -257,11 +257,11 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		}
 		return nil, inflight
 	case ctx.Err() == nil && b.opts.FailOpen:
-		b.forget(ctx, key, token)
+		b.releaseLater(ctx, key, token)
 		b.opts.Logger.WarnContext(ctx, "dtmhttp: lock unavailable, running on the barrier alone", "error", err)
 		return func() {}, nil
 	default:
-		b.forget(ctx, key, token)
+		b.releaseLater(ctx, key, token)
 		// An outage, not the business's answer: DTM must call again, whatever IsPermanent says.
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err))
 	}
@@ -275,35 +275,29 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		defer cancel()
 		if err := lk.Release(rctx, key, token, nil, 0); err != nil && !errors.Is(err, idemkit.ErrLockNotHeld) {
 			b.opts.Logger.WarnContext(ctx, "dtmhttp: releasing branch lock", "key", key, "error", err)
-			b.retryRelease(ctx, key, token)
+			b.releaseLater(ctx, key, token)
 		}
 	}, nil
 }
 
-// retryRelease tries again, in the background, a release that failed (a connection Redis dropped, a
-// client that does not retry): the lock would otherwise stay until LockTTL ran out, and DTM's retries
-// of the branch would be answered 425 meanwhile. It retries with a backoff (10 ms doubling, up to a
-// second) for DefaultReleaseTimeout, until the Locker answers; it shares maxForgets with forget.
-func (b *Branches) retryRelease(ctx context.Context, key, token string) {
+// maxForgets bounds the background releases of Branches.releaseLater running at once.
+const maxForgets = 64
+
+// releaseLater releases token's lock on key in the background, trying again with a backoff (10 ms
+// doubling, up to a second) for DefaultReleaseTimeout until the Locker answers; at most maxForgets run
+// at once (a Redis that never answers fails every delivery). It is for the locks nothing else would
+// release, which DTM's retries of the branch would meet, answered 425, until LockTTL ran out:
+//   - the lock an Acquire that failed may have taken all the same: its command can take effect while
+//     its reply is lost (a read timeout, the request's context ending the wait);
+//   - the lock whose release failed (a connection Redis dropped, a client that does not retry).
+//
+// The release compares token, so it deletes nothing but that lock.
+func (b *Branches) releaseLater(ctx context.Context, key, token string) {
 	lk := b.opts.Locker
 	b.forgets.Retry(ctx, DefaultReleaseTimeout, func(ctx context.Context) bool {
 		err := lk.Release(ctx, key, token, nil, 0)
 		return err == nil || errors.Is(err, idemkit.ErrLockNotHeld)
 	})
-}
-
-// maxForgets bounds the releases of Branches.forget and Branches.retryRelease running at once.
-const maxForgets = 64
-
-// forget releases, in the background, the lock an Acquire that failed may have taken all the same:
-// its command can take effect while its reply is lost (a read timeout, the request's context ending
-// the wait), and nothing else would release it — DTM's retries of the branch would answer 425 until
-// LockTTL ran out. The release compares token, so it deletes nothing but that lock. Each is bounded
-// by DefaultReleaseTimeout, and at most maxForgets run at once (a Redis that never answers fails
-// every delivery).
-func (b *Branches) forget(ctx context.Context, key, token string) {
-	lk := b.opts.Locker
-	b.forgets.Go(ctx, DefaultReleaseTimeout, func(ctx context.Context) { _ = lk.Release(ctx, key, token, nil, 0) })
 }
 
 // readBody reads at most limit bytes of r's body.

@@ -481,3 +481,32 @@ func TestFailedBranchReleaseIsRetried(t *testing.T) {
 		t.Fatalf("business ran %d times, want 1", k.runCount())
 	}
 }
+
+// TestLockWhoseReplyWasLostIsReleasedDespiteABlip: the release of a lock an Acquire took although
+// its reply was lost was tried once: when it failed too (the same Redis blip), the lock stayed and
+// DTM's retries of the branch were answered 425 until LockTTL ran out. It is retried as a failed
+// release is.
+func TestLockWhoseReplyWasLostIsReleasedDespiteABlip(t *testing.T) {
+	k := setup(t, nil, nil)
+	lost, err := dtmhttp.New(&dtmhttp.Options{Locker: lostReplyLocker{&lostReleaseLocker{Locker: k.locker}}, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := call{"saga", testsvc.Name("gid-"), "01", "action", `{"amount":30}`}
+	expect(t, lost.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1))), c, 500, "")
+	// DTM's retry, through a healthy Locker (k.b shares k.locker and the key layout).
+	action := k.b.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1)))
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rec := httptest.NewRecorder()
+		action.ServeHTTP(rec, c.request())
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry still answers %d %s 2 s later", rec.Code, rec.Body)
+		}
+	}
+	if k.runCount() != 1 {
+		t.Fatalf("business ran %d times, want 1", k.runCount())
+	}
+}
