@@ -530,7 +530,7 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 // record, and once none is left only the lock is released. At most maxWatches run at once per Guard.
 func (cl *Claim) retryRelease(result []byte, until time.Time) {
 	g, key, token := cl.g, cl.id.lockKey, cl.token
-	g.forgets.Retry(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) bool {
+	g.retries.Retry(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) bool {
 		res, left := result, until.Sub(g.opts.Now())
 		if left <= 0 {
 			res = nil

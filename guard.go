@@ -17,9 +17,12 @@ type Guard struct {
 	opts  Options
 	// watches run the watches for abandoned claims (see Claim.abandoned).
 	watches background.Limit
-	// forgets run the releases of locks whose Acquire failed (see Claim.forgetLock), and the retries
-	// of releases that failed (see Claim.retryRelease).
+	// forgets run the releases of locks whose Acquire failed (see Claim.forgetLock).
 	forgets background.Limit
+	// retries run the retries of releases that failed (see Claim.retryRelease): apart from forgets,
+	// which a Redis outage fills (every call's Acquire fails), so that the lock and result of a call
+	// that finished still get their retry.
+	retries background.Limit
 }
 
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
@@ -35,7 +38,8 @@ func New(store Store, opts *Options) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, forgets: background.Limit{Max: maxWatches}}, nil
+	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, forgets: background.Limit{Max: maxWatches},
+		retries: background.Limit{Max: maxWatches}}, nil
 }
 
 // Call names one guarded operation.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,4 +140,58 @@ func TestLockWhoseReplyWasLostIsReleasedDespiteABlip(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventuallyRuns(t, g2, call, run)
+}
+
+// outageLocker fails every Acquire of a key starting with "down", as a read timeout after the
+// command took effect, and every Release while down is set.
+type outageLocker struct {
+	idemkit.Locker
+	down atomic.Bool
+}
+
+func (l *outageLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	if strings.HasPrefix(key, "down") || strings.Contains(key, ":down") {
+		return nil, errReadTimeout
+	}
+	return l.Locker.Acquire(ctx, key, token, ttl)
+}
+
+func (l *outageLocker) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	if l.down.Load() {
+		return errReadTimeout
+	}
+	return l.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// TestFailedReleaseRetriedDuringAnOutage: the retries of failed releases shared their bound with the
+// releases of the locks failed Acquires may have taken, which an outage fills (every call's Acquire
+// fails, and each release is retried for FinishTimeout): the retry of a finished call's release was
+// dropped, and its lock stayed until LockTTL. Each kind has a bound of its own.
+func TestFailedReleaseRetriedDuringAnOutage(t *testing.T) {
+	inner, store := memory.NewLocker(nil), memory.NewStore()
+	lk := &outageLocker{Locker: inner}
+	lk.down.Store(true)
+	g, err := idemkit.New(store, &idemkit.Options{Locker: lk, LockTTL: time.Minute, FinishTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
+	for i := range 100 { // more than the bound
+		if _, err := g.Do(ctxb, idemkit.Call{Scope: "s", Key: fmt.Sprintf("down%d", i)}, run); !errors.Is(err, idemkit.ErrLockUnavailable) {
+			t.Fatalf("Do with its Acquire failing: %v", err)
+		}
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	if _, err := g.Do(ctxb, call, run); err != nil { // its release fails
+		t.Fatal(err)
+	}
+	lk.down.Store(false)
+	g2, err := idemkit.New(store, &idemkit.Options{Locker: inner, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the duplicate's replay", func() (string, bool) {
+		res, err := g2.Do(ctxb, call, func(context.Context) ([]byte, error) { return nil, errors.New("ran again") })
+		return fmt.Sprintf("%+v, %v", res, err), err == nil && res.Replayed && string(res.Value) == "ok"
+	})
 }
