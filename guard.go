@@ -425,12 +425,9 @@ func (cl *Claim) watchFor() time.Duration {
 // backoff (10 ms doubling, up to a second) for as long as that matters (see watchFor). It shares the
 // abandoned-claim watches' limit: beyond maxWatches at once, the record is left to its lease.
 func (cl *Claim) unwritten(write func(context.Context) error) {
-	cl.g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
-		for wait := 10 * time.Millisecond; background.Sleep(ctx, wait); wait = min(2*wait, time.Second) {
-			if err := write(ctx); err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
-				return
-			}
-		}
+	cl.g.watches.Retry(cl.ctx, cl.watchFor(), func(ctx context.Context) bool {
+		err := write(ctx)
+		return err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound)
 	})
 }
 

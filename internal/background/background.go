@@ -33,9 +33,9 @@ func (l *Limit) Go(parent context.Context, d time.Duration, f func(ctx context.C
 }
 
 // Retry runs f as Go does, after a pause of 10 ms and then again after pauses that double up to a
-// second, until f reports that it is done or d is over: the retry of a lock release that failed (a
-// connection Redis dropped), which would otherwise leave the lock until its time to live ran out. It
-// reports whether it started, as Go.
+// second, until f reports that it is done or d is over: the retry of a write that failed (a lock
+// release on a connection Redis dropped, a record's finish the database was too slow for), which
+// would otherwise be left undone. It reports whether it started, as Go.
 func (l *Limit) Retry(parent context.Context, d time.Duration, f func(ctx context.Context) (done bool)) bool {
 	return l.Go(parent, d, func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; Sleep(ctx, wait); wait = min(2*wait, time.Second) {
