@@ -1,11 +1,14 @@
 package amqp_test
 
 import (
+	"strings"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/internal/testsvc/testbroker"
+	"github.com/idemkit/idemkit/msgx/amqp"
 )
 
 // TestDeclareQuorumDeadLettersAtLeastOnce: a quorum queue from Declare dead-lettered at most once,
@@ -25,5 +28,29 @@ func TestDeclareQuorumDeadLettersAtLeastOnce(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("the quorum queue Declare made does not dead-letter at least once: %v", err)
+	}
+}
+
+// TestDeclareOldQuorumQueueNamesTheRemedy: a quorum queue declared by an earlier idemkit (without
+// x-dead-letter-strategy and x-overflow) is refused by RabbitMQ when Declare declares it again with
+// them; the error says why and what to do, rather than a bare PRECONDITION_FAILED.
+func TestDeclareOldQuorumQueueNamesTheRemedy(t *testing.T) {
+	conn := testbroker.AMQP(t)
+	queue := testsvc.Name("msgx_old_")
+	ch := testbroker.Channel(t, conn)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp091.Table{
+		"x-queue-type": "quorum", "x-dead-letter-exchange": queue + ".dlx",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ch, err := conn.Channel(); err == nil {
+			_ = amqp.Topology{Queue: queue, DeadLetterExchange: queue + ".dlx", DeadLetterQueue: queue + ".dlq"}.Delete(ch)
+			_ = ch.Close()
+		}
+	})
+	_, err := amqp.Declare(testbroker.Channel(t, conn), queue, amqp091.Table{"x-queue-type": "quorum"})
+	if err == nil || !strings.Contains(err.Error(), "policy") {
+		t.Fatalf("Declare over an earlier quorum queue: %v; want an error naming the remedy", err)
 	}
 }

@@ -54,6 +54,11 @@ func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, e
 		return Topology{}, fmt.Errorf("amqp: binding %s to %s: %w", t.DeadLetterQueue, t.DeadLetterExchange, err)
 	}
 	if _, err := ch.QueueDeclare(queue, true, false, false, false, qargs); err != nil {
+		var aerr *amqp091.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp091.PreconditionFailed && qargs["x-dead-letter-strategy"] != nil {
+			return Topology{}, fmt.Errorf("amqp: declaring queue %s: %w (a quorum queue declared by an earlier idemkit lacks "+
+				"x-dead-letter-strategy and x-overflow: give it them through a RabbitMQ policy, or drain and delete it; see the README's Changes)", queue, err)
+		}
 		return Topology{}, fmt.Errorf("amqp: declaring queue %s: %w", queue, err)
 	}
 	return t, nil
