@@ -57,7 +57,8 @@ func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, e
 		var aerr *amqp091.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp091.PreconditionFailed && qargs["x-dead-letter-strategy"] != nil {
 			return Topology{}, fmt.Errorf("amqp: declaring queue %s: %w (a quorum queue declared by an earlier idemkit lacks "+
-				"x-dead-letter-strategy and x-overflow: give it them through a RabbitMQ policy, or drain and delete it; see the README's Changes)", queue, err)
+				"x-dead-letter-strategy and x-overflow: drain and delete it for Declare to create it anew, or keep declaring it yourself as it is "+
+				"and give it at-least-once dead-lettering through a RabbitMQ policy; see the README's Changes)", queue, err)
 		}
 		return Topology{}, fmt.Errorf("amqp: declaring queue %s: %w", queue, err)
 	}
