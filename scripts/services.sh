@@ -144,8 +144,11 @@ postgres_up() {
 
 # --- NATS with JetStream -----------------------------------------------------------------------------
 nats_up() {
-  NATS_URL=${IDEMKIT_TEST_NATS:-nats://127.0.0.1:4222}
-  NATS_PORT=${NATS_URL##*:}
+  local _host
+  NATS_PORT=4222
+  # The port of IDEMKIT_TEST_NATS as hostport reads it (nats://127.0.0.1 has none: 4222; a trailing
+  # / or query is not part of it).
+  if [ -n "${IDEMKIT_TEST_NATS:-}" ]; then read -r _host NATS_PORT <<<"$(hostport IDEMKIT_TEST_NATS)"; NATS_PORT=${NATS_PORT:-4222}; fi
   # The server's first line is INFO {...}; JetStream must be on.
   nats_info() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$NATS_PORT && IFS= read -r l <&3 && printf '%s' \"\$l\""; }
   if ! nats_info >/dev/null 2>&1; then
