@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dtm-labs/client/dtmcli"
@@ -108,7 +109,9 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	out := hooks.Outcome{GID: gid}
 
-	m := dtmcli.NewMsg(p.Server, gid)
+	// dtmcli posts to Server+"/prepare": without the trailing slash txstatus tolerates, or DTM answers
+	// 404 to ".../api/dtmsvr//prepare".
+	m := dtmcli.NewMsg(strings.TrimSuffix(p.Server, "/"), gid)
 	pp.Steps(m)
 	if perr := m.Prepare(p.QueryPrepared); perr != nil {
 		out.Reason = perr
