@@ -55,8 +55,10 @@ type Options struct {
 	MaxHold time.Duration
 	// FinishTimeout bounds the writes after the function returns; they run on a context that
 	// survives the caller's cancellation. (A context that can never be cancelled, such as
-	// context.Background(), is used as is, unbounded like every other call made with it.) Defaults to
-	// DefaultFinishTimeout (5s).
+	// context.Background(), is used as is, unbounded like every other call made with it.) A finish
+	// not written by then (the store too slow, a connection dropped) is written again in the
+	// background, fenced on the claim, until the claim's lease ends; the caller gets
+	// ErrStoreUnavailable all the same. Defaults to DefaultFinishTimeout (5s).
 	FinishTimeout time.Duration
 	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
 	// and a Redis; it must not contain '/' nor start with "sha256:" (every scope would then be stored
