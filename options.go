@@ -57,7 +57,7 @@ type Options struct {
 	// survives the caller's cancellation. (A context that can never be cancelled, such as
 	// context.Background(), is used as is, unbounded like every other call made with it.) A finish
 	// not written by then (the store too slow, a connection dropped) is written again in the
-	// background, fenced on the claim, until the claim's lease ends; the caller gets
+	// background, fenced on the claim, until the claim's lease ends (a minute at most); the caller gets
 	// ErrStoreUnavailable all the same. Defaults to DefaultFinishTimeout (5s).
 	FinishTimeout time.Duration
 	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
