@@ -25,12 +25,7 @@ import (
 func TestLargePayloadsOutcomeIsReadable(t *testing.T) {
 	t.Parallel()
 	k := newBank(t, nil)
-	mux := http.NewServeMux()
-	ok := func(context.Context, *dtmhttp.Request) (barrier.Outcome, error) { return barrier.Proceed, nil }
-	mux.Handle("/act", saga.Action(nil, ok))
-	mux.Handle("/comp", saga.Compensate(nil, ok))
-	svc := httptest.NewServer(mux)
-	defer svc.Close()
+	svc := proceedService(t)
 	init := &saga.Initiator{Server: k.srv.URL(), Lifecycle: k.init.Lifecycle, Wait: settleTimeout,
 		Status: &txstatus.Client{Server: k.srv.URL(), PollInterval: 50 * time.Millisecond}}
 	payload := map[string]string{"blob": strings.Repeat("x", 800<<10)} // under dtmhttp.DefaultMaxBody
@@ -48,4 +43,15 @@ func TestLargePayloadsOutcomeIsReadable(t *testing.T) {
 	if err != nil || info.TransType != "saga" || info.Branches != 4 {
 		t.Fatalf("Query = %+v, %.300v; want a saga with 4 branch operations", info, err)
 	}
+}
+
+// proceedService serves a saga step at /act and its compensation at /comp, both of which proceed.
+func proceedService(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	ok := func(context.Context, *dtmhttp.Request) (barrier.Outcome, error) { return barrier.Proceed, nil }
+	mux.Handle("/act", saga.Action(nil, ok))
+	mux.Handle("/comp", saga.Compensate(nil, ok))
+	svc := httptest.NewServer(mux)
+	t.Cleanup(svc.Close)
+	return svc
 }

@@ -1,16 +1,11 @@
 package saga_test
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/dtm-labs/client/dtmcli"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/barrier"
-	"github.com/idemkit/idemkit/dtmhttp"
 	"github.com/idemkit/idemkit/saga"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -20,12 +15,7 @@ import (
 func TestInitiatorServerWithTrailingSlash(t *testing.T) {
 	t.Parallel()
 	k := newBank(t, nil)
-	mux := http.NewServeMux()
-	ok := func(context.Context, *dtmhttp.Request) (barrier.Outcome, error) { return barrier.Proceed, nil }
-	mux.Handle("/act", saga.Action(nil, ok))
-	mux.Handle("/comp", saga.Compensate(nil, ok))
-	svc := httptest.NewServer(mux)
-	defer svc.Close()
+	svc := proceedService(t)
 	init := &saga.Initiator{Server: k.srv.URL() + "/", Lifecycle: k.init.Lifecycle, Wait: settleTimeout}
 	c := newCall()
 	out, err := init.Submit(ctxb, saga.SubmitParams{Call: c, Result: []byte("ok"), Steps: func(s *dtmcli.Saga) {
