@@ -90,9 +90,12 @@ type Event struct {
 // Branches builds handlers for DTM branch calls. Create it with [New]; it is safe for concurrent use.
 type Branches struct {
 	opts Options
-	// forgets run the background releases of Branches.releaseLater: of locks whose Acquire failed,
-	// and of locks whose release failed.
+	// forgets run the background releases of locks whose Acquire failed (see Branches.releaseLater).
 	forgets background.Limit
+	// retries run the background retries of releases that failed: apart from forgets, which a Redis
+	// outage fills (every delivery's Acquire fails), so that the lock of a branch that ran still gets
+	// its retry.
+	retries background.Limit
 }
 
 // New returns Branches configured by opts (nil for defaults). It copies opts and returns an error
@@ -124,7 +127,7 @@ func New(opts *Options) (*Branches, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dtmhttp: invalid options: %w", err)
 	}
-	return &Branches{opts: o, forgets: background.Limit{Max: maxForgets}}, nil
+	return &Branches{opts: o, forgets: background.Limit{Max: maxForgets}, retries: background.Limit{Max: maxForgets}}, nil
 }
 
 // servedOps are the ops a handler may serve: those DTM delivers to branch URLs.
@@ -257,11 +260,11 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		}
 		return nil, inflight
 	case ctx.Err() == nil && b.opts.FailOpen:
-		b.releaseLater(ctx, key, token)
+		b.releaseLater(ctx, &b.forgets, key, token)
 		b.opts.Logger.WarnContext(ctx, "dtmhttp: lock unavailable, running on the barrier alone", "error", err)
 		return func() {}, nil
 	default:
-		b.releaseLater(ctx, key, token)
+		b.releaseLater(ctx, &b.forgets, key, token)
 		// An outage, not the business's answer: DTM must call again, whatever IsPermanent says.
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err))
 	}
@@ -275,26 +278,29 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		defer cancel()
 		if err := lk.Release(rctx, key, token, nil, 0); err != nil && !errors.Is(err, idemkit.ErrLockNotHeld) {
 			b.opts.Logger.WarnContext(ctx, "dtmhttp: releasing branch lock", "key", key, "error", err)
-			b.releaseLater(ctx, key, token)
+			b.releaseLater(ctx, &b.retries, key, token)
 		}
 	}, nil
 }
 
-// maxForgets bounds the background releases of Branches.releaseLater running at once.
+// maxForgets bounds the background releases of Branches.releaseLater running at once, of each kind.
 const maxForgets = 64
 
-// releaseLater releases token's lock on key in the background, trying again with a backoff (10 ms
-// doubling, up to a second) for DefaultReleaseTimeout until the Locker answers; at most maxForgets run
-// at once (a Redis that never answers fails every delivery). It is for the locks nothing else would
-// release, which DTM's retries of the branch would meet, answered 425, until LockTTL ran out:
-//   - the lock an Acquire that failed may have taken all the same: its command can take effect while
-//     its reply is lost (a read timeout, the request's context ending the wait);
-//   - the lock whose release failed (a connection Redis dropped, a client that does not retry).
+// releaseLater releases token's lock on key in the background, on l, trying again with a backoff (10
+// ms doubling, up to a second) for DefaultReleaseTimeout until the Locker answers; at most maxForgets
+// run at once on each of b.forgets and b.retries (a Redis that never answers fails every delivery). It
+// is for the locks nothing else would release, which DTM's retries of the branch would meet, answered
+// 425, until LockTTL ran out:
+//   - on b.forgets, the lock an Acquire that failed may have taken all the same: its command can take
+//     effect while its reply is lost (a read timeout, the request's context ending the wait);
+//   - on b.retries, the lock whose release failed (a connection Redis dropped, a client that does
+//     not retry): an outage, which fails every delivery's Acquire, fills b.forgets, and must not
+//     crowd out the lock of a branch that ran.
 //
 // The release compares token, so it deletes nothing but that lock.
-func (b *Branches) releaseLater(ctx context.Context, key, token string) {
+func (b *Branches) releaseLater(ctx context.Context, l *background.Limit, key, token string) {
 	lk := b.opts.Locker
-	b.forgets.Retry(ctx, DefaultReleaseTimeout, func(ctx context.Context) bool {
+	l.Retry(ctx, DefaultReleaseTimeout, func(ctx context.Context) bool {
 		err := lk.Release(ctx, key, token, nil, 0)
 		return err == nil || errors.Is(err, idemkit.ErrLockNotHeld)
 	})

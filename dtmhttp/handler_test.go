@@ -510,3 +510,66 @@ func TestLockWhoseReplyWasLostIsReleasedDespiteABlip(t *testing.T) {
 		t.Fatalf("business ran %d times, want 1", k.runCount())
 	}
 }
+
+// outageLocker fails every Acquire of a key holding "down" (a read timeout after the command took
+// effect, so each such delivery's lock is released in the background), and every Release while down
+// is set.
+type outageLocker struct {
+	idemkit.Locker
+	down atomic.Bool
+}
+
+func (l *outageLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	if strings.Contains(key, "down") {
+		return nil, errors.New("read tcp 127.0.0.1:50000->127.0.0.1:6379: i/o timeout")
+	}
+	return l.Locker.Acquire(ctx, key, token, ttl)
+}
+
+func (l *outageLocker) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	if l.down.Load() {
+		return errors.New("write tcp 127.0.0.1:50000->127.0.0.1:6379: connection reset by peer")
+	}
+	return l.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// TestFailedBranchReleaseRetriedDuringAnOutage: the retries of failed branch releases shared their
+// bound with the background releases of the locks failed Acquires may have taken, which an outage
+// fills (every delivery's Acquire fails, and each release is retried for DefaultReleaseTimeout): the
+// retry of a branch that ran was dropped, and DTM's retries were answered 425 until LockTTL ran out.
+// Each kind has a bound of its own, as the Guard's.
+func TestFailedBranchReleaseRetriedDuringAnOutage(t *testing.T) {
+	k := setup(t, nil, nil)
+	lk := &outageLocker{Locker: k.locker}
+	lk.down.Store(true)
+	b, err := dtmhttp.New(&dtmhttp.Options{Locker: lk, LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	action := b.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1)))
+	for i := range 100 { // more than the bound
+		rec := httptest.NewRecorder()
+		action.ServeHTTP(rec, call{"saga", testsvc.Name("down-"), "01", "action", `{"amount":1}`}.request())
+		if rec.Code != http.StatusInternalServerError {
+			t.Fatalf("delivery %d with its Acquire failing answered %d %s, want 500", i, rec.Code, rec.Body)
+		}
+	}
+	c := call{"saga", testsvc.Name("gid-"), "01", "action", `{"amount":30}`}
+	expect(t, action, c, 200, "SUCCESS") // its release fails
+	lk.down.Store(false)
+	// DTM's retry, through a healthy Locker (k.b shares k.locker and the key layout).
+	retry := k.b.Handle(barrier.OpAction, dtmhttp.Gorm(k.bar, k.adjust(-1)))
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rec := httptest.NewRecorder()
+		retry.ServeHTTP(rec, c.request())
+		if rec.Code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry still answers %d %s 2 s later", rec.Code, rec.Body)
+		}
+	}
+	if k.runCount() != 1 {
+		t.Fatalf("business ran %d times, want 1", k.runCount())
+	}
+}
