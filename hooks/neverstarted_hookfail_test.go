@@ -69,3 +69,35 @@ func TestNeverStartedIsNotLeftToTheReconciler(t *testing.T) {
 		})
 	}
 }
+
+// TestNeverStartedHookFailureWhenSettledByAnother: when the Rollback hook of a start that never
+// happened fails and the record cannot be rolled back either (another attempt of the key took it over
+// meanwhile), Run's error must not say that the record was rolled back all the same.
+func TestNeverStartedHookFailureWhenSettledByAnother(t *testing.T) {
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[{"op":"compensate"},{"op":"action"}],"transaction":{"status":"succeed","trans_type":"saga"}}`)
+	other, err := idemkit.New(b.store, &idemkit.Options{Lease: time.Second, Now: b.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := *b.lc
+	hookDown := errors.New("orders table down")
+	lc.OnRollback = hooks.RollbackFunc(func(ctx context.Context, tx *hooks.Txn, reason error) error {
+		b.clock.Advance(2 * time.Second) // past the lease: another attempt of the key takes it over
+		if _, err := other.Do(ctx, call("k"), func(context.Context) ([]byte, error) { return []byte("theirs"), nil }); err != nil {
+			t.Errorf("the other attempt: %v", err)
+		}
+		return hookDown
+	})
+	_, err = lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "reused", Wait: time.Second,
+		Result: []byte("mine"), Start: func(context.Context, string) error { t.Error("started"); return nil }})
+	if !errors.Is(err, hookDown) {
+		t.Fatalf("Run: %v; want the hook's error", err)
+	}
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusSucceeded || string(rec.Response) != "theirs" {
+		t.Fatalf("record %s %q; want the other attempt's", rec.Status, rec.Response)
+	}
+	if strings.Contains(err.Error(), "rolled back all the same") {
+		t.Fatalf("Run: %v; says the record was rolled back, but another attempt holds it", err)
+	}
+}

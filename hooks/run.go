@@ -295,13 +295,13 @@ func (l *Lifecycle) rollbackUnstarted(ctx context.Context, t *Txn, reason error)
 		return l.Rollback(ctx, t, reason)
 	}
 	if err := l.OnRollback.Rollback(ctx, t, reason); err != nil {
-		err = fmt.Errorf("hooks: rollback %s: %w (the record is rolled back all the same: its gid may be another transaction's)", t.GID, err)
 		if serr := l.settle(ctx, t, nil, reason); serr != nil {
 			// The hook's error is the one to report, also when another settled the record first
-			// (which Run's caller would otherwise be told is no error).
-			err = fmt.Errorf("%w; settling the record: %v", err, serr)
+			// (which Run's caller would otherwise be told is no error); the record was not rolled
+			// back here, and the error must not say it was.
+			return fmt.Errorf("hooks: rollback %s: %w; settling the record: %v", t.GID, err, serr)
 		}
-		return err
+		return fmt.Errorf("hooks: rollback %s: %w (the record is rolled back all the same: its gid may be another transaction's)", t.GID, err)
 	}
 	return l.settle(ctx, t, nil, reason)
 }
