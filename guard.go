@@ -23,6 +23,10 @@ type Guard struct {
 	// which a Redis outage fills (every call's Acquire fails), so that the lock and result of a call
 	// that finished still get their retry.
 	retries background.Limit
+	// rewrites run the rewrites of finishes whose write failed (see Claim.unwritten): apart from
+	// watches, which a stalled store fills (every caller that gives up leaves an abandoned claim), so
+	// that the outcome of a call that finished still gets written.
+	rewrites background.Limit
 }
 
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
@@ -39,7 +43,7 @@ func New(store Store, opts *Options) (*Guard, error) {
 		return nil, err
 	}
 	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, forgets: background.Limit{Max: maxWatches},
-		retries: background.Limit{Max: maxWatches}}, nil
+		retries: background.Limit{Max: maxWatches}, rewrites: background.Limit{Max: maxWatches}}, nil
 }
 
 // Call names one guarded operation.
@@ -422,10 +426,12 @@ func (cl *Claim) watchFor() time.Duration {
 // known; a failed mark left in place would refuse every retry as a duplicate until it expired. The
 // write is fenced on the claim's version, so it lands only on the record as the claim left it — one
 // whose first write did land after all, or that was taken over, fences it off — and it is tried with a
-// backoff (10 ms doubling, up to a second) for as long as that matters (see watchFor). It shares the
-// abandoned-claim watches' limit: beyond maxWatches at once, the record is left to its lease.
+// backoff (10 ms doubling, up to a second) for as long as that matters (see watchFor). At most
+// maxWatches run at once per Guard, apart from the abandoned-claim watches (a stalled store makes
+// both by the dozen, and neither may crowd the other out); beyond that, the record is left to its
+// lease.
 func (cl *Claim) unwritten(write func(context.Context) error) {
-	cl.g.watches.Retry(cl.ctx, cl.watchFor(), func(ctx context.Context) bool {
+	cl.g.rewrites.Retry(cl.ctx, cl.watchFor(), func(ctx context.Context) bool {
 		err := write(ctx)
 		return err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound)
 	})

@@ -3,6 +3,8 @@ package idemkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,4 +88,52 @@ func TestUnwrittenFinishIsWrittenLater(t *testing.T) {
 			t.Fatalf("ran %d times, want twice (the failure, then the retry)", n)
 		}
 	})
+}
+
+// abandoningStore is a flakyFinishStore whose Inserts of keys starting with "gone" wait until their
+// caller leaves, as claims on a stalled database do: each caller's abandoned claim is then watched in
+// the background, for as long as it matters.
+type abandoningStore struct{ flakyFinishStore }
+
+func (s *abandoningStore) Insert(ctx context.Context, r *idemkit.Record) error {
+	if strings.HasPrefix(r.Key, "gone") {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Insert(ctx, r)
+}
+
+// TestUnwrittenFinishWrittenBesideAbandonedClaims: the rewrites of unwritten finishes shared their
+// bound with the watches of abandoned claims, which a stalled store fills by the dozen (every caller
+// that gives up leaves one): the rewrite of a call that finished was dropped, and once its lease ran
+// out the retry ran the work a second time. Each has a bound of its own.
+func TestUnwrittenFinishWrittenBesideAbandonedClaims(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	st := &abandoningStore{flakyFinishStore{Store: memory.NewStore()}}
+	g, err := idemkit.New(st, &idemkit.Options{Lease: lease, FinishTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	fn := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("order-1"), nil }
+	for i := range 100 { // more than the bound: callers that gave up on a stalled store
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := g.Do(ctx, idemkit.Call{Scope: "orders", Key: fmt.Sprintf("gone%d", i)}, fn)
+		cancel()
+		if err == nil {
+			t.Fatal("a call whose claim never landed succeeded")
+		}
+	}
+	c := idemkit.Call{Scope: "orders", Key: "k"}
+	if _, err := g.Do(context.Background(), c, fn); !errors.Is(err, idemkit.ErrStoreUnavailable) {
+		t.Fatalf("first call: %v, want ErrStoreUnavailable (its finish failed)", err)
+	}
+	time.Sleep(lease + 100*time.Millisecond)
+	res, err := g.Do(context.Background(), c, fn)
+	if err != nil || !res.Replayed || string(res.Value) != "order-1" {
+		t.Fatalf("retry after the lease: %+v, %v; want the first call's result replayed", res, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the work ran %d times, want once", n)
+	}
 }
