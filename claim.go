@@ -221,9 +221,12 @@ func (cl *Claim) abort() {
 // FAILED otherwise. The write runs on a context that survives ctx's cancellation, bounded by
 // Options.FinishTimeout (in Tx mode, on ctx itself).
 //
-// It returns value and err as given, or ErrFenced when the record is no longer the claim's — taken
-// over by a newer attempt, ended by a sweeper or an operator, deleted, settled by another; the error
-// says which as far as a read of the record tells (the outcome was not stored), or ErrStoreUnavailable when the write failed, joined with err if any. When
+// It returns value (nil when empty, as every replay returns it) and err as given, or ErrFenced when
+// the record is no longer the claim's — taken over by a newer attempt, ended by a sweeper or an
+// operator, deleted, settled by another; the error says which as far as a read of the record tells
+// (the outcome was not stored), or ErrStoreUnavailable when the write failed (outside a caller's
+// transaction the outcome is then written again in the background, fenced on the claim, until it
+// lands or the claim's lease ends, a minute at most), joined with err if any. When
 // the Store refuses the outcome's values (ErrUnstorable: a result too large for its column), the
 // record is finished REJECTED — FAILED for a retryable err — without a result and with an error saying
 // why, so the work is never run again, and Finish returns ErrUnstorable joined with err.
