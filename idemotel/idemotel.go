@@ -23,6 +23,7 @@
 package idemotel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,7 +85,7 @@ type Options struct {
 	// ClaimsTimeout bounds each read of Claims: its context ends then (an error for that collection).
 	// The OpenTelemetry Prometheus exporter collects without a deadline, so without one a database
 	// that stopped answering would hold a goroutine and a connection of the pool per scrape. Defaults
-	// to DefaultClaimsTimeout (5s).
+	// to DefaultClaimsTimeout (5s); negative is an error.
 	ClaimsTimeout time.Duration
 	// MaxScopes bounds the scope labels: the first MaxScopes distinct scopes the Observer reports
 	// are labelled by themselves, any later one OtherScope. Scopes are meant to be few (route
@@ -139,6 +140,9 @@ func New(opts *Options) (*Observer, error) {
 	if opts != nil {
 		o = *opts
 	}
+	if o.ClaimsTimeout < 0 {
+		return nil, fmt.Errorf("idemotel: ClaimsTimeout must not be negative, got %s", o.ClaimsTimeout)
+	}
 	obs := &Observer{}
 	obs.scopes.max = o.MaxScopes
 	if o.MaxScopes == 0 {
@@ -178,11 +182,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.recFenced = counter("idemkit.reconcile.fenced", "{record}", "Pending records whose gid the transaction manager did not know: the reconciler fenced the gid. Alert when it grows: an initiator died before the manager heard of its transaction, or the manager lost one it had accepted.")
 	obs.recErrors = counter("idemkit.reconcile.errors", "{record}", "Pending records a transaction reconciler could not settle in a pass (manager unreachable, a failing hook, the store), by scope.")
 	if o.Claims != nil {
-		timeout := o.ClaimsTimeout
-		if timeout <= 0 {
-			timeout = DefaultClaimsTimeout
-		}
-		errs = append(errs, obs.registerClaims(m, o.Claims, timeout))
+		errs = append(errs, obs.registerClaims(m, o.Claims, cmp.Or(o.ClaimsTimeout, DefaultClaimsTimeout)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)

@@ -653,3 +653,12 @@ func TestClaimsTimeoutDefault(t *testing.T) {
 		t.Errorf("the claims read's deadline is %s away, want within %s", left, idemotel.DefaultClaimsTimeout)
 	}
 }
+
+// TestNegativeClaimsTimeoutIsRefused: a negative ClaimsTimeout was taken for the default, where the
+// Guard's options and txstatus's PollInterval refuse a negative duration.
+func TestNegativeClaimsTimeoutIsRefused(t *testing.T) {
+	_, err := idemotel.New(&idemotel.Options{ClaimsTimeout: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "ClaimsTimeout") {
+		t.Fatalf("New with a negative ClaimsTimeout: %v, want an error naming it", err)
+	}
+}
