@@ -63,10 +63,20 @@ func (s *Store) indexInPlace(ctx context.Context) (bool, error) {
 	if id > 0 || s.q.dialect != dialectPostgres {
 		return id > 0, nil
 	}
+	return s.hasPostgresIndex(ctx, "_status_expires_idx")
+}
+
+// hasPostgresIndex reports whether the Store's PostgreSQL table has one of the indexes named for it
+// with these suffixes (see indexName).
+func (s *Store) hasPostgresIndex(ctx context.Context, suffixes ...string) (bool, error) {
 	query := "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid " +
-		"WHERE x.indrelid = to_regclass($1::text) AND c.relname = $2"
+		"WHERE x.indrelid = to_regclass($1::text) AND c.relname = ANY($2)"
+	names := make([]string, len(suffixes))
+	for i, suffix := range suffixes {
+		names[i] = indexName(s.q.table, suffix)
+	}
 	var n int
-	if err := queryOne(ctx, s.c, query, []any{s.q.quoted, indexName(s.q.table, "_status_expires_idx")}, &n); err != nil {
+	if err := queryOne(ctx, s.c, query, []any{s.q.quoted, names}, &n); err != nil {
 		return false, s.q.interpretError("inspecting", err)
 	}
 	return n > 0, nil
@@ -236,15 +246,5 @@ func (s *Store) v1Leftovers(ctx context.Context) (bool, error) {
 	if s.q.dialect != dialectPostgres {
 		return false, nil
 	}
-	query := "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid " +
-		"WHERE x.indrelid = to_regclass($1::text) AND c.relname IN ($2, $3, $4)"
-	args := []any{s.q.quoted}
-	for _, suffix := range []string{"_expires_at_idx", "_status_lease_idx", "_pk_v2"} {
-		args = append(args, indexName(s.q.table, suffix))
-	}
-	var n int
-	if err := queryOne(ctx, s.c, query, args, &n); err != nil {
-		return false, s.q.interpretError("inspecting", err)
-	}
-	return n > 0, nil
+	return s.hasPostgresIndex(ctx, "_expires_at_idx", "_status_lease_idx", "_pk_v2")
 }
