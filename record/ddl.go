@@ -2,11 +2,13 @@ package record
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	idemsql "github.com/idemkit/idemkit/sql"
 )
@@ -150,16 +152,38 @@ func (s *Store) DDL() (string, error) {
 // after waiting 10s for its metadata lock behind an open transaction); on PostgreSQL
 // the indexes are built and dropped CONCURRENTLY and the primary key swapped in one short
 // transaction; on SQLite the table is copied in one transaction. See the README's "Upgrading from
-// v1". It returns the first failing statement's error; every step can be run again.
+// v1". It returns the first failing statement's error; every step can be run again. Several
+// processes may run it at once (replicas starting together): one migrates, the others wait for it
+// (a named lock on MySQL, an advisory lock on PostgreSQL, the file's transaction on SQLite) and then
+// find the table migrated; the connection Migrate uses is the only one it takes from the pool.
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.inTx || s.sdb == nil {
 		return errors.New("record: Migrate needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
 	}
-	v1, err := s.isV1(ctx)
+	text, err := idemsql.Migration(s.q.dialect)
 	if err != nil {
 		return err
 	}
-	text, err := idemsql.Migration(s.q.dialect)
+	conn, err := s.sdb.Conn(ctx)
+	if err != nil {
+		return s.q.interpretError("migrating", err)
+	}
+	defer conn.Close()
+	if s.q.dialect != dialectSQLite {
+		// The connection goes, not back to the pool: the file sets the session's lock_wait_timeout
+		// (MySQL), and the session holds the migration lock until it ends.
+		defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }()
+		// Replicas that each run Migrate as they start would otherwise run the file at once: the
+		// later ALTERs fail on a table already migrated (MySQL), the concurrent index builds
+		// deadlock or drop each other's index (PostgreSQL). One runs; the others wait, then find v2.
+		// (SQLite's file runs in one BEGIN IMMEDIATE transaction: runs are serialised already.)
+		if err := s.lockMigration(ctx, conn); err != nil {
+			return err
+		}
+	}
+	on := *s // the Store's reads on conn: the pool may have no other connection to spare
+	on.c = poolConn{p: conn}
+	v1, err := on.isV1(ctx)
 	if err != nil {
 		return err
 	}
@@ -167,30 +191,79 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if !v1 {
 		// On PostgreSQL a run that failed after the primary key swap (the id column is gone), in one
 		// of the file's closing DROP INDEX CONCURRENTLY statements, left v1's indexes: finish it.
-		left, err := s.v1Leftovers(ctx)
+		left, err := on.v1Leftovers(ctx)
 		if err != nil || !left {
 			return err
 		}
 		stmts = slices.DeleteFunc(stmts, func(stmt string) bool { return !strings.HasPrefix(stmt, "DROP INDEX CONCURRENTLY") })
-	}
-	conn, err := s.sdb.Conn(ctx)
-	if err != nil {
-		return s.q.interpretError("migrating", err)
-	}
-	defer conn.Close()
-	if s.q.dialect == dialectMySQL {
-		// The file sets the session's lock_wait_timeout: the connection goes, not back to the pool.
-		defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }()
 	}
 	for _, stmt := range stmts {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			if s.q.dialect == dialectSQLite {
 				_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 			}
+			if on.migrated(ctx) {
+				return nil // by a run that took no lock (on Galera, or the file applied by hand)
+			}
 			return s.q.interpretError("migrating", fmt.Errorf("%w (statement: %.80s...)", err, stmt))
 		}
 	}
 	return nil
+}
+
+// migrated reports whether the Store's table is a v2 table with nothing left of v1.
+func (s *Store) migrated(ctx context.Context) bool {
+	v1, err := s.isV1(ctx)
+	if err != nil || v1 {
+		return false
+	}
+	left, err := s.v1Leftovers(ctx)
+	return err == nil && !left
+}
+
+// migrateLockPoll is how often a Migrate waiting for another one's migration asks for its lock again.
+const migrateLockPoll = 200 * time.Millisecond
+
+// lockMigration takes, for the session of conn, the lock that makes one Migrate of the Store's table
+// run at a time (MySQL and PostgreSQL): a named lock (GET_LOCK) or an advisory lock, held until
+// the session ends. It asks without waiting and asks again every migrateLockPoll until ctx ends: a
+// PostgreSQL session waiting for a lock would hold a snapshot, which the holder's CREATE INDEX
+// CONCURRENTLY waits for.
+func (s *Store) lockMigration(ctx context.Context, conn *sql.Conn) error {
+	var query string
+	var args []any
+	if s.q.dialect == dialectMySQL {
+		// Named locks do not span a Galera cluster (its nodes refuse them): there the DDL runs in
+		// the cluster's total order, and a run that finds the table migrated by another succeeds
+		// all the same (see Migrate).
+		if galera, err := isGalera(ctx, conn); err != nil || galera {
+			return s.q.interpretError("taking the migration lock of", err)
+		}
+		// Named for the table (a lock name is at most 64 characters).
+		query = "SELECT GET_LOCK(CONCAT('idemkit_migrate_', LEFT(SHA2(CONCAT(COALESCE(?, DATABASE(), ''), '.', ?), 256), 48)), 0)"
+		args = []any{sql.NullString{String: s.q.schema, Valid: s.q.schema != ""}, s.q.table}
+	} else {
+		// Keyed by the table the Store's statements name (through search_path when unqualified).
+		query = "SELECT pg_try_advisory_lock(hashtextextended('idemkit migrate ' || COALESCE(to_regclass($1::text)::oid::text, $1::text), 0))"
+		args = []any{s.q.quoted}
+	}
+	for {
+		var held sql.NullBool
+		if err := conn.QueryRowContext(ctx, query, args...).Scan(&held); err != nil {
+			return s.q.interpretError("taking the migration lock of", err)
+		}
+		switch {
+		case !held.Valid:
+			return fmt.Errorf("record: migrating %s: the database refused the migration lock", s.q.name)
+		case held.Bool:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("record: migrating %s: waiting for another migration of the table: %w", s.q.name, ctx.Err())
+		case <-time.After(migrateLockPoll):
+		}
+	}
 }
 
 // isV1 reports whether the Store's table has the v1 id column; an error when there is no such table.

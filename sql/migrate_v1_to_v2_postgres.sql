@@ -16,7 +16,8 @@
 DO $$ -- a failed run (a CREATE INDEX CONCURRENTLY cancelled or timed out) leaves its index INVALID,
      -- which IF NOT EXISTS below would keep and the swap could not use: drop it, to build it again
      -- (a plain DROP INDEX: a short ACCESS EXCLUSIVE lock, only when there is one; do not run two
-     -- migrations of a table at once, the second would drop the index the first is building)
+     -- migrations of a table at once, the second would drop the index the first is building:
+     -- record.Store.Migrate takes an advisory lock so that its runs do not)
 DECLARE
   i record;
 BEGIN
