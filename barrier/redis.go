@@ -189,7 +189,9 @@ type Result struct {
 // Call returns ErrInvalidBranch (also, with LayoutDTMCli, for a branch_id or op containing '-'),
 // ErrCrossSlot, an error matching ErrBusinessFailure (wrapped in idemkit.Permanent, with Outcome
 // Proceed) for a "FAILURE..." error reply of the business, ErrDuplicate for a repeated msg op, or the
-// Redis error, wrapped. When it returns an error, b's barrier count is as it was (see
+// Redis error, wrapped — marked idemkit.Retryable when the server answered that it cannot serve now
+// (LOADING, READONLY, MASTERDOWN, NOREPLICAS, CLUSTERDOWN, TRYAGAIN, OOM, MISCONF, BUSY, max clients):
+// an outage, not the business's answer. When it returns an error, b's barrier count is as it was (see
 // [Gorm.TransactionOutcome]): a retry with the same b — after a lost reply, say, when the script may
 // have run — uses the same barrier id and finds the keys the first attempt set.
 func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (res Result, err error) {
@@ -252,6 +254,10 @@ func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (res Resul
 			return Result{Outcome: Proceed}, idemkit.Permanent(fmt.Errorf("%w: %s", ErrBusinessFailure, rerr.Error()))
 		case errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "CROSSSLOT"):
 			return Result{}, fmt.Errorf("%w: redis script for %s: %w", ErrCrossSlot, b, err)
+		case unavailable(err):
+			// The server answered that it cannot serve the call now (a replica after a failover, a
+			// restart loading its data): an outage, whatever a classifier says of error replies.
+			return Result{}, idemkit.Retryable(fmt.Errorf("barrier: redis script for %s: %w", b, err))
 		}
 		return Result{}, fmt.Errorf("barrier: redis script for %s: %w", b, err)
 	}
@@ -279,6 +285,19 @@ func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (res Resul
 		return Result{Outcome: NullCompensation}, nil
 	}
 	return Result{}, fmt.Errorf("barrier: redis script for %s: unexpected reply %v", b, v)
+}
+
+// unavailable reports whether err is an error reply by which the server says it cannot serve the call
+// now — loading its data after a restart (LOADING), a replica refusing writes after a failover
+// (READONLY), a master without its replicas or link (NOREPLICAS, MASTERDOWN), a cluster without its
+// slots (CLUSTERDOWN, TRYAGAIN), out of memory (OOM), unable to persist (MISCONF), busy with another
+// script (BUSY), or full (max clients) — rather than an answer to the call. The same reply comes back
+// from a write the business's body makes.
+func unavailable(err error) bool {
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsNoReplicasError(err) ||
+		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
+		redis.IsOOMError(err) || redis.IsMaxClientsError(err) ||
+		redis.HasErrorPrefix(err, "MISCONF ") || redis.HasErrorPrefix(err, "BUSY ")
 }
 
 // key names the barrier key of one op in LayoutTagged; gid and branch_id are length-prefixed so no

@@ -61,7 +61,8 @@ type Options struct {
 	// Errors wrapping dtmcli.ErrFailure, dtmcli.ErrOngoing, ErrMalformedPayload or
 	// barrier.ErrBusinessFailure are classified before it is asked (a custom one need not know them),
 	// and it is not asked about the Locker's errors, nor about those of [Gorm]'s transaction and
-	// barrier (begin, insert, commit) or of a Redis that did not reply to [Redis]: outages, retried.
+	// barrier (begin, insert, commit), or of a Redis that did not reply to [Redis] or answered that it
+	// cannot serve now (LOADING, READONLY, OOM...: see barrier.Redis.Call): outages, retried.
 	IsPermanent func(error) bool
 	// Logger receives a debug line per answer, a warning per 500 and an error for a permanent failure
 	// of an op that must not fail. Defaults to discarding.
