@@ -47,6 +47,9 @@ type Txn struct {
 	// chosen is set when the gid is the caller's (RunParams.GID): the manager may hold it for
 	// another transaction, whose status is not this one's.
 	chosen bool
+	// noHooks is set when the manager held the gid before the claim: it is another transaction's,
+	// and neither the Before nor the Rollback hook runs for it.
+	noHooks bool
 }
 
 // BeforeTransaction runs before a global transaction starts; an error stops it from starting.
@@ -128,13 +131,14 @@ func (l *Lifecycle) IsPermanent(err error) bool {
 // with the stored message (so one check, errors.Is(err, idemkit.ErrRejected), serves the first call
 // and every replay). On the first call the error also wraps the hook's own error.
 func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemkit.Call) (*Txn, idemkit.Result, error) {
-	return l.begin(ctx, transType, gid, gid, call)
+	return l.begin(ctx, transType, gid, gid, call, true)
 }
 
-// begin is Begin, storing recordGID on the record rather than gid (Run claims the record of a gid the
-// manager already holds without it: see RunParams.GID).
-func (l *Lifecycle) begin(ctx context.Context, transType, gid, recordGID string, call idemkit.Call) (*Txn, idemkit.Result, error) {
-	t := &Txn{TransType: transType, GID: gid}
+// begin is Begin, storing recordGID on the record rather than gid, and running the Before hook only
+// when runBefore is set (Run claims the record of a gid the manager already holds without it, and runs no
+// hook for it: see RunParams.GID).
+func (l *Lifecycle) begin(ctx context.Context, transType, gid, recordGID string, call idemkit.Call, runBefore bool) (*Txn, idemkit.Result, error) {
+	t := &Txn{TransType: transType, GID: gid, noHooks: !runBefore}
 	if l.Guard != nil {
 		call.GID = recordGID
 		cl, res, err := l.Guard.Begin(ctx, call)
@@ -143,7 +147,7 @@ func (l *Lifecycle) begin(ctx context.Context, transType, gid, recordGID string,
 		}
 		t.claim, t.Record = cl, cl.Record()
 	}
-	if l.Before != nil {
+	if l.Before != nil && runBefore {
 		if err := l.Before.BeforeTransaction(ctx, t); err != nil {
 			return nil, idemkit.Result{}, l.failBefore(ctx, t, err)
 		}

@@ -413,7 +413,7 @@ func TestRunRefusedStartNeverStarted(t *testing.T) {
 	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, "never started") {
 		t.Fatalf("record %s %q", rec.Status, rec.Error)
 	}
-	if got := b.j.list(); len(got) != 2 || got[1] != "rollback reused" {
+	if got := b.j.list(); len(got) != 0 { // the gid is another transaction's: see TestHeldGIDRunsNoHook
 		t.Fatalf("hooks ran: %v", got)
 	}
 }

@@ -51,8 +51,15 @@ func TestNeverStartedIsNotLeftToTheReconciler(t *testing.T) {
 					started.Store(true)
 					return &txstatus.RefusedError{Op: "submit", GID: "reused", Message: "current status 'succeed', cannot sumbmit"}
 				}})
-			if started.Load() != tc.refused || out.Status != txstatus.Failed || !errors.Is(err, hookDown) {
-				t.Fatalf("Run = %+v, %v (started %v); want Failed and the hook's error", out, err, started.Load())
+			switch {
+			case started.Load() != tc.refused || out.Status != txstatus.Failed:
+				t.Fatalf("Run = %+v, %v (started %v); want Failed", out, err, started.Load())
+			case tc.refused && !errors.Is(err, hookDown):
+				t.Fatalf("Run: %v; want the hook's error", err)
+			case !tc.refused && (err != nil || len(b.j.list()) != 0):
+				// A gid held before the claim is another transaction's: no hook runs for it (see
+				// TestHeldGIDRunsNoHook), so none fails.
+				t.Fatalf("Run: %v, hooks %v; want no hook run and no error", err, b.j.list())
 			}
 
 			b.clock.Advance(2 * time.Second) // past the lease
@@ -71,33 +78,47 @@ func TestNeverStartedIsNotLeftToTheReconciler(t *testing.T) {
 }
 
 // TestNeverStartedHookFailureWhenSettledByAnother: when the Rollback hook of a start that never
-// happened fails and the record cannot be rolled back either (another attempt of the key took it over
-// meanwhile), Run's error must not say that the record was rolled back all the same.
+// happened fails and the record cannot be rolled back either (another settled it meanwhile), Run's
+// error must not say that the record was rolled back all the same. (The gid is free when Run claims
+// the record, so the hooks run — for a gid held before the claim none does — and the manager cannot
+// be asked whether it is still free; while the hook fails, past the lease, a Reconciler settles the
+// record.)
 func TestNeverStartedHookFailureWhenSettledByAnother(t *testing.T) {
 	b := setup(t)
-	status := dtmAnswering(t, `{"branches":[{"op":"compensate"},{"op":"action"}],"transaction":{"status":"succeed","trans_type":"saga"}}`)
-	other, err := idemkit.New(b.store, &idemkit.Options{Lease: time.Second, Now: b.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var asked atomic.Int32
+	dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) == 1 {
+			_, _ = w.Write([]byte(`{"branches":[],"transaction":null}`))
+			return
+		}
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	}))
+	defer dtm.Close()
+	status := &txstatus.Client{Server: dtm.URL, PollInterval: time.Millisecond}
 	lc := *b.lc
+	r := &hooks.Reconciler{Lifecycle: &lc, Scopes: []string{"create-order"},
+		Manager: &fakeManager{statuses: map[string]txstatus.Status{}}, TransType: "saga"}
 	hookDown := errors.New("orders table down")
+	var reconciling atomic.Bool
 	lc.OnRollback = hooks.RollbackFunc(func(ctx context.Context, tx *hooks.Txn, reason error) error {
-		b.clock.Advance(2 * time.Second) // past the lease: another attempt of the key takes it over
-		if _, err := other.Do(ctx, call("k"), func(context.Context) ([]byte, error) { return []byte("theirs"), nil }); err != nil {
-			t.Errorf("the other attempt: %v", err)
+		if !reconciling.CompareAndSwap(false, true) {
+			return nil // the Reconciler's run of the hook
+		}
+		b.clock.Advance(2 * time.Second) // past the lease: a Reconciler settles the record
+		if n, err := r.RunOnce(ctx, b.clock.Now(), 10); n != 1 || err != nil {
+			t.Errorf("the Reconciler settled %d: %v", n, err)
 		}
 		return hookDown
 	})
-	_, err = lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "reused", Wait: time.Second,
+	_, err := lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "mine", Wait: time.Second,
 		Result: []byte("mine"), Start: func(context.Context, string) error { t.Error("started"); return nil }})
-	if !errors.Is(err, hookDown) {
-		t.Fatalf("Run: %v; want the hook's error", err)
+	if !errors.Is(err, hookDown) || !strings.Contains(err.Error(), "settling the record") {
+		t.Fatalf("Run: %v; want the hook's error and the fenced settlement", err)
 	}
-	if rec := b.status(t, "k"); rec.Status != idemkit.StatusSucceeded || string(rec.Response) != "theirs" {
-		t.Fatalf("record %s %q; want the other attempt's", rec.Status, rec.Response)
+	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || !strings.Contains(rec.Error, txstatus.FenceReason) {
+		t.Fatalf("record %s %q; want the Reconciler's", rec.Status, rec.Error)
 	}
 	if strings.Contains(err.Error(), "rolled back all the same") {
-		t.Fatalf("Run: %v; says the record was rolled back, but another attempt holds it", err)
+		t.Fatalf("Run: %v; says the record was rolled back by Run, but another settled it", err)
 	}
 }

@@ -47,7 +47,8 @@ type RunParams struct {
 	// the manager knows — in any state, even still running — rolls the call back without starting
 	// anything: DTM itself accepts a submit or a prepare for a gid it holds as submitted or prepared.
 	// A gid the manager already holds when Run is called is not stored on the record (its GID stays
-	// empty), so that no Reconciler takes that transaction for this call's while the Before hook runs.
+	// empty), so that no Reconciler takes that transaction for this call's, and no hook runs for it
+	// (neither Before nor Rollback): hooks keyed by the gid would write to that transaction's rows.
 	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
 	// rolled back all the same and Run returns the hook's error: the Reconciler, which follows the
 	// manager's status for the gid, would take another transaction holding it for this call's.
@@ -147,7 +148,9 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 			recordGID, held = "", st
 		}
 	}
-	t, res, err := l.begin(ctx, p.TransType, gid, recordGID, call)
+	// No hook runs for a gid another transaction holds: hooks are keyed by the gid, and a Before
+	// hook's writes under it, or a Rollback hook's, would be that transaction's.
+	t, res, err := l.begin(ctx, p.TransType, gid, recordGID, call, held == txstatus.Unknown)
 	if t == nil {
 		if res.Replayed {
 			return Outcome{Replayed: true, Result: res.Value}, err
@@ -291,6 +294,9 @@ func (l *Lifecycle) neverStarted(ctx context.Context, t *Txn, call idemkit.Call,
 // another transaction, whose success it would record as this call's, none of it run. (A fresh gid is
 // left to the Reconciler, which fences it and runs the hook again.)
 func (l *Lifecycle) rollbackUnstarted(ctx context.Context, t *Txn, reason error) error {
+	if t.noHooks {
+		return l.settle(ctx, t, nil, reason)
+	}
 	if !t.chosen || l.OnRollback == nil {
 		return l.Rollback(ctx, t, reason)
 	}
