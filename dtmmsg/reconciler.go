@@ -25,6 +25,8 @@ import (
 //     is rolled back (FAILED: a retry with the key publishes anew);
 //   - it committed: the message is or will be published (DTM's own back-check submits it); the record
 //     is committed (SUCCEEDED) once DTM reports the message succeeded, and left for a later pass before.
+//     When DTM reports it failed, or has no record of it (its store lost it, or dropped it once
+//     finished), the record is left PROCESSING and RunOnce returns an error naming it, for an operator.
 //
 // A record the Reconciler commits keeps the Result its publisher stored with the claim, so duplicates
 // get the same answer whoever settled it. Run it with [Reconciler.Task] under a sweep.Sweeper (one
@@ -112,10 +114,16 @@ func (r *Reconciler) outcome(ctx context.Context, gid string) (txstatus.Status, 
 	if err != nil {
 		return txstatus.Unknown, err
 	}
-	if st == txstatus.Failed {
+	switch st {
+	case txstatus.Failed:
 		// Committed locally yet failed at DTM cannot happen for a message (its branches are retried
 		// until they succeed); leave the record for an operator rather than free its key.
 		return txstatus.Unknown, fmt.Errorf("dtmmsg: message %s committed locally but DTM reports it failed", gid)
+	case txstatus.Unknown:
+		// Prepared before the local transaction, so DTM knew it: it lost it (a store that does not
+		// survive restarts) or dropped it once finished (DTM's Redis store, after FinishedDataExpire).
+		// Whether it was delivered is unknown: leave the record for an operator, and say so.
+		return txstatus.Unknown, fmt.Errorf("dtmmsg: message %s committed locally but DTM has no record of it (lost by its store, or expired after it finished): delivered or not, only an operator can tell", gid)
 	}
 	return st, nil
 }
