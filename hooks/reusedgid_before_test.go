@@ -38,7 +38,9 @@ func TestReusedGIDNotFollowedDuringBeforeHook(t *testing.T) {
 		t.Fatalf("record %s %q; want FAILED: nothing of this call ran", rec.Status, rec.Error)
 	}
 	for _, c := range b.j.list() {
-		if strings.HasPrefix(c, "commit") {
+		// Since TestHeldGIDRunsNoHook no hook runs for a gid held before the claim: not even the
+		// Before hook, during which the Reconciler above would run.
+		if strings.HasPrefix(c, "commit") || strings.HasPrefix(c, "before") {
 			t.Fatalf("hooks ran: %v", b.j.list())
 		}
 	}
