@@ -291,14 +291,28 @@ func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (res Resul
 // now — loading its data after a restart (LOADING), a replica refusing writes after a failover
 // (READONLY), a master without its replicas or link (NOREPLICAS, MASTERDOWN), a cluster without its
 // slots (CLUSTERDOWN, TRYAGAIN), out of memory (OOM), unable to persist (MISCONF), busy with another
-// script (BUSY), or full (max clients) — rather than an answer to the call. The same reply comes back
-// from a write the business's body makes.
+// script (BUSY), or full (max clients) — rather than an answer to the call. A write of the script
+// refused so comes back with the code first (Redis 7) or after the script's line ("ERR Error running
+// script ...: @user_script:36: -OOM ...", Redis 6).
 func unavailable(err error) bool {
-	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsNoReplicasError(err) ||
-		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) ||
-		redis.IsOOMError(err) || redis.IsMaxClientsError(err) ||
-		redis.HasErrorPrefix(err, "MISCONF ") || redis.HasErrorPrefix(err, "BUSY ")
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	if strings.HasPrefix(msg, "ERR max number of clients reached") {
+		return true
+	}
+	for _, code := range unavailableCodes {
+		if strings.HasPrefix(msg, code+" ") || strings.Contains(msg, ": -"+code+" ") {
+			return true
+		}
+	}
+	return false
 }
+
+// unavailableCodes are the error codes of [unavailable].
+var unavailableCodes = []string{"LOADING", "READONLY", "NOREPLICAS", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "OOM", "MISCONF", "BUSY"}
 
 // key names the barrier key of one op in LayoutTagged; gid and branch_id are length-prefixed so no
 // two branches share a key whatever characters they contain.
