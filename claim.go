@@ -262,7 +262,12 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	var write func(context.Context) error // the finish's write, should it have to be tried again
 	switch {
 	case cl.mode.marks() && err == nil:
-		// The mark written by the claim already says SUCCEEDED.
+		// The mark written by the claim already says SUCCEEDED. In a caller's transaction (MarkTx)
+		// it commits after fn: not expired by then (see keepMark).
+		if cl.callerTx {
+			werr = cl.keepMark(wctx, cl.st)
+			next.ExpiresAt = cl.rec.ExpiresAt
+		}
 	case cl.mode.marks() && !permanent:
 		mine := cl.rec
 		write = func(ctx context.Context) error { return cl.st.Delete(ctx, mine.Scope, mine.Key, mine.Version()) }

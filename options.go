@@ -38,7 +38,10 @@ type Options struct {
 	// LockTTL is the lock's time to live. Defaults to Lease.
 	LockTTL time.Duration
 	// TTL is how long a record counts after its claim; afterwards the key is new again and a sweeper
-	// may delete it. Defaults to DefaultTTL (24h).
+	// may delete it. The Tx modes ([Guard.Tx], [Guard.DoTx]) write their record once the function
+	// returned: it counts from that write. A mark written before its function in a transaction
+	// ([Guard.TxMark], [Guard.MarkTx]) that the function outlasted counts from the function's end.
+	// Defaults to DefaultTTL (24h).
 	TTL time.Duration
 	// CacheTTL is how long a finished result stays in the Locker's cache, capped by the record's
 	// remaining TTL. Defaults to TTL: every result stays cached as long as its record counts, so the

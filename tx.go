@@ -262,6 +262,11 @@ func (cl *Claim) txMarked(tx TxStore, fn TxMarkFunc) error {
 		_, err := cl.finished(&next, nil, ferr, false)
 		return err
 	}
+	if err := cl.keepMark(cl.ctx, tx); err != nil {
+		cl.rollback(tx)
+		_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "writing record", err))
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err))
@@ -372,7 +377,7 @@ func (cl *Claim) rollback(tx TxStore) {
 func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val []byte) (Result, error) {
 	g := cl.g
 	next := cl.rec
-	next.UpdatedAt = g.opts.Now()
+	cl.writtenAt(&next, g.opts.Now())
 	outcome(&next, val, nil, false)
 	var first error // what an INSERT sent with the COMMIT found
 	if ic, ok := tx.(InsertCommitter); ok && prev == nil {
@@ -470,7 +475,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 		return cl.finished(&next, val, ferr, false)
 	}
 	next := cl.rec
-	next.UpdatedAt = g.opts.Now()
+	cl.writtenAt(&next, g.opts.Now())
 	unrecorded := ferr // the answer when the record below cannot be written either
 	if isUnstorable {
 		unrecorded = unstorable.err
@@ -529,7 +534,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	val, ferr := cl.call(nil, fn)
 
 	next := cl.rec
-	next.UpdatedAt = g.opts.Now()
+	cl.writtenAt(&next, g.opts.Now())
 	permanent := g.IsPermanent(ferr)
 	if ferr != nil && !permanent {
 		// A record finished by another attempt meanwhile is the answer, not fn's error. The read is
@@ -683,6 +688,32 @@ func (cl *Claim) finished(next *Record, val []byte, ferr error, cache bool) (Res
 		return Result{Value: answered(val), Fence: next.Fence}, ferr
 	}
 	return Result{Value: answered(next.Response), Fence: next.Fence}, nil
+}
+
+// writtenAt readies next, the record a Tx-mode call writes once its function returned, to be written
+// at now: it counts for Options.TTL from then. Counted from the call's start, the record of a function
+// that outlasted TTL would be written already expired, and the duplicate right after the answer would
+// run the function again.
+func (cl *Claim) writtenAt(next *Record, now time.Time) {
+	next.UpdatedAt, next.ExpiresAt = now, now.Add(cl.g.opts.TTL)
+}
+
+// keepMark moves the expiry of a mark written in the transaction tx before its function, when the
+// function outlasted it, to Options.TTL from now: committed as it was, the mark would count no more,
+// and the duplicate right after the answer would run the function again (TxMark, MarkTx). A mark
+// still counting is left as it is, at no cost.
+func (cl *Claim) keepMark(ctx context.Context, tx Store) error {
+	now := cl.g.opts.Now()
+	if now.Before(cl.rec.ExpiresAt) {
+		return nil
+	}
+	next := cl.rec
+	next.ExpiresAt, next.UpdatedAt = now.Add(cl.g.opts.TTL), now
+	if err := tx.Update(ctx, &next, cl.rec.Version()); err != nil {
+		return err
+	}
+	cl.rec = next
+	return nil
 }
 
 // unstorableError carries a Store's refusal of an outcome from txCommit to txFailed.
