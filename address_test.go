@@ -82,3 +82,31 @@ func TestNamespaceLikeAHashedFormIsRefused(t *testing.T) {
 		t.Fatalf("Namespace %q accepted, but scope %q is stored as %q, not under the namespace", "sha256:shop", "POST /orders", ad.Scope)
 	}
 }
+
+// TestNamespaceTooLongForAnyScopeIsRefused: a namespace of 127 or 128 bytes was accepted, but "ns/"
+// and any scope exceed MaxStoredLen, so every scope, however short, was stored as a hash — not under
+// "ns/", where admin and idemctl look for the namespace's records: the effect New refuses a "sha256:"
+// namespace for. New refuses a namespace that leaves no room for a scope of one byte.
+func TestNamespaceTooLongForAnyScopeIsRefused(t *testing.T) {
+	for _, n := range []int{idemkit.MaxStoredLen - 1, idemkit.MaxStoredLen} {
+		ns := strings.Repeat("n", n)
+		g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Namespace: ns})
+		if err != nil {
+			if !strings.Contains(err.Error(), "invalid options") || !strings.Contains(err.Error(), "Namespace") {
+				t.Fatalf("New with a %d-byte namespace: %v, want an invalid options error about Namespace", n, err)
+			}
+			continue
+		}
+		if ad, _ := g.Address("s", "k1"); ad.Scope != ns+"/s" {
+			t.Fatalf("a %d-byte namespace accepted, but scope %q is stored as %q, not under the namespace", n, "s", ad.Scope)
+		}
+	}
+	ns := strings.Repeat("n", idemkit.MaxStoredLen-2) // room for "/" and one byte
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Namespace: ns})
+	if err != nil {
+		t.Fatalf("New with a %d-byte namespace: %v", len(ns), err)
+	}
+	if ad, _ := g.Address("s", "k1"); ad.Scope != ns+"/s" {
+		t.Fatalf("scope stored as %q, want %q", ad.Scope, ns+"/s")
+	}
+}

@@ -64,8 +64,8 @@ type Options struct {
 	// ErrStoreUnavailable all the same. Defaults to DefaultFinishTimeout (5s).
 	FinishTimeout time.Duration
 	// Namespace, when set, is prefixed to every scope ("ns/scope") so applications can share a table
-	// and a Redis; it must not contain '/' nor start with "sha256:" (every scope would then be stored
-	// hashed, see [MaxStoredLen]). Give every application sharing a table its own: a Guard
+	// and a Redis; it must not contain '/', be longer than MaxStoredLen-2 bytes (126) nor start with
+	// "sha256:" (every scope would then be stored hashed, see [MaxStoredLen]). Give every application sharing a table its own: a Guard
 	// without one stores scopes as they are, so its scope "billing/x" would be namespace "billing"'s
 	// scope "x". Defaults to "".
 	Namespace string
@@ -131,6 +131,10 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Namespace != "" {
 		if err := ValidateKey(c.Namespace, MaxStoredLen); err != nil {
 			errs = append(errs, fmt.Errorf("Namespace: %w", err))
+		} else if len(c.Namespace) > MaxStoredLen-2 {
+			// "ns/" and a one-byte scope must fit the stored form: every scope would be stored hashed,
+			// not under "ns/" (as for the hashed prefix below).
+			errs = append(errs, fmt.Errorf("Namespace is %d bytes, longer than %d: with '/' and a scope it exceeds MaxStoredLen (%d), and every scope would be stored hashed", len(c.Namespace), MaxStoredLen-2, MaxStoredLen))
 		} else if strings.Contains(c.Namespace, "/") {
 			// "a/b" + scope "c" and "a" + scope "b/c" would both be stored as "a/b/c".
 			errs = append(errs, fmt.Errorf("Namespace %q contains '/', which separates it from the scope: two namespaces could then share records", c.Namespace))
