@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -79,5 +80,22 @@ func TestBodyErrorKeepsHandlerBody(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Body outside the middleware "reads the body and puts it back"; on a chunked body over
+// DefaultMaxBodyBytes it returned ErrBodyTooLarge and left r.Body without the bytes it had read, so a
+// handler that then streamed the upload itself got it cut short by 1 MiB (found by a defect hunt).
+func TestBodyOutsideMiddlewarePutsBackOnError(t *testing.T) {
+	big := strings.Repeat("x", int(DefaultMaxBodyBytes)+100)
+	r := req("POST", "/upload", "", "")
+	r.ContentLength = -1 // chunked: the size is known only by reading
+	r.Body = io.NopCloser(strings.NewReader(big))
+	if _, err := Body(r); !errors.Is(err, ErrBodyTooLarge) {
+		t.Fatalf("Body of %d bytes: %v, want ErrBodyTooLarge", len(big), err)
+	}
+	b, err := io.ReadAll(r.Body)
+	if err != nil || len(b) != len(big) {
+		t.Fatalf("r.Body after Body's error: read %d of %d bytes, %v", len(b), len(big), err)
 	}
 }

@@ -183,15 +183,14 @@ func (st *reqState) bodyFor() io.ReadCloser {
 
 // Body returns the request body as read by the middleware, for custom key sources and scope
 // functions; the handler still reads the whole body afterwards. Outside the middleware it reads the
-// body (up to DefaultMaxBodyBytes) and puts it back. It returns ErrBodyTooLarge or ErrBodyRead.
+// body (up to DefaultMaxBodyBytes) and puts it back, also when it returns an error: r.Body then
+// holds what was read followed by the rest. It returns ErrBodyTooLarge or ErrBodyRead.
 func Body(r *http.Request) ([]byte, error) {
 	if st := stateOf(r); st != nil {
 		return st.loadBody(r)
 	}
 	st := &reqState{cfg: &config{Options: Options{MaxBodyBytes: DefaultMaxBodyBytes}}, src: r.Body}
 	b, err := st.loadBody(r)
-	if err == nil {
-		r.Body = st.bodyFor()
-	}
+	r.Body = st.bodyFor()
 	return b, err
 }
