@@ -80,6 +80,8 @@
 //	unexpected error, handler did not run    500 internal
 //	record store or lock unavailable         503 unavailable (or the handler runs unguarded with
 //	                                             Options.RunUnguardedOnOutage: duplicates may then run twice)
+//	the Guard's watchdog ended the handler's 503 unavailable, not stored: a retry runs again
+//	  context and it answered nothing
 //	same key finished                        the stored status, headers and body,
 //	                                             plus Idempotent-Replayed: true
 //

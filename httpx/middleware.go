@@ -99,6 +99,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	})
 	if cw.ran {
 		m.afterRun(ctx, st, call.Scope, err)
+		if cw.gaveUp && r.Context().Err() == nil {
+			// The Guard ended the handler's context, not the client, who is still there: its
+			// watchdog (MaxHold ran out, or the lock was lost). Nothing was stored, and net/http
+			// would answer the empty 200 of a success: the client is told to retry instead.
+			m.problem(w, st, problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable,
+				Detail: "The request was cut short before it was answered; nothing was recorded for this idempotency key: retry it."})
+		}
 		return
 	}
 	m.answer(w, r, st, res, err, next)

@@ -59,6 +59,8 @@ type captureWriter struct {
 	// and the type is still to be sniffed from the body as net/http does, from the bytes written
 	// before the first flush (settleType clears it).
 	sniff bool
+	// gaveUp: the handler returned without answering once its context had ended (see result).
+	gaveUp bool
 }
 
 // start records the allow-listed header fields outer middleware set before the handler runs.
@@ -375,8 +377,9 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 	}
 	if !cw.wrote && ctx.Err() != nil {
 		// The handler gave up when its context ended (the client went away, an outer
-		// http.TimeoutHandler answered): it answered nothing, which is not the empty 200 net/http
-		// would make of it for a client still there.
+		// http.TimeoutHandler answered, or the Guard's watchdog ended it): it answered nothing, which
+		// is not the empty 200 net/http would make of it for a client still there.
+		cw.gaveUp = true
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", errNoResponse, context.Cause(ctx)))
 	}
 	if !cw.wrote {
