@@ -67,7 +67,23 @@ func (st *call) err() error {
 	if st.lost != nil {
 		return status.Error(codes.Unavailable, st.lost.Error())
 	}
-	return st.herr
+	return unmarked(st.herr)
+}
+
+// unmarked is err without the idemkit.Permanent and idemkit.Retryable marks around it. They add no
+// text, but gRPC answers a wrapped status with the wrapper's whole text for its message ("rpc error:
+// code = Internal desc = card declined"): unmarked, the status goes out as the handler made it.
+func unmarked(err error) error {
+	for {
+		switch e := err.(type) {
+		case *idemkit.PermanentError:
+			err = e.Err
+		case *idemkit.RetryableError:
+			err = e.Err
+		default:
+			return err
+		}
+	}
 }
 
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -217,10 +233,11 @@ func sameError(a, b error) bool {
 	return a.Error() == b.Error()
 }
 
-// statusOf is the status gRPC's server answers for a handler's error: the error's own status, else a
-// context error's code (DEADLINE_EXCEEDED, CANCELED) when it wraps one, else UNKNOWN. What is stored for
-// a permanent error is this status, so a duplicate gets the code the first call got.
+// statusOf is the status gRPC's server answers for a handler's error (unmarked): the error's own
+// status, else a context error's code (DEADLINE_EXCEEDED, CANCELED) when it wraps one, else UNKNOWN.
+// What is stored for a permanent error is this status, so a duplicate gets the code the first call got.
 func statusOf(err error) *status.Status {
+	err = unmarked(err)
 	if st, ok := status.FromError(err); ok {
 		return st
 	}
