@@ -1,10 +1,18 @@
 package httpx
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"io"
+	"maps"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -14,9 +22,10 @@ const fingerprintVersion = "idemkit-httpx-fp/1"
 
 // fingerprint is the hex SHA-256 of the canonical request: method, scope, escaped path, query
 // (sorted, noise parameters removed) and body, canonical JSON without noise when the content type is
-// JSON (or absent) and the body parses, else the raw bytes. The path is included because a scope is
-// usually a pattern ("/orders/{id}/pay"): the same key and body sent to another order must not
-// replay the first order's response. A JSON body that repeats a member name has no fingerprint:
+// JSON (or absent) and the body parses, a multipart body's parts without its boundary (see
+// appendMultipart), else the raw bytes. The path is included because a scope is usually a pattern
+// ("/orders/{id}/pay"): the same key and body sent to another order must not replay the first
+// order's response. A JSON body that repeats a member name has no fingerprint:
 // the error matches ErrDuplicateMember.
 func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (string, error) {
 	h := sha256.New()
@@ -44,9 +53,53 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (stri
 			return "", err
 		}
 	}
+	if len(body) > 0 && appendMultipart(h, body, r.Header.Get("Content-Type")) {
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
 	h.Write([]byte{'r'})
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// appendMultipart writes to h the parts of a multipart body (multipart/form-data and the like): each
+// part's header fields, sorted by name, and its content, in order. The boundary is left out: clients
+// choose a fresh random one each time they build a request (curl -F, browsers, most libraries), so a
+// retry of the same upload differs from the first in its bytes. It reports false, having written
+// nothing, when the body is not a well-formed multipart body of the content type ct.
+func appendMultipart(h hash.Hash, body []byte, ct string) bool {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || !strings.HasPrefix(mt, "multipart/") || params["boundary"] == "" {
+		return false
+	}
+	var canon []byte
+	field := func(s string) { canon = appendString(canon, s) }
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		p, err := mr.NextRawPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return false
+		}
+		names := slices.Sorted(maps.Keys(p.Header))
+		field(strconv.Itoa(len(names)))
+		for _, name := range names {
+			field(name)
+			field(strconv.Itoa(len(p.Header[name])))
+			for _, v := range p.Header[name] {
+				field(v)
+			}
+		}
+		content, err := io.ReadAll(p)
+		if err != nil {
+			return false
+		}
+		field(string(content))
+	}
+	h.Write([]byte{'m'})
+	h.Write(canon)
+	return true
 }
 
 // canonicalQuery sorts the query by name (values keep their order) and drops noise names; an
