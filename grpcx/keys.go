@@ -15,7 +15,9 @@ import (
 )
 
 // KeyFunc returns the idempotency key of a call to method with request req, or "" when the call has
-// none. An error is answered INVALID_ARGUMENT and nothing runs.
+// none. An error is answered INVALID_ARGUMENT and nothing runs. req is nil when the request is not a
+// proto message (a service served with another codec): such a call passes through when it has no
+// key, and is refused INTERNAL when it has one (there is no proto encoding to fingerprint).
 type KeyFunc func(ctx context.Context, method string, req proto.Message) (string, error)
 
 // MetadataKeyFunc reads the key from the incoming metadata field name (e.g. [MetadataKey]; compared

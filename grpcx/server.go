@@ -91,10 +91,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !s.c.guarded(method) {
 		return handler(ctx, req)
 	}
-	msg, ok := req.(proto.Message)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "grpcx: %s: request %T is not a proto message", method, req)
-	}
+	msg, _ := req.(proto.Message) // nil for a service served with another codec: its key is in metadata, if any
 	key, err := s.c.key(ctx, method, msg)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -104,6 +101,10 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			return nil, status.Errorf(codes.InvalidArgument, "grpcx: %s requires an idempotency key (metadata %q)", method, MetadataKey)
 		}
 		return handler(ctx, req)
+	}
+	if msg == nil {
+		// No proto encoding to fingerprint, nor to store the response in.
+		return nil, status.Errorf(codes.Internal, "grpcx: %s: request %T is not a proto message", method, req)
 	}
 	fp, err := fingerprint(method, msg)
 	if err != nil {
