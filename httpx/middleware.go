@@ -67,6 +67,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	outer := stateOf(r) // a middleware of this package around this one, if any
 	st := &reqState{cfg: m.cfg, src: r.Body, reqID: m.cfg.RequestID(r)}
 	if st.reqID != "" && validFieldValue([]byte(st.reqID)) && w.Header().Get(DefaultRequestIDHeader) == "" {
 		w.Header().Set(DefaultRequestIDHeader, st.reqID)
@@ -87,10 +88,17 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case p.Status != 0:
 		m.problem(w, st, p)
 		return
+	case outer != nil && outer.holds(m.guard, call):
+		// Nested in a middleware already guarding this very call (r.Use on the router, r.With on
+		// the route): its claim covers the handler, and a claim of its own would meet it in flight.
+		r.Body = st.bodyFor()
+		next.ServeHTTP(w, r)
+		return
 	}
 
 	cw := &captureWriter{w: w, cfg: m.cfg, head: r.Method == http.MethodHead, declared: -1}
 	res, err := m.guard.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+		st.guard, st.call = m.guard, call // the claim is held while the handler runs
 		cw.start()
 		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
 		r2.Body = cw.watch(st)

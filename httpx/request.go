@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/idemkit/idemkit"
 )
 
 // reqState is what the middleware knows about one guarded request. Key sources and the scope
@@ -36,6 +37,15 @@ type reqState struct {
 	// derivedKey is the last key a deriving source (JSONFields, All, Tokens.Key) produced: the
 	// middleware made it, so Options.MaxKeyLen (a bound on what clients send) does not apply to it.
 	derivedKey string
+	// guard and call: the claim under which the handler runs, once the middleware holds it.
+	guard *idemkit.Guard
+	call  idemkit.Call
+}
+
+// holds reports whether the middleware of st runs its handler under a claim of guard on the scope
+// and key of c.
+func (st *reqState) holds(guard *idemkit.Guard, c idemkit.Call) bool {
+	return st.guard == guard && st.call.Scope == c.Scope && st.call.Key == c.Key
 }
 
 // markDerived notes that key was derived by the middleware rather than sent by the client.
