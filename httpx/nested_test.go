@@ -31,3 +31,22 @@ func TestNestedMiddlewareSameCall(t *testing.T) {
 		}
 	}
 }
+
+// TestThriceNestedMiddlewareSameCall: the middleware on the router, a group and the route: the one
+// in the middle ran the handler under the outer one's claim, but the innermost did not see that
+// claim and met it in flight (found by a defect hunt).
+func TestThriceNestedMiddlewareSameCall(t *testing.T) {
+	bd := setup(t, memoryBackend, nil, nil)
+	r := chi.NewRouter()
+	r.Use(bd.mw)
+	r.Group(func(r chi.Router) {
+		r.Use(Middleware(bd.guard, nil))
+		r.With(Middleware(bd.guard, &Options{DTM: true})).Post("/orders", bd.serve)
+	})
+	if rec := serve(r, req("POST", "/orders", "k-thrice", `{"a":1}`)); rec.Code != http.StatusCreated {
+		t.Fatalf("%d %s, want 201", rec.Code, rec.Body)
+	}
+	if n := bd.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
