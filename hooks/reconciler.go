@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,6 +93,16 @@ type Reconciler struct {
 	// (see [txstatus.Info.RanNothingFor]). Defaults to "": unknown, and a transaction DTM reports
 	// succeeded with no branch operation is then rolled back as one that ran nothing.
 	TransType string
+	// FenceWithin bounds the age of the claims whose gid the reconciler fences when the manager has
+	// no record of it: a record claimed longer ago than this (Record.CreatedAt) is not fenced but
+	// reported (ReconcileEvent.Err, logged at error level) and left PROCESSING for an operator,
+	// because the manager may have forgotten a transaction that ran — DTM's Redis store drops a
+	// finished transaction FinishedDataExpire (a day by default) after it ended, boltdb those older
+	// than DataExpire (7 days) when it starts — and rolling that record back would let the key's next
+	// call run the business again. Defaults to DefaultFenceWithin (12h), below DTM's shortest default
+	// retention; lower it if your DTM forgets sooner, raise it if its store keeps everything (SQL).
+	// Negative is refused.
+	FenceWithin time.Duration
 	// Logger receives one line per record it could not settle (warning) and per gid it had to fence
 	// (error). Defaults to discarding.
 	Logger *slog.Logger
@@ -101,6 +112,9 @@ type Reconciler struct {
 
 	cursor reconcile.Cursor // where the next RunOnce goes on listing
 }
+
+// DefaultFenceWithin is Reconciler.FenceWithin's default.
+const DefaultFenceWithin = 12 * time.Hour
 
 // Task returns the reconciler as a sweep task named "reconcile".
 func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Run: r.RunOnce} }
@@ -121,6 +135,9 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	if r.Lifecycle == nil || list == nil || r.Manager == nil {
 		return 0, errors.New("hooks: Reconciler needs Lifecycle, Manager and Scopes (with a Lifecycle.Guard) or Pending")
 	}
+	if r.FenceWithin < 0 {
+		return 0, fmt.Errorf("hooks: Reconciler.FenceWithin %v is negative", r.FenceWithin)
+	}
 	names := r.scopeNames()
 	var errs []error
 	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
@@ -131,7 +148,7 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
 		}
-		r.settle(ctx, &ev)
+		r.settle(ctx, now, &ev)
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)
 			if r.Logger != nil {
@@ -164,7 +181,7 @@ func (r *Reconciler) scopeNames() map[string]string {
 }
 
 // settle brings one record to its transaction's outcome, filling ev.
-func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
+func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEvent) {
 	rec := &ev.Record
 	info, err := r.Manager.Query(ctx, rec.GID)
 	if err != nil {
@@ -172,6 +189,19 @@ func (r *Reconciler) settle(ctx context.Context, ev *ReconcileEvent) {
 		return
 	}
 	if info.Status == txstatus.Unknown {
+		if within := cmp.Or(r.FenceWithin, DefaultFenceWithin); now.Sub(rec.CreatedAt) > within {
+			// Too old for a start still on its way, and old enough for the manager to have forgotten
+			// a transaction that ran: failing it could run the business twice. An operator decides.
+			ev.Err = fmt.Errorf("hooks: the transaction manager has no record of %s, claimed %v ago (more than FenceWithin, %v): "+
+				"not fenced, left PROCESSING — it may have forgotten a finished transaction (DTM's Redis store drops one a day after it "+
+				"ends); the key answers in flight until an operator who knows the transaction did not run releases it (idemctl release)",
+				rec.GID, now.Sub(rec.CreatedAt).Round(time.Second), within)
+			if r.Logger != nil {
+				r.Logger.ErrorContext(ctx, "idemkit reconcile: not fencing an old pending transaction the manager has no record of",
+					"scope", rec.Scope, "gid", rec.GID, "claimed", rec.CreatedAt, "error", ev.Err)
+			}
+			return
+		}
 		// Never heard of: the start may still be on its way. Make it impossible before concluding.
 		if info, err = r.Manager.Fence(ctx, rec.GID); err != nil {
 			ev.Err = fmt.Errorf("hooks: fencing %s: %w", rec.GID, err)
