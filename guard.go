@@ -214,7 +214,7 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 		return cl.fail(OutcomeInvalid, err)
 	}
 	cl.id = id
-	cl.token = newToken()
+	cl.token = newToken(c.Fingerprint)
 
 	if lk := g.opts.Locker; lk != nil {
 		cached, err := lk.Acquire(ctx, id.lockKey, cl.token, g.opts.LockTTL)
@@ -229,6 +229,10 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 			}
 			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
 		case errors.Is(err, ErrLocked):
+			if ife := (*InFlightError)(nil); errors.As(err, &ife) && otherPayload(ife.Holder, c.Fingerprint) {
+				// The attempt holding the key runs another payload: as the record would say, once written.
+				return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
+			}
 			return cl.fail(OutcomeInFlight, inFlight(err))
 		case ctx.Err() != nil:
 			cl.forgetLock()

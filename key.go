@@ -3,6 +3,7 @@ package idemkit
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -150,10 +151,52 @@ func checkStoredText(v string) error {
 }
 
 // newToken returns a random 128-bit owner token, hex encoded.
-func newToken() string {
+// newToken returns the random token of an attempt: 32 hexadecimal digits, followed, when the call
+// gives a fingerprint, by "." and a 64-bit hash of it (16 digits). The token is the attempt's lock
+// value and record owner; the hash lets a duplicate that meets the lock tell a different payload
+// (ErrPayloadMismatch) from the same one in flight without reading the record (see payloadOfHolder).
+func newToken(fingerprint string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	if fingerprint == "" {
+		return hex.EncodeToString(b[:])
+	}
+	var t [tokenLen + 1 + 16]byte
+	hex.Encode(t[:tokenLen], b[:])
+	t[tokenLen] = '.'
+	var h [8]byte
+	binary.BigEndian.PutUint64(h[:], fingerprintHash(fingerprint))
+	hex.Encode(t[tokenLen+1:], h[:])
+	return string(t[:])
+}
+
+// tokenLen is the length of a token's random part.
+const tokenLen = 32
+
+// fingerprintHash is FNV-1a, 64 bits: a stand-in for a fingerprint in a token. Equal fingerprints
+// always hash alike; two that differ and collide (one in 2^64) are taken for the same payload, which
+// the record, read later, still tells apart.
+func fingerprintHash(fp string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(fp); i++ {
+		h ^= uint64(fp[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// otherPayload reports whether holder, the token of the attempt that holds a key, carries the hash of
+// a fingerprint other than that of the fingerprint given. Tokens without one (a call without a
+// fingerprint, or a version of idemkit before the hash) never differ.
+func otherPayload(holder, fingerprint string) bool {
+	if fingerprint == "" || len(holder) != tokenLen+1+16 || holder[tokenLen] != '.' {
+		return false
+	}
+	var h [8]byte
+	if _, err := hex.Decode(h[:], []byte(holder[tokenLen+1:])); err != nil {
+		return false
+	}
+	return binary.BigEndian.Uint64(h[:]) != fingerprintHash(fingerprint)
 }
 
 // keyHash is a short, stable stand-in for a key in logs and traces.

@@ -41,7 +41,8 @@ type Locker interface {
 	// Acquire returns the cached result for key when there is one, taking no lock. Otherwise it locks
 	// key with token for ttl and returns (nil, nil) — when token holds the lock already, it returns
 	// (nil, nil) and leaves the lock as it is — or returns an [*InFlightError] (ErrLocked) when another
-	// token holds it.
+	// token holds it, with that token as its Holder when the Locker knows it (the Guard then tells a
+	// duplicate with another payload from one in flight; without it, both are in flight).
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (cached []byte, err error)
 	// Refresh extends the lock to ttl if token still holds it; ErrLockNotHeld otherwise.
 	Refresh(ctx context.Context, key, token string, ttl time.Duration) error

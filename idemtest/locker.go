@@ -37,6 +37,9 @@ func wantLocked(t *testing.T, l idemkit.Locker, key string, ttl time.Duration) {
 	if inf.RetryAfter < 0 || inf.RetryAfter > ttl+time.Millisecond {
 		t.Fatalf("RetryAfter %s outside [0, %s]", inf.RetryAfter, ttl)
 	}
+	if inf.Holder == "intruder" {
+		t.Fatalf("Holder is the token of the Acquire refused, not of the holder")
+	}
 }
 
 // RunLocker runs the Locker conformance suite. Subtests run one after another.

@@ -202,7 +202,7 @@ func interpretValue(doing string, v []byte, token string, now time.Time) ([]byte
 		if string(holder) == token {
 			return nil, nil
 		}
-		return nil, &idemkit.InFlightError{RetryAfter: max(time.UnixMilli(deadline).Sub(now), 0)}
+		return nil, &idemkit.InFlightError{RetryAfter: max(time.UnixMilli(deadline).Sub(now), 0), Holder: string(holder)}
 	}
 	return v, nil
 }

@@ -90,7 +90,7 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		case e.token == token:
 			return nil, nil
 		}
-		return nil, &idemkit.InFlightError{RetryAfter: e.expires.Sub(now)}
+		return nil, &idemkit.InFlightError{RetryAfter: e.expires.Sub(now), Holder: e.token}
 	}
 	l.entries[key] = entry{locked: true, token: token, expires: now.Add(ttl)}
 	return nil, nil
