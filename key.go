@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -80,6 +81,15 @@ func IsHashedForm(s string) bool {
 		}
 	}
 	return true
+}
+
+// PrincipalKey returns the key stored for a client's key sent by principal (a user, a tenant), for
+// adapters that scope keys by caller (httpx and grpcx Options.Principal): "<len>:<principal>:<key>",
+// or its "sha256:" hash form when that is longer than MaxStoredLen or not printable. The length
+// prefix makes it unambiguous: no key sent by one principal (or an anonymous caller, principal "")
+// can equal another principal's. Use it with Guard.Get to look such a record up.
+func PrincipalKey(principal, key string) string {
+	return DerivedKey(strconv.Itoa(len(principal)) + ":" + principal + ":" + key)
 }
 
 // DerivedKey returns s when a Guard would accept and store it as is (non-empty, at most MaxStoredLen

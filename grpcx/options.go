@@ -2,6 +2,7 @@ package grpcx
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"log/slog"
 
@@ -35,6 +36,13 @@ type Options struct {
 	// Required reports whether a guarded method must carry a key: a call without one is answered
 	// INVALID_ARGUMENT. Defaults to none: a call without a key passes through unguarded.
 	Required func(method string) bool
+	// Principal returns the caller (user, tenant) a call's key belongs to, e.g. from its authenticated
+	// peer or token in ctx; it becomes part of the stored key (idemkit.PrincipalKey), so one caller is
+	// never answered another's stored response for a key both sent. Return "" for an anonymous caller
+	// (anonymous callers share one key space) or an error to refuse the call: PERMISSION_DENIED, or the
+	// error's own code when it is a status error; the handler does not run. Defaults to none: keys are
+	// shared by all callers of a method.
+	Principal func(ctx context.Context) (string, error)
 	// Scope returns the record scope of a method. Defaults to the full method name. A scope the Guard
 	// would refuse (longer than its Options.MaxKeyLen, or holding control characters) is kept as its
 	// hash (idemkit.HashedForm); an empty one answers INTERNAL, and the handler does not run.
@@ -70,6 +78,7 @@ type config struct {
 	guarded   func(string) bool
 	required  func(string) bool
 	scope     func(string) string
+	principal func(context.Context) (string, error)
 	permanent func(*status.Status) bool
 	tx        idemkit.TxBeginner
 	resolver  protoregistry.MessageTypeResolver
@@ -86,6 +95,7 @@ func (o *Options) withDefaults() config {
 		guarded:   in.Guarded,
 		required:  in.Required,
 		scope:     in.Scope,
+		principal: in.Principal,
 		permanent: in.Permanent,
 		tx:        in.Tx,
 		resolver:  in.Resolver,

@@ -106,6 +106,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		// No proto encoding to fingerprint, nor to store the response in.
 		return nil, status.Errorf(codes.Internal, "grpcx: %s: request %T is not a proto message", method, req)
 	}
+	if s.c.principal != nil {
+		if key, err = s.principalKey(ctx, key); err != nil {
+			return nil, err
+		}
+	}
 	fp, err := fingerprint(method, msg)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -147,6 +152,27 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return run(context.WithValue(ctx, txKey{}, tx))
 	})
 	return s.txAnswer(ctx, method, &st, res, err)
+}
+
+// principalKey is the key stored for the client's key of a call under Options.Principal: the client's
+// key is checked as the Guard would check it, then scoped by the caller (idemkit.PrincipalKey), hashed
+// when the caller's prefix takes it past the Guard's limit.
+func (s *server) principalKey(ctx context.Context, key string) (string, error) {
+	if err := idemkit.ValidateKey(key, s.g.MaxKeyLen()); err != nil {
+		return "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	principal, err := s.c.principal(ctx)
+	if err != nil {
+		if st, ok := status.FromError(err); ok {
+			return "", st.Err()
+		}
+		return "", status.Error(codes.PermissionDenied, err.Error())
+	}
+	key = idemkit.PrincipalKey(principal, key)
+	if len(key) > s.g.MaxKeyLen() {
+		key = idemkit.HashedForm(key)
+	}
+	return key, nil
 }
 
 // scope is the record scope of method: Options.Scope's (the full method name by default), kept as its

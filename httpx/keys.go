@@ -3,7 +3,6 @@ package httpx
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/idemkit/idemkit"
@@ -201,6 +200,4 @@ func printable(s string) bool { return s == "" || idemkit.ValidateKey(s, len(s))
 // idemkit.MaxStoredLen or not printable. Use it with idemkit.Guard.Get. Every such key starts with
 // a digit or "sha256:", and the length prefix makes it unambiguous, so no key sent by one principal
 // (or an anonymous caller, principal "") can equal another principal's.
-func PrincipalKey(principal, key string) string {
-	return idemkit.DerivedKey(strconv.Itoa(len(principal)) + ":" + principal + ":" + key)
-}
+func PrincipalKey(principal, key string) string { return idemkit.PrincipalKey(principal, key) }
