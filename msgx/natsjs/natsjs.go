@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,7 +30,7 @@ const (
 // Headers the adapter sets on a dead-lettered copy.
 const (
 	HeaderOutcome   = "Idemkit-Outcome"    // the msgx.Outcome: rejected, poison, gave-up
-	HeaderError     = "Idemkit-Error"      // the error, at most 1 KiB
+	HeaderError     = "Idemkit-Error"      // the error, at most 1 KiB (cut on a rune boundary)
 	HeaderSubject   = "Idemkit-Subject"    // the subject the message was published to
 	HeaderStreamSeq = "Idemkit-Stream-Seq" // its sequence in the stream
 	HeaderQueue     = "Idemkit-Queue"      // "<stream>/<consumer>"
@@ -331,7 +332,11 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 	if d.Err != nil {
 		reason = d.Err.Error()
 		if len(reason) > maxDeadLetterErrLen {
-			reason = reason[:maxDeadLetterErrLen]
+			cut := maxDeadLetterErrLen // on a rune boundary: the header stays UTF-8
+			for cut > 0 && !utf8.RuneStart(reason[cut]) {
+				cut--
+			}
+			reason = reason[:cut]
 		}
 	}
 	if s.opts.DeadLetterSubject == "" {
