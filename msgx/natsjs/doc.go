@@ -25,9 +25,10 @@
 // The consumer must use AckPolicy explicit; its AckWait must exceed the handler's longest run plus the
 // time a message waits in the client's buffer (Options.MaxMessages), or the server redelivers it while
 // it is still running (harmless: the guard answers InFlight or Duplicate, but it costs work).
-// MaxDeliver, if set, is the server's own limit: a message that reaches it is dropped by the server with
-// a MAX_DELIVERIES advisory, before msgx.Options.MaxAttempts could dead-letter it — keep MaxAttempts
-// below MaxDeliver.
+// MaxDeliver, if set, is the server's own limit: a message Nak'ed on its last delivery is dropped by
+// the server with a MAX_DELIVERIES advisory. Consume reads it from the consumer's info, and a delivery
+// that failed on it (Retry, Failed, whatever msgx.Options.MaxAttempts says) gives up instead: GaveUp,
+// dead-lettered. A message that another delivery holds (InFlight) is still left to that delivery.
 //
 // # Nats-Msg-Id and idemkit
 //

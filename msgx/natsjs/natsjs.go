@@ -93,7 +93,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // error that stopped it; other pull failures (a missed heartbeat, a timeout) are logged and retried.
 // A decision whose error wraps msgx.ErrMisconfigured (the queue "<stream>/<consumer>" cannot be the
 // record's scope: set msgx.Options.Scope) stops it too: that message is given back with
-// NakWithDelay, and Consume returns the error. Messages fetched and not handled are redelivered by
+// NakWithDelay, and Consume returns the error. A Failed delivery on the consumer's MaxDeliver, which
+// the server would drop, is dead-lettered as GaveUp. Messages fetched and not handled are redelivered by
 // the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit
 // acks, an error for invalid options, and one wrapping msgx.ErrMisconfigured, before pulling, when
 // Options.DeadLetterSubject would be delivered to cons itself.
@@ -115,7 +116,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if err := deadLettersComeBack(ctx, js, info, o.DeadLetterSubject, o.Logger); err != nil {
 		return err
 	}
-	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name}
+	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name, maxDeliver: info.Config.MaxDeliver}
 
 	// One goroutine pulls batches (Fetch: a pull request for up to MaxMessages, held open by the
 	// server until it is filled or expires) and hands the messages to the workers one at a time; the
@@ -130,7 +131,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 		wg.Go(func() {
 			for jm := range work {
 				m := s.message(jm)
-				d := h(ctx, m)
+				d := s.lastDelivery(m, h(ctx, m))
 				if o.Observe != nil {
 					o.Observe(m, d)
 				}
@@ -286,9 +287,23 @@ func Message(jm jetstream.Msg) *msgx.Message {
 }
 
 type settler struct {
-	js    jetstream.JetStream
-	opts  *Options
-	queue string
+	js         jetstream.JetStream
+	opts       *Options
+	queue      string
+	maxDeliver int // the consumer's MaxDeliver; 0 or less: unlimited
+}
+
+// lastDelivery turns the Retry of a failed delivery into GaveUp (dead-lettered) when it is the
+// consumer's last: at MaxDeliver the server would drop the message instead of redelivering it, and
+// with it the dead letter msgx.Options.MaxAttempts would have made. A misconfigured consumer's
+// delivery is left as it is (it is not the message's failure), and so is InFlight: another delivery
+// holds the key and settles it.
+func (s *settler) lastDelivery(m *msgx.Message, d msgx.Decision) msgx.Decision {
+	if s.maxDeliver > 0 && m.Attempt >= s.maxDeliver && d.Action == msgx.Retry && d.Outcome == msgx.Failed &&
+		!errors.Is(d.Err, msgx.ErrMisconfigured) {
+		d.Action, d.Outcome = msgx.DeadLetter, msgx.GaveUp
+	}
+	return d
 }
 
 func (s *settler) message(jm jetstream.Msg) *msgx.Message {

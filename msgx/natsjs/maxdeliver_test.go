@@ -1,0 +1,63 @@
+package natsjs_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idemkit/msgx"
+	"github.com/idemkit/idemkit/msgx/natsjs"
+)
+
+// TestMaxDeliverDeadLettersTheLastDelivery: a consumer with MaxDeliver and a handler that keeps
+// failing with a retryable error, where msgx.Options.MaxAttempts does not stop it first (0, or not
+// below MaxDeliver). The last delivery was Nak'ed like the others and the server, at MaxDeliver,
+// dropped the message: no dead letter although a dead-letter subject was configured, only a
+// MAX_DELIVERIES advisory nobody subscribes to. The adapter knows the consumer's MaxDeliver: the
+// last delivery's failure gives up (GaveUp) and is dead-lettered with its data and headers.
+func TestMaxDeliverDeadLettersTheLastDelivery(t *testing.T) {
+	for _, maxAttempts := range []int{0, 3, 5} {
+		t.Run(fmt.Sprintf("MaxAttempts=%d", maxAttempts), func(t *testing.T) {
+			f := setup(t, &msgx.Options{RetryDelay: 20 * time.Millisecond, MaxAttempts: maxAttempts})
+			var err error
+			f.cons, err = f.js.CreateOrUpdateConsumer(context.Background(), f.stream, jetstream.ConsumerConfig{
+				Durable: "capped", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 10 * time.Second, MaxDeliver: 3,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.publish(t, "fail-1", "always")
+			var runs atomic.Int32
+			h := f.mg.Execute(func(context.Context, *msgx.Message) error {
+				runs.Add(1)
+				return errFlaky
+			})
+			var last atomic.Value
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			err = natsjs.Consume(ctx, f.js, f.cons, h, &natsjs.Options{DeadLetterSubject: f.dlq,
+				Observe: func(_ *msgx.Message, d msgx.Decision) { last.Store(d) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := runs.Load(); n != 3 {
+				t.Fatalf("handler ran %d times, want MaxDeliver (3)", n)
+			}
+			if d := last.Load().(msgx.Decision); d.Outcome != msgx.GaveUp || d.Action != msgx.DeadLetter {
+				t.Errorf("last decision %v, want gave-up, dead-lettered", d)
+			}
+			dead := f.dead(t)
+			if len(dead) != 1 {
+				t.Fatalf("%d dead letters of a message the server stopped delivering at MaxDeliver, want 1", len(dead))
+			}
+			if h := dead[0].Header; string(dead[0].Data) != "order fail-1" || h.Get("Kind") != "always" ||
+				h.Get("Idemkit-Orig-Msg-Id") != "fail-1" || h.Get(natsjs.HeaderOutcome) != "gave-up" {
+				t.Errorf("dead letter %q %v", dead[0].Data, h)
+			}
+		})
+	}
+}
