@@ -291,8 +291,11 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // for cacheTTL (rounded up to a millisecond) in place of whatever the key holds — the lock of token or
 // of another attempt — in one native command (SET ... PX ... GET); otherwise it deletes the lock if
 // token holds it (one Lua script, compare-and-delete). It returns [idemkit.ErrLockNotHeld] when the
-// lock was gone or held by another token (a result is cached all the same). Other errors are as for
-// [Locker.Acquire]; after one of them nothing may have changed, or everything.
+// lock was gone or held by another token (a result is cached all the same). When caching the result
+// fails — Redis refuses it (larger than its proto-max-bulk-len, or no memory left with
+// maxmemory-policy noeviction), or the connection fails — the lock is released as without a result,
+// and the error says the result is not cached. Other errors are as for [Locker.Acquire]; after one
+// of them nothing may have changed, or everything.
 //
 // Callers usually release on a context detached from the request's cancellation (the Guard does), so
 // that an abandoned request still unlocks promptly. An Acquire of key that failed because its context
@@ -306,16 +309,7 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 	}
 	k := l.key(key)
 	if result == nil || cacheTTL <= 0 {
-		// An Acquire of key whose caller left while its command was out in a pipeline may lock key
-		// after this compare-and-delete ran, and the lock would stay: wait for it first.
-		if err := l.batch.settled(ctx, k); err != nil {
-			return interpretError(ctx, doing, err)
-		}
-		v, err := releaseScript.Run(ctx, l.client, []string{k}, token).Result()
-		if err != nil {
-			return interpretError(ctx, doing, err)
-		}
-		return held(doing, v)
+		return l.unlock(ctx, k, token)
 	}
 	ms, _ := millis(doing, cacheTTL)
 	val := encodeResult(result)
@@ -328,12 +322,40 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 	switch {
 	case errors.Is(err, redis.Nil):
 		return idemkit.ErrLockNotHeld // the key was empty: the lock had expired
+	case err != nil && ctx.Err() == nil:
+		// Redis refused the result (an error reply, or a connection reset under a result above its
+		// proto-max-bulk-len; no memory left with maxmemory-policy noeviction) and will refuse it
+		// again, or the connection failed: the lock would stay until its TTL, answering "in flight"
+		// for a finished key. Release it without the result (the next duplicate caches it).
+		switch uerr := l.unlock(ctx, k, token); {
+		case uerr == nil:
+			return fmt.Errorf("lock: %s: result (%d bytes) not cached, the lock is released: %w", doing, len(result), err)
+		case errors.Is(uerr, idemkit.ErrLockNotHeld): // gone, another's, or the result after all
+			return fmt.Errorf("lock: %s: %w (caching the result, %d bytes: %w)", doing, idemkit.ErrLockNotHeld, len(result), err)
+		}
+		return interpretError(ctx, doing, err)
 	case err != nil:
 		return interpretError(ctx, doing, err)
 	case !isLockOf(old, token):
 		return idemkit.ErrLockNotHeld
 	}
 	return nil
+}
+
+// unlock deletes k if it holds token's lock (compare-and-delete), and returns
+// [idemkit.ErrLockNotHeld] if it does not.
+func (l *Locker) unlock(ctx context.Context, k, token string) error {
+	const doing = "releasing"
+	// An Acquire of key whose caller left while its command was out in a pipeline may lock key
+	// after this compare-and-delete ran, and the lock would stay: wait for it first.
+	if err := l.batch.settled(ctx, k); err != nil {
+		return interpretError(ctx, doing, err)
+	}
+	v, err := releaseScript.Run(ctx, l.client, []string{k}, token).Result()
+	if err != nil {
+		return interpretError(ctx, doing, err)
+	}
+	return held(doing, v)
 }
 
 // fill sets k to val for ms and returns what it held (redis.Nil when nothing).
