@@ -49,7 +49,9 @@ type Options struct {
 	// never waits. Defaults to DefaultMaxInFlight (1); negative turns it off (every command its own
 	// round trip, on as many connections as the client's pool gives). It applies when the client is a
 	// *redis.Client, *redis.ClusterClient or *redis.Ring (what redis.NewUniversalClient returns);
-	// other clients (wrappers) get every command through their Process. Scripts are never batched.
+	// other clients (wrappers) get every command through their Process. Scripts are never batched,
+	// nor is a cached result of 1 MiB or more (a Redis whose proto-max-bulk-len it exceeds closes the
+	// connection, and the commands batched behind it would fail).
 	// On a Redis Cluster a pipeline goes to the nodes it names in parallel and returns with the
 	// slowest: raise MaxInFlight (to the number of primaries, say) so that one slow node does not hold
 	// up commands for the others. A node that is down fails its own commands only.
@@ -362,7 +364,11 @@ func (l *Locker) unlock(ctx context.Context, k, token string) error {
 func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
 		cmd := redis.NewStringCmd(ctx, "set", k, val, "px", boxed(&l.fillTTL, ms), "get")
-		if err := l.process(ctx, cmd); !l.refused(err) {
+		process := l.process
+		if len(val) >= soloLen {
+			process = l.client.Process
+		}
+		if err := process(ctx, cmd); !l.refused(err) {
 			if err != nil {
 				return nil, err
 			}
@@ -375,6 +381,11 @@ func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]by
 	}
 	return []byte(s), nil
 }
+
+// soloLen is the size from which a cached result is sent on its own rather than batched with other
+// callers' commands: Redis's smallest proto-max-bulk-len (1 MiB). Redis answers a longer value with
+// an error and closes the connection, which would fail every command behind it in the pipeline.
+const soloLen = 1 << 20
 
 // encodeResult is the stored form of a cached result (see [Locker]).
 func encodeResult(result []byte) []byte {

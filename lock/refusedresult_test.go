@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,3 +62,40 @@ func TestRefusedResultReleasesTheLock(t *testing.T) {
 }
 
 func acquireErr(_ []byte, err error) error { return err }
+
+// TestRefusedResultFailsNoOtherCommand: a result above Redis's proto-max-bulk-len makes Redis close
+// the connection it came on. Batched (Options.MaxInFlight) with other callers' commands, it took
+// them down too: Acquires of unrelated keys failed with EOF or a reset connection. A result of 1 MiB
+// or more (Redis's smallest proto-max-bulk-len) is sent on its own.
+func TestRefusedResultFailsNoOtherCommand(t *testing.T) {
+	p := testsvc.StartRedis(t, "--proto-max-bulk-len", "1mb")
+	rdb := redis.NewClient(p.Options())
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := lock.New(rdb, nil) // MaxInFlight 1
+	ctx := testCtx(t)
+	big := bytes.Repeat([]byte("r"), 2<<20)
+	must(t, acquireErr(l.Acquire(ctx, "big", "t", time.Minute)))
+
+	// Redis paused: an Acquire goes out and waits, and the commands issued meanwhile wait for it,
+	// to leave together in one pipeline once Redis answers: the release of the big result first.
+	must(t, rdb.Do(ctx, "client", "pause", 500, "all").Err())
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = l.Acquire(ctx, "first", "t", time.Minute) })
+	time.Sleep(100 * time.Millisecond)
+	wg.Go(func() { _ = l.Release(ctx, "big", "t", big, time.Minute) })
+	time.Sleep(100 * time.Millisecond)
+	var failed atomic.Int32
+	var last atomic.Value
+	for i := range 20 {
+		wg.Go(func() {
+			if _, err := l.Acquire(ctx, fmt.Sprint("other-", i), "t", time.Minute); err != nil {
+				failed.Add(1)
+				last.Store(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of 20 Acquires of other keys failed beside a result Redis refused, the last with %v", n, last.Load())
+	}
+}
