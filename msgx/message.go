@@ -17,7 +17,8 @@ type Message struct {
 	Queue string
 	// Subject is the NATS subject or the AMQP routing key the message was published with.
 	Subject string
-	// Header holds the message's headers (AMQP header values converted to text).
+	// Header holds the message's headers (AMQP header values converted to text: a byte array as its
+	// bytes, a number or a table formatted).
 	Header Header
 	// Data is the payload.
 	Data []byte

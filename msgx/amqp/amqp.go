@@ -154,8 +154,8 @@ func (o *Options) withDefaults() (Options, error) {
 // Message converts a delivery from queue to a msgx.Message: ID from the message-id property, Queue
 // the queue, Subject the routing key, Attempt from the x-delivery-count and x-acquired-count
 // headers (quorum queues; the larger) or the redelivered flag (2 when set, with AttemptsUncounted:
-// a classic queue keeps no count). Header values that are not strings are formatted with
-// fmt.Sprint.
+// a classic queue keeps no count). Header values are text as given: long strings, and byte arrays as
+// their bytes; values of other types are formatted with fmt.Sprint.
 func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	m := &msgx.Message{
 		ID:          d.MessageId,
@@ -169,9 +169,12 @@ func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	if len(d.Headers) > 0 {
 		m.Header = make(msgx.Header, len(d.Headers))
 		for k, v := range d.Headers {
-			if s, ok := v.(string); ok {
-				m.Header[k] = []string{s}
-			} else {
+			switch v := v.(type) {
+			case string:
+				m.Header[k] = []string{v}
+			case []byte: // a byte array ('x'): pika's bytes, the Java client's byte[]
+				m.Header[k] = []string{string(v)}
+			default:
 				m.Header[k] = []string{fmt.Sprint(v)}
 			}
 		}
