@@ -52,9 +52,9 @@ const (
 	// Failed: the handler failed with a retryable error, or the outcome could not be recorded (store
 	// or lock unavailable, claim taken over, cancelled). Nothing is recorded as done. Retry.
 	Failed
-	// GaveUp: Failed, on an attempt at or past Options.MaxAttempts, or (msgx/natsjs) on the
-	// consumer's last delivery (MaxDeliver), which the server would drop. Dead-lettered; the record is
-	// not REJECTED, so a redelivery from the dead-letter queue runs again.
+	// GaveUp: Failed, on an attempt at or past Options.MaxAttempts, or (msgx/natsjs) Failed or
+	// InFlight on the consumer's last delivery (MaxDeliver), which the server would drop.
+	// Dead-lettered; the record is not REJECTED, so a redelivery from the dead-letter queue runs again.
 	GaveUp
 	// Poison: the message cannot be guarded at all: no usable key (ErrNoKey, idemkit.ErrInvalidKey)
 	// or its key was already used with another payload (idemkit.ErrPayloadMismatch). The handler did

@@ -27,8 +27,9 @@
 // it is still running (harmless: the guard answers InFlight or Duplicate, but it costs work).
 // MaxDeliver, if set, is the server's own limit: a message Nak'ed on its last delivery is dropped by
 // the server with a MAX_DELIVERIES advisory. Consume reads it from the consumer's info, and a delivery
-// that failed on it (Retry, Failed, whatever msgx.Options.MaxAttempts says) gives up instead: GaveUp,
-// dead-lettered. A message that another delivery holds (InFlight) is still left to that delivery.
+// that would be retried on it (Failed, whatever msgx.Options.MaxAttempts says, or InFlight: an
+// earlier delivery run past AckWait may hold the key, and its own retry would be dropped) gives up
+// instead: GaveUp, dead-lettered (a dead letter whose holder succeeded replays as a Duplicate).
 //
 // # Nats-Msg-Id and idemkit
 //

@@ -61,3 +61,42 @@ func TestMaxDeliverDeadLettersTheLastDelivery(t *testing.T) {
 		})
 	}
 }
+
+// TestInFlightOnTheLastDeliveryIsDeadLettered: a handler running past the consumer's AckWait is
+// redelivered while it runs — "harmless", the guard answers InFlight — but when that redelivery is
+// the consumer's last (MaxDeliver) its Nak ended the message's deliveries, and the handler's own
+// retryable failure, Nak'ed after it, was never redelivered: the message was lost, without a dead
+// letter. An InFlight delivery on the last delivery gives up (GaveUp, dead-lettered) too; should the
+// holder succeed, the dead letter's replay is a Duplicate.
+func TestInFlightOnTheLastDeliveryIsDeadLettered(t *testing.T) {
+	f := setup(t, &msgx.Options{RetryDelay: 50 * time.Millisecond})
+	var err error
+	f.cons, err = f.js.CreateOrUpdateConsumer(context.Background(), f.stream, jetstream.ConsumerConfig{
+		Durable: "slow", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second, MaxDeliver: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.publish(t, "slow-1", "")
+	var runs atomic.Int32
+	h := f.mg.Execute(func(context.Context, *msgx.Message) error {
+		runs.Add(1)
+		time.Sleep(1500 * time.Millisecond) // past AckWait: delivery 2 finds the key in flight
+		return errFlaky
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := natsjs.Consume(ctx, f.js, f.cons, h, &natsjs.Options{Workers: 2, DeadLetterSubject: f.dlq}); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want once", n)
+	}
+	dead := f.dead(t)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters of a message whose last delivery found it in flight, want 1", len(dead))
+	}
+	if h := dead[0].Header; h.Get("Idemkit-Orig-Msg-Id") != "slow-1" || h.Get(natsjs.HeaderOutcome) != "gave-up" {
+		t.Errorf("dead letter %v", h)
+	}
+}

@@ -93,8 +93,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // error that stopped it; other pull failures (a missed heartbeat, a timeout) are logged and retried.
 // A decision whose error wraps msgx.ErrMisconfigured (the queue "<stream>/<consumer>" cannot be the
 // record's scope: set msgx.Options.Scope) stops it too: that message is given back with
-// NakWithDelay, and Consume returns the error. A Failed delivery on the consumer's MaxDeliver, which
-// the server would drop, is dead-lettered as GaveUp. Messages fetched and not handled are redelivered by
+// NakWithDelay, and Consume returns the error. A Failed or InFlight delivery on the consumer's
+// MaxDeliver, which the server would drop, is dead-lettered as GaveUp. Messages fetched and not handled are redelivered by
 // the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit
 // acks, an error for invalid options, and one wrapping msgx.ErrMisconfigured, before pulling, when
 // Options.DeadLetterSubject would be delivered to cons itself.
@@ -293,14 +293,15 @@ type settler struct {
 	maxDeliver int // the consumer's MaxDeliver; 0 or less: unlimited
 }
 
-// lastDelivery turns the Retry of a failed delivery into GaveUp (dead-lettered) when it is the
-// consumer's last: at MaxDeliver the server would drop the message instead of redelivering it, and
-// with it the dead letter msgx.Options.MaxAttempts would have made. A misconfigured consumer's
-// delivery is left as it is (it is not the message's failure), and so is InFlight: another delivery
-// holds the key and settles it.
+// lastDelivery turns the Retry of a delivery into GaveUp (dead-lettered) when it is the consumer's
+// last: at MaxDeliver the server would drop the message instead of redelivering it, and with it the
+// dead letter msgx.Options.MaxAttempts would have made. That holds for InFlight too: the holder may
+// be an earlier delivery of this message (run past AckWait), whose own Retry the server would then
+// drop; should the holder succeed, the dead letter's replay is a Duplicate. A misconfigured
+// consumer's delivery is left as it is (it is not the message's failure).
 func (s *settler) lastDelivery(m *msgx.Message, d msgx.Decision) msgx.Decision {
-	if s.maxDeliver > 0 && m.Attempt >= s.maxDeliver && d.Action == msgx.Retry && d.Outcome == msgx.Failed &&
-		!errors.Is(d.Err, msgx.ErrMisconfigured) {
+	if s.maxDeliver > 0 && m.Attempt >= s.maxDeliver && d.Action == msgx.Retry &&
+		(d.Outcome == msgx.Failed || d.Outcome == msgx.InFlight) && !errors.Is(d.Err, msgx.ErrMisconfigured) {
 		d.Action, d.Outcome = msgx.DeadLetter, msgx.GaveUp
 	}
 	return d
