@@ -48,7 +48,9 @@ var ErrConsumerCancelled = errors.New("amqp: the broker cancelled the consumer")
 // Consume consumes queue on ch with manual acknowledgements and hands each delivery to h on
 // Options.Workers goroutines, then settles it by h's decision: Ack; Retry — the delivery is held
 // unacknowledged for the decision's delay (RabbitMQ has no delayed requeue) and then requeued with
-// Nack; DeadLetter — Nack without requeue, so the queue's dead-letter exchange (x-dead-letter-exchange,
+// Nack (RabbitMQ closes the channel of a delivery left unacknowledged longer than its
+// consumer_timeout, 30 minutes by default: keep msgx.Options.MaxRetryDelay, and the handler's longest
+// run, below it, or Consume returns ErrChannelClosed and the broker requeues what was held); DeadLetter — Nack without requeue, so the queue's dead-letter exchange (x-dead-letter-exchange,
 // see [Declare]) routes it. A queue without one drops it: declare one.
 //
 // It blocks until ctx is done or the channel closes. On ctx's end it cancels the consumer, requeues
