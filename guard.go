@@ -319,7 +319,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.replay(cur, c.Fingerprint)
 		case verdictDuplicate:
 			// Not cached: a mark says SUCCEEDED from its claim on, while its function may still run
-			// and fail; only the attempt that finished it may cache it.
+			// and fail; only the attempt that finished it may cache it. The event names the mark, as
+			// one met in the cache does.
+			cl.ev.Fence, cl.ev.Status = cur.Fence, cur.Status
 			return cl.fail(OutcomeDuplicate, ErrDuplicate)
 		case verdictMismatch:
 			return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
