@@ -292,6 +292,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		}
 	case errors.Is(werr, ErrFenced):
 		cl.ev.Fenced = true
+		cl.ev.Status = "" // the outcome was not written, and the record is no longer the claim's
 		werr = fmt.Errorf("%w; this outcome was not recorded", fencedWhy(wctx, cl.st, &cl.rec))
 	default:
 		// Finish's caller is the one waiting for the answer (Begin's may have left long ago).
