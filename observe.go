@@ -78,10 +78,11 @@ type Event struct {
 	// Key is a short hash of the key, or the key itself when Options.LogKeys is set.
 	Key     string
 	Outcome Outcome
-	// Status is the record's state at the end: the finish written by an executed call, or the state
-	// replayed. "" when no record was read or written.
+	// Status is the record's state at the end: the finish written by an executed call, the state
+	// replayed, or the mark a Mark-mode duplicate met. "" when no record was read or written, and for
+	// a finish that was not written (fenced, or the Tx modes' failed writes).
 	Status Status
-	// Fence of the claim or of the replayed record; 0 when none.
+	// Fence of the claim, of the replayed record or of the mark a duplicate met; 0 when none.
 	Fence int64
 	// Cached: the replay came from the Locker's cache.
 	Cached bool
