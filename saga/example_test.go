@@ -77,6 +77,8 @@ func ExampleInitiator() {
 			},
 		})
 		switch {
+		case errors.Is(err, idemkit.ErrInvalidKey): // no Idempotency-Key, or an unusable one: no retry helps
+			http.Error(w, err.Error(), http.StatusBadRequest)
 		case errors.Is(err, idemkit.ErrInFlight):
 			http.Error(w, "an order with this key is in progress", http.StatusConflict)
 		case errors.Is(err, idemkit.ErrPayloadMismatch), errors.Is(err, idemkit.ErrRejected):
