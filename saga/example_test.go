@@ -87,6 +87,8 @@ func ExampleInitiator() {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		case out.Status == txstatus.Failed: // rolled back: the same key may be retried
 			http.Error(w, out.Reason.Error(), http.StatusConflict)
+		case out.Status == txstatus.Aborting: // rolling back (a compensation still retried): no result
+			http.Error(w, "rolling back: "+out.Reason.Error(), http.StatusConflict)
 		default: // succeeded (or replayed); or still running, settled later by the reconciler
 			_, _ = w.Write(out.Result)
 		}

@@ -41,13 +41,17 @@ func ExampleGlobal_Run() {
 	switch {
 	case errors.Is(err, idemkit.ErrInFlight):
 		log.Print("the same transfer is running")
-	case err != nil: // store, lock or DTM unreachable, DTM's answer lost, or a rejection
+	case errors.Is(err, idemkit.ErrRejected): // a try's idemkit.Permanent error, on the first call as on replays
+		log.Printf("refused for good, a retry gets the same answer: %v", err)
+	case err != nil: // store, lock or DTM unreachable, or DTM's answer lost
 		log.Printf("no outcome yet, retry with the same key: %v", err)
 	case out.Status == txstatus.Failed:
 		log.Printf("cancelled: %v", out.Reason) // the try's error
 	case out.Replayed, out.Status == txstatus.Succeed:
 		log.Printf("done: %s", out.Result)
-	default:
+	case out.Status == txstatus.Aborting, out.Status == txstatus.Prepared: // a try failed; DTM is cancelling (or will, at TimeoutToFail)
+		log.Printf("cancelling: %v", out.Reason) // the reconciler records FAILED
+	default: // submitted
 		log.Printf("confirming: %s", out.Result) // the reconciler settles the record
 	}
 }
