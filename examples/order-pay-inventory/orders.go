@@ -110,6 +110,9 @@ type draft struct {
 	id       string
 	gid      string
 	inserted bool
+	// started is set when the initiator built the transaction to start it (it calls the saga's Steps
+	// and the TCC's Options only then): unset, nothing reached DTM.
+	started bool
 }
 
 type draftKey struct{}
@@ -211,7 +214,7 @@ func (o *orders) handleCreate(tccMode bool) http.HandlerFunc {
 			out, err = o.tccs.Run(ctx, tcc.RunParams{
 				Call:    idemkit.Call{Scope: scope, Key: key},
 				GID:     d.gid,
-				Options: o.tccOptions,
+				Options: func(t *dtmcli.Tcc) { d.started = true; o.tccOptions(t) },
 				Tries:   func(t *dtmcli.Tcc) error { return o.tries(t, d) },
 				Result:  result,
 			})
@@ -219,7 +222,7 @@ func (o *orders) handleCreate(tccMode bool) http.HandlerFunc {
 			out, err = o.sagas.Submit(ctx, saga.SubmitParams{
 				Call:   idemkit.Call{Scope: scope, Key: key},
 				GID:    d.gid,
-				Steps:  func(s *dtmcli.Saga) { o.steps(s, d) },
+				Steps:  func(s *dtmcli.Saga) { d.started = true; o.steps(s, d) },
 				Result: result,
 			})
 		}
@@ -278,6 +281,15 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 			return
 		}
 		id, gid = res.OrderID, res.GID
+	case d.inserted && err != nil && !d.started:
+		// The order was inserted, but its transaction never started (DTM could not be asked whether
+		// the gid is free, or the claim was lost before the start): the Rollback hook marks it FAILED
+		// now or, through the reconciler, soon, and the key is free again for the initiator. An
+		// outage, not the order's outcome: a 201 FAILED would be stored by the middleware and replayed
+		// to every retry. 503: the retry creates the order anew.
+		o.logger.WarnContext(ctx, "order not started", "order_id", id, "gid", d.gid, "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order could not be started; retry with the same key")
+		return
 	case d.inserted:
 		if err != nil {
 			// The order exists; its outcome is settled by the reconciler.
