@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -130,13 +131,17 @@ func JSONFields(paths ...string) KeySource {
 	}
 }
 
-// FirstOf takes the key from the first source that yields one. An error from a source is returned
-// at once, without trying the rest.
+// FirstOf takes the key from the first source that yields one. A source that yields none ("" or
+// [ErrKeyMissing]) is passed over; any other error is returned at once, without trying the rest.
 func FirstOf(sources ...KeySource) KeySource {
 	sources = checkSources("FirstOf", sources)
 	return func(r *http.Request) (string, error) {
 		for _, s := range sources {
-			if k, err := s(r); err != nil || k != "" {
+			k, err := s(r)
+			if errors.Is(err, ErrKeyMissing) {
+				continue
+			}
+			if err != nil || k != "" {
 				return k, err
 			}
 		}
