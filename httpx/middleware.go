@@ -68,7 +68,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	outer := stateOf(r) // a middleware of this package around this one, if any
-	st := &reqState{cfg: m.cfg, src: r.Body, reqID: m.cfg.RequestID(r)}
+	st := &reqState{cfg: m.cfg, src: r.Body, reqID: m.cfg.RequestID(r), outer: outer}
 	if st.reqID != "" && validFieldValue([]byte(st.reqID)) && w.Header().Get(DefaultRequestIDHeader) == "" {
 		w.Header().Set(DefaultRequestIDHeader, st.reqID)
 	}

@@ -40,6 +40,29 @@ type reqState struct {
 	// guard and call: the claim under which the handler runs, once the middleware holds it.
 	guard *idemkit.Guard
 	call  idemkit.Call
+	// outer is the state of a middleware of this package around this one, if any.
+	outer *reqState
+	// spent is the one-time token a Tokens.Key consumed for this request, if any: a middleware
+	// nested in this one reads the key again and must find it, not consume the token twice.
+	spent *spentToken
+}
+
+// spentToken is a one-time token consumed for a request, and the key it gave.
+type spentToken struct {
+	tokens *Tokens
+	id     string // tokenID of the token
+	key    string
+}
+
+// spentKey returns the key of the token with id that tokens consumed for this request, in this
+// middleware or one around it.
+func (st *reqState) spentKey(tokens *Tokens, id string) (string, bool) {
+	for s := st; s != nil; s = s.outer {
+		if s.spent != nil && s.spent.tokens == tokens && s.spent.id == id {
+			return s.spent.key, true
+		}
+	}
+	return "", false
 }
 
 // holds reports whether the middleware of st runs its handler under a claim of guard on the scope

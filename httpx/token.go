@@ -138,7 +138,8 @@ func (t *Tokens) Consume(ctx context.Context, token, principal string) error {
 // it, and yields "token:" and the token's hash as the key, so the token itself is stored nowhere. A
 // request without the header has no key; a second use is refused with 409 (ErrTokenInvalid).
 //
-// The token is consumed when the key is read, before the body is checked and the handler runs, so
+// The token is consumed when the key is read, before the body is checked and the handler runs (once
+// per request: a middleware nested in the one that consumed it reads the same key), so
 // any request that presents it spends it — one refused before the handler (413, 400, 503) or failed by
 // it (5xx) included — and a retry needs a new token: tokens reject resubmissions, they do not replay.
 // For retries that get the original response, use the Idempotency-Key header.
@@ -156,6 +157,13 @@ func (t *Tokens) Key() KeySource {
 		if err != nil {
 			return "", err
 		}
+		id := tokenID(tok)
+		st := stateOf(r)
+		if key, ok := st.spentKey(t, id); ok {
+			// Consumed for this very request by a middleware around this one (or an earlier
+			// source): the same key, not a second use.
+			return markDerived(r, key), nil
+		}
 		principal, err := t.principal(r)
 		if err != nil {
 			return "", err
@@ -163,7 +171,11 @@ func (t *Tokens) Key() KeySource {
 		if err := t.Consume(r.Context(), tok, principal); err != nil {
 			return "", err
 		}
-		return markDerived(r, "token:"+tokenID(tok)), nil
+		key := "token:" + id
+		if st != nil {
+			st.spent = &spentToken{tokens: t, id: id, key: key}
+		}
+		return markDerived(r, key), nil
 	}
 }
 
