@@ -111,7 +111,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if cw.gaveUp && r.Context().Err() == nil {
 			// The Guard ended the handler's context, not the client, who is still there: its
 			// watchdog (MaxHold ran out, or the lock was lost). Nothing was stored, and net/http
-			// would answer the empty 200 of a success: the client is told to retry instead.
+			// would answer the empty 200 of a success: the client is told to retry instead, with
+			// none of the fields the handler set for the response it never sent.
+			cw.resetHeader()
 			m.problem(w, st, problem{Type: ProblemUnavailable, Status: http.StatusServiceUnavailable,
 				Detail: "The request was cut short before it was answered; nothing was recorded for this idempotency key: retry it."})
 		}

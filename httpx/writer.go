@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -61,17 +62,30 @@ type captureWriter struct {
 	sniff bool
 	// gaveUp: the handler returned without answering once its context had ended (see result).
 	gaveUp bool
+	// initial is the whole header before the handler ran (outer middleware's fields), for an
+	// answer of the middleware's own after a handler that answered nothing (see resetHeader).
+	initial http.Header
 }
 
 // start records the allow-listed header fields outer middleware set before the handler runs.
 func (cw *captureWriter) start() {
 	cw.ran = true
 	h := cw.w.Header()
+	cw.initial = h.Clone()
 	odd := oddKeys(h)
 	for _, name := range cw.cfg.replay {
 		cw.remember(h, name, odd)
 	}
 	cw.remember(h, "Content-Encoding", odd)
+}
+
+// resetHeader puts the header back as it was before the handler ran, for the middleware to answer
+// in its place when it answered nothing: what the handler set (a Content-Encoding for the body it
+// meant to write, a Location, a cookie) belongs to a response that was never sent.
+func (cw *captureWriter) resetHeader() {
+	h := cw.w.Header()
+	clear(h)
+	maps.Copy(h, cw.initial)
 }
 
 func (cw *captureWriter) remember(h http.Header, name string, odd []string) {
