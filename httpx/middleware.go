@@ -104,7 +104,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		r2 := r.WithContext(ctx) // carries the claim's fence: idemkit.FenceFromContext
 		r2.Body = cw.watch(st)
 		next.ServeHTTP(cw, r2)
-		return cw.result(ctx)
+		value, err := cw.result(ctx)
+		if err == nil && st.innerInFlight.Load() {
+			// A middleware inside answered in flight for a key of its own: retry, not replay.
+			return nil, idemkit.Retryable(&errNotStored{cw.status})
+		}
+		return value, err
 	})
 	if cw.ran {
 		m.afterRun(ctx, st, call.Scope, err)
@@ -239,6 +244,9 @@ func (m *middleware) answer(w http.ResponseWriter, r *http.Request, st *reqState
 	case rejected != nil:
 		m.problem(w, st, problem{Type: ProblemRejected, Status: http.StatusConflict})
 	case errors.As(err, &inFlight), errors.Is(err, idemkit.ErrInFlight):
+		for o := st.outer; o != nil; o = o.outer {
+			o.innerInFlight.Store(true) // not the response of a middleware around this one
+		}
 		secs := retryAfterSeconds(inFlight, m.cfg.InFlightRetryAfter)
 		status := http.StatusConflict
 		if m.cfg.DTM {

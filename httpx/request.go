@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/idemkit/idemkit"
@@ -45,6 +46,10 @@ type reqState struct {
 	// spent is the one-time token a Tokens.Key consumed for this request, if any: a middleware
 	// nested in this one reads the key again and must find it, not consume the token twice.
 	spent *spentToken
+	// innerInFlight: a middleware of this package nested in this one answered in flight for its
+	// own key: a transient answer, not this key's response to store. Atomic: the handler chain may
+	// run on a goroutine the middleware does not wait for (an http.TimeoutHandler between them).
+	innerInFlight atomic.Bool
 }
 
 // spentToken is a one-time token consumed for a request, and the key it gave.
