@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -136,17 +137,21 @@ func (st *reqState) loadBody(r *http.Request) ([]byte, error) {
 // length when there is one. It returns ErrBodyTooLarge past the limit; with an error, the bytes read
 // until then.
 func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
+	room := limit // the most bytes read: one past limit, to see a body exceed it
+	if room < math.MaxInt64 {
+		room++
+	}
 	size := int64(512)
-	if declared >= 0 {
+	if declared >= 0 && declared < room {
 		size = declared + 1 // +1 to see EOF without growing
 	}
-	buf := make([]byte, 0, min(size, limit+1))
+	buf := make([]byte, 0, min(size, room))
 	for {
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) > limit {
 				return buf, ErrBodyTooLarge
 			}
-			buf = slices.Grow(buf, int(min(int64(cap(buf)), limit+1-int64(len(buf)))))
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), room-int64(len(buf)))))
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
