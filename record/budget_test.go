@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -197,6 +198,15 @@ func statementBudget(t *testing.T, b backend, cfg *gorm.Config) {
 			return tx.Exec(insertBiz, "txmark", 1).Error
 		}))
 	}), 1+1, 1)
+	want("TxMark without a Locker, duplicate (conflict, read; rolled back)", delta(n, func() {
+		err := s.TxMark(ctxb, noLock, idemkit.Call{Scope: "budget", Key: "txmark"}, func(ctx context.Context, tx *gorm.DB) error {
+			t.Error("TxMark duplicate ran its function")
+			return nil
+		})
+		if !errors.Is(err, idemkit.ErrDuplicate) {
+			t.Errorf("TxMark duplicate: %v, want ErrDuplicate", err)
+		}
+	}), 2, 1)
 
 	// On MySQL without interpolateParams the Store's statements are prepared once per connection, in
 	// a transaction as outside one: n new keys in Tx mode prepare the business's INSERT n times (the
