@@ -377,3 +377,22 @@ func TestMigrateV1ToV2InSchema(t *testing.T) {
 		t.Fatalf("the v1 table on search_path has %d indexes after another schema's migration, had %d", n, decoy)
 	}
 }
+
+// TestCreateTableLeavesV1Table: CreateTable on a v1 table (step 1 of the README's upgrade, a v2 process
+// starting on it) leaves it a v1 table, which Migrate then migrates.
+func TestCreateTableLeavesV1Table(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		s := v1Table(t, db)
+		cols, id, err := s.tableColumns(ctxb)
+		must(t, err)
+		must(t, s.CreateTable(ctxb))
+		cols2, id2, err := s.tableColumns(ctxb)
+		must(t, err)
+		if cols2 != cols || id2 != id || id == 0 {
+			t.Fatalf("CreateTable changed the v1 table: %d columns (id %d) -> %d (id %d)", cols, id, cols2, id2)
+		}
+		must(t, s.Migrate(ctxb))
+		checkV2Layout(t, s, db)
+	})
+}
