@@ -88,10 +88,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case p.Status != 0:
 		m.problem(w, st, p)
 		return
-	case outer != nil && outer.holds(m.guard, call):
+	case outer.holds(m.guard, call):
 		// Nested in a middleware already guarding this very call (r.Use on the router, r.With on
 		// the route): its claim covers the handler, and a claim of its own would meet it in flight.
-		st.guard, st.call = outer.guard, outer.call // for a third one inside
 		r.Body = st.bodyFor()
 		next.ServeHTTP(w, r)
 		return

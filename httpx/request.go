@@ -71,10 +71,15 @@ func (st *reqState) spentKey(tokens *Tokens, id string) (string, bool) {
 	return "", false
 }
 
-// holds reports whether the middleware of st runs its handler under a claim of guard on the scope
-// and key of c.
+// holds reports whether the middleware of st, or one around it, runs its handler under a claim of
+// guard on the scope and key of c. st may be nil (no middleware around).
 func (st *reqState) holds(guard *idemkit.Guard, c idemkit.Call) bool {
-	return st.guard == guard && st.call.Scope == c.Scope && st.call.Key == c.Key
+	for s := st; s != nil; s = s.outer {
+		if s.guard == guard && s.call.Scope == c.Scope && s.call.Key == c.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // markDerived notes that key was derived by the middleware rather than sent by the client.
