@@ -438,7 +438,7 @@ func (cl *Claim) replayCached(r Record, fingerprint string) (*Claim, Result, err
 
 // replayed answers with r; cacheable is r when it may be cached (read from the Store), else nil.
 func (cl *Claim) replayed(r *Record, fingerprint string, cacheable *Record) (*Claim, Result, error) {
-	if fingerprint != "" && r.Fingerprint != "" && fingerprint != r.Fingerprint {
+	if otherPayloadThan(fingerprint, r.Fingerprint) {
 		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 	}
 	cl.ev.Fence, cl.ev.Status = r.Fence, r.Status

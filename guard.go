@@ -146,12 +146,18 @@ const (
 	verdictDuplicate
 )
 
+// otherPayloadThan reports whether a call with fingerprint is another payload than the one a record
+// was written with (stored): both are known and differ. An unknown one on either side never differs.
+func otherPayloadThan(fingerprint, stored string) bool {
+	return fingerprint != "" && stored != "" && fingerprint != stored
+}
+
 // judge applies the state table to an existing, non-claimed record.
 func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	if cur.Status == StatusProcessing && cur.GID != "" {
 		// Tied to a global transaction that nobody has settled yet: its outcome is the transaction's,
 		// so neither expiry nor a lapsed lease frees the key; a reconciler settles it.
-		if fingerprint != "" && cur.Fingerprint != "" && fingerprint != cur.Fingerprint {
+		if otherPayloadThan(fingerprint, cur.Fingerprint) {
 			return verdictMismatch
 		}
 		return verdictInFlight
@@ -159,7 +165,7 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	if cur.Status == StatusProcessing && !cur.LeaseExpired(now) && cur.Expired(now) {
 		// A claim renewed past its record's expiry (Extend moves the expiry with the lease; a record
 		// written before it did): its attempt is alive, and the key is in flight — to the same payload.
-		if fingerprint != "" && cur.Fingerprint != "" && fingerprint != cur.Fingerprint {
+		if otherPayloadThan(fingerprint, cur.Fingerprint) {
 			return verdictMismatch
 		}
 		return verdictInFlight
@@ -167,7 +173,7 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	if cur.Expired(now) {
 		return verdictTakeover
 	}
-	if fingerprint != "" && cur.Fingerprint != "" && fingerprint != cur.Fingerprint {
+	if otherPayloadThan(fingerprint, cur.Fingerprint) {
 		return verdictMismatch
 	}
 	switch cur.Status {
@@ -229,7 +235,7 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 			}
 			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
 		case errors.Is(err, ErrLocked):
-			if ife := (*InFlightError)(nil); errors.As(err, &ife) && otherPayload(ife.Holder, c.Fingerprint) {
+			if ife := (*InFlightError)(nil); errors.As(err, &ife) && holderOtherPayload(ife.Holder, c.Fingerprint) {
 				// The attempt holding the key runs another payload: as the record would say, once written.
 				return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 			}

@@ -164,7 +164,7 @@ func checkStoredText(v string) error {
 // newToken returns the random token of an attempt: 32 hexadecimal digits, followed, when the call
 // gives a fingerprint, by "." and a 64-bit hash of it (16 digits). The token is the attempt's lock
 // value and record owner; the hash lets a duplicate that meets the lock tell a different payload
-// (ErrPayloadMismatch) from the same one in flight without reading the record (see payloadOfHolder).
+// (ErrPayloadMismatch) from the same one in flight without reading the record (see holderOtherPayload).
 func newToken(fingerprint string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
@@ -195,10 +195,10 @@ func fingerprintHash(fp string) uint64 {
 	return h
 }
 
-// otherPayload reports whether holder, the token of the attempt that holds a key, carries the hash of
+// holderOtherPayload reports whether holder, the token of the attempt that holds a key, carries the hash of
 // a fingerprint other than that of the fingerprint given. Tokens without one (a call without a
 // fingerprint, or a version of idemkit before the hash) never differ.
-func otherPayload(holder, fingerprint string) bool {
+func holderOtherPayload(holder, fingerprint string) bool {
 	if fingerprint == "" || len(holder) != tokenLen+1+16 || holder[tokenLen] != '.' {
 		return false
 	}

@@ -579,7 +579,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 // replayRollback answers a DoTx call whose function ran in the caller's transaction with the record
 // another attempt finished: the stored answer, and ErrRollbackReplayed so the caller rolls back.
 func (cl *Claim) replayRollback(r *Record, c *Call) (Result, error) {
-	if c.Fingerprint != "" && r.Fingerprint != "" && c.Fingerprint != r.Fingerprint {
+	if otherPayloadThan(c.Fingerprint, r.Fingerprint) {
 		return ended(cl.fail(OutcomeMismatch, errors.Join(ErrPayloadMismatch, ErrRollbackReplayed)))
 	}
 	var err error = ErrRollbackReplayed
