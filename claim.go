@@ -268,7 +268,12 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 			werr = cl.keepMark(wctx, cl.st)
 			next.ExpiresAt = cl.rec.ExpiresAt
 		}
-	case cl.mode.marks() && !permanent:
+	case cl.mode.marks() && !permanent && cl.callerTx:
+		// In a transaction (MarkTx, TxMark) the mark rolls back with the function's writes; deleting
+		// it there too leaves the key free should the caller commit regardless. Outside one (Mark),
+		// the function's effects stand, so the mark is finished FAILED like a claim (the default
+		// case): the retry takes it over at the next fence, greater than any the failed attempt may
+		// have conditioned a write on.
 		mine := cl.rec
 		write = func(ctx context.Context) error { return cl.st.Delete(ctx, mine.Scope, mine.Key, mine.Version()) }
 		werr = write(wctx)

@@ -102,9 +102,11 @@ func (g *Guard) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 }
 
 // Mark runs fn once for c (Mark mode): the key is marked done before fn runs, duplicates get
-// ErrDuplicate and nothing is stored or replayed. A retryable error from fn removes the mark so a retry
-// may run; a permanent one keeps it (REJECTED). Mark costs one write on success, but a crash while fn
-// runs leaves the key marked: use Do or DoTx when that matters.
+// ErrDuplicate and nothing is stored or replayed. A retryable error from fn finishes the mark FAILED,
+// so a retry takes it over at the next fence and runs (fn's effects stand, and a write conditioned on
+// the failed attempt's fence must not refuse the retry's); a permanent one keeps it (REJECTED). Mark
+// costs one write on success, but a crash while fn runs leaves the key marked: use Do or DoTx when
+// that matters.
 func (g *Guard) Mark(ctx context.Context, c Call, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return ErrNilFunc

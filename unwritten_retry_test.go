@@ -13,8 +13,8 @@ import (
 	"github.com/idemkit/idemkit/memory"
 )
 
-// flakyFinishStore is a memory Store whose first finish (an Update, or a mark's Delete) fails, as a
-// write a database was too slow to answer within FinishTimeout, or a connection it dropped.
+// flakyFinishStore is a memory Store whose first finish (an Update, or a Delete) fails, as a write a
+// database was too slow to answer within FinishTimeout, or a connection it dropped.
 type flakyFinishStore struct {
 	*memory.Store
 	updates, deletes atomic.Int32
@@ -38,8 +38,8 @@ func (s *flakyFinishStore) Delete(ctx context.Context, scope, key string, prev i
 // left the record PROCESSING; once its lease ran out, a retry of the key took it over and ran the work
 // a second time — the order created twice, although the first call's work was done and its outcome
 // known. The Guard writes that outcome again in the background until it lands, so the retry is
-// answered with it. Likewise a mark whose function failed: its delete is retried, so the key is free
-// again rather than taken for done until it expires.
+// answered with it. Likewise a mark whose function failed: its FAILED is written again, so the key is
+// free again rather than taken for done until it expires.
 func TestUnwrittenFinishIsWrittenLater(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	st := &flakyFinishStore{Store: memory.NewStore()}
@@ -68,10 +68,11 @@ func TestUnwrittenFinishIsWrittenLater(t *testing.T) {
 
 	t.Run("MarkFailed", func(t *testing.T) {
 		var runs atomic.Int32
+		st.updates.Store(0) // this subtest's first finish fails
 		c := idemkit.Call{Scope: "marks", Key: "k"}
 		failing := func(context.Context) error { runs.Add(1); return errors.New("payment gateway down") }
 		if err := g.Mark(ctx, c, failing); !errors.Is(err, idemkit.ErrStoreUnavailable) {
-			t.Fatalf("first call: %v, want ErrStoreUnavailable (its mark could not be deleted)", err)
+			t.Fatalf("first call: %v, want ErrStoreUnavailable (its mark could not be finished FAILED)", err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -80,7 +81,7 @@ func TestUnwrittenFinishIsWrittenLater(t *testing.T) {
 				break
 			}
 			if !errors.Is(err, idemkit.ErrDuplicate) || time.Now().After(deadline) {
-				t.Fatalf("retry of a failed mark: %v; want it run once the mark is deleted", err)
+				t.Fatalf("retry of a failed mark: %v; want it run once the mark is FAILED", err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -243,9 +243,11 @@ func runStateTable(t *testing.T, newStore NewStore) {
 		if err := g.Mark(ctxb, retry, func(context.Context) error { return boom }); !errors.Is(err, boom) {
 			t.Fatalf("failing mark: %v", err)
 		}
-		_, err := g.Get(ctxb, retry.Scope, retry.Key)
-		wantErr(t, err, idemkit.ErrNotFound)
+		// The failed attempt's effects outside the record stand: the mark is FAILED, and the retry
+		// takes it over at the next fence.
+		wantStatus(t, g, retry, idemkit.StatusFailed, 1)
 		must(t, g.Mark(ctxb, retry, ok))
+		wantStatus(t, g, retry, idemkit.StatusSucceeded, 2)
 
 		perm := idemkit.Call{Scope: call.Scope, Key: "perm"}
 		if err := g.Mark(ctxb, perm, func(context.Context) error { return idemkit.Permanent(boom) }); !errors.Is(err, boom) {
