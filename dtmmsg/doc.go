@@ -23,7 +23,8 @@
 // key while the record lives.
 //
 // The record of a publication whose initiator died stays PROCESSING with its gid; the [Reconciler]
-// settles it: it first runs the same back-check (fencing a local transaction that never committed),
-// then marks the record FAILED when the local transaction did not commit, or SUCCEEDED once DTM reports
-// the message succeeded.
+// settles it: SUCCEEDED once DTM reports the message succeeded (a message DTM submitted committed its
+// local transaction, whatever the barrier says by then); otherwise it runs the same back-check (fencing
+// a local transaction that never committed) and marks the record FAILED when the local transaction did
+// not commit.
 package dtmmsg

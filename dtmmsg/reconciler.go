@@ -18,8 +18,10 @@ import (
 
 // Reconciler settles the records of publications whose initiator died or stopped waiting. It only
 // touches records whose gid starts with [GIDPrefix] (those Publish created); records of sagas and TCCs
-// are left to hooks.Reconciler. For each it first runs the back-check (barrier.Gorm.QueryPrepared),
-// which also fences a local transaction that has not committed yet:
+// are left to hooks.Reconciler. For each it asks DTM: a message DTM reports succeeded (or submitted)
+// committed its local transaction, whatever the barrier says by now (its row may have been swept by
+// barrier.Gorm.DeleteOlder since); otherwise it runs the back-check (barrier.Gorm.QueryPrepared), which
+// also fences a local transaction that has not committed yet:
 //
 //   - the local transaction did not commit: it never will, nothing is or will be published; the record
 //     is rolled back (FAILED: a retry with the key publishes anew);
@@ -103,15 +105,29 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 
 // outcome is Failed when the local transaction did not commit (and now never will), DTM's status
 // when it did.
+//
+// DTM is asked first: a message it reports succeeded or submitted had its local transaction committed
+// (DTM submits a message only after the commit — the publisher's submit, or a back-check that found
+// it), whatever the barrier says by now — its row may have been swept since (barrier.Gorm.DeleteOlder),
+// and the back-check would then take the local transaction for one that never committed. Otherwise
+// the back-check decides, and fences a local transaction that has not committed yet.
 func (r *Reconciler) outcome(ctx context.Context, gid string) (txstatus.Status, error) {
+	st, err := r.Status(ctx, gid)
+	if err != nil {
+		return txstatus.Unknown, err
+	}
+	if st == txstatus.Succeed || st == txstatus.Submitted {
+		return st, nil
+	}
 	switch err := r.Barrier.QueryPrepared(ctx, gid); {
 	case errors.Is(err, barrier.ErrMsgRolledBack):
 		return txstatus.Failed, nil
 	case err != nil:
 		return txstatus.Unknown, err
 	}
-	st, err := r.Status(ctx, gid)
-	if err != nil {
+	// Committed: ask DTM again, which may have heard of the message (its prepare, its submit) while the
+	// back-check waited for the local transaction.
+	if st, err = r.Status(ctx, gid); err != nil {
 		return txstatus.Unknown, err
 	}
 	switch st {
