@@ -1,6 +1,7 @@
 package dtmmsg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,16 @@ type Reconciler struct {
 	Pending hooks.Pending
 	// Status asks DTM (txstatus.Client.Status).
 	Status func(ctx context.Context, gid string) (txstatus.Status, error)
+	// FenceWithin bounds the age of the claims (Record.CreatedAt) whose local transaction the
+	// reconciler back-checks when DTM has no record of the message: the back-check writes the row that
+	// keeps a late local transaction from committing and rolls the record back when it finds none. For
+	// an older record finding none is no evidence — the barrier sweeper (barrier.Gorm.DeleteOlder) may
+	// have deleted the row of a local transaction that committed, and DTM forgotten the message it
+	// delivered (its Redis store drops a finished transaction a day after it ended) — so such a record
+	// is reported (an error of RunOnce) and left PROCESSING for an operator (idemctl release), as
+	// hooks.Reconciler does. Defaults to hooks.DefaultFenceWithin (12h); keep it below the barrier
+	// rows' retention. Negative is refused.
+	FenceWithin time.Duration
 	// Logger receives a line per record that could not be settled. Defaults to discarding.
 	Logger *slog.Logger
 
@@ -70,12 +81,15 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	if r.Lifecycle == nil || r.Barrier == nil || list == nil || r.Status == nil {
 		return 0, errors.New("dtmmsg: Reconciler needs Lifecycle, Barrier, Status and Scopes (with a Lifecycle.Guard) or Pending")
 	}
+	if r.FenceWithin < 0 {
+		return 0, fmt.Errorf("dtmmsg: Reconciler.FenceWithin %v is negative", r.FenceWithin)
+	}
 	var errs []error
 	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
 		if !strings.HasPrefix(rec.GID, GIDPrefix) {
 			return false
 		}
-		st, err := r.outcome(ctx, rec.GID)
+		st, err := r.outcome(ctx, now, rec)
 		if err != nil {
 			errs = append(errs, err)
 			return false
@@ -111,13 +125,21 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 // it), whatever the barrier says by now — its row may have been swept since (barrier.Gorm.DeleteOlder),
 // and the back-check would then take the local transaction for one that never committed. Otherwise
 // the back-check decides, and fences a local transaction that has not committed yet.
-func (r *Reconciler) outcome(ctx context.Context, gid string) (txstatus.Status, error) {
+func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Record) (txstatus.Status, error) {
+	gid := rec.GID
 	st, err := r.Status(ctx, gid)
 	if err != nil {
 		return txstatus.Unknown, err
 	}
 	if st == txstatus.Succeed || st == txstatus.Submitted {
 		return st, nil
+	}
+	if within := cmp.Or(r.FenceWithin, hooks.DefaultFenceWithin); st == txstatus.Unknown && now.Sub(rec.CreatedAt) > within {
+		// Too old for the back-check's answer to count: its barrier row may have been swept.
+		return txstatus.Unknown, fmt.Errorf("dtmmsg: DTM has no record of message %s, claimed %v ago (more than FenceWithin, %v): "+
+			"not back-checked, left PROCESSING — its local transaction may have committed and the message been delivered, "+
+			"its barrier row swept since; the key answers in flight until an operator who knows it was not published releases it (idemctl release)",
+			gid, now.Sub(rec.CreatedAt).Round(time.Second), within)
 	}
 	switch err := r.Barrier.QueryPrepared(ctx, gid); {
 	case errors.Is(err, barrier.ErrMsgRolledBack):

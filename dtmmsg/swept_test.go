@@ -1,6 +1,8 @@
 package dtmmsg_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/idemkit/idemkit/dtmmsg"
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/chaosdtmmsg"
+	"github.com/idemkit/idemkit/txstatus"
 )
 
 // TestReconcilerTrustsDTMOverASweptBarrier: a message was delivered (DTM reports it succeeded) but its
@@ -38,5 +41,31 @@ func TestReconcilerTrustsDTMOverASweptBarrier(t *testing.T) {
 	}
 	if n := e.count(t, e.w.Tables.Orders, "idem_key = ?", "swept1"); n != 1 {
 		t.Fatalf("the key's local transaction committed %d times", n)
+	}
+}
+
+// TestReconcilerDoesNotBackCheckAnOldMessageDTMForgot: DTM has no record of a message whose record was
+// claimed long ago (DTM's Redis store drops a finished transaction a day after it ended), and the
+// barrier sweeper has deleted its local transaction's row. While the row was there the Reconciler
+// reported the message for an operator; once it was swept, the back-check found no row and the
+// record was rolled back FAILED, so the key's next call ran its local transaction and published a
+// second time. As hooks.Reconciler does with FenceWithin, a record older than FenceWithin whose
+// message DTM has no record of is reported and left PROCESSING, not back-checked.
+func TestReconcilerDoesNotBackCheckAnOldMessageDTMForgot(t *testing.T) {
+	e := setup(t)
+	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
+	e.delivered(t, pub, "forgot1", 5)
+	if _, err := e.w.Barrier.DeleteOlder(ctxb, time.Now().Add(time.Hour), 0); err != nil {
+		t.Fatal(err)
+	}
+	r := &dtmmsg.Reconciler{Lifecycle: &hooks.Lifecycle{Guard: e.w.Guard}, Barrier: e.w.Barrier,
+		Scopes: []string{chaosdtmmsg.Scope},
+		Status: func(context.Context, string) (txstatus.Status, error) { return txstatus.Unknown, nil }} // DTM forgot it
+	n, err := r.RunOnce(ctxb, time.Now().Add(2*hooks.DefaultFenceWithin), 10)
+	if n != 0 || err == nil || !strings.Contains(err.Error(), "no record") {
+		t.Errorf("RunOnce = %d, %v; want an error naming the message DTM has no record of", n, err)
+	}
+	if rec, err := e.w.Guard.Get(ctxb, chaosdtmmsg.Scope, "forgot1"); err != nil || rec.Status != idemkit.StatusProcessing {
+		t.Fatalf("record %+v, %v; want it left PROCESSING for an operator: the message may have been delivered", rec, err)
 	}
 }
