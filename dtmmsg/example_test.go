@@ -64,7 +64,8 @@ func ExamplePublisher() {
 	})
 	switch {
 	case errors.Is(err, idemkit.ErrInFlight): // the same key is being published right now
-	case errors.Is(err, dtmmsg.ErrLocalFailed): // nothing committed, nothing published
+	case errors.Is(err, idemkit.ErrRejected): // Local failed permanently: refused for good, on the first call as on replays
+	case errors.Is(err, dtmmsg.ErrLocalFailed): // nothing committed, nothing published: retry with the key
 	case err != nil: // DTM or the database unreachable: see Publish
 	case out.Replayed: // a duplicate: out.Result is the stored result, nothing published again
 	}
