@@ -47,14 +47,14 @@ type Reconciler struct {
 	// Status asks DTM (txstatus.Client.Status).
 	Status func(ctx context.Context, gid string) (txstatus.Status, error)
 	// FenceWithin bounds the age of the claims (Record.CreatedAt) whose local transaction the
-	// reconciler back-checks when DTM has no record of the message: the back-check writes the row that
-	// keeps a late local transaction from committing and rolls the record back when it finds none. For
-	// an older record finding none is no evidence — the barrier sweeper (barrier.Gorm.DeleteOlder) may
-	// have deleted the row of a local transaction that committed, and DTM forgotten the message it
-	// delivered (its Redis store drops a finished transaction a day after it ended) — so such a record
-	// is reported (an error of RunOnce) and left PROCESSING for an operator (idemctl release), as
-	// hooks.Reconciler does. Defaults to hooks.DefaultFenceWithin (12h); keep it below the barrier
-	// rows' retention. Negative is refused.
+	// reconciler back-checks when DTM has no record of the message, or still holds it prepared (its own
+	// back-check has not settled it): the back-check writes the row that keeps a late local transaction
+	// from committing and rolls the record back when it finds none. For an older record finding none is
+	// no evidence — the barrier sweeper (barrier.Gorm.DeleteOlder) may have deleted the row of a local
+	// transaction that committed, and DTM forgotten the message it delivered (its Redis store drops a
+	// finished transaction a day after it ended) — so such a record is reported (an error of RunOnce)
+	// and left PROCESSING for an operator (idemctl release), as hooks.Reconciler does. Defaults to
+	// hooks.DefaultFenceWithin (12h); keep it below the barrier rows' retention. Negative is refused.
 	FenceWithin time.Duration
 	// Logger receives a line per record that could not be settled. Defaults to discarding.
 	Logger *slog.Logger
@@ -134,12 +134,21 @@ func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Re
 	if st == txstatus.Succeed || st == txstatus.Submitted {
 		return st, nil
 	}
-	if within := cmp.Or(r.FenceWithin, hooks.DefaultFenceWithin); st == txstatus.Unknown && now.Sub(rec.CreatedAt) > within {
-		// Too old for the back-check's answer to count: its barrier row may have been swept.
-		return txstatus.Unknown, fmt.Errorf("dtmmsg: DTM has no record of message %s, claimed %v ago (more than FenceWithin, %v): "+
-			"not back-checked, left PROCESSING — its local transaction may have committed and the message been delivered, "+
-			"its barrier row swept since; the key answers in flight until an operator who knows it was not published releases it (idemctl release)",
-			gid, now.Sub(rec.CreatedAt).Round(time.Second), within)
+	if within := cmp.Or(r.FenceWithin, hooks.DefaultFenceWithin); now.Sub(rec.CreatedAt) > within {
+		// Too old for the back-check's answer to count: the barrier row of a local transaction that
+		// committed may have been swept since.
+		switch st {
+		case txstatus.Unknown:
+			return txstatus.Unknown, fmt.Errorf("dtmmsg: DTM has no record of message %s, claimed %v ago (more than FenceWithin, %v): "+
+				"not back-checked, left PROCESSING — its local transaction may have committed and the message been delivered, "+
+				"its barrier row swept since; the key answers in flight until an operator who knows it was not published releases it (idemctl release)",
+				gid, now.Sub(rec.CreatedAt).Round(time.Second), within)
+		case txstatus.Prepared:
+			return txstatus.Unknown, fmt.Errorf("dtmmsg: DTM still holds message %s prepared, claimed %v ago (more than FenceWithin, %v): "+
+				"its back-check has not settled it (can DTM reach the QueryPrepared URL?); not back-checked here, left PROCESSING — "+
+				"its local transaction may have committed, its barrier row swept since",
+				gid, now.Sub(rec.CreatedAt).Round(time.Second), within)
+		}
 	}
 	switch err := r.Barrier.QueryPrepared(ctx, gid); {
 	case errors.Is(err, barrier.ErrMsgRolledBack):

@@ -69,3 +69,29 @@ func TestReconcilerDoesNotBackCheckAnOldMessageDTMForgot(t *testing.T) {
 		t.Fatalf("record %+v, %v; want it left PROCESSING for an operator: the message may have been delivered", rec, err)
 	}
 }
+
+// TestReconcilerDoesNotBackCheckAnOldPreparedMessage: DTM still holds a message prepared long after its
+// claim (its back-check cannot reach the service: a wrong QueryPrepared URL, DTM retrying it for ever),
+// its local transaction committed, and the barrier sweeper has deleted that transaction's row. The
+// Reconciler passed over it silently while the row was there; once it was swept, the back-check found
+// no row, wrote the "rollback" row and rolled the record back FAILED: DTM then failed the message
+// (never delivered) and the key's next call ran its local transaction a second time. A record older
+// than FenceWithin whose message DTM still holds prepared is reported and left PROCESSING.
+func TestReconcilerDoesNotBackCheckAnOldPreparedMessage(t *testing.T) {
+	e := setup(t)
+	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
+	e.delivered(t, pub, "stuck1", 6)
+	if _, err := e.w.Barrier.DeleteOlder(ctxb, time.Now().Add(time.Hour), 0); err != nil {
+		t.Fatal(err)
+	}
+	r := &dtmmsg.Reconciler{Lifecycle: &hooks.Lifecycle{Guard: e.w.Guard}, Barrier: e.w.Barrier,
+		Scopes: []string{chaosdtmmsg.Scope},
+		Status: func(context.Context, string) (txstatus.Status, error) { return txstatus.Prepared, nil }} // never back-checked
+	n, err := r.RunOnce(ctxb, time.Now().Add(2*hooks.DefaultFenceWithin), 10)
+	if n != 0 || err == nil || !strings.Contains(err.Error(), "prepared") {
+		t.Errorf("RunOnce = %d, %v; want an error naming the message DTM still holds prepared", n, err)
+	}
+	if rec, err := e.w.Guard.Get(ctxb, chaosdtmmsg.Scope, "stuck1"); err != nil || rec.Status != idemkit.StatusProcessing {
+		t.Fatalf("record %+v, %v; want it left PROCESSING for an operator: its local transaction committed", rec, err)
+	}
+}
