@@ -13,7 +13,9 @@
 //	msgx.Retry       NakWithDelay(delay): the server redelivers after the delay
 //	msgx.DeadLetter  a copy published to Options.DeadLetterSubject (awaiting the stream's ack), then
 //	                 Term; without a dead-letter subject only Term (an advisory reports it). A copy
-//	                 that cannot be published: NakWithDelay(delay), the attempt's backoff
+//	                 that cannot be published: NakWithDelay(delay), the attempt's backoff; on the
+//	                 consumer's last delivery (MaxDeliver), held (InProgress) and published again
+//	                 until it lands or Consume stops
 //
 // The copy keeps the data and headers, with the original's Nats-* headers renamed Idemkit-Orig-*
 // (Nats-Msg-Id becomes Idemkit-Orig-Msg-Id): JetStream would act on them when the copy is published

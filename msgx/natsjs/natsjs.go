@@ -94,7 +94,10 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // A decision whose error wraps msgx.ErrMisconfigured (the queue "<stream>/<consumer>" cannot be the
 // record's scope: set msgx.Options.Scope) stops it too: that message is given back with
 // NakWithDelay, and Consume returns the error. A Failed or InFlight delivery on the consumer's
-// MaxDeliver, which the server would drop, is dead-lettered as GaveUp. Messages fetched and not handled are redelivered by
+// MaxDeliver, which the server would drop, is dead-lettered as GaveUp; a dead letter that cannot be
+// published on that last delivery is not Nak'ed (the server would drop the message) but held in
+// progress and published again until it lands or Consume stops, which waits for it no longer (the
+// message is then dropped by the server, logged as an error). Messages fetched and not handled are redelivered by
 // the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit
 // acks, an error for invalid options, and one wrapping msgx.ErrMisconfigured, before pulling, when
 // Options.DeadLetterSubject would be delivered to cons itself.
@@ -116,7 +119,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	if err := deadLettersComeBack(ctx, js, info, o.DeadLetterSubject, o.Logger); err != nil {
 		return err
 	}
-	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name, maxDeliver: info.Config.MaxDeliver}
+	s := &settler{js: js, opts: &o, queue: info.Stream + "/" + info.Name, maxDeliver: info.Config.MaxDeliver,
+		ackWait: cmp.Or(info.Config.AckWait, 30*time.Second)}
 
 	// One goroutine pulls batches (Fetch: a pull request for up to MaxMessages, held open by the
 	// server until it is filled or expires) and hands the messages to the workers one at a time; the
@@ -126,6 +130,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	// stopping ends when ctx does, or when a decision says the consumer is misconfigured.
 	stopping, misconfigured := context.WithCancelCause(ctx)
 	defer misconfigured(nil)
+	s.stopping = stopping
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Go(func() {
@@ -145,6 +150,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	err = s.pull(stopping, cons, work)
 	close(work)
 	wg.Wait()
+	misconfigured(nil) // the pull stopped (the consumer gone, say): so do the dead letters held (holdDeadLetter)
+	s.held.Wait()
 	if cause := context.Cause(stopping); errors.Is(cause, msgx.ErrMisconfigured) {
 		return cause
 	}
@@ -290,7 +297,11 @@ type settler struct {
 	js         jetstream.JetStream
 	opts       *Options
 	queue      string
-	maxDeliver int // the consumer's MaxDeliver; 0 or less: unlimited
+	maxDeliver int           // the consumer's MaxDeliver; 0 or less: unlimited
+	ackWait    time.Duration // the consumer's AckWait
+
+	stopping context.Context // ends when Consume stops
+	held     sync.WaitGroup  // dead letters published again on a last delivery (see holdDeadLetter)
 }
 
 // lastDelivery turns the Retry of a delivery into GaveUp (dead-lettered) when it is the consumer's
@@ -337,7 +348,8 @@ func (s *settler) settle(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) {
 
 // deadLetter publishes a copy to the dead-letter subject (when configured) and terminates jm. When
 // the copy cannot be published, jm is redelivered after the decision's Delay (the attempt's backoff)
-// instead, so it is never lost.
+// instead, so it is not lost; on the consumer's last delivery (MaxDeliver), which the server would
+// not redeliver, jm is held and the copy published again (holdDeadLetter).
 func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) error {
 	md, mderr := jm.Metadata()
 	seq := ""
@@ -384,20 +396,83 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 	out.Header.Set(HeaderSubject, m.Subject)
 	out.Header.Set(HeaderStreamSeq, seq)
 	out.Header.Set(HeaderQueue, s.queue)
+	ack, err := s.publish(out)
+	switch {
+	case err != nil && mderr == nil && s.maxDeliver > 0 && md.NumDelivered >= uint64(s.maxDeliver):
+		// The server redelivers nothing past MaxDeliver: a Nak would drop the message. Keep it.
+		s.held.Go(func() { s.holdDeadLetter(jm, m, d, out, seq, reason) })
+		return fmt.Errorf("publishing to dead-letter subject %s on the consumer's last delivery (MaxDeliver %d), holding the message and publishing again: %w",
+			s.opts.DeadLetterSubject, s.maxDeliver, err)
+	case err != nil:
+		delay := max(d.Delay, time.Second)
+		return errors.Join(fmt.Errorf("publishing to dead-letter subject %s, redelivering in %s: %w", s.opts.DeadLetterSubject, delay, err),
+			jm.NakWithDelay(delay))
+	}
+	return s.terminate(jm, m, d, seq, reason, ack)
+}
+
+// publish publishes a dead letter and waits for a stream's ack (see sameDeadLetter).
+func (s *settler) publish(out *nats.Msg) (*jetstream.PubAck, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.PublishTimeout)
 	defer cancel()
 	ack, err := s.js.PublishMsg(ctx, out)
 	if err == nil && ack.Duplicate {
 		err = s.sameDeadLetter(ctx, ack, out)
 	}
-	if err != nil {
-		delay := max(d.Delay, time.Second)
-		return errors.Join(fmt.Errorf("publishing to dead-letter subject %s, redelivering in %s: %w", s.opts.DeadLetterSubject, delay, err),
-			jm.NakWithDelay(delay))
-	}
+	return ack, err
+}
+
+// terminate ends jm, its dead letter published.
+func (s *settler) terminate(jm jetstream.Msg, m *msgx.Message, d msgx.Decision, seq, reason string, ack *jetstream.PubAck) error {
 	s.opts.Logger.Warn("natsjs: message dead-lettered", "queue", s.queue, "subject", m.Subject, "to", s.opts.DeadLetterSubject,
 		"stream_seq", seq, "outcome", d.Outcome.String(), "error", reason, "duplicate", ack.Duplicate)
 	return jm.Term()
+}
+
+// holdDeadLetter keeps jm, on the consumer's last delivery, whose dead letter out could not be
+// published: it tells the server the message is in progress (AckWait starts again) and publishes out
+// again after the decision's Delay, doubling up to a minute, until it is published (then terminates
+// jm) or Consume stops. A message still held then is dropped by the server once its AckWait runs out
+// (no delivery is left), which is logged as an error.
+func (s *settler) holdDeadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision, out *nats.Msg, seq, reason string) {
+	stop := make(chan struct{})
+	var beat sync.WaitGroup
+	beat.Go(func() {
+		t := time.NewTicker(max(s.ackWait/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			if err := jm.InProgress(); err != nil {
+				s.opts.Logger.Warn("natsjs: keeping a message whose dead letter is not published", "queue", s.queue, "stream_seq", seq, "error", err)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	defer beat.Wait()
+	defer close(stop)
+	wait := max(d.Delay, 100*time.Millisecond)
+	for {
+		select {
+		case <-s.stopping.Done():
+			s.opts.Logger.Error("natsjs: message lost: on the consumer's last delivery (MaxDeliver), its dead letter was not published before Consume stopped",
+				"queue", s.queue, "subject", m.Subject, "to", s.opts.DeadLetterSubject, "stream_seq", seq, "outcome", d.Outcome.String(), "error", reason)
+			return
+		case <-time.After(wait):
+		}
+		ack, err := s.publish(out)
+		if err == nil {
+			if err := s.terminate(jm, m, d, seq, reason, ack); err != nil {
+				s.opts.Logger.Warn("natsjs: settling message", "queue", s.queue, "subject", m.Subject, "action", d.Action.String(), "error", err)
+			}
+			return
+		}
+		s.opts.Logger.Warn("natsjs: publishing a dead letter on the consumer's last delivery", "queue", s.queue, "to", s.opts.DeadLetterSubject,
+			"stream_seq", seq, "retry_in", wait, "error", err)
+		wait = min(2*wait, time.Minute)
+	}
 }
 
 // sameDeadLetter checks a dead letter the stream acknowledged as a duplicate of its id: it stands for
