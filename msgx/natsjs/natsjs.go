@@ -29,8 +29,10 @@ const (
 
 // Headers the adapter sets on a dead-lettered copy.
 const (
-	HeaderOutcome   = "Idemkit-Outcome"    // the msgx.Outcome: rejected, poison, gave-up
-	HeaderError     = "Idemkit-Error"      // the error, at most 1 KiB (cut on a rune boundary)
+	HeaderOutcome = "Idemkit-Outcome" // the msgx.Outcome: rejected, poison, gave-up
+	// HeaderError is the error, at most 1 KiB (cut on a rune boundary), less when the copy would
+	// otherwise exceed the server's max payload: the error gives way to the original's data.
+	HeaderError     = "Idemkit-Error"
 	HeaderSubject   = "Idemkit-Subject"    // the subject the message was published to
 	HeaderStreamSeq = "Idemkit-Stream-Seq" // its sequence in the stream
 	HeaderQueue     = "Idemkit-Queue"      // "<stream>/<consumer>"
@@ -396,6 +398,7 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 	out.Header.Set(HeaderSubject, m.Subject)
 	out.Header.Set(HeaderStreamSeq, seq)
 	out.Header.Set(HeaderQueue, s.queue)
+	s.fit(out)
 	ack, err := s.publish(out)
 	switch {
 	case err != nil && mderr == nil && s.maxDeliver > 0 && md.NumDelivered >= uint64(s.maxDeliver):
@@ -409,6 +412,27 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 			jm.NakWithDelay(delay))
 	}
 	return s.terminate(jm, m, d, seq, reason, ack)
+}
+
+// fit shortens the Idemkit-Error header of the dead letter out when out would exceed the server's
+// max payload: a message that fit near that limit does not with the headers saying why, and every
+// publish of its copy would fail (the client refuses it), the message redelivered without end and
+// never dead-lettered. The error gives way, cut on a rune boundary, to nothing if need be.
+func (s *settler) fit(out *nats.Msg) {
+	nc := s.js.Conn()
+	if nc == nil {
+		return
+	}
+	over := out.Size() - len(out.Subject) - len(out.Reply) - int(nc.MaxPayload())
+	if over <= 0 {
+		return
+	}
+	reason := out.Header.Get(HeaderError)
+	cut := max(len(reason)-over, 0)
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	out.Header.Set(HeaderError, reason[:cut])
 }
 
 // publish publishes a dead letter and waits for a stream's ack (see sameDeadLetter).
