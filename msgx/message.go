@@ -18,7 +18,7 @@ type Message struct {
 	// Subject is the NATS subject or the AMQP routing key the message was published with.
 	Subject string
 	// Header holds the message's headers (AMQP header values converted to text: a byte array as its
-	// bytes, a number or a table formatted).
+	// bytes, a void value (null) as "", a number or a table formatted).
 	Header Header
 	// Data is the payload.
 	Data []byte

@@ -157,7 +157,7 @@ func (o *Options) withDefaults() (Options, error) {
 // the queue, Subject the routing key, Attempt from the x-delivery-count and x-acquired-count
 // headers (quorum queues; the larger) or the redelivered flag (2 when set, with AttemptsUncounted:
 // a classic queue keeps no count). Header values are text as given: long strings, and byte arrays as
-// their bytes; values of other types are formatted with fmt.Sprint.
+// their bytes; a void value (a null) is empty; values of other types are formatted with fmt.Sprint.
 func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	m := &msgx.Message{
 		ID:          d.MessageId,
@@ -176,6 +176,8 @@ func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 				m.Header[k] = []string{v}
 			case []byte: // a byte array ('x'): pika's bytes, the Java client's byte[]
 				m.Header[k] = []string{string(v)}
+			case nil: // void ('V'): pika's None, the Java client's null; not the text "<nil>"
+				m.Header[k] = []string{""}
 			default:
 				m.Header[k] = []string{fmt.Sprint(v)}
 			}

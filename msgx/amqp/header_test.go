@@ -36,3 +36,31 @@ func TestByteArrayHeaderIsText(t *testing.T) {
 		t.Errorf("outcomes %v, %v; want processed, then duplicate", ds[0].d, ds[1].d)
 	}
 }
+
+// TestVoidHeaderIsEmpty: a header present without a value (AMQP's void field, what pika sends for
+// None and the Java client for null) reached Message.Header as Go's formatting of nil, "<nil>": a
+// key taken from it (msgx.Options.Key) was "<nil>" for every such message, so the first ran and
+// every later one, whatever its order, was acknowledged as its Duplicate without running. A void
+// value is empty text: no key, the message Poison, dead-lettered.
+func TestVoidHeaderIsEmpty(t *testing.T) {
+	f := setup(t, &msgx.Options{Key: func(m *msgx.Message) (string, error) { return m.Header.Get("order-id"), nil }}, nil)
+	for _, id := range []string{"m-1", "m-2"} { // two orders whose publisher lost the order id
+		p := amqp091.Publishing{MessageId: id, Body: []byte("pay " + id), Headers: amqp091.Table{"order-id": nil}}
+		dc, err := f.pub.PublishWithDeferredConfirmWithContext(context.Background(), "", f.topo.Queue, false, false, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
+			t.Fatalf("publish not confirmed: %v %v", ok, err)
+		}
+	}
+	for _, d := range f.run(t, 2, nil) {
+		if v, ok := d.m.Header["order-id"]; !ok || len(v) != 1 || v[0] != "" {
+			t.Errorf("header order-id %q, want present and empty", v)
+		}
+		if d.d.Outcome != msgx.Poison {
+			t.Errorf("message %s: %v, want poison (no key)", d.m.ID, d.d)
+		}
+	}
+	f.eventually(t, f.topo.DeadLetterQueue, 2)
+}
