@@ -19,7 +19,8 @@
 //
 // The copy keeps the data and headers, with the original's Nats-* headers renamed Idemkit-Orig-*
 // (Nats-Msg-Id becomes Idemkit-Orig-Msg-Id): JetStream would act on them when the copy is published
-// (a Nats-Expected-Stream made the dead-letter stream refuse it). Its own Nats-Msg-Id names the
+// (a Nats-Expected-Stream made the dead-letter stream refuse it), and a key nats.go refuses to
+// publish (another client's "trace/id") with those bytes percent-encoded ("trace%2Fid"). Its own Nats-Msg-Id names the
 // dead-lettering — consumer, stream sequence, stored time, outcome — so that the dead-letter stream
 // deduplicates a publish repeated after a lost ack and nothing else; a duplicate ack is taken for the
 // stored dead letter only when the message under that id is the same dead-lettering.

@@ -59,8 +59,9 @@ type Options struct {
 	// small. Defaults to Workers.
 	MaxMessages int
 	// DeadLetterSubject, when set, receives a copy of every dead-lettered message (its data, its
-	// headers — Nats-* ones renamed, see HeaderOriginalPrefix — and the Idemkit-* headers saying
-	// why), published through JetStream and acknowledged by a stream before the original is
+	// headers — Nats-* ones renamed, see HeaderOriginalPrefix, and the bytes of a key nats.go
+	// refuses to publish percent-encoded ("trace/id" becomes "trace%2Fid") — and the Idemkit-*
+	// headers saying why), published through JetStream and acknowledged by a stream before the original is
 	// terminated. A subject with whitespace or an empty token, which nothing can be published to, is
 	// an invalid option. A stream must capture the subject; one that would deliver it to this consumer (its
 	// own stream, through its filter) is refused: Consume returns an error wrapping
@@ -380,6 +381,7 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
 			k = HeaderOriginalPrefix + k[5:]
 		}
+		k = publishableKey(k)
 		out.Header[k] = append(out.Header[k], v...)
 	}
 	// The copy's id names this dead-lettering: the consumer, the message's place in its stream (its
@@ -433,6 +435,28 @@ func (s *settler) fit(out *nats.Msg) {
 		cut--
 	}
 	out.Header.Set(HeaderError, reason[:cut])
+}
+
+// publishableKey returns header key k with the bytes nats.go refuses in a key it publishes
+// percent-encoded: anything but printable ASCII, and the separators "()/,:;<=>?@[\]{} (ADR-4 allows
+// all printable ASCII but ':'). A message from a less strict client (another language's, the nats
+// CLI) may carry such a key ("trace/id"): copied as it is, every publish of its dead letter would
+// fail (nats: invalid header key) and the message would be redelivered without end.
+func publishableKey(k string) string {
+	const forbidden = "\"()/,:;<=>?@[\\]{}"
+	bad := func(c byte) bool { return c <= ' ' || c > '~' || strings.IndexByte(forbidden, c) >= 0 }
+	if !slices.ContainsFunc([]byte(k), bad) {
+		return k
+	}
+	var b strings.Builder
+	for i := range len(k) {
+		if c := k[i]; bad(c) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // publish publishes a dead letter and waits for a stream's ack (see sameDeadLetter).
