@@ -53,7 +53,8 @@ const (
 	// or lock unavailable, claim taken over, cancelled). Nothing is recorded as done. Retry.
 	Failed
 	// GaveUp: Failed, on an attempt at or past Options.MaxAttempts, or (msgx/natsjs) Failed or
-	// InFlight on the consumer's last delivery (MaxDeliver), which the server would drop.
+	// InFlight on the consumer's last delivery (MaxDeliver), which the server would drop, or fetched
+	// on it and not handled when Consume stopped (the handler did not run).
 	// Dead-lettered; the record is not REJECTED, so a redelivery from the dead-letter queue runs again.
 	GaveUp
 	// Poison: the message cannot be guarded at all: no usable key (ErrNoKey, idemkit.ErrInvalidKey)

@@ -32,7 +32,8 @@
 // the server with a MAX_DELIVERIES advisory. Consume reads it from the consumer's info, and a delivery
 // that would be retried on it (Failed, whatever msgx.Options.MaxAttempts says, or InFlight: an
 // earlier delivery run past AckWait may hold the key, and its own retry would be dropped) gives up
-// instead: GaveUp, dead-lettered (a dead letter whose holder succeeded replays as a Duplicate).
+// instead: GaveUp, dead-lettered (a dead letter whose holder succeeded replays as a Duplicate); so
+// does a message fetched on its last delivery and not handled when Consume stops.
 //
 // # Nats-Msg-Id and idemkit
 //

@@ -101,7 +101,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // published on that last delivery is not Nak'ed (the server would drop the message) but held in
 // progress and published again until it lands or Consume stops, which waits for it no longer (the
 // message is then dropped by the server, logged as an error). Messages fetched and not handled are redelivered by
-// the server after the consumer's AckWait. It returns ErrAckPolicy when cons does not use explicit
+// the server after the consumer's AckWait; one on its last delivery (MaxDeliver), which the server
+// would drop, is dead-lettered as GaveUp, its handler never run. It returns ErrAckPolicy when cons does not use explicit
 // acks, an error for invalid options, and one wrapping msgx.ErrMisconfigured, before pulling, when
 // Options.DeadLetterSubject would be delivered to cons itself.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
@@ -172,6 +173,7 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 				select {
 				case work <- jm:
 				case <-ctx.Done(): // not handled: the server redelivers it after AckWait
+					s.unhandled(jm)
 				}
 			}
 			err = batch.Error()
@@ -197,6 +199,24 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 		}
 	}
 	return nil
+}
+
+// errStopped is the error of a message fetched on its last delivery and not handled.
+var errStopped = errors.New("natsjs: Consume stopped before handling the message, on the consumer's last delivery (MaxDeliver)")
+
+// unhandled settles jm, fetched but not handed to a worker before Consume stopped. The server
+// redelivers it after AckWait, except past the consumer's MaxDeliver: on its last delivery it would
+// be dropped, never run, so it is dead-lettered (GaveUp) instead.
+func (s *settler) unhandled(jm jetstream.Msg) {
+	m := s.message(jm)
+	if s.maxDeliver <= 0 || m.Attempt < s.maxDeliver {
+		return
+	}
+	d := msgx.Decision{Action: msgx.DeadLetter, Outcome: msgx.GaveUp, Err: errStopped}
+	if s.opts.Observe != nil {
+		s.opts.Observe(m, d)
+	}
+	s.settle(jm, m, d)
 }
 
 // deadLettersComeBack returns an error wrapping msgx.ErrMisconfigured when subject, the dead-letter
