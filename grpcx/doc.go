@@ -44,7 +44,9 @@
 // NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, FAILED_PRECONDITION, OUT_OF_RANGE and UNIMPLEMENTED
 // are permanent: stored (REJECTED) and replayed exactly. Every other code (UNAVAILABLE, INTERNAL,
 // DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED, CANCELLED, UNKNOWN, DATA_LOSS, UNAUTHENTICATED) is
-// retryable: the claim is released (FAILED) and the next call with the key runs again.
+// retryable: the claim is released (FAILED) and the next call with the key runs again. An error the
+// handler marks with idemkit.Permanent is permanent, and one it marks with idemkit.Retryable
+// retryable, whatever its code.
 //
 // Why FAILED_PRECONDITION for a reused key: gRPC's code guide reserves INVALID_ARGUMENT for requests
 // that are wrong "regardless of the state of the system", and FAILED_PRECONDITION for those refused

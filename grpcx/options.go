@@ -51,7 +51,8 @@ type Options struct {
 	// replayed to duplicates with its code, message and details; other errors are retryable, not stored,
 	// and the next call with the key runs again. Defaults to [DefaultPermanent]. An error wrapped with
 	// idemkit.Permanent, or one the Guard's own classifier (idemkit.Options.IsPermanent) calls
-	// permanent, is permanent whatever its code.
+	// permanent, is permanent whatever its code; one wrapped with idemkit.Retryable (and not
+	// idemkit.Permanent) is retryable whatever its code.
 	Permanent func(st *status.Status) bool
 	// Tx, when set, runs each guarded call in Tx mode ([idemkit.Guard.Tx]) in a transaction the
 	// Guard begins on Tx (a *record.Store on the database the handler writes to, over the Guard's

@@ -284,8 +284,9 @@ func (s *server) outcome(ctx context.Context, resp any, herr error) ([]byte, err
 		}
 		// The Guard's own classifier (its Options.IsPermanent) and this package's (Options.Permanent)
 		// both decide: an error either calls permanent is stored, encoded, and marked so the Guard
-		// stores it REJECTED whatever its classifier says of the status error.
-		if s.g.IsPermanent(herr) || s.c.permanent(st) {
+		// stores it REJECTED whatever its classifier says of the status error. Like the Guard's,
+		// Options.Permanent yields to an idemkit.Retryable mark: the handler said to run it again.
+		if s.g.IsPermanent(herr) || !idemkit.IsRetryable(herr) && s.c.permanent(st) {
 			b, err := encodeStatus(st)
 			if err != nil {
 				// Details that cannot be encoded: the code and message still are the answer.
