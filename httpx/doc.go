@@ -23,7 +23,7 @@
 //  3. computes the scope (by default the method and the chi route pattern) and a fingerprint:
 //     SHA-256 over method, scope, path, query and the canonical body (JSON with sorted members,
 //     normalised numbers and the Options.Noise fields removed; a multipart body's parts, not its
-//     boundary; raw bytes for other content). A
+//     boundary; raw bytes for other content; a gzip body (Content-Encoding) by what it decodes to). A
 //     JSON body naming a member twice in one object is refused with 400 ([ErrDuplicateMember]).
 //     The body is read up to Options.MaxBodyBytes and handed to the handler intact;
 //  4. runs the handler inside guard.Do, which claims (scope, key) once. The handler's context

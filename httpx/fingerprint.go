@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
@@ -23,7 +24,8 @@ const fingerprintVersion = "idemkit-httpx-fp/1"
 // fingerprint is the hex SHA-256 of the canonical request: method, scope, escaped path, query
 // (sorted, noise parameters removed) and body, canonical JSON without noise when the content type is
 // JSON (or absent) and the body parses, a multipart body's parts without its boundary (see
-// appendMultipart), else the raw bytes. The path is included because a scope is usually a pattern
+// appendMultipart), else the raw bytes; a gzip body (Content-Encoding) by what it decodes to, in the
+// same way (see gunzipped). The path is included because a scope is usually a pattern
 // ("/orders/{id}/pay"): the same key and body sent to another order must not replay the first
 // order's response. A JSON body that repeats a member name has no fingerprint:
 // the error matches ErrDuplicateMember.
@@ -40,12 +42,31 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (stri
 	field(scope)
 	field(r.URL.EscapedPath())
 	field(canonicalQuery(r.URL.RawQuery, st.cfg.noise))
+	if decoded, ok := gunzipped(r.Header, body, st.cfg.MaxBodyBytes); ok {
+		// A gzip body is its content: two compressions of one document differ in their bytes (the
+		// header's time stamp, the compressor's choices), and a retry compresses afresh. Marked, so
+		// it never matches the same content sent unencoded, which the handler reads differently.
+		h.Write([]byte{'g'})
+		return appendBody(h, r, decoded, func() ([]byte, bool, error) {
+			return canonicalizeLossy(make([]byte, 0, len(decoded)), decoded, st.cfg.noise)
+		})
+	}
+	return appendBody(h, r, body, func() ([]byte, bool, error) {
+		canon, err := st.canonical()
+		return canon, st.canonLossy, err
+	})
+}
+
+// appendBody writes body to h — canonical JSON (from canonical) when the content type is JSON or
+// absent and the body parses, a multipart body's parts, else the raw bytes — and returns the
+// fingerprint.
+func appendBody(h hash.Hash, r *http.Request, body []byte, canonical func() ([]byte, bool, error)) (string, error) {
 	if len(body) > 0 && isJSONContent(r.Header.Get("Content-Type")) {
 		// A body whose strings decode lossily (invalid UTF-8, an unpaired surrogate: parsers disagree
 		// on them, as on a repeated member) is fingerprinted by its bytes, so two such bodies that
 		// differ are never taken for the same payload.
-		switch canon, err := st.canonical(); {
-		case err == nil && !st.canonLossy:
+		switch canon, lossy, err := canonical(); {
+		case err == nil && !lossy:
 			h.Write([]byte{'j'})
 			h.Write(canon)
 			return hex.EncodeToString(h.Sum(nil)), nil
@@ -59,6 +80,28 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (stri
 	h.Write([]byte{'r'})
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// gunzipped returns what body decodes to when the request's one content coding is gzip (x-gzip) and
+// body is a whole, valid gzip stream of at most limit decoded bytes; ok is false otherwise (no or
+// another coding, a corrupt stream, one decoding past the limit), and the body counts as its bytes.
+func gunzipped(header http.Header, body []byte, limit int64) (decoded []byte, ok bool) {
+	codings := header.Values("Content-Encoding")
+	if len(body) == 0 || len(codings) != 1 {
+		return nil, false
+	}
+	if c := strings.TrimSpace(codings[0]); !strings.EqualFold(c, "gzip") && !strings.EqualFold(c, "x-gzip") {
+		return nil, false
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, false
+	}
+	decoded, err = readLimited(zr, -1, limit)
+	if err != nil {
+		return nil, false
+	}
+	return decoded, true
 }
 
 // appendMultipart writes to h the parts of a multipart body (multipart/form-data and the like): each
