@@ -219,7 +219,9 @@ func (cl *Claim) abort() {
 // Finish records the outcome of the claimed work and releases the lock: SUCCEEDED with value when err
 // is nil (with the claim's [Call.Result] when value is nil), REJECTED when Options.IsPermanent(err),
 // FAILED otherwise. The write runs on a context that survives ctx's cancellation, bounded by
-// Options.FinishTimeout (in Tx mode, on ctx itself).
+// Options.FinishTimeout (in Tx mode, on ctx itself). When the work outlasted Options.TTL from the
+// claim, the outcome counts for TTL from the finish (in Mark mode a success then writes the mark's
+// expiry; it writes nothing otherwise).
 //
 // It returns value (nil when empty, as every replay returns it) and err as given, or ErrFenced when
 // the record is no longer the claim's — taken over by a newer attempt, ended by a sweeper or an
@@ -247,26 +249,33 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		}
 		return dctx
 	}
-	wctx := ctx
-	if !cl.callerTx && !(cl.mode.marks() && err == nil) {
-		wctx = survive()
-	}
-
 	now := g.opts.Now()
 	next := cl.rec
 	next.UpdatedAt = now
 	permanent := g.IsPermanent(err)
 	outcome(&next, value, err, permanent)
+	outlived := cl.outlived(&next, now)
+
+	wctx := ctx
+	if !cl.callerTx && !(cl.mode.marks() && err == nil && !outlived) {
+		wctx = survive()
+	}
 
 	var werr, note error
 	var write func(context.Context) error // the finish's write, should it have to be tried again
 	switch {
 	case cl.mode.marks() && err == nil:
 		// The mark written by the claim already says SUCCEEDED. In a caller's transaction (MarkTx)
-		// it commits after fn: not expired by then (see keepMark).
-		if cl.callerTx {
+		// it commits after fn: not expired by then (see keepMark). Outside one, a mark the
+		// function outlasted is moved to count TTL from now (see outlived).
+		switch {
+		case cl.callerTx:
 			werr = cl.keepMark(wctx, cl.st)
 			next.ExpiresAt = cl.rec.ExpiresAt
+		case outlived:
+			want, prev := next, cl.rec.Version()
+			write = func(ctx context.Context) error { n := want; return cl.st.Update(ctx, &n, prev) }
+			werr = write(wctx)
 		}
 	case cl.mode.marks() && !permanent && cl.callerTx:
 		// In a transaction (MarkTx, TxMark) the mark rolls back with the function's writes; deleting
@@ -322,6 +331,20 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 	cl.ev.Err = err
 	g.report(cl.ctx, &cl.ev, cl.rawKey, cl.end, cl.start)
 	return res, err
+}
+
+// outlived moves the expiry of next, the outcome a claim is finishing with at now (outside a
+// caller's transaction), to Options.TTL from now when the function outlasted the TTL its claim
+// counted from: written as the claim left it, the record would be expired already, or — renewed by
+// the watchdog — expire with the last renewal's lease, and the duplicate right after the answer would
+// run the work again. It reports whether it moved it. A record still within the TTL of its claim is
+// left as it is.
+func (cl *Claim) outlived(next *Record, now time.Time) bool {
+	if cl.callerTx || now.Before(cl.rec.CreatedAt.Add(cl.g.opts.TTL)) {
+		return false
+	}
+	next.ExpiresAt = now.Add(cl.g.opts.TTL)
+	return true
 }
 
 // Detach releases the lock and leaves the record PROCESSING, for work whose outcome is settled

@@ -40,7 +40,9 @@ type Options struct {
 	// TTL is how long a record counts after its claim; afterwards the key is new again and a sweeper
 	// may delete it. The Tx modes ([Guard.Tx], [Guard.DoTx]) write their record once the function
 	// returned: it counts from that write. A mark written before its function in a transaction
-	// ([Guard.TxMark], [Guard.MarkTx]) that the function outlasted counts from the function's end.
+	// ([Guard.TxMark], [Guard.MarkTx]) that the function outlasted counts from the function's end,
+	// and so does the record of an Execute or Mark-mode function ([Guard.Do], [Claim.Finish],
+	// [Guard.Mark]) that outlasted TTL from its claim (a watchdog holding it, say).
 	// Defaults to DefaultTTL (24h).
 	TTL time.Duration
 	// CacheTTL is how long a finished result stays in the Locker's cache, capped by the record's
