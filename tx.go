@@ -94,7 +94,7 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 //
 // When fn fails, its writes are rolled back. A record another attempt finished meanwhile is then
 // replayed instead of fn's error (a second debit failing for lack of funds still gets the first
-// one's answer). Otherwise a retryable error is returned and nothing is stored (the key is free); a
+// one's answer), and a record of another payload answers ErrPayloadMismatch. Otherwise a retryable error is returned and nothing is stored (the key is free); a
 // permanent one (Options.IsPermanent) is stored REJECTED in its own write and replayed.
 //
 // After the commit the lock is released and the result cached. Results and errors are those of
@@ -137,7 +137,7 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // transactions queue instead of failing with SQLITE_BUSY.
 //
 // When fn fails, DoTx reads the record (locking it) and replays one finished meanwhile, with
-// ErrRollbackReplayed; otherwise — nothing finished there, or the read failed, as it always does in a
+// ErrRollbackReplayed (ErrPayloadMismatch with it for a record of another payload); otherwise — nothing finished there, or the read failed, as it always does in a
 // PostgreSQL transaction a failed statement aborted — it returns fn's error. For a permanent error it has also written the
 // record REJECTED in tx: the caller's rollback (the rule above) removes it with fn's writes and leaves
 // the key free, so a retry runs again — the rejection is stored only if the caller deliberately
@@ -461,12 +461,16 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	var unstorable *unstorableError
 	isUnstorable := errors.As(ferr, &unstorable)
 	if !isUnstorable && !g.IsPermanent(ferr) {
-		// A record finished by another attempt meanwhile is the answer, not fn's error.
+		// A record finished by another attempt meanwhile is the answer, not fn's error; so is one
+		// of another payload (ErrPayloadMismatch), as it is to a success or a permanent failure.
 		cur, err := db.Get(dctx, cl.id.scope, cl.id.key)
-		switch {
-		case err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay:
-			return ended(cl.replay(cur, c.Fingerprint))
-		case err != nil && !errors.Is(err, ErrNotFound):
+		if err == nil {
+			now := g.opts.Now()
+			if v := judge(cur, c.Fingerprint, ModeTx, now); v == verdictReplay || v == verdictMismatch {
+				return cl.answer(v, cur, c, now)
+			}
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			// Whether another attempt finished the key cannot be known: say so with fn's error.
 			ferr = errors.Join(storeErr(cl.ctx, "reading record", err), ferr)
 		}
@@ -537,13 +541,17 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	cl.writtenAt(&next, g.opts.Now())
 	permanent := g.IsPermanent(ferr)
 	if ferr != nil && !permanent {
-		// A record finished by another attempt meanwhile is the answer, not fn's error. The read is
-		// the best the call can do, not part of its outcome: when it fails (a PostgreSQL transaction
-		// fn's failed statement aborted refuses every statement) fn's error stays the answer, and
-		// the caller's retry, in a new transaction, meets the record. It is no store outage.
+		// A record finished by another attempt meanwhile is the answer, not fn's error; so is one
+		// of another payload (ErrPayloadMismatch, with ErrRollbackReplayed), as it is to a success
+		// or a permanent failure. The read is the best the call can do, not part of its outcome:
+		// when it fails (a PostgreSQL transaction fn's failed statement aborted refuses every
+		// statement) fn's error stays the answer, and the caller's retry, in a new transaction,
+		// meets the record. It is no store outage.
 		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
-		if err == nil && judge(cur, c.Fingerprint, ModeTx, g.opts.Now()) == verdictReplay {
-			return cl.replayRollback(cur, c)
+		if err == nil {
+			if v := judge(cur, c.Fingerprint, ModeTx, g.opts.Now()); v == verdictReplay || v == verdictMismatch {
+				return cl.replayRollback(cur, c)
+			}
 		}
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		return cl.finished(&next, val, ferr, false)
