@@ -340,10 +340,16 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 // run the work again. It reports whether it moved it. A record still within the TTL of its claim is
 // left as it is.
 func (cl *Claim) outlived(next *Record, now time.Time) bool {
-	if cl.callerTx || now.Before(cl.rec.CreatedAt.Add(cl.g.opts.TTL)) {
+	return !cl.callerTx && cl.g.outlived(&cl.rec, next, now)
+}
+
+// outlived moves the expiry of next, the outcome of the claim claimed written at now, to Options.TTL
+// from now when the claim is older than TTL, and reports whether it did (see Claim.outlived).
+func (g *Guard) outlived(claimed, next *Record, now time.Time) bool {
+	if now.Before(claimed.CreatedAt.Add(g.opts.TTL)) {
 		return false
 	}
-	next.ExpiresAt = now.Add(cl.g.opts.TTL)
+	next.ExpiresAt = now.Add(g.opts.TTL)
 	return true
 }
 
@@ -649,16 +655,19 @@ func writeOutcome(ctx context.Context, st Store, next *Record, prev Version) (no
 // the record as read from the Store (or [Claim.Record]); the write is conditioned on its version, so
 // it fails with ErrFenced when the record was finished, taken over or recovered since. value and err
 // are classified as in [Claim.Finish]: a success with a nil value keeps the result stored with the
-// claim ([Call.Result]). The result cache is filled by the first replay, not here. When the Store
+// claim ([Call.Result]); a record settled more than Options.TTL after its claim counts for TTL from
+// the settlement. The result cache is filled by the first replay, not here. When the Store
 // refuses the outcome's values it stores a replacement as [Claim.Finish] does and returns an error
 // wrapping ErrUnstorable.
 func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error) error {
 	if rec == nil || rec.Status != StatusProcessing {
 		return fmt.Errorf("%w: only a PROCESSING record can be settled", ErrFenced)
 	}
+	now := g.opts.Now()
 	next := *rec
-	next.UpdatedAt = g.opts.Now()
+	next.UpdatedAt = now
 	outcome(&next, value, err, g.IsPermanent(err))
+	g.outlived(rec, &next, now) // settled after TTL (a transaction unsettled for long): counts from now
 	note, werr := writeOutcome(ctx, g.store, &next, rec.Version())
 	switch {
 	case werr == nil:

@@ -42,7 +42,8 @@ type Options struct {
 	// returned: it counts from that write. A mark written before its function in a transaction
 	// ([Guard.TxMark], [Guard.MarkTx]) that the function outlasted counts from the function's end,
 	// and so does the record of an Execute or Mark-mode function ([Guard.Do], [Claim.Finish],
-	// [Guard.Mark]) that outlasted TTL from its claim (a watchdog holding it, say).
+	// [Guard.Mark]) that outlasted TTL from its claim (a watchdog holding it, say), or that
+	// [Guard.Settle] settled later than that.
 	// Defaults to DefaultTTL (24h).
 	TTL time.Duration
 	// CacheTTL is how long a finished result stays in the Locker's cache, capped by the record's

@@ -39,7 +39,12 @@ func TestUnsettledTransactionOutlivesTTL(t *testing.T) {
 	if err := b.g.Settle(ctxb, recs[0], nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Settled, it expires like any other record.
+	// Settled, it expires like any other record: TTL after it was written (its claim's TTL long
+	// over, the retry the settlement answers would otherwise run it again).
+	if n, err := b.store.DeleteExpired(ctxb, b.clock.Now(), 10); n != 0 || err != nil {
+		t.Fatalf("DeleteExpired right after settling: %d, %v", n, err)
+	}
+	b.clock.Advance(time.Minute)
 	if n, err := b.store.DeleteExpired(ctxb, b.clock.Now(), 10); n != 1 || err != nil {
 		t.Fatalf("DeleteExpired after settling: %d, %v", n, err)
 	}
