@@ -94,8 +94,9 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 //
 // When fn fails, its writes are rolled back. A record another attempt finished meanwhile is then
 // replayed instead of fn's error (a second debit failing for lack of funds still gets the first
-// one's answer), and a record of another payload answers ErrPayloadMismatch. Otherwise a retryable error is returned and nothing is stored (the key is free); a
-// permanent one (Options.IsPermanent) is stored REJECTED in its own write and replayed.
+// one's answer), and a record of another payload answers ErrPayloadMismatch. Otherwise a retryable
+// error is returned and nothing is stored (the key is free); a permanent one (Options.IsPermanent) is
+// stored REJECTED in its own write and replayed.
 //
 // After the commit the lock is released and the result cached. Results and errors are those of
 // [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
@@ -137,9 +138,10 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // transactions queue instead of failing with SQLITE_BUSY.
 //
 // When fn fails, DoTx reads the record (locking it) and replays one finished meanwhile, with
-// ErrRollbackReplayed (ErrPayloadMismatch with it for a record of another payload); otherwise — nothing finished there, or the read failed, as it always does in a
-// PostgreSQL transaction a failed statement aborted — it returns fn's error. For a permanent error it has also written the
-// record REJECTED in tx: the caller's rollback (the rule above) removes it with fn's writes and leaves
+// ErrRollbackReplayed (ErrPayloadMismatch with it for a record of another payload); otherwise —
+// nothing finished there, or the read failed, as it always does in a PostgreSQL transaction a failed
+// statement aborted — it returns fn's error. For a permanent error it has also written the record
+// REJECTED in tx: the caller's rollback (the rule above) removes it with fn's writes and leaves
 // the key free, so a retry runs again — the rejection is stored only if the caller deliberately
 // commits fn's writes with it. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
 // so duplicates get it replayed. The cache is never filled by DoTx: the transaction may still roll
