@@ -51,7 +51,8 @@
 //
 // A failure is Rejected or GaveUp only when the handler's error was recorded (REJECTED, FAILED): when
 // the outcome's write fails — the store unavailable, a deadline on a hung database, the claim fenced
-// — the delivery is Failed and retried, whatever the handler returned.
+// — the delivery is Failed and retried, whatever the handler returned. A handler's own error that is
+// recorded is its outcome, even when it wraps one of those errors (an inner guarded call's).
 // Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
 // process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
 // as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to

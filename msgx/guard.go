@@ -166,16 +166,18 @@ func (g *Guard) safely(f func() error) (err error) {
 	return f()
 }
 
-// decide maps the guarded call's result to a Decision. herr is the handler's own error when it ran.
+// decide maps the guarded call's result to a Decision. herr is the handler's own error when it ran
+// and that error is the recorded outcome (Execute and runTx leave it nil otherwise), so it is
+// classified as it is: one that wraps idemkit.ErrStoreUnavailable, ErrLockUnavailable or ErrFenced
+// (a handler returning an inner guarded call's error) is the handler's failure, not a failure to
+// record it.
 func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision {
-	notRecorded := errors.Is(err, idemkit.ErrFenced) || errors.Is(err, idemkit.ErrStoreUnavailable) ||
-		errors.Is(err, idemkit.ErrLockUnavailable)
 	switch {
 	case err == nil && res.Replayed:
 		return Decision{Action: Ack, Outcome: Duplicate, Replayed: true}
 	case err == nil:
 		return Decision{Action: Ack, Outcome: Processed}
-	case herr != nil && !notRecorded && g.guard.IsPermanent(herr):
+	case herr != nil && g.guard.IsPermanent(herr):
 		return g.rejected(m, err, false)
 	case herr == nil && errors.Is(err, idemkit.ErrRejected):
 		return g.rejected(m, err, true)
@@ -192,7 +194,7 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 		// call the Store refuses, or an outcome recorded REJECTED without it (replayed as such).
 		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
 		return Decision{Action: DeadLetter, Outcome: Poison, Delay: g.backoff(m), Err: err}
-	case herr != nil && !notRecorded && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
+	case herr != nil && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
 		// The record is FAILED: should dead-lettering fail, the redelivery runs the handler again.
 		return Decision{Action: DeadLetter, Outcome: GaveUp, Delay: g.backoff(m), Err: err}
 	default: // a retryable handler error, an outcome that could not be recorded, cancellation
