@@ -58,8 +58,8 @@ const (
 	// Dead-lettered; the record is not REJECTED, so a redelivery from the dead-letter queue runs again.
 	GaveUp
 	// Poison: the message cannot be guarded at all: no usable key (ErrNoKey, idemkit.ErrInvalidKey)
-	// or its key was already used with another payload (idemkit.ErrPayloadMismatch). The handler did
-	// not run. Dead-lettered, whatever Options.OnReject says.
+	// or its key was already used with another payload (idemkit.ErrPayloadMismatch), or
+	// Options.Key or Options.Fingerprint panicked on it (*PanicError). The handler did not run. Dead-lettered, whatever Options.OnReject says.
 	Poison
 )
 

@@ -43,6 +43,7 @@
 //	store or lock unavailable, claim taken    Failed      Retry after backoff      not recorded
 //	  over (idemkit.ErrFenced), commit failed
 //	no key, key invalid or too long           Poison      DeadLetter, not run      none
+//	  (or Options.Key / Fingerprint panicked)
 //	key reused with another payload           Poison      DeadLetter, not run      unchanged
 //	  (Options.Fingerprint set)
 //	queue unusable as the scope, MaxAttempts  Failed      Retry, not run; the      none

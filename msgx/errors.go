@@ -20,7 +20,8 @@ var ErrMisconfigured = errors.New("msgx: consumer misconfigured")
 
 // PanicError is a handler's panic, recovered and treated as a retryable failure whatever the Guard's
 // Options.IsPermanent says (it comes marked idemkit.Retryable; the message is
-// redelivered, and dead-lettered once Options.MaxAttempts is reached).
+// redelivered, and dead-lettered once Options.MaxAttempts is reached). A panic of Options.Key or
+// Options.Fingerprint is one too: the message cannot be guarded, it is Poison.
 type PanicError struct {
 	Value any    // the value passed to panic
 	Stack []byte // the goroutine's stack at the panic

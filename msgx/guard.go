@@ -125,7 +125,11 @@ func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
 	key := m.ID
 	var err error
 	if g.opts.Key != nil {
-		key, err = g.opts.Key(m)
+		// Run on the adapter's worker: a panic (a malformed payload) would end the process, and the
+		// redelivery the next one's.
+		if pe := recovering(func() { key, err = g.opts.Key(m) }); pe != nil {
+			err = pe
+		}
 	}
 	switch {
 	case err != nil:
@@ -139,9 +143,15 @@ func (g *Guard) call(m *Message) (idemkit.Call, Decision, bool) {
 	}
 	c := idemkit.Call{Scope: scope, Key: key}
 	if g.opts.Fingerprint != nil {
+		var fp string
+		if pe := recovering(func() { fp = g.opts.Fingerprint(m) }); pe != nil {
+			err = fmt.Errorf("msgx: Options.Fingerprint: %w", pe)
+			g.opts.Logger.Warn("msgx: message cannot be fingerprinted, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
+			return idemkit.Call{}, Decision{Action: DeadLetter, Outcome: Poison, Delay: g.backoff(m), Err: err}, false
+		}
 		// A fingerprint no Store could hold (a raw binary hash, a long canonical form) is hashed:
 		// refused, it would fail every delivery of the message before the handler runs.
-		c.Fingerprint = idemkit.StorableText(g.opts.Fingerprint(m))
+		c.Fingerprint = idemkit.StorableText(fp)
 	}
 	return c, Decision{}, true
 }
@@ -155,15 +165,24 @@ func (g *Guard) misconfigured(m *Message, err error) Decision {
 
 // safely runs f, turning a panic into a *PanicError, marked idemkit.Retryable: no business failure,
 // whatever the Guard's Options.IsPermanent says of it.
-func (g *Guard) safely(f func() error) (err error) {
+func (g *Guard) safely(f func() error) error {
+	var err error
+	if pe := recovering(func() { err = f() }); pe != nil {
+		g.opts.Logger.Error("msgx: handler panicked", "panic", pe.Value, "stack", string(pe.Stack))
+		return idemkit.Retryable(pe)
+	}
+	return err
+}
+
+// recovering runs f and returns its panic, if any, as a *PanicError.
+func recovering(f func()) (pe *PanicError) {
 	defer func() {
 		if v := recover(); v != nil {
-			pe := &PanicError{Value: v, Stack: debug.Stack()}
-			g.opts.Logger.Error("msgx: handler panicked", "panic", v, "stack", string(pe.Stack))
-			err = idemkit.Retryable(pe)
+			pe = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return f()
+	f()
+	return nil
 }
 
 // decide maps the guarded call's result to a Decision. herr is the handler's own error when it ran

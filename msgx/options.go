@@ -37,12 +37,13 @@ type Options struct {
 	Scope string
 	// Key returns a message's idempotency key. Defaults to Message.ID (ErrNoKey when empty). A key
 	// derived from the payload (an order id) also deduplicates messages published twice with
-	// different ids. An error, or "", makes the message Poison: dead-lettered, never run.
+	// different ids. An error, "", or a panic (a *PanicError) makes the message Poison:
+	// dead-lettered, never run.
 	Key func(m *Message) (string, error)
 	// Fingerprint returns a hash of the payload; a key reused with another fingerprint is Poison
 	// (idemkit.ErrPayloadMismatch). One no Store holds (longer than idemkit.MaxStoredLen bytes, or
-	// not UTF-8: a raw binary hash) is stored as its hash (idemkit.StorableText). Defaults to none
-	// (see [DataFingerprint]).
+	// not UTF-8: a raw binary hash) is stored as its hash (idemkit.StorableText). A panic (a
+	// *PanicError) makes the message Poison. Defaults to none (see [DataFingerprint]).
 	Fingerprint func(m *Message) string
 	// OnReject says what to do with a message whose handler failed permanently. Defaults to
 	// DeadLetterRejected.
