@@ -36,6 +36,9 @@ type Claim struct {
 	// before the function (see lazyFence). It points to lazyFence, kept here to cost no allocation.
 	lazy      *lazyFence
 	lazyFence lazyFence
+	// began is when a Tx-mode call (Guard.Tx, Guard.DoTx) began, before its function: a finished
+	// record it meets after the function that counted then answers it (see judgeMet).
+	began time.Time
 	// reruns is how many more times Guard.TxMark runs its transaction again when the database rolled
 	// it back on a write conflict before the mark (see rerun).
 	reruns int

@@ -89,8 +89,9 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 // read with one more statement before the transaction begins. A concurrent duplicate's INSERT waits
 // for this transaction and then finds the record; when the INSERT finds a record (another attempt
 // committed while fn ran, or Redis lost its data) the Guard reads it with a lock and rolls fn's
-// writes back to replay a finished answer, or answers ErrInFlight or ErrPayloadMismatch; a failed,
-// expired or abandoned record is taken over in the same transaction.
+// writes back to replay a finished answer (one that still counted when the call began, even if its
+// TTL ran out while fn ran), or answers ErrInFlight or ErrPayloadMismatch; a failed, expired or
+// abandoned record is taken over in the same transaction.
 //
 // When fn fails, its writes are rolled back. A record another attempt finished meanwhile is then
 // replayed instead of fn's error (a second debit failing for lack of funds still gets the first
@@ -293,6 +294,7 @@ func ended(_ *Claim, res Result, err error) (Result, error) { return res, err }
 func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 	g := cl.g
 	now := g.opts.Now()
+	cl.began = now
 	cl.newRecord(c, now)
 	var prev *Version // the record read before fn, to be taken over
 	var tx TxStore    // begun with the read, when db can (BeginGetter)
@@ -353,7 +355,7 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 		case found != nil:
 			// Read and locked in tx: take it over at the fence the function saw. A record this call
 			// does not take over (finished meanwhile, in flight) is met by the write as always.
-			if now := g.opts.Now(); judge(found, c.Fingerprint, ModeTx, now) == verdictTakeover {
+			if now := g.opts.Now(); cl.judgeMet(found, c.Fingerprint, now) == verdictTakeover {
 				v := found.Version()
 				prev = &v
 				cl.takeOver(found, now)
@@ -428,7 +430,7 @@ func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Res
 			cur, gerr := db.Get(cl.ctx, cl.id.scope, cl.id.key)
 			if gerr == nil {
 				now := cl.g.opts.Now()
-				if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
+				if v := cl.judgeMet(cur, c.Fingerprint, now); v != verdictTakeover {
 					return cl.answer(v, cur, c, now)
 				}
 			}
@@ -468,7 +470,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 		cur, err := db.Get(dctx, cl.id.scope, cl.id.key)
 		if err == nil {
 			now := g.opts.Now()
-			if v := judge(cur, c.Fingerprint, ModeTx, now); v == verdictReplay || v == verdictMismatch {
+			if v := cl.judgeMet(cur, c.Fingerprint, now); v == verdictReplay || v == verdictMismatch {
 				return cl.answer(v, cur, c, now)
 			}
 		}
@@ -517,6 +519,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	g := cl.g
 	now := g.opts.Now()
+	cl.began = now
 	cl.newRecord(c, now)
 	var prev *Version // the record read before fn, to be taken over
 	// The cache cannot vouch here: DoTx itself never fills it. Read (without a lock) before fn.
@@ -551,7 +554,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		// meets the record. It is no store outage.
 		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
 		if err == nil {
-			if v := judge(cur, c.Fingerprint, ModeTx, g.opts.Now()); v == verdictReplay || v == verdictMismatch {
+			if v := cl.judgeMet(cur, c.Fingerprint, g.opts.Now()); v == verdictReplay || v == verdictMismatch {
 				return cl.replayRollback(cur, c)
 			}
 		}
@@ -637,7 +640,7 @@ func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error)
 			return nil, &InFlightError{RetryAfter: g.opts.Lease}
 		}
 		now := g.opts.Now()
-		switch judge(cur, c.Fingerprint, ModeTx, now) {
+		switch cl.judgeMet(cur, c.Fingerprint, now) {
 		case verdictReplay:
 			return cur, nil
 		case verdictMismatch:
@@ -654,6 +657,17 @@ func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error)
 		rec.Status, rec.Response, rec.Error = status, resp, text
 		cl.ev.Takeover = true
 	}
+}
+
+// judgeMet applies the state table at now to cur, a record a Tx-mode call meets after its function
+// ran. A finished record that still counted when the call began answers it, even when it expired
+// while the function ran: the call is its duplicate, as a read before the function (or the cache)
+// would have told, and taking the record over would commit the business a second time.
+func (cl *Claim) judgeMet(cur *Record, fingerprint string, now time.Time) verdict {
+	if cur.Status.Terminal() && cur.Expired(now) && !cl.began.IsZero() && !cur.Expired(cl.began) {
+		now = cl.began
+	}
+	return judge(cur, fingerprint, ModeTx, now)
 }
 
 // failWrite ends a call whose record could not be written: in flight, mismatch or the Store's error.
