@@ -85,7 +85,12 @@
 //     concurrent deliveries run and keeps only the first commit (see below). Different keys run in
 //     parallel across workers and processes.
 //   - No ordering is promised. Parallel workers and consumers, retries after a delay and redeliveries
-//     all reorder messages; a message that fails is retried after later ones have been handled. If
+//     all reorder messages; a message that fails is retried after later ones have been handled — except
+//     on a RabbitMQ classic queue, which puts a requeued message back at its head: there a message that
+//     keeps failing, held in the only prefetch slot while its delay runs (Prefetch defaults to
+//     Workers), is delivered again at once and the messages behind it wait, for good with MaxAttempts 0.
+//     Use a quorum queue (requeued messages go behind the others), or set MaxAttempts, or a Prefetch
+//     well above Workers. If
 //     order matters, make handlers commutative or check a version in the handler; a single worker
 //     with one message in flight (JetStream MaxAckPending = 1, RabbitMQ prefetch 1 and a single
 //     active consumer) keeps order only until the first Retry.

@@ -26,6 +26,9 @@ type Options struct {
 	Workers int
 	// Prefetch is the channel's prefetch count (basic.qos): how many unacknowledged deliveries the
 	// broker sends ahead. Deliveries waiting out a Retry delay count against it. Defaults to Workers.
+	// On a classic queue, which requeues a message at its head, a message that keeps failing then
+	// holds back every message behind it (see the package msgx doc, "Ordering and concurrency"):
+	// prefer a quorum queue, or set msgx.Options.MaxAttempts.
 	Prefetch int
 	// ConsumerTag names the consumer. Defaults to "idemkit-" and random hex.
 	ConsumerTag string
