@@ -60,9 +60,12 @@ type RunParams struct {
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
 	// not start: DTM refused the call that creates it (a saga's submit, a TCC's prepare), or nothing
 	// was sent. Run then rolls the record back whatever DTM holds for gid, since a refused gid may be
-	// held by another transaction. Start must therefore not let a refusal of a later call (a TCC's
-	// submit or abort after its tries, on a transaction that exists) match ErrRefused. Any other error
-	// is an unknown outcome — the request may have reached DTM — which Run never takes for a refusal.
+	// held by another transaction. An error matching txstatus.ErrNotSent says the call that creates it
+	// never reached DTM (it could not be connected to): Run rolls the record back too, and returns an
+	// error (an outage: retry later). Start must therefore not let a refusal, or a failure to connect,
+	// of a later call (a TCC's submit or abort after its tries, on a transaction that exists) match
+	// ErrRefused or ErrNotSent. Any other error is an unknown outcome — the request may have reached
+	// DTM — which Run never takes for a refusal.
 	Start func(ctx context.Context, gid string) error
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
@@ -101,6 +104,9 @@ type RunParams struct {
 // When Start fails with DTM's refusal of the call that creates the transaction (an error matching
 // txstatus.ErrRefused) nothing started: the record is rolled back and the key is free again, whatever
 // DTM holds for the gid (a reused gid is refused, and the transaction holding it is not this call's).
+// When that call was never sent (an error matching txstatus.ErrNotSent: DTM could not be connected to)
+// nothing started either: the record is rolled back, the key free again, and Run returns an error
+// beside the Outcome (Failed): an outage, to retry later, not a transaction that rolled back.
 // On any other failure the manager is asked whether the transaction exists: if it does, Run follows its
 // status; if the manager has no record of it — a timeout, a reset connection, a 5xx from a proxy or
 // gateway in front of DTM — the outcome is unknown: the record is detached, because the manager may
@@ -197,6 +203,14 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	var info txstatus.Info
 	if startErr != nil {
 		out.Reason = startErr
+		if errors.Is(startErr, txstatus.ErrNotSent) {
+			// The call that creates the transaction never reached the manager (it could not be
+			// connected to): nothing started, and the record is rolled back, the key free again. An
+			// outage, not a transaction that rolled back: the caller is told so (an error: retry
+			// later), as when the manager cannot be asked whether a chosen gid is free.
+			out, rerr := l.neverStarted(ctx, t, call, out, idemkit.Retryable(fmt.Errorf("%w (never started): %w", ErrRolledBack, startErr)))
+			return out, errors.Join(fmt.Errorf("hooks: starting %s %s: %w (nothing started; the key is free again)", p.TransType, gid, startErr), rerr)
+		}
 		if errors.Is(startErr, txstatus.ErrRefused) {
 			// DTM refused the call that creates the transaction (or nothing was sent): nothing of this
 			// call started, whatever the manager holds for gid — a gid held by another transaction

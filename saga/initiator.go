@@ -50,8 +50,10 @@ type SubmitParams struct {
 // idemkit.ErrInFlight. See [hooks.Lifecycle.Run] for errors.
 //
 // The submit is posted with ctx through Status's HTTP client. Only DTM's own refusal (409 FAILURE)
-// rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM
-// leaves the record PROCESSING for the reconciler, since DTM may have accepted the saga. A rolled-back
+// rolls the record back at once — and a submit that could not even connect to DTM (never sent: an
+// error matching txstatus.ErrNotSent, returned, an outage to retry); a timeout, a reset connection or
+// a 5xx from a proxy in front of DTM leaves the record PROCESSING for the reconciler, since DTM may
+// have accepted the saga. A rolled-back
 // saga reports DTM's rollback reason (the failing step's message) in Outcome.Reason; its record is
 // FAILED, on the first call as on a replay (a step's failure is never REJECTED: a retry with the key
 // runs a new saga). A saga whose Steps add no step is not submitted: the record is rolled back.

@@ -56,7 +56,8 @@ type RunParams struct {
 // Prepare, submit and abort are posted through Status's HTTP client (dtmcli's try calls, made by
 // Tries, take no context): the prepare with ctx; the submit or abort that follows the tries whether or
 // not ctx was cancelled meanwhile, since the transaction exists by then. Only DTM's own refusal of the
-// prepare (409 FAILURE) rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
+// prepare (409 FAILURE), or a prepare that could not even connect to DTM (an error matching
+// txstatus.ErrNotSent, returned: an outage, retry later), rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
 // PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
 // Outcome.Reason carries the try's error. The record is then FAILED (a retry with the key runs anew),
 // unless the error is permanent (marked idemkit.Permanent, or so classified by the Guard's
@@ -93,10 +94,11 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 // DTM's refusal from silence.
 //
 // Only a refused prepare — the call that creates the transaction — is returned as an error matching
-// txstatus.ErrRefused (hooks.RunParams.Start's contract: nothing started). Once the prepare was
-// accepted the transaction exists, and a refusal of a later call (the submit of a transaction DTM is
-// already aborting after its timeout, or that a Reconciler's fence aborted; an abort after one of
-// those) is returned without ErrRefused, so the caller follows the transaction's status. A try error
+// txstatus.ErrRefused, and only a prepare never sent as one matching txstatus.ErrNotSent
+// (hooks.RunParams.Start's contract: nothing started). Once the prepare was accepted the transaction
+// exists, and a refusal of a later call (the submit of a transaction DTM is already aborting after its
+// timeout, or that a Reconciler's fence aborted; an abort after one of those), or a later call that
+// could not be sent, is returned without either, so the caller follows the transaction's status. A try error
 // permanent by the Lifecycle's rule (permanent: idemkit.Permanent, or the Guard's IsPermanent) is
 // given to DTM as a rollback reason starting with hooks.PermanentReason, so a Reconciler that settles
 // the record records it REJECTED as the initiator does.
@@ -121,9 +123,9 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	tryErr := tries(t)
 	panicked = false
 	perm := tryErr != nil && permanent(tryErr)
-	if errors.Is(tryErr, txstatus.ErrRefused) {
-		// Not a refusal of the prepare (a try that returned one of DTM's refusals): the transaction
-		// exists. A permanent try error stays permanent.
+	if errors.Is(tryErr, txstatus.ErrRefused) || errors.Is(tryErr, txstatus.ErrNotSent) {
+		// Not a refusal of the prepare, nor a prepare never sent (a try that returned such an error):
+		// the transaction exists. A permanent try error stays permanent.
 		tryErr = &laterRefusal{op: "trying", gid: t.Gid, msg: tryErr.Error()}
 		if perm {
 			tryErr = idemkit.Permanent(tryErr)
@@ -176,16 +178,17 @@ func fitReason(reason string) string {
 }
 
 // exists returns the error of a call on the transaction gid made after its prepare was accepted: a
-// refusal no longer says the transaction did not start, so it is returned without ErrRefused.
+// refusal, or a call never sent, no longer says the transaction did not start, so it is returned
+// without ErrRefused or ErrNotSent.
 func exists(op, gid string, err error) error {
-	if errors.Is(err, txstatus.ErrRefused) {
+	if errors.Is(err, txstatus.ErrRefused) || errors.Is(err, txstatus.ErrNotSent) {
 		return &laterRefusal{op: op, gid: gid, msg: err.Error()}
 	}
 	return fmt.Errorf("tcc: %s %s: %w", op, gid, err)
 }
 
-// laterRefusal is DTM's refusal of a call on a transaction that exists (its prepare was accepted). It
-// does not match txstatus.ErrRefused.
+// laterRefusal is DTM's refusal of a call on a transaction that exists (its prepare was accepted), or
+// such a call that could not be sent. It matches neither txstatus.ErrRefused nor txstatus.ErrNotSent.
 type laterRefusal struct{ op, gid, msg string }
 
 func (e *laterRefusal) Error() string {

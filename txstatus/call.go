@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 )
@@ -20,10 +21,18 @@ var ErrRefused = errors.New("txstatus: refused by the DTM server")
 // The call may or may not have taken effect; ask the query API (or fence the gid) to know.
 var ErrNoAnswer = errors.New("txstatus: no definite answer from the DTM server")
 
+// ErrNotSent matches the errors of calls that were never sent because no connection to the server
+// could be opened: the connection refused, no route to it, its name not resolved, the dial timed out.
+// The call certainly took no effect, as with [ErrRefused]; but this is an outage, not the server's
+// answer: the same call can succeed once the server is back. It matches neither ErrRefused nor
+// ErrNoAnswer.
+var ErrNotSent = errors.New("txstatus: not sent: the DTM server could not be reached")
+
 // RefusedError is a call that certainly took no effect: the DTM server's refusal — HTTP 409 with its
 // {"dtm_result":"FAILURE","message":...} body (or that body with HTTP 200, as servers before v1.10
-// answered) — or a request that could not be sent at all (no server configured, a body that cannot be
-// encoded). DTM refuses, for example, to submit or prepare a gid it already holds in another state, or
+// answered) — or a request that could not be built at all (no server configured, a body that cannot be
+// encoded). A request that was built but could not reach the server is no refusal: it matches
+// [ErrNotSent]. DTM refuses, for example, to submit or prepare a gid it already holds in another state, or
 // to abort a transaction that is no longer prepared. It matches [ErrRefused].
 type RefusedError struct {
 	// Op is the call refused: "submit", "prepare", "abort"...
@@ -52,6 +61,35 @@ func (e *noAnswerError) Error() string {
 }
 func (e *noAnswerError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
 
+// notSentError is a call that was never sent; it matches ErrNotSent and wraps the cause.
+type notSentError struct {
+	op, gid string
+	err     error
+}
+
+func (e *notSentError) Error() string {
+	return fmt.Sprintf("txstatus: %s of %s: not sent: %v", e.op, e.gid, e.err)
+}
+func (e *notSentError) Unwrap() []error { return []error{ErrNotSent, e.err} }
+
+// neverSent reports whether err, an error of an HTTP client's Do, is a failure to open a connection
+// (a *net.OpError with Op "dial", maybe behind a proxy's "proxyconnect" one): the request was never
+// written. That holds of net/http's Transport, which writes a request only on a connection it holds
+// and retries a POST whose bytes it wrote never (its body is not rewindable and it carries no
+// Idempotency-Key header), so a dial error on a retry follows a first attempt that wrote nothing
+// either. A custom RoundTripper that retries a request after writing it must not return a dial error
+// for such a request.
+func neverSent(err error) bool {
+	var op *net.OpError
+	for errors.As(err, &op) {
+		if op.Op == "dial" {
+			return true
+		}
+		err = op.Err
+	}
+	return false
+}
+
 // dtmAnswer is the body DTM answers its transaction calls with.
 type dtmAnswer struct {
 	Result  string `json:"dtm_result"`
@@ -64,8 +102,11 @@ type dtmAnswer struct {
 //
 // It returns nil when DTM answered success (HTTP 200 without a FAILURE result); a [*RefusedError]
 // when DTM itself refused; and otherwise an error matching [ErrNoAnswer] — the call may have taken
-// effect or not. A call that could not even be encoded or built returns an error matching ErrRefused
-// too (nothing was sent). Call is safe for concurrent use.
+// effect or not — except a call that could not even connect to the server (connection refused, no
+// route, a name not resolved, a dial timeout), which was never sent and returns an error matching
+// [ErrNotSent]: it took no effect, but the server did not refuse it (an outage, not an answer). A call
+// that could not even be encoded or built returns an error matching ErrRefused too (nothing was sent).
+// Call is safe for concurrent use.
 func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	if c.Server == "" {
 		return &RefusedError{Op: op, GID: gid, Message: "no DTM server configured"}
@@ -81,6 +122,9 @@ func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http().Do(req)
 	if err != nil {
+		if neverSent(err) {
+			return &notSentError{op, gid, err}
+		}
 		return &noAnswerError{op, gid, err}
 	}
 	defer resp.Body.Close()

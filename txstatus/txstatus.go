@@ -8,10 +8,13 @@
 // reconciler uses it to settle records whose initiator died — after [Client.Fence] made sure a
 // transaction the server never heard of can no longer start.
 //
-// Only DTM's own refusal ([RefusedError]: HTTP 409 with DTM's {"dtm_result":"FAILURE"} body) says a
-// call did not take effect. Anything else that is not a success — a timeout, a reset connection, a 5xx
-// from DTM or from a proxy or gateway in front of it, a body that is not DTM's — matches [ErrNoAnswer]:
-// the call may or may not have taken effect, and only a later query (or a fence) can tell.
+// Only DTM's own refusal ([RefusedError]: HTTP 409 with DTM's {"dtm_result":"FAILURE"} body) and a call
+// never sent (matching [ErrNotSent]: no connection to the server could be opened — refused, no route,
+// a name not resolved, a dial timeout) say a call did not take effect; the first is the server's
+// answer, the second an outage. Anything else that is not a success — a timeout, a reset connection, a
+// 5xx from DTM or from a proxy or gateway in front of it, a body that is not DTM's — matches
+// [ErrNoAnswer]: the call may or may not have taken effect, and only a later query (or a fence) can
+// tell.
 package txstatus
 
 import (

@@ -281,9 +281,10 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 			return
 		}
 		id, gid = res.OrderID, res.GID
-	case d.inserted && err != nil && !d.started:
+	case d.inserted && err != nil && (!d.started || errors.Is(err, txstatus.ErrNotSent)):
 		// The order was inserted, but its transaction never started (DTM could not be asked whether
-		// the gid is free, or the claim was lost before the start): the Rollback hook marks it FAILED
+		// the gid is free, the claim was lost before the start, or the submit — the TCC's prepare —
+		// could not even connect to DTM): the Rollback hook marks it FAILED
 		// now or, through the reconciler, soon, and the key is free again for the initiator. An
 		// outage, not the order's outcome: a 201 FAILED would be stored by the middleware and replayed
 		// to every retry. 503: the retry creates the order anew.
