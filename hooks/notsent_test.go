@@ -49,3 +49,24 @@ func TestStartNeverSentFreesTheKey(t *testing.T) {
 		t.Fatalf("retry with DTM back = %+v, %v (started %v); want a new run that succeeds", out, err, started)
 	}
 }
+
+// TestStartNotSentBecauseTheCallerLeft: the caller leaves (its context cancelled) before the start
+// reaches DTM, and nothing is sent. The record is rolled back all the same (FAILED, the key free
+// again), not left PROCESSING for the Reconciler, and Run returns an error (found by a defect hunt).
+func TestStartNotSentBecauseTheCallerLeft(t *testing.T) {
+	b := setup(t)
+	status := dtmAnswering(t, `{"branches":[],"transaction":null}`) // a submit would fail the test
+	ctx, cancel := context.WithCancel(ctxb)
+	defer cancel()
+	out, err := b.lc.Run(ctx, hooks.RunParams{TransType: "saga", Call: call("left"), Status: status, Wait: time.Second,
+		Start: func(ctx context.Context, gid string) error {
+			cancel() // the caller leaves before the submit is posted
+			return status.Call(ctx, "submit", gid, map[string]any{"gid": gid, "trans_type": "saga"})
+		}})
+	if err == nil || !errors.Is(err, txstatus.ErrNotSent) || out.Status != txstatus.Failed {
+		t.Fatalf("Run whose caller left before the submit = %+v, %v; want Failed (never started) and an error matching ErrNotSent", out, err)
+	}
+	if rec := b.status(t, "left"); rec.Status != idemkit.StatusFailed {
+		t.Fatalf("record %s %q, want FAILED (nothing started, the key free again)", rec.Status, rec.Error)
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 )
 
 // ErrRefused matches a [*RefusedError]: the DTM server itself answered that it refused the call, which
@@ -22,7 +24,8 @@ var ErrRefused = errors.New("txstatus: refused by the DTM server")
 var ErrNoAnswer = errors.New("txstatus: no definite answer from the DTM server")
 
 // ErrNotSent matches the errors of calls that were never sent because no connection to the server
-// could be opened: the connection refused, no route to it, its name not resolved, the dial timed out.
+// could be opened: the connection refused, no route to it, its name not resolved, the dial timed out
+// or was given up (the HTTP client's timeout, or the call's context, ended first).
 // The call certainly took no effect, as with [ErrRefused]; but this is an outage, not the server's
 // answer: the same call can succeed once the server is back. It matches neither ErrRefused nor
 // ErrNoAnswer.
@@ -72,13 +75,18 @@ func (e *notSentError) Error() string {
 }
 func (e *notSentError) Unwrap() []error { return []error{ErrNotSent, e.err} }
 
+// connTrace records whether a transport that reports its connections (net/http's does, through
+// httptrace) asked for one, and got one. One that asked and never got one wrote nothing; one that
+// never asked reports nothing, and only its error can tell.
+type connTrace struct{ asked, got atomic.Bool }
+
 // neverSent reports whether err, an error of an HTTP client's Do, is a failure to open a connection
 // (a *net.OpError with Op "dial", maybe behind a proxy's "proxyconnect" one): the request was never
 // written. That holds of net/http's Transport, which writes a request only on a connection it holds
-// and retries a POST whose bytes it wrote never (its body is not rewindable and it carries no
-// Idempotency-Key header), so a dial error on a retry follows a first attempt that wrote nothing
-// either. A custom RoundTripper that retries a request after writing it must not return a dial error
-// for such a request.
+// and, once it wrote some of it, retries only a replayable one (GET, HEAD, OPTIONS, TRACE, or one
+// carrying an Idempotency-Key header; never Call's POST): a dial error on a retry follows a first
+// attempt that wrote nothing either. A custom RoundTripper that retries a request after writing it
+// must not return a dial error for such a request.
 func neverSent(err error) bool {
 	var op *net.OpError
 	for errors.As(err, &op) {
@@ -103,10 +111,12 @@ type dtmAnswer struct {
 // It returns nil when DTM answered success (HTTP 200 without a FAILURE result); a [*RefusedError]
 // when DTM itself refused; and otherwise an error matching [ErrNoAnswer] — the call may have taken
 // effect or not — except a call that could not even connect to the server (connection refused, no
-// route, a name not resolved, a dial timeout), which was never sent and returns an error matching
-// [ErrNotSent]: it took no effect, but the server did not refuse it (an outage, not an answer). A call
-// that could not even be encoded or built returns an error matching ErrRefused too (nothing was sent).
-// Call is safe for concurrent use.
+// route, a name not resolved, a dial timeout, the client's timeout or ctx ending while the transport
+// was still waiting for a connection, ctx already ended), which was never sent and returns an error
+// matching [ErrNotSent]: it took no effect, but the server did not refuse it (an outage, not an
+// answer). Through a transport that reports no connections to net/http/httptrace, only a dial error
+// says a call was not sent. A call that could not even be encoded or built returns an error matching
+// ErrRefused too (nothing was sent). Call is safe for concurrent use.
 func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	if c.Server == "" {
 		return &RefusedError{Op: op, GID: gid, Message: "no DTM server configured"}
@@ -115,14 +125,25 @@ func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	if err != nil {
 		return &RefusedError{Op: op, GID: gid, Message: "encoding the request: " + err.Error()}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base()+"/"+op, bytes.NewReader(b))
+	if ctx.Err() != nil {
+		return &notSentError{op, gid, context.Cause(ctx)}
+	}
+	// Whether the transport got a connection: net/http writes a request only on one it got, and
+	// returns the timeout or the cancellation, not the dial error, when the client's timeout or ctx
+	// ends a dial that hangs (a host that drops the packets).
+	var conn connTrace
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn: func(string) { conn.asked.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { conn.got.Store(true) },
+	})
+	req, err := http.NewRequestWithContext(tctx, http.MethodPost, c.base()+"/"+op, bytes.NewReader(b))
 	if err != nil {
 		return &RefusedError{Op: op, GID: gid, Message: "building the request: " + err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http().Do(req)
 	if err != nil {
-		if neverSent(err) {
+		if neverSent(err) || conn.asked.Load() && !conn.got.Load() {
 			return &notSentError{op, gid, err}
 		}
 		return &noAnswerError{op, gid, err}

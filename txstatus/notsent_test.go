@@ -47,3 +47,41 @@ func TestCallNeverSentIsNotAnUnknownOutcome(t *testing.T) {
 		t.Fatalf("submit whose connection dropped = %v: want ErrNoAnswer only", err)
 	}
 }
+
+// TestCallTimedOutBeforeConnectingIsNotSent: a DTM host that does not answer at all (powered off, or a
+// firewall dropping the packets) keeps the dial waiting until the HTTP client's timeout (or the call's
+// context) ends it, and net/http then returns the timeout, not the dial error: the call was taken for
+// an unknown outcome although nothing was sent. A call whose transport never got a connection matches
+// ErrNotSent. A transport that reports no connection at all (a custom RoundTripper without tracing)
+// keeps the error classification: its timeout is an unknown outcome.
+func TestCallTimedOutBeforeConnectingIsNotSent(t *testing.T) {
+	ctx := context.Background()
+	blackhole := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		<-ctx.Done() // SYNs unanswered: the dial waits until it is given up
+		return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+	}}
+	c := &Client{Server: "http://dtm.invalid:36789/api/dtmsvr", HTTP: &http.Client{Timeout: 200 * time.Millisecond, Transport: blackhole}}
+	err := c.Call(ctx, "prepare", "g-blackhole", map[string]any{"gid": "g-blackhole"})
+	if !errors.Is(err, ErrNotSent) || errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("prepare to a host that never answers the dial = %v: want ErrNotSent", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	c = &Client{Server: "http://dtm.invalid:36789/api/dtmsvr", HTTP: &http.Client{Transport: blackhole}}
+	if err := c.Call(cctx, "prepare", "g-cancelled", map[string]any{"gid": "g-cancelled"}); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("prepare with a context ended before the call = %v: want ErrNotSent", err)
+	}
+
+	opaque := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done() // sent, maybe, and no answer
+		return nil, r.Context().Err()
+	})
+	c = &Client{Server: "http://dtm.invalid:36789/api/dtmsvr", HTTP: &http.Client{Timeout: 200 * time.Millisecond, Transport: opaque}}
+	if err := c.Call(ctx, "prepare", "g-opaque", map[string]any{"gid": "g-opaque"}); !errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrNotSent) {
+		t.Fatalf("prepare through a transport that reports no connection = %v: want ErrNoAnswer", err)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -58,7 +58,9 @@ const (
 type Client struct {
 	// Server is the DTM HTTP API base, e.g. "http://127.0.0.1:36789/api/dtmsvr".
 	Server string
-	// HTTP is the client used. Defaults to one with a DefaultTimeout timeout.
+	// HTTP is the client used. Defaults to one with a DefaultTimeout timeout. Its transport must not
+	// retry a POST it already wrote and then fail with a dial error, or before it got a connection:
+	// Call takes such an error for a call never sent (see [ErrNotSent]). net/http's Transport never does.
 	HTTP *http.Client
 	// PollInterval is the pause between queries in Wait. Defaults to DefaultPollInterval. A negative
 	// one is an error: Wait and WaitInfo return it without querying.
