@@ -59,7 +59,8 @@ const (
 	GaveUp
 	// Poison: the message cannot be guarded at all: no usable key (ErrNoKey, idemkit.ErrInvalidKey)
 	// or its key was already used with another payload (idemkit.ErrPayloadMismatch), or
-	// Options.Key or Options.Fingerprint panicked on it (*PanicError). The handler did not run. Dead-lettered, whatever Options.OnReject says.
+	// Options.Key or Options.Fingerprint panicked on it (*PanicError). The handler did not run.
+	// Dead-lettered, whatever Options.OnReject says.
 	Poison
 )
 

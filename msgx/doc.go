@@ -90,10 +90,9 @@
 //     keeps failing, held in the only prefetch slot while its delay runs (Prefetch defaults to
 //     Workers), is delivered again at once and the messages behind it wait, for good with MaxAttempts 0.
 //     Use a quorum queue (requeued messages go behind the others), or set MaxAttempts, or a Prefetch
-//     well above Workers. If
-//     order matters, make handlers commutative or check a version in the handler; a single worker
-//     with one message in flight (JetStream MaxAckPending = 1, RabbitMQ prefetch 1 and a single
-//     active consumer) keeps order only until the first Retry.
+//     well above Workers. If order matters, make handlers commutative or check a version in the
+//     handler; a single worker with one message in flight (JetStream MaxAckPending = 1, RabbitMQ
+//     prefetch 1 and a single active consumer) keeps order only until the first Retry.
 //   - Records count for idemkit Options.TTL (24h by default): a duplicate arriving later runs again.
 //     Keep TTL above the broker's longest redelivery horizon and the publishers' retry horizon.
 //   - Tx mode without a Locker: concurrent deliveries of one key may all run the handler; the
