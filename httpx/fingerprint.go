@@ -42,16 +42,14 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (stri
 	field(scope)
 	field(r.URL.EscapedPath())
 	field(canonicalQuery(r.URL.RawQuery, st.cfg.noise))
-	if decoded, ok := gunzipped(r.Header, body, st.cfg.MaxBodyBytes); ok {
+	content, encoded := st.payload(r, body)
+	if encoded {
 		// A gzip body is its content: two compressions of one document differ in their bytes (the
 		// header's time stamp, the compressor's choices), and a retry compresses afresh. Marked, so
 		// it never matches the same content sent unencoded, which the handler reads differently.
 		h.Write([]byte{'g'})
-		return appendBody(h, r, decoded, func() ([]byte, bool, error) {
-			return canonicalizeLossy(make([]byte, 0, len(decoded)), decoded, st.cfg.noise)
-		})
 	}
-	return appendBody(h, r, body, func() ([]byte, bool, error) {
+	return appendBody(h, r, content, func() ([]byte, bool, error) {
 		canon, err := st.canonical()
 		return canon, st.canonLossy, err
 	})

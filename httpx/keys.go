@@ -78,7 +78,8 @@ func URLParam(name string) KeySource {
 	}
 }
 
-// JSONFields derives the key from fields of the JSON request body, each named by a dotted path
+// JSONFields derives the key from fields of the JSON request body (a gzip body, Content-Encoding,
+// by what it decodes to), each named by a dotted path
 // ("order.id"; a segment of digits indexes an array: "items.0.sku"). A string field gives its
 // text, a number its canonical form (1.0 and 1 are equal), a boolean true/false, an object or array
 // its canonical JSON without the noise fields. Several paths give a JSON array of those texts. A

@@ -18,24 +18,29 @@ import (
 // reqState is what the middleware knows about one guarded request. Key sources and the scope
 // function find it in the request context; it is used by one goroutine at a time.
 type reqState struct {
-	cfg        *config
-	src        io.ReadCloser // the original body
-	reqID      string
-	bodyDone   bool
-	body       []byte
-	bodyErr    error
-	consumed   []byte // with bodyErr: what was read of the original before the error
-	jsonDone   bool
-	doc        any
-	docOK      bool
-	canonDone  bool
-	canon      []byte // the body's canonical JSON without noise, when canonErr is nil
-	canonErr   error  // errNotJSON, or an ErrDuplicateMember error
-	canonLossy bool   // decoding replaced an invalid byte or an unpaired surrogate with U+FFFD
-	routeDone  bool
-	pattern    string
-	rctx       *chi.Context
-	unroutable bool
+	cfg      *config
+	src      io.ReadCloser // the original body
+	reqID    string
+	bodyDone bool
+	body     []byte
+	bodyErr  error
+	consumed []byte // with bodyErr: what was read of the original before the error
+	// content is what the body carries, once worked out (contentDone): what it decodes to when it
+	// is a gzip body (encoded), else body. Key fields and fingerprints are taken from it.
+	contentDone bool
+	content     []byte
+	encoded     bool
+	jsonDone    bool
+	doc         any
+	docOK       bool
+	canonDone   bool
+	canon       []byte // the body's canonical JSON without noise, when canonErr is nil
+	canonErr    error  // errNotJSON, or an ErrDuplicateMember error
+	canonLossy  bool   // decoding replaced an invalid byte or an unpaired surrogate with U+FFFD
+	routeDone   bool
+	pattern     string
+	rctx        *chi.Context
+	unroutable  bool
 	// derivedKey is the last key a deriving source (JSONFields, All, Tokens.Key) produced: the
 	// middleware made it, so Options.MaxKeyLen (a bound on what clients send) does not apply to it.
 	derivedKey string
@@ -172,17 +177,33 @@ func readLimited(src io.Reader, declared, limit int64) ([]byte, error) {
 	}
 }
 
-// canonical returns the canonical form of the loaded body (see canonicalize), computed once.
+// payload returns what body, the loaded body of r, carries: what it decodes to when it is a whole
+// gzip stream sent with Content-Encoding gzip (encoded; see gunzipped), else body itself. It is
+// worked out once, and canonical works on it: a client compressing its JSON request still has its
+// key fields read and its noise removed.
+func (st *reqState) payload(r *http.Request, body []byte) (content []byte, encoded bool) {
+	if !st.contentDone {
+		st.contentDone = true
+		st.content, st.encoded = gunzipped(r.Header, body, st.cfg.MaxBodyBytes)
+		if !st.encoded {
+			st.content = body
+		}
+	}
+	return st.content, st.encoded
+}
+
+// canonical returns the canonical form of the body's payload (see payload and canonicalize),
+// computed once, after payload.
 func (st *reqState) canonical() ([]byte, error) {
 	if !st.canonDone {
 		st.canonDone = true
-		st.canon, st.canonLossy, st.canonErr = canonicalizeLossy(make([]byte, 0, len(st.body)), st.body, st.cfg.noise)
+		st.canon, st.canonLossy, st.canonErr = canonicalizeLossy(make([]byte, 0, len(st.content)), st.content, st.cfg.noise)
 	}
 	return st.canon, st.canonErr
 }
 
-// json returns the body parsed as JSON, once: ok is false when it is not JSON. A JSON body that
-// repeats a member name is an error matching ErrDuplicateMember.
+// json returns the body's payload (a gzip body decoded) parsed as JSON, once: ok is false when it is
+// not JSON. A JSON body that repeats a member name is an error matching ErrDuplicateMember.
 func (st *reqState) json(r *http.Request) (any, bool, error) {
 	if st.jsonDone {
 		return st.doc, st.docOK, nil
@@ -191,6 +212,7 @@ func (st *reqState) json(r *http.Request) (any, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	body, _ = st.payload(r, body)
 	if len(body) > 0 {
 		if _, err := st.canonical(); errors.Is(err, ErrDuplicateMember) {
 			return nil, false, err
