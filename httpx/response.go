@@ -31,7 +31,7 @@ type headerField struct {
 }
 
 // The stored form of a response (format 2, or 3 when it has trailers; format 1, written before, is
-// read too):
+// read too, a body stored with Content-Encoding then counting as omitted and encoded):
 //
 //	byte 0    format version (2, or 3 when a field is a trailer)
 //	byte 1    flags: bit 0 set when the body was omitted, bit 1 when it was omitted because the
@@ -156,6 +156,14 @@ func decodeResponse(b []byte) (storedResponse, error) {
 	}
 	if len(b) > 0 {
 		s.body = b
+	}
+	if format == responseFormatV1 && slices.ContainsFunc(s.header, func(f headerField) bool {
+		return f.name == "Content-Encoding" && !strings.EqualFold(strings.TrimSpace(f.value), "identity")
+	}) {
+		// Format 1 stored Content-Encoding, which is no longer replayed, with the body the handler
+		// encoded: replayed without it, the body would reach the client as garbage. Such a body
+		// counts as encoded by the handler (see captureWriter.changes): not replayed.
+		s.omitted, s.encoded, s.size, s.body = true, true, uint64(len(s.body)), nil
 	}
 	return s, nil
 }
