@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/idemkit/idemkit"
@@ -41,13 +42,18 @@ func Header(name string) KeySource {
 	}
 }
 
-// Query takes the key from the query parameter name. A parameter given more than once is invalid.
+// Query takes the key from the query parameter name. A parameter given more than once is invalid,
+// and so is one net/url cannot parse (a bad percent escape, a semicolon in its pair), rather than
+// taken for no key.
 func Query(name string) KeySource {
 	if name == "" {
 		panic("httpx: Query: empty parameter name")
 	}
 	return func(r *http.Request) (string, error) {
-		vals := r.URL.Query()[name]
+		vals, ok := queryValues(r.URL.RawQuery, name)
+		if !ok {
+			return "", fmt.Errorf("%w: query parameter %s is malformed", idemkit.ErrInvalidKey, name)
+		}
 		switch len(vals) {
 		case 0:
 			return "", nil
@@ -56,6 +62,29 @@ func Query(name string) KeySource {
 		}
 		return "", fmt.Errorf("%w: query parameter %s %w", idemkit.ErrInvalidKey, name, errMultipleKeys)
 	}
+}
+
+// queryValues returns the values of the parameter name in the raw query as url.ParseQuery reads
+// them; ok is false when a pair naming it is one ParseQuery drops: a value with a bad escape, or
+// a pair holding a semicolon (once a separator), whichever of its parts names it.
+func queryValues(raw, name string) (vals []string, ok bool) {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		parts := strings.Split(pair, ";")
+		for _, part := range parts {
+			k, v, _ := strings.Cut(part, "=")
+			if k, err := url.QueryUnescape(k); err != nil || k != name {
+				continue
+			}
+			v, err := url.QueryUnescape(v)
+			if err != nil || len(parts) > 1 {
+				return nil, false
+			}
+			vals = append(vals, v)
+		}
+	}
+	return vals, true
 }
 
 // URLParam takes the key from the route parameter name: chi's URL parameter when routed by chi
