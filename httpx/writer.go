@@ -311,7 +311,7 @@ func (cw *captureWriter) changes() (header []headerField, encoded bool) {
 			header = append(header, headerField{name: name, clear: true})
 		}
 		for _, v := range now {
-			header = append(header, headerField{name: name, value: v})
+			header = append(header, headerField{name: name, value: sentValue(v)})
 		}
 	}
 	if v, ok := h["Content-Type"]; ok && len(v) == 0 && slices.Contains(cw.cfg.replay, "Content-Type") && !slices.ContainsFunc(header, func(f headerField) bool { return f.name == "Content-Type" && !f.clear }) {
@@ -347,7 +347,7 @@ func (cw *captureWriter) trailers(fields []headerField) []headerField {
 	for _, key := range slices.Compact(names) {
 		name := textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(key, http.TrailerPrefix))
 		for _, v := range h[key] {
-			fields = append(fields, headerField{name: name, value: v, trailer: true})
+			fields = append(fields, headerField{name: name, value: sentValue(v), trailer: true})
 		}
 	}
 	return fields
@@ -411,12 +411,30 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %d of %d bytes", errResponseCut, cw.size, cw.declared))
 	}
 	s := storedResponse{status: cw.status, header: cw.header, body: cw.body}
-	if len(s.header) > maxStoredFields {
-		s.header = nil // too many to store: the response cannot be replayed faithfully
+	if len(s.header) > maxStoredFields || slices.ContainsFunc(s.header, func(f headerField) bool { return !validFieldValue([]byte(f.value)) }) {
+		// Too many to store, or a value with a control character net/http sent as it is but a
+		// replay refuses: the response cannot be replayed faithfully.
+		s.header = nil
 		s.omitted = true
 	}
 	if cw.overflow || cw.encoded || s.omitted || cw.cfg.Duplicates == Reject {
 		s.body, s.omitted, s.encoded, s.size = nil, true, cw.encoded, cw.size
 	}
 	return s.encode(), nil
+}
+
+// sentValue renders a header field value as net/http writes it: CR and LF each become a space, and
+// the value is trimmed (see http.Header.Write). Values are stored so: the stored response is what
+// the client got, and a replay refuses a value with line breaks.
+func sentValue(v string) string {
+	if !strings.ContainsAny(v, "\r\n \t") {
+		return v
+	}
+	b := []byte(v)
+	for i, c := range b {
+		if c == '\r' || c == '\n' {
+			b[i] = ' '
+		}
+	}
+	return textproto.TrimString(string(b))
 }
