@@ -227,7 +227,8 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 			s.metrics.observer.Reconciled(ctx, e)
 		},
 	}
-	tasks := append(sweep.RecordTasks(s.store), reconciler.Task(), sweep.Task{
+	// The orphan task settles the orders no record follows any more: see orders.orphanTask.
+	tasks := append(sweep.RecordTasks(s.store), reconciler.Task(), s.orders.orphanTask(status, cfg.ReconcileAfter), sweep.Task{
 		Name: "barrier",
 		Run: func(ctx context.Context, now time.Time, limit int) (int, error) {
 			return bar.DeleteOlder(ctx, now.Add(-barrierRetention), limit)

@@ -150,6 +150,7 @@ func (d *database) createTables(ctx context.Context) error {
 				created_at DATETIME(3) NOT NULL,
 				UNIQUE KEY ` + t.orders + `_gid (gid),
 				KEY ` + t.orders + `_user (user_id),
+				KEY ` + t.orders + `_pending (status, created_at),
 				CHECK (qty > 0 AND amount > 0)
 			) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 			`CREATE TABLE IF NOT EXISTS ` + t.accounts + ` (
@@ -178,6 +179,7 @@ func (d *database) createTables(ctx context.Context) error {
 				created_at DATETIME NOT NULL
 			)`,
 			`CREATE INDEX IF NOT EXISTS ` + t.orders + `_user ON ` + t.orders + ` (user_id)`,
+			`CREATE INDEX IF NOT EXISTS ` + t.orders + `_pending ON ` + t.orders + ` (status, created_at)`,
 			`CREATE TABLE IF NOT EXISTS ` + t.accounts + ` (
 				user_id TEXT NOT NULL PRIMARY KEY,
 				balance INTEGER NOT NULL CHECK (balance >= 0),

@@ -285,7 +285,8 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 		// The order was inserted, but its transaction never started (DTM could not be asked whether
 		// the gid is free, the claim was lost before the start, or the submit — the TCC's prepare —
 		// could not even connect to DTM): the Rollback hook marks it FAILED
-		// now or, through the reconciler, soon, and the key is free again for the initiator. An
+		// now or, through the sweeper (the reconciler, or the orphan task when the hook failed with
+		// the record rolled back: see orphanTask), soon, and the key is free again for the initiator. An
 		// outage, not the order's outcome: a 201 FAILED would be stored by the middleware and replayed
 		// to every retry. 503: the retry creates the order anew.
 		o.logger.WarnContext(ctx, "order not started", "order_id", id, "gid", d.gid, "error", err)
