@@ -21,24 +21,11 @@ import (
 func TestDTMDownBeforeTheStartIsRetryable(t *testing.T) {
 	needDTM(t)
 	srv := dtmserver.StartT(t)
-	target, err := url.Parse(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var down atomic.Bool
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "bad gateway", http.StatusBadGateway) // a gateway in front of a DTM that is down
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
+	dtmURL, down := gatewayTo(t, srv.URL())
 
 	cfg := testConfig()
 	cfg.DataDir = t.TempDir()
-	cfg.DTM = proxy.URL + target.Path
+	cfg.DTM = dtmURL
 	svc := startServices(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -81,4 +68,26 @@ func TestDTMDownBeforeTheStartIsRetryable(t *testing.T) {
 			t.Fatalf("balance %d, want %d: each order charged once", acct.Balance, want)
 		}
 	}
+}
+
+// gatewayTo starts a gateway in front of the DTM server at dtm and returns the URL to reach DTM
+// through it: it forwards every call until down is set, then answers 502, as a gateway in front of a
+// DTM that is down does.
+func gatewayTo(t *testing.T, dtm string) (string, *atomic.Bool) {
+	t.Helper()
+	target, err := url.Parse(dtm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := new(atomic.Bool)
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	return proxy.URL + target.Path, down
 }

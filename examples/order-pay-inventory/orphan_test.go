@@ -3,10 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,23 +19,10 @@ import (
 func TestNeverStartedOrderIsSettled(t *testing.T) {
 	needDTM(t)
 	srv := dtmserver.StartT(t)
-	target, err := url.Parse(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var down atomic.Bool
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
+	dtmURL, down := gatewayTo(t, srv.URL())
 	cfg := testConfig()
 	cfg.DataDir = t.TempDir()
-	cfg.DTM = proxy.URL + target.Path
+	cfg.DTM = dtmURL
 	svc := startServices(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
