@@ -54,8 +54,9 @@ type Options struct {
 	// disables the cache.
 	CacheTTL time.Duration
 	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease while the
-	// function runs, up to MaxHold, and cancels the function's context with ErrLockLost when renewal
-	// fails. Defaults to false.
+	// function runs, up to MaxHold, and cancels the function's context with ErrLockLost when the claim
+	// is lost, or half a renewal period before its lease lapses when renewals keep failing or MaxHold
+	// has passed (while duplicates are still turned away). Defaults to false.
 	Watchdog bool
 	// MaxHold caps how long the watchdog keeps a claim alive. Defaults to DefaultMaxHold (10m).
 	MaxHold time.Duration

@@ -9,8 +9,10 @@ import (
 
 // watch keeps the claim alive while its function runs: every third of the shorter of LockTTL and Lease
 // it calls Extend, until Options.MaxHold has passed since the claim. When the claim is lost, or the hold
-// lapses, the returned context is cancelled with ErrLockLost as its cause. The renewals go on until
-// stop, even once parent ended: a function that goes on after its caller left (finishing what it
+// is about to lapse (renewals failing, or MaxHold passed), the returned context is cancelled with
+// ErrLockLost as its cause — half a period before the lease the last renewal gave runs out, so that
+// the function learns it lost its claim while duplicates are still turned away. The renewals go on
+// until stop, even once parent ended: a function that goes on after its caller left (finishing what it
 // started) would otherwise lose its claim to the caller's retry, which would run the work again beside
 // it. stop ends the watchdog and waits for it, so nothing is renewed after it returns.
 func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()) {
@@ -22,12 +24,15 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 	}
 	period = max(period/3, time.Millisecond)
 	started := g.opts.Now()
-	holdUntil := started.Add(period * 3) // the claim is safe until then without renewal
+	// giveUp is when the watchdog cancels unless a renewal moved it: half a period before the claim,
+	// last renewed (or taken) before then, may be taken over.
+	giveUp := started.Add(period*3 - period/2)
 	stopc, done := make(chan struct{}), make(chan struct{})
 	renewing := context.WithoutCancel(ctx) // the function may outlive its caller: renew until stop
+	var failing error                      // the last renewal's error, nil once one succeeds
 	go func() {
 		defer close(done)
-		t := time.NewTicker(period)
+		t := time.NewTimer(period)
 		defer t.Stop()
 		for {
 			select {
@@ -35,28 +40,35 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 				return
 			case <-t.C:
 			}
-			now := g.opts.Now()
-			if now.Sub(started) >= g.opts.MaxHold {
-				if !now.Before(holdUntil) {
+			ticked, now := time.Now(), g.opts.Now()
+			left := giveUp.Sub(now)
+			if left <= 0 {
+				if failing != nil {
+					cancel(fmt.Errorf("%w: renewal failing: %w", ErrLockLost, failing))
+				} else {
 					cancel(fmt.Errorf("%w: held longer than MaxHold (%s)", ErrLockLost, g.opts.MaxHold))
-					return
 				}
+				return
+			}
+			if now.Sub(started) >= g.opts.MaxHold {
+				t.Reset(left) // no more renewals: give up in time
 				continue
 			}
-			ectx, ecancel := context.WithTimeout(renewing, period)
+			ectx, ecancel := context.WithTimeout(renewing, min(period, left))
 			err := cl.Extend(ectx)
 			ecancel()
 			switch {
 			case err == nil:
-				holdUntil = now.Add(period * 3)
+				failing = nil
+				giveUp = now.Add(period*3 - period/2)
+				t.Reset(max(period-time.Since(ticked), 0)) // keep the cadence, however long Extend took
 			case errors.Is(err, ErrLockNotHeld), errors.Is(err, ErrFenced):
 				cancel(fmt.Errorf("%w: %w", ErrLockLost, err))
 				return
-			case !g.opts.Now().Before(holdUntil):
-				cancel(fmt.Errorf("%w: renewal failing: %w", ErrLockLost, err))
-				return
 			default:
+				failing = err
 				g.opts.Logger.WarnContext(renewing, "idemkit: watchdog renewal failed, retrying", "error", err)
+				t.Reset(max(min(period, giveUp.Sub(g.opts.Now())), 0))
 			}
 		}
 	}()
