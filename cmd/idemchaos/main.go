@@ -1,13 +1,14 @@
 //go:build unix
 
 // Command idemchaos runs idemkit's chaos harness: worker processes with their own Guards, gorm pools
-// and Redis clients serve Execute-mode, Tx-mode and HTTP (httpx) requests for a load generator that
-// hammers shared keys with duplicates, while Redis is killed and restarted empty, the database
-// (MariaDB, or PostgreSQL with -db postgres) is restarted, workers are SIGKILLed inside business functions and frozen past their lease. An
-// independent checker then reads the business tables and the record table and verifies that every
-// key took effect at most once (exactly once when answered with success), that the money is
-// conserved, that every answer matches the stored result, that nothing is stuck PROCESSING and
-// that no fenced write was lost or duplicated.
+// and Redis clients serve Execute-mode, Tx-mode, TxMark, Mark-mode and HTTP (httpx) requests for a
+// load generator that hammers shared keys with duplicates, while Redis is killed and restarted empty,
+// the database (MariaDB, or PostgreSQL with -db postgres) is restarted, workers are SIGKILLed inside
+// business functions and frozen past their lease. An independent checker then reads the business
+// tables and the record table and verifies that every key took effect at most once (exactly once
+// when answered with success; Mark mode promises at most once only), that the money is conserved,
+// that every answer matches the stored result, that nothing is stuck PROCESSING and that no fenced
+// write was lost or duplicated.
 //
 // It starts a private database server (mariadbd, or PostgreSQL run as the user postgres when root)
 // and redis-server on free loopback ports (never the shared ones) and stops every process it started,

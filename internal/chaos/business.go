@@ -19,7 +19,7 @@ type Tables struct {
 	Records  string // idemkit records (record.Store)
 	Accounts string // id, balance
 	Ledger   string // one row per applied transfer; deliberately not unique per key
-	Gate     string // per-key fence register of the fenced paths (Execute mode, HTTP)
+	Gate     string // per-key fence register of the fenced paths (Execute mode, HTTP, Mark mode)
 }
 
 // DefaultTables returns the table names used on the private server.
@@ -33,6 +33,9 @@ const (
 	PathTx   = "tx"   // RPC to a worker, guard.DoTx in the business transaction (Tx mode)
 	PathHTTP = "http" // POST /pay with an Idempotency-Key header, through the httpx middleware
 	PathMark = "mark" // RPC to a worker, store.TxMark: the mark and the business in one Guard-owned transaction
+	// PathMarkExec: RPC to a worker, guard.Mark (Mark mode): the mark is written before the function,
+	// whose fenced transfer commits apart from it.
+	PathMarkExec = "markexec"
 )
 
 // Scopes of the RPC paths (the HTTP path's scope is httpx's default, "POST /pay").
@@ -41,6 +44,8 @@ const (
 	scopeTx   = "chaos/tx"
 	scopeHTTP = "POST /pay"
 	scopeMark = "chaos/mark"
+	// scopeMarkExec is the scope of PathMarkExec.
+	scopeMarkExec = "chaos/markexec"
 )
 
 // Op is the payload of an operation: move Amount from account Src to account Dst.
@@ -139,8 +144,8 @@ const (
 	bizError    bizOutcome = "error"    // database error, rolled back
 )
 
-// fencedTransfer is the business write of the fenced paths (Execute mode and HTTP), where the
-// business transaction is not the record's: in one transaction on the business database it
+// fencedTransfer is the business write of the fenced paths (Execute mode, HTTP and Mark mode), where
+// the business transaction is not the record's: in one transaction on the business database it
 //
 //  1. raises the key's fence register to this attempt's fence — the fence condition
 //     (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence), or ON CONFLICT ... GREATEST
@@ -153,7 +158,9 @@ const (
 //  3. otherwise applies the transfer and points the register at its ledger row.
 //
 // Step 2 is what Execute mode needs from a business that commits separately from the record: the
-// fence tells attempts apart, but only the business can know whether its own commit happened.
+// fence tells attempts apart, but only the business can know whether its own commit happened. Mark
+// mode needs it too: a retryable failure finishes the mark FAILED and the retry takes it over at the
+// next fence, and the failure may be a commit whose reply was lost.
 func (w *worker) fencedTransfer(ctx context.Context, path, key string, op Op, out *bizOutcome) ([]byte, error) {
 	fence, ok := idemkit.FenceFromContext(ctx)
 	if !ok {

@@ -53,30 +53,41 @@ func runChaos(t *testing.T, cfg Config) *Report {
 	return rep
 }
 
-// TestChaos is the CI configuration: three workers and six clients for 30s over the three paths,
-// with every fault injected (a worker SIGKILLed in an Execute-mode function, Redis restarted empty,
-// a worker frozen past its lease, MariaDB restarted, a worker SIGKILLed in a Tx-mode function,
-// Redis again). The checker must find nothing, every fault kind must have been injected, and the
-// stall must show the fence refusing the frozen attempt's business write.
+// TestChaos is the CI configuration: three workers and six clients for 45s over the five paths,
+// with every fault injected (a worker SIGKILLed in an Execute-mode function, then in a Tx-mode one
+// and a TxMark one, Redis restarted empty, a worker frozen past its lease in Execute mode or HTTP,
+// a worker SIGKILLed in a Mark-mode function, MariaDB restarted, a worker frozen in a Mark-mode
+// function). The checker must find nothing, every fault kind must have been injected, a stall must
+// show the fence refusing the frozen attempt's business write, and the Mark-mode stall the mark
+// holding its key.
 func TestChaos(t *testing.T) {
-	// Every fault, and a worker killed inside the business of each database-transaction path in turn:
-	// Execute mode, Tx mode and the mark (TxMark), writes done and the commit pending.
-	rep := runChaos(t, Config{Duration: 30 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second,
-		Faults: []FaultKind{FaultWorkerKill, FaultWorkerKill, FaultRedisRestart, FaultWorkerKill, FaultWorkerStall, FaultMariaDBRestart}})
+	// Every fault, and a worker killed inside the business of each path in turn: Execute mode, Tx
+	// mode, the mark (TxMark) and Mark mode, writes done and the commit pending.
+	rep := runChaos(t, Config{Duration: 45 * time.Second, Workers: 3, Clients: 6, FaultInterval: 4 * time.Second,
+		Faults: []FaultKind{FaultWorkerKill, FaultWorkerKill, FaultRedisRestart, FaultWorkerKill, FaultWorkerStall, FaultWorkerKill,
+			FaultMariaDBRestart, FaultWorkerStall}})
 	checkChaos(t, rep, MariaDB)
 	if rep.WorkerTotals.MultiTx == 0 {
 		t.Errorf("no Guard-owned transaction ran on multi-statement packets")
 	}
 	killed := map[string]bool{}
+	markHeld := false
 	for _, f := range rep.Faults {
 		if f.Kind == FaultWorkerKill && f.Injected {
 			killed[f.Path] = true
 		}
+		markHeld = markHeld || f.Kind == FaultWorkerStall && f.Path == PathMarkExec && f.Shown()
 	}
-	for _, p := range []string{PathExec, PathTx, PathMark} {
+	for _, p := range []string{PathExec, PathTx, PathMark, PathMarkExec} {
 		if !killed[p] {
 			t.Errorf("no worker was killed inside the business of the %s path (killed: %v)", p, killed)
 		}
+	}
+	if !markHeld {
+		t.Errorf("no stall showed a frozen Mark-mode function holding its key and applying its transfer once resumed")
+	}
+	if rep.Check.MarkKilled == 0 {
+		t.Errorf("the checker saw no Mark-mode key hit by a kill")
 	}
 }
 
@@ -106,7 +117,7 @@ func checkChaos(t *testing.T, rep *Report, db string) {
 	}
 	refused := 0
 	for _, f := range rep.Faults {
-		if f.Kind == FaultWorkerStall && f.Shown() {
+		if f.Kind == FaultWorkerStall && f.Path != PathMarkExec && f.Shown() {
 			refused++
 		}
 	}

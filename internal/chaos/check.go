@@ -21,7 +21,7 @@ import (
 // log), what the workers reported doing (events) and what the database holds.
 
 // checkScopes are the record scopes of the paths, as the checker expects them.
-var checkScopes = map[string]string{PathExec: "chaos/exec", PathTx: "chaos/tx", PathHTTP: "POST /pay", PathMark: "chaos/mark"}
+var checkScopes = map[string]string{PathExec: "chaos/exec", PathTx: "chaos/tx", PathHTTP: "POST /pay", PathMark: "chaos/mark", PathMarkExec: "chaos/markexec"}
 
 // CheckInput is what [Check] verifies.
 type CheckInput struct {
@@ -54,6 +54,11 @@ type CheckResult struct {
 	StaleChecked   int   `json:"stale_checked"`    // stale business writes (refused by the fence) checked
 	StallsChecked  int   `json:"stalls_checked"`   // stall faults checked
 	LedgerTotal    int64 `json:"ledger_total"`     // sum of the applied transfers
+	// MarkKilled counts the Mark-mode keys (PathMarkExec) whose worker was killed inside the function,
+	// and MarkLost those marked done without their transfer — the at-most-once of Mark mode, each
+	// explained by a kill or by an answer whose outcome was unknown (a reply lost to a restart).
+	MarkKilled int `json:"mark_killed"`
+	MarkLost   int `json:"mark_lost"`
 	// Violations lists each broken invariant.
 	Violations []Violation `json:"violations"`
 }
@@ -153,7 +158,9 @@ type keyView struct {
 	answers   []Answer
 	success   []Answer
 	rejects   []Answer
-	dups      []Answer // ErrDuplicate answers (the mark path)
+	dups      []Answer // ErrDuplicate answers (the mark paths)
+	// killed: a worker was killed inside this key's business function (a worker_kill fault).
+	killed bool
 }
 
 func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[string]chkGate, balances map[int]int64) *CheckResult {
@@ -187,6 +194,11 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 		}
 	}
 	r.Keys = len(views)
+	for _, f := range in.Faults {
+		if v := views[f.Key]; f.Kind == FaultWorkerKill && f.Injected && v != nil {
+			v.killed = true
+		}
+	}
 
 	// Records: one per (scope, key), none PROCESSING, none for keys nobody asked for.
 	recBy := map[[2]string][]chkRecord{}
@@ -250,6 +262,23 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 				r.SucceededKeys++
 				successKeys++
 				successTotal += v.op.Amount
+			}
+			continue
+		}
+		if v.path == PathMarkExec {
+			g, hasGate := gates[key]
+			switch markExecChecked(v, rec, effs, g, hasGate, violate) {
+			case markApplied:
+				r.SucceededKeys++
+				successKeys++
+				successTotal += v.op.Amount
+			case markRejected:
+				r.RejectedKeys++
+			case markLost:
+				r.MarkLost++
+			}
+			if v.killed {
+				r.MarkKilled++
 			}
 			continue
 		}
@@ -364,6 +393,15 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 			continue
 		}
 		r.StallsChecked++
+		if f.Path == PathMarkExec {
+			// A mark has no lease: frozen past LockTTL, it still holds its key, and the retry is a
+			// duplicate. A takeover that ran means two attempts ran the function of one mark.
+			if f.TakeoverClass != "" && f.TakeoverClass != ClassDuplicate {
+				violate(ViolationInconsistentAnswer, "stall of %s (Mark mode): the retry while the mark's function was frozen (fence %d) was answered %s, not as a duplicate",
+					f.Key, f.StaleFence, f.TakeoverClass)
+			}
+			continue
+		}
 		if f.TakeoverClass == ClassOK || f.TakeoverClass == ClassReplay {
 			for _, eff := range effBy[f.Key] {
 				if eff.fence == f.StaleFence {
@@ -459,6 +497,127 @@ func markChecked(v *keyView, rec *chkRecord, effs []chkEffect, totalMoney int64,
 		}
 	}
 	return marked
+}
+
+// markOutcome is what became of a Mark-mode key.
+type markOutcome int
+
+const (
+	markNone     markOutcome = iota // nothing checkable (a violation was reported)
+	markApplied                     // marked SUCCEEDED with its transfer
+	markRejected                    // marked REJECTED, no transfer
+	markLost                        // marked SUCCEEDED without its transfer (a crash or a lost reply)
+)
+
+// markExecChecked checks a key of Mark mode (guard.Mark, PathMarkExec) and reports what became of
+// it. The mark is written SUCCEEDED before the function and keeps no result; the function's fenced
+// transfer commits apart from it. So Mark promises, and the checker verifies:
+//
+//   - at most one transfer per key (checked for every path), and none for a REJECTED key;
+//   - the key ends marked: SUCCEEDED or REJECTED — a retryable failure finishes it FAILED, and the
+//     settling retry takes it over — with a record for every answer that says it is done;
+//   - a fresh success (ClassOK) carries the transfer's own values (ledger id, fence, amount), and at
+//     most one request is answered so: a marked key's duplicates get ErrDuplicate (ClassDuplicate, or
+//     in flight while the lock holder runs), never a stored value (no ClassReplay);
+//   - a rejection is answered with the error text the REJECTED mark stores (its duplicates get
+//     ErrDuplicate: a mark replays nothing), and never for a key that took effect;
+//   - the transfer was made under the mark's claim or an earlier one (its fence no higher than the
+//     mark's) and is the one the fence register points at, whose fence is no higher than the mark's.
+//
+// And what it does not promise: a crash inside the function leaves the key marked without its
+// transfer, and so may a claim whose reply was lost (a database restart) — Mark is at most once. Such
+// a key is accepted only when a worker was killed inside its function or one of its answers left the
+// outcome unknown (unavailable, no answer, fenced); it must then have no success answer.
+func markExecChecked(v *keyView, rec *chkRecord, effs []chkEffect, g chkGate, hasGate bool, violate func(kind, format string, args ...any)) markOutcome {
+	key := v.key
+	if len(v.success) == 0 && len(v.dups) == 0 && len(v.rejects) == 0 {
+		violate(ViolationUnsettled, "key %s never settled: %d requests, no success, duplicate or rejection", key, len(v.answers))
+	}
+	var fresh []Answer
+	for _, a := range v.success {
+		if a.Class == ClassOK {
+			fresh = append(fresh, a)
+		} else {
+			violate(ViolationUnexpectedAnswer, "key %s (Mark mode) answered a replay (request %d): a mark replays nothing", key, a.Seq)
+		}
+	}
+	if len(fresh) > 1 {
+		violate(ViolationDuplicateEffect, "key %s (Mark mode): the function ran to success for requests %d and %d: a duplicate of a marked key ran", key, fresh[0].Seq, fresh[1].Seq)
+	}
+	if len(fresh) > 0 && len(v.rejects) > 0 {
+		violate(ViolationInconsistentAnswer, "key %s answered both with a result (request %d) and a rejection (request %d)", key, fresh[0].Seq, v.rejects[0].Seq)
+	}
+	if rec == nil {
+		if len(v.success)+len(v.dups)+len(v.rejects) > 0 || len(effs) > 0 {
+			violate(ViolationMissingEffect, "key %s (Mark mode) answered as done (%d successes, %d duplicates, %d rejections) or applied (%d effects), but has no mark",
+				key, len(v.success), len(v.dups), len(v.rejects), len(effs))
+		}
+		return markNone
+	}
+	for _, e := range effs {
+		if e.fence > rec.fence {
+			violate(ViolationLostWrite, "key %s: effect %d has fence %d, above its mark's %d", key, e.id, e.fence, rec.fence)
+		}
+	}
+	if len(effs) == 1 {
+		switch {
+		case !hasGate || g.ledgerID != effs[0].id:
+			violate(ViolationLostWrite, "key %s: fence register points at ledger %d, the effect is %d", key, g.ledgerID, effs[0].id)
+		case g.fence > rec.fence:
+			violate(ViolationFenced, "key %s: fence register at %d is ahead of its mark's fence %d", key, g.fence, rec.fence)
+		}
+	}
+	for _, a := range fresh {
+		val, err := parseValue([]byte(a.Value))
+		switch {
+		case err != nil:
+			violate(ViolationInconsistentAnswer, "key %s: unreadable result %q: %v", key, a.Value, err)
+		case val.Op != key:
+			violate(ViolationInconsistentAnswer, "key %s answered the result of %s", key, val.Op)
+		case len(effs) != 1:
+			violate(ViolationMissingEffect, "key %s answered with a result (request %d) but has %d effects", key, a.Seq, len(effs))
+		case val.Ledger != effs[0].id || val.Fence != effs[0].fence || val.Amount != effs[0].amount:
+			violate(ViolationInconsistentAnswer, "key %s answered %+v, but its effect is ledger %d fence %d amount %d", key, val, effs[0].id, effs[0].fence, effs[0].amount)
+		}
+	}
+	switch rec.status {
+	case "REJECTED":
+		if len(effs) != 0 {
+			violate(ViolationInconsistentAnswer, "key %s: mark REJECTED (%q) but the transfer took effect %d times", key, rec.errText, len(effs))
+		}
+		for _, a := range v.rejects {
+			if a.Value != rec.errText {
+				violate(ViolationInconsistentAnswer, "key %s: rejection of request %d %q, but the mark stores %q", key, a.Seq, a.Value, rec.errText)
+			}
+		}
+		if len(fresh) > 0 {
+			violate(ViolationInconsistentAnswer, "key %s: answered with a result (request %d) but its mark is REJECTED", key, fresh[0].Seq)
+		}
+		return markRejected
+	case "SUCCEEDED":
+	default:
+		violate(ViolationInconsistentAnswer, "key %s: mark %s at the end (fence %d), want SUCCEEDED or REJECTED: the key was answered as settled while it was not", key, rec.status, rec.fence)
+		return markNone
+	}
+	if len(v.rejects) > 0 {
+		violate(ViolationInconsistentAnswer, "key %s: rejection of request %d, but its mark is SUCCEEDED", key, v.rejects[0].Seq)
+	}
+	if len(effs) == 1 {
+		return markApplied
+	}
+	if len(effs) > 1 {
+		return markNone // reported as a duplicate effect
+	}
+	// Marked done, nothing applied: the at-most-once of Mark mode, which a crash inside the
+	// function or a lost reply explains, and nothing else.
+	unknown := v.killed
+	for _, a := range v.answers {
+		unknown = unknown || a.Class == ClassUnavailable || a.Class == ClassTransport || a.Class == ClassFenced
+	}
+	if !unknown {
+		violate(ViolationMissingEffect, "key %s: marked SUCCEEDED (fence %d) without its transfer, and no kill or unknown outcome explains it (%d requests)", key, rec.fence, len(v.answers))
+	}
+	return markLost
 }
 
 // storedMatches compares an answer with the stored record; it returns "" when they agree.

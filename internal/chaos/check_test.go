@@ -18,8 +18,11 @@ import (
 
 // world is a consistent outcome of a tiny run, for the checker's unit tests: an Execute-mode key
 // answered twice, a Tx-mode key, an HTTP key, a rejected overdraft, a mark (TxMark) key answered
-// fresh and then as a duplicate, and a mark key refused once for lack of funds that took effect on a
-// retry.
+// fresh and then as a duplicate, a mark key refused once for lack of funds that took effect on a
+// retry, and three Mark-mode (guard.Mark) keys: one that failed retryably at fence 1 and took effect
+// at fence 2 (after a stall whose retry was answered as a duplicate), a rejected overdraft whose
+// duplicate got ErrDuplicate, and one whose worker was killed inside the function, marked without
+// its transfer.
 type world struct {
 	in       CheckInput
 	recs     []chkRecord
@@ -44,6 +47,7 @@ func newWorld() *world {
 	v2 := string(bizValue("t-1", 2, 1, 5))
 	v3 := string(bizValue("h-1", 3, 2, 7))
 	v4 := string(bizValue("m-1", 4, 1, 3))
+	v6 := string(bizValue("k-1", 6, 2, 6))
 	over := Op{Src: 1, Dst: 2, Amount: 1 << 40}
 	w := &world{
 		in: CheckInput{Accounts: 2, InitialBalance: 1000, Answers: []Answer{
@@ -60,8 +64,18 @@ func newWorld() *world {
 			{Seq: 11, Path: PathMark, Key: "m-2", Op: Op{1, 2, 4}, Class: ClassRejected, Value: "insufficient funds"},
 			{Seq: 12, Path: PathMark, Key: "m-2", Op: Op{1, 2, 4}, Class: ClassTransport},
 			{Seq: 13, Path: PathMark, Key: "m-2", Op: Op{1, 2, 4}, Class: ClassDuplicate},
+			{Seq: 14, Path: PathMarkExec, Key: "k-1", Op: Op{2, 1, 6}, Class: ClassFailed, Fence: 1},
+			{Seq: 15, Path: PathMarkExec, Key: "k-1", Op: Op{2, 1, 6}, Class: ClassOK, Value: v6, Fence: 2},
+			{Seq: 16, Path: PathMarkExec, Key: "k-1", Op: Op{2, 1, 6}, Class: ClassDuplicate},
+			{Seq: 17, Path: PathMarkExec, Key: "k-2", Op: over, Class: ClassRejected, Value: "insufficient funds"},
+			{Seq: 18, Path: PathMarkExec, Key: "k-2", Op: over, Class: ClassDuplicate},
+			{Seq: 19, Path: PathMarkExec, Key: "k-3", Op: Op{1, 2, 8}, Class: ClassTransport},
+			{Seq: 20, Path: PathMarkExec, Key: "k-3", Op: Op{1, 2, 8}, Class: ClassDuplicate},
 		}, Events: []Event{
 			{Word: "EVENT", Kind: "fenced", Path: PathHTTP, Key: "h-1", Fence: 1},
+		}, Faults: []FaultRecord{
+			{Kind: FaultWorkerKill, Injected: true, Path: PathMarkExec, Key: "k-3"},
+			{Kind: FaultWorkerStall, Injected: true, Path: PathMarkExec, Key: "k-1", StaleFence: 2, TakeoverClass: ClassDuplicate, StaleOutcome: "applied"},
 		}},
 		recs: []chkRecord{
 			{scope: "chaos/exec", key: "e-1", status: "SUCCEEDED", fence: 1, response: []byte(v1)},
@@ -70,6 +84,9 @@ func newWorld() *world {
 			{scope: "chaos/exec", key: "e-2", status: "REJECTED", fence: 1, errText: "insufficient funds"},
 			{scope: "chaos/mark", key: "m-1", status: "SUCCEEDED", fence: 1},
 			{scope: "chaos/mark", key: "m-2", status: "SUCCEEDED", fence: 2},
+			{scope: "chaos/markexec", key: "k-1", status: "SUCCEEDED", fence: 2},
+			{scope: "chaos/markexec", key: "k-2", status: "REJECTED", fence: 1, errText: "insufficient funds"},
+			{scope: "chaos/markexec", key: "k-3", status: "SUCCEEDED", fence: 1},
 		},
 		effects: []chkEffect{
 			{id: 1, key: "e-1", path: PathExec, fence: 1, src: 1, dst: 2, amount: 10},
@@ -77,9 +94,10 @@ func newWorld() *world {
 			{id: 3, key: "h-1", path: PathHTTP, fence: 2, src: 1, dst: 2, amount: 7},
 			{id: 4, key: "m-1", path: PathMark, fence: 1, src: 2, dst: 1, amount: 3},
 			{id: 5, key: "m-2", path: PathMark, fence: 2, src: 1, dst: 2, amount: 4},
+			{id: 6, key: "k-1", path: PathMarkExec, fence: 2, src: 2, dst: 1, amount: 6},
 		},
-		gates:    map[string]chkGate{"e-1": {fence: 1, ledgerID: 1}, "h-1": {fence: 2, ledgerID: 3}},
-		balances: map[int]int64{1: 1000 - 10 + 5 - 7 + 3 - 4, 2: 1000 + 10 - 5 + 7 - 3 + 4},
+		gates:    map[string]chkGate{"e-1": {fence: 1, ledgerID: 1}, "h-1": {fence: 2, ledgerID: 3}, "k-1": {fence: 2, ledgerID: 6}},
+		balances: map[int]int64{1: 1000 - 10 + 5 - 7 + 3 - 4 + 6, 2: 1000 + 10 - 5 + 7 - 3 + 4 - 6},
 	}
 	return w
 }
@@ -110,8 +128,8 @@ func TestEvaluate(t *testing.T) {
 			delete(w.gates, "e-1")
 		}, []string{ViolationMissingEffect, ViolationNotConserved}},
 		{"mark committed without its effect", func(w *world) {
-			w.effects = w.effects[:3]
-			w.balances = map[int]int64{1: 1000 - 10 + 5 - 7, 2: 1000 + 10 - 5 + 7}
+			w.effects = append(w.effects[:3], w.effects[5])
+			w.balances = map[int]int64{1: 1000 - 10 + 5 - 7 + 6, 2: 1000 + 10 - 5 + 7 - 6}
 		}, []string{ViolationLostWrite, ViolationNotConserved}},
 		{"mark effect without its mark", func(w *world) {
 			w.recs = w.recs[:5]
@@ -128,6 +146,39 @@ func TestEvaluate(t *testing.T) {
 		{"mark never settled", func(w *world) {
 			w.in.Answers = append(w.in.Answers, Answer{Seq: 14, Path: PathMark, Key: "m-3", Op: Op{2, 1, 3}, Class: ClassInFlight})
 		}, []string{ViolationUnsettled}},
+		{"Mark mode: transfer applied twice", func(w *world) {
+			w.effects = append(w.effects, chkEffect{id: 7, key: "k-1", path: PathMarkExec, fence: 1, src: 2, dst: 1, amount: 6})
+			w.balances[2] -= 6
+			w.balances[1] += 6
+		}, []string{ViolationDuplicateEffect, ViolationMissingEffect, ViolationNotConserved}},
+		{"Mark mode: a duplicate of a marked key ran", func(w *world) {
+			w.in.Answers[15].Class, w.in.Answers[15].Value = ClassOK, w.in.Answers[14].Value
+		}, []string{ViolationDuplicateEffect}},
+		{"Mark mode: answered with a replay", func(w *world) {
+			w.in.Answers[15].Class, w.in.Answers[15].Value = ClassReplay, w.in.Answers[14].Value
+		}, []string{ViolationUnexpectedAnswer}},
+		{"Mark mode: marked without its transfer, nothing explains it", func(w *world) {
+			w.in.Faults = w.in.Faults[1:]
+			w.in.Answers[18].Class = ClassInFlight
+		}, []string{ViolationMissingEffect}},
+		{"Mark mode: success answered for a mark without its transfer", func(w *world) {
+			w.in.Answers[18].Class, w.in.Answers[18].Value = ClassOK, string(bizValue("k-3", 7, 1, 8))
+		}, []string{ViolationMissingEffect}},
+		{"Mark mode: rejection differs from the stored one", func(w *world) {
+			w.recs[7].errText = "idemkit: something else"
+		}, []string{ViolationInconsistentAnswer}},
+		{"Mark mode: rejection answered for a SUCCEEDED mark", func(w *world) {
+			w.recs[7].status, w.recs[7].errText = "SUCCEEDED", ""
+		}, []string{ViolationInconsistentAnswer, ViolationMissingEffect}},
+		{"Mark mode: key left FAILED", func(w *world) {
+			w.recs[6].status = "FAILED"
+		}, []string{ViolationInconsistentAnswer, ViolationNotConserved}},
+		{"Mark mode: transfer under a fence above its mark's", func(w *world) {
+			w.effects[5].fence = 3
+		}, []string{ViolationLostWrite, ViolationInconsistentAnswer}},
+		{"Mark mode: a frozen mark taken over", func(w *world) {
+			w.in.Faults[1].TakeoverClass = ClassOK
+		}, []string{ViolationInconsistentAnswer}},
 		{"lost write: record failed after an effect", func(w *world) {
 			w.recs[0].status, w.recs[0].response = "FAILED", nil
 		}, []string{ViolationLostWrite, ViolationInconsistentAnswer}},
@@ -180,6 +231,15 @@ func TestEvaluate(t *testing.T) {
 				t.Errorf("violation kinds %v, want %v; violations:\n%v", got, want, res.Violations)
 			}
 		})
+	}
+}
+
+// TestEvaluateMarkFigures checks the Mark-mode figures of the consistent world: one key hit by a
+// kill, marked without its transfer, and the other two counted as succeeded and rejected.
+func TestEvaluateMarkFigures(t *testing.T) {
+	res := newWorld().evaluate()
+	if res.MarkKilled != 1 || res.MarkLost != 1 || res.SucceededKeys != 6 || res.RejectedKeys != 2 {
+		t.Errorf("mark killed %d, lost %d, succeeded %d, rejected %d; want 1, 1, 6, 2", res.MarkKilled, res.MarkLost, res.SucceededKeys, res.RejectedKeys)
 	}
 }
 

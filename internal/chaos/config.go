@@ -46,7 +46,9 @@ const (
 	FaultWorkerKill FaultKind = "worker_kill"
 	// FaultWorkerStall freezes a worker (SIGSTOP) inside a business function of Execute mode or the
 	// HTTP path, before its business write, past its lock TTL and lease; another worker takes the key
-	// over and finishes it; then the frozen worker resumes (SIGCONT) with a stale fence.
+	// over and finishes it; then the frozen worker resumes (SIGCONT) with a stale fence. Every other
+	// stall freezes a Mark-mode function (guard.Mark) the same way: a mark has no lease, so the
+	// retry is answered as a duplicate, and the resumed function applies its transfer.
 	FaultWorkerStall FaultKind = "worker_stall"
 )
 

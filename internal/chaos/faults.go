@@ -40,10 +40,22 @@ type FaultRecord struct {
 }
 
 // Shown tells whether the fault did what it is there for: it was injected, and a stall also showed
-// the fence refusing the frozen attempt's business write once a takeover had applied the effect.
+// the fence refusing the frozen attempt's business write once a takeover had applied the effect — or,
+// in Mark mode, where a mark has no lease to run out, the mark holding its key while frozen (the
+// takeover answered as a duplicate) and the frozen function applying its transfer once resumed.
 func (r *FaultRecord) Shown() bool {
-	return r.Injected && (r.Kind != FaultWorkerStall || r.StaleOutcome == string(bizStale))
+	switch {
+	case !r.Injected || r.Kind != FaultWorkerStall:
+		return r.Injected
+	case r.Path == PathMarkExec:
+		return r.TakeoverClass == ClassDuplicate && r.StaleOutcome == string(bizApplied)
+	}
+	return r.StaleOutcome == string(bizStale)
 }
+
+// stallPaths are the paths stalls freeze a worker in, in turn: Execute mode or HTTP, whose claims a
+// takeover replaces at the next fence; then Mark mode, whose mark no takeover replaces.
+var stallPaths = [...]string{PathExec + "," + PathHTTP, PathMarkExec}
 
 // faultRunner injects faults one at a time.
 type faultRunner struct {
@@ -59,6 +71,7 @@ type faultRunner struct {
 
 	records []FaultRecord
 	kills   int
+	stalls  int
 }
 
 // run injects cfg.Faults in turn every FaultInterval, starting after one interval (at most a fifth
@@ -183,9 +196,13 @@ func (f *faultRunner) workerKill(ctx context.Context, rec *FaultRecord) {
 
 // workerStall freezes a worker inside a business function past its lock TTL and lease, has another
 // worker take the key over and finish it, then resumes the frozen one and waits for its business
-// write's outcome: refused by the fence register ("stale") is the expected one.
+// write's outcome: refused by the fence register ("stale") is the expected one. Every other stall
+// freezes a Mark-mode function instead: its mark has no lease, so the takeover is answered as a
+// duplicate, and the resumed function applies its transfer ("applied").
 func (f *faultRunner) workerStall(ctx context.Context, rec *FaultRecord) {
-	s, e, ok := f.arm(ctx, trapStall, "", rec)
+	path := stallPaths[f.stalls%len(stallPaths)]
+	f.stalls++
+	s, e, ok := f.arm(ctx, trapStall, path, rec)
 	if !ok {
 		return
 	}
@@ -226,7 +243,7 @@ func (f *faultRunner) workerStall(ctx context.Context, rec *FaultRecord) {
 	if ok {
 		rec.StaleOutcome = out.Kind
 	}
-	rec.Detail = fmt.Sprintf("SIGSTOP %s for %s inside %s %s (fence %d) before its business write; takeover answered %s (effect fence %d); after SIGCONT the stale write was %s",
+	rec.Detail = fmt.Sprintf("SIGSTOP %s for %s inside %s %s (fence %d) before its business write; takeover answered %s (effect fence %d); after SIGCONT the frozen attempt's write was %s",
 		id, held.Round(time.Millisecond), e.Path, e.Key, e.Fence, rec.TakeoverClass, rec.TakeoverFence, rec.StaleOutcome)
 }
 

@@ -89,7 +89,11 @@ type loadGen struct {
 }
 
 // paths are the request paths; new keys and worker kills take them in turn, in this order.
-var paths = [...]string{PathExec, PathTx, PathMark, PathHTTP}
+var paths = [...]string{PathExec, PathTx, PathMark, PathMarkExec, PathHTTP}
+
+// keyPrefixes name each path's keys ("e-000001"): the keys of all paths share one namespace in the
+// checker, which tells a key's path by its requests.
+var keyPrefixes = map[string]string{PathExec: "e", PathTx: "t", PathMark: "m", PathMarkExec: "k", PathHTTP: "h"}
 
 func newLoadGen(cfg Config, pool *workerPool, rng *lockedRand) *loadGen {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
@@ -111,7 +115,7 @@ func (lg *loadGen) newKeyLocked(n int) *opKey {
 	path := paths[(len(lg.keys)+n)%len(paths)]
 	lg.nextID[path]++
 	id := lg.nextID[path]
-	k := &opKey{path: path, key: fmt.Sprintf("%c-%06d", path[0], id), target: 2 + lg.rng.IntN(4)}
+	k := &opKey{path: path, key: fmt.Sprintf("%s-%06d", keyPrefixes[path], id), target: 2 + lg.rng.IntN(4)}
 	src := 1 + lg.rng.IntN(lg.cfg.Accounts)
 	dst := 1 + (src+lg.rng.IntN(lg.cfg.Accounts-1))%lg.cfg.Accounts
 	k.op = Op{Src: src, Dst: dst, Amount: 1 + int64(lg.rng.IntN(100))}

@@ -97,6 +97,7 @@ func (r *Report) Summary(perKind int) string {
 	if c := r.Check; c != nil {
 		p("checked:     %d effects, %d keys (%d succeeded, %d rejected, %d re-executed), %d answers, %d records, %d fenced finishes, %d stale writes, %d stalls; ledger total %d",
 			c.Effects, c.Keys, c.SucceededKeys, c.RejectedKeys, c.ReExecutedKeys, c.Answers, c.Records, c.FencedChecked, c.StaleChecked, c.StallsChecked, c.LedgerTotal)
+		p("mark mode:   %d keys hit by a kill inside the function, %d marked without their transfer (at most once: a kill or a lost reply)", c.MarkKilled, c.MarkLost)
 	}
 	v := r.Violations()
 	byKind := map[string]int{}

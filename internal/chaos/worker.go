@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,6 +263,8 @@ func (w *worker) serveOp(rw http.ResponseWriter, r *http.Request) {
 		a = w.doTx(ctx, req)
 	case PathMark:
 		a = w.doMark(ctx, req)
+	case PathMarkExec:
+		a = w.doMarkExec(ctx, req)
 	default:
 		http.Error(rw, "unknown path", http.StatusBadRequest)
 		return
@@ -408,6 +411,36 @@ func (w *worker) doMark(ctx context.Context, req opRequest) opAnswer {
 	return answerOf(idemkit.Result{Value: val}, err, fence, biz)
 }
 
+// doMarkExec is Mark mode: guard.Mark writes the mark (SUCCEEDED at once) before the function, and the
+// function's fenced transfer commits apart from it — with the Redis Locker or without, picked at random
+// per request. A fresh run answers the transfer's value (the function keeps it: a mark stores none);
+// a duplicate gets ErrDuplicate (ErrInFlight while the lock holder runs); an overdraft finishes the
+// mark REJECTED with its error text, and its duplicates get ErrDuplicate too; a retryable failure
+// finishes it FAILED, and the retry takes it over at the next fence — the fence register then
+// refuses the failed attempt should it write late, and lets the retry adopt a transfer whose commit
+// happened although its reply was lost. A worker killed inside the function leaves the key marked
+// without its transfer: Mark is at most once.
+func (w *worker) doMarkExec(ctx context.Context, req opRequest) opAnswer {
+	var biz bizOutcome
+	var fence int64
+	var val []byte
+	call := idemkit.Call{Scope: scopeMarkExec, Key: req.Key, Fingerprint: req.Op.fingerprint()}
+	g := w.guard
+	if rand.IntN(2) == 1 {
+		g = w.dbOnly
+	}
+	err := g.Mark(ctx, call, func(ctx context.Context) error {
+		fence, _ = idemkit.FenceFromContext(ctx)
+		var err error
+		val, err = w.fencedTransfer(ctx, PathMarkExec, req.Key, req.Op, &biz)
+		return err
+	})
+	if errors.Is(err, idemkit.ErrDuplicate) {
+		return opAnswer{Class: ClassDuplicate, Biz: string(biz)}
+	}
+	return answerOf(idemkit.Result{Value: val}, err, fence, biz)
+}
+
 // answerOf classifies a guarded call's result the way a client would.
 func answerOf(res idemkit.Result, err error, fence int64, biz bizOutcome) opAnswer {
 	a := opAnswer{Fence: fence, Biz: string(biz), Replayed: res.Replayed}
@@ -496,12 +529,20 @@ const (
 	trapStall = "stall"
 )
 
-// trapSpec is an armed trap: its kind, and the path whose functions it waits for ("" for any).
-type trapSpec struct{ kind, path string }
+// trapSpec is an armed trap: its kind, and the paths whose functions it waits for (none: any).
+type trapSpec struct {
+	kind  string
+	paths []string
+}
 
-// serveTrap arms a trap: ?kind=kill|stall, optionally &path=exec|tx|http; no kind disarms.
+// serveTrap arms a trap: ?kind=kill|stall, optionally &path= one path or a comma-separated list
+// (exec, tx, mark, markexec, http); no kind disarms.
 func (w *worker) serveTrap(rw http.ResponseWriter, r *http.Request) {
 	kind, path := r.URL.Query().Get("kind"), r.URL.Query().Get("path")
+	var paths []string
+	if path != "" {
+		paths = strings.Split(path, ",")
+	}
 	switch kind {
 	case "":
 		w.trap.Store(nil)
@@ -511,7 +552,7 @@ func (w *worker) serveTrap(rw http.ResponseWriter, r *http.Request) {
 			w.release = make(chan struct{})
 			w.relMu.Unlock()
 		}
-		w.trap.Store(&trapSpec{kind: kind, path: path})
+		w.trap.Store(&trapSpec{kind: kind, paths: paths})
 	default:
 		http.Error(rw, "unknown trap", http.StatusBadRequest)
 		return
@@ -532,7 +573,7 @@ func (w *worker) serveRelease(rw http.ResponseWriter, _ *http.Request) {
 // trapPoint fires the armed trap of kind, once, and reports whether it fired.
 func (w *worker) trapPoint(kind, path, key string, fence int64) bool {
 	t := w.trap.Load()
-	if t == nil || t.kind != kind || t.path != "" && t.path != path || !w.trap.CompareAndSwap(t, nil) {
+	if t == nil || t.kind != kind || len(t.paths) > 0 && !slices.Contains(t.paths, path) || !w.trap.CompareAndSwap(t, nil) {
 		return false
 	}
 	switch kind {
