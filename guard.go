@@ -381,8 +381,10 @@ func (cl *Claim) rerun(err error) bool {
 // because the caller left: its context ended before the answer. The statement may still land (one
 // waiting on a row lock does, once the lock is free), leaving a claim nobody holds: in flight until
 // its lease runs out, or, for a mark, the key marked done although its function never ran. A
-// goroutine watches for it and releases it — a mark is deleted, a claim finished FAILED (the key free
-// for a retry) — for as long as that matters: until the claim's lease ends (a claim landing later is
+// goroutine watches for it and releases it — finished FAILED, the key free for a retry, which takes
+// it over at the next fence (a mark too: deleted, it would let the next claim start again at fence
+// 1, below the fences a failed attempt before it may have conditioned writes on) — for as long as
+// that matters: until the claim's lease ends (a claim landing later is
 // stale on arrival, and the next attempt takes it over; one with a gid is the Reconciler's), and for a
 // mark, which has no lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer
 // than maxWatch. It polls with a backoff (10 ms doubling, up to a second). At most maxWatches watch at
@@ -393,16 +395,12 @@ func (cl *Claim) abandoned(prev *Version) {
 	if cl.ctx.Err() == nil || cl.callerTx {
 		return
 	}
-	st, mine, marks := cl.st, cl.rec, cl.mode.marks()
+	st, mine := cl.st, cl.rec
 	g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			cur, err := st.Get(ctx, mine.Scope, mine.Key)
 			switch {
 			case err == nil && cur.Version() == mine.Version():
-				if marks {
-					_ = st.Delete(ctx, mine.Scope, mine.Key, mine.Version())
-					return
-				}
 				next := *cur
 				next.Status, next.Error, next.Response = StatusFailed, "idemkit: the caller left before its claim was written", nil
 				next.LeaseUntil, next.UpdatedAt = g.opts.Now(), g.opts.Now()
