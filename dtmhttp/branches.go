@@ -51,8 +51,8 @@ type Options struct {
 	// retries later.
 	FailOpen bool
 	// MaxBody is the largest payload accepted, in bytes; a larger one is malformed (see the package
-	// documentation), and is refused only once the barrier lets a [Gorm] op that must not fail
-	// through. Defaults to DefaultMaxBody (1 MiB).
+	// documentation), and is refused only once the barrier lets a [Gorm] or [Redis] op that must not
+	// fail through. Defaults to DefaultMaxBody (1 MiB).
 	MaxBody int64
 	// IsPermanent classifies the business's errors: true means a permanent business failure (409 for
 	// an op that may fail), false an infrastructure error (500). An error marked with idemkit.Permanent
@@ -204,7 +204,7 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 	if perr != nil {
 		// An oversized payload of an op that must not fail: the op it undoes was refused the same
 		// payload, so the barrier most likely skips this call as a null compensation, which needs
-		// no payload. Gorm lets it decide first; a Business written by hand gets no Branch.
+		// no payload. Gorm and Redis let it decide first; a Business written by hand gets no Branch.
 		req.Branch, req.branch, req.payloadErr = nil, br, perr
 	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)

@@ -21,7 +21,7 @@ type Request struct {
 	// Branch is the branch read from the query string. It counts the barrier calls made with it
 	// (barrier_id 01, 02, ...), so use it for the barrier calls of this request only. It is nil when
 	// the payload of an op that must not fail was larger than Options.MaxBody: only [Gorm] and [Redis]
-	// run such a call (Gorm lets the barrier skip a null compensation first); a barrier call of a
+	// run such a call (they let the barrier skip a null compensation first); a barrier call of a
 	// Business written by hand fails, and the call is answered as for the payload error.
 	Branch *barrier.Branch
 	// Payload is the request body: the payload given to DTM for this branch.
@@ -129,8 +129,17 @@ type RedisFunc[T any] func(ctx context.Context, payload T) (*barrier.RedisCall, 
 // Redis returns a Business that decodes the payload into a T, has fn build the change, and runs it
 // behind the Redis barrier in one script: on the first delivery only, atomically with the barrier
 // keys. A business error reply starting with FAILURE is a permanent failure (409 for an op that may
-// fail). Unlike [Gorm] it decodes before the barrier decides, so a malformed payload fails even a
-// delivery the barrier would skip.
+// fail).
+//
+// A payload that does not decode into a T, or is larger than Options.MaxBody, is refused (409) for an
+// op that may fail. For an op that must not fail — the compensation of an action refused for that same
+// payload, say — the barrier decides first, without fn (which needs the payload to name its keys): a
+// null compensation or a repeated delivery is answered 200, and the payload error only when the barrier
+// lets the call through, with the barrier keys left unset so that a fixed handler runs it. That barrier
+// call has no business keys, so in [barrier.LayoutTagged] its keys hash on the gid: it finds the keys
+// of the op it undoes only when they hashed on the gid too, and otherwise takes that op for one that
+// never ran. Decode every op of a branch into the same T (the payload is the same bytes), so that an op
+// that cannot read it is always undoing one that could not either.
 //
 // Redis panics when bar or fn is nil.
 func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
@@ -138,24 +147,48 @@ func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
 		panic("dtmhttp: Redis: nil barrier or function")
 	}
 	return func(ctx context.Context, req *Request) (barrier.Outcome, error) {
-		if _, perr := req.deferred(); perr != nil {
-			return 0, perr
+		br, err := req.deferred()
+		var p T
+		if err == nil {
+			p, err = Decode[T](req.Payload)
 		}
-		p, err := Decode[T](req.Payload)
 		if err != nil {
-			return 0, err
+			if MayFail(br.TransType, br.Op) {
+				return 0, err
+			}
+			return redisUnreadable(ctx, bar, br, err)
 		}
 		call, err := fn(ctx, p)
 		if err != nil {
 			return 0, err
 		}
-		res, err := bar.Call(ctx, req.Branch, call)
-		var reply redis.Error
-		if err != nil && !errors.As(err, &reply) && !idemkit.IsPermanent(err) && !errors.Is(err, barrier.ErrInvalidBranch) {
-			// No reply from Redis (a connection or timeout error): an outage, not the business's
-			// answer; DTM must call again, whatever Options.IsPermanent says.
-			err = idemkit.Retryable(err)
-		}
-		return res.Outcome, err
+		res, err := bar.Call(ctx, br, call)
+		return res.Outcome, redisError(err)
 	}
+}
+
+// unreadable is the business of an op that must not fail run on a payload it cannot read: it refuses
+// every call the barrier lets through, before writing anything, so the barrier keys stay unset.
+var unreadable = barrier.NewScript(`return redis.error_reply('FAILURE: idemkit: branch payload unreadable')`)
+
+// redisUnreadable lets the barrier decide on a call of an op that must not fail whose payload could
+// not be read (perr): a duplicate, hanging or null-compensation delivery succeeds without it; a call
+// the barrier lets through fails with perr.
+func redisUnreadable(ctx context.Context, bar *barrier.Redis, br *barrier.Branch, perr error) (barrier.Outcome, error) {
+	res, err := bar.Call(ctx, br, &barrier.RedisCall{Script: unreadable})
+	if errors.Is(err, barrier.ErrBusinessFailure) {
+		return res.Outcome, perr
+	}
+	return res.Outcome, redisError(err)
+}
+
+// redisError classifies the error of a Redis barrier call: one with no reply from Redis (a connection
+// or timeout error) is an outage, not the business's answer, so DTM must call again, whatever
+// Options.IsPermanent says.
+func redisError(err error) error {
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) && !idemkit.IsPermanent(err) && !errors.Is(err, barrier.ErrInvalidBranch) {
+		return idemkit.Retryable(err)
+	}
+	return err
 }

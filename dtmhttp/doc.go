@@ -49,7 +49,7 @@
 // bug. When one returns an error marked permanent anyway, the handler answers 500 (not 409: there is no
 // rollback to trigger), logs it at error level on [Options.Logger] and reports it to [Options.Observe];
 // DTM keeps retrying with backoff until the business is fixed. A malformed payload of such an op is
-// handled the same way.
+// handled the same way once the barrier lets the call through (see "Malformed payloads").
 //
 // # Malformed payloads
 //
@@ -61,10 +61,13 @@
 // payload is empty) decodes to T's zero value.
 //
 // The compensation of such an action (or the cancel of such a try) carries the same payload, and has
-// nothing to undo: [Gorm] decodes only when the barrier lets the call through, so it answers the null
-// compensation 200 without the payload, whether it is malformed or larger than MaxBody. [Redis], and a
-// Business written by hand (which gets no Request.Branch then), refuse an oversized payload of an op
-// that must not fail before the barrier decides, as they do a malformed one.
+// nothing to undo: [Gorm] and [Redis] let the barrier decide before they read the payload, so they
+// answer the null compensation 200 without it, whether it is malformed or larger than MaxBody, and
+// refuse the payload (500, retried, as above) only when the barrier lets the call through: the op it
+// undoes did run, or there is none (a confirm). [Redis]'s barrier keys then hash on the gid, since the
+// keys the payload would name are unknown (see [Redis]). A Business written by hand (which gets no
+// Request.Branch for an oversized payload) refuses an oversized payload of an op that must not fail
+// before its barrier decides.
 //
 // # Panics
 //
