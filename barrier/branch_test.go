@@ -205,3 +205,19 @@ func TestSlotTag(t *testing.T) {
 		}
 	}
 }
+
+// TestGIDTag: a call without keys hashes on its gid's own tag, or on the gid, or on a digest of a gid
+// whose braces leave neither usable: never a tag Redis Cluster refuses.
+func TestGIDTag(t *testing.T) {
+	for gid, want := range map[string]string{"gid-1": "gid-1", "{acct7}-x": "acct7", "a{b}c": "b"} {
+		if got, err := slotTag(nil, "", gid); err != nil || got != want {
+			t.Errorf("slotTag(nil, %q) = %q, %v; want %q", gid, got, err, want)
+		}
+	}
+	for _, gid := range []string{"{}x", "a{b", "x}y"} {
+		got, err := slotTag(nil, "", gid)
+		if err != nil || !strings.HasPrefix(got, "gid#") || got != gidTag(gid) || got == gidTag(gid+"z") {
+			t.Errorf("slotTag(nil, %q) = %q, %v; want a digest of the gid", gid, got, err)
+		}
+	}
+}

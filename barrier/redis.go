@@ -3,7 +3,9 @@ package barrier
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -154,7 +156,9 @@ type RedisCall struct {
 	// Args are the business's arguments (ARGV in the script), as go-redis formats them.
 	Args []any
 	// HashTag overrides the tag taken from Keys (without braces). Needed when Keys is empty and the
-	// default, the branch's gid, is not what you want. Keys must then carry this tag. LayoutTagged only.
+	// default, the branch's gid (its own hash tag when it has one, "{acct7}-..." hashing on acct7; a
+	// digest of it when its braces leave neither usable), is not what you want. Keys must then carry
+	// this tag. LayoutTagged only.
 	HashTag string
 }
 
@@ -349,7 +353,19 @@ func hashTag(key string) string {
 	return key
 }
 
-// slotTag picks the tag of the barrier keys: explicit, else the keys' common tag, else the gid.
+// gidTag is the tag of a call with neither keys nor a HashTag: the gid's own hash tag when it has one
+// ("{acct7}-..." hashes on acct7, as dtmcli's keys of that gid do), else the gid itself, or, for a gid
+// whose braces leave neither usable, a digest of it.
+func gidTag(gid string) string {
+	if tag := hashTag(gid); !strings.ContainsAny(tag, "{}") {
+		return tag
+	}
+	sum := sha256.Sum256([]byte(gid))
+	return "gid#" + hex.EncodeToString(sum[:8])
+}
+
+// slotTag picks the tag of the barrier keys: explicit, else the keys' common tag, else the gid's
+// (gidTag).
 func slotTag(keys []string, explicit, gid string) (string, error) {
 	tag := explicit
 	for _, k := range keys {
@@ -361,7 +377,7 @@ func slotTag(keys []string, explicit, gid string) (string, error) {
 		}
 	}
 	if tag == "" {
-		tag = gid
+		tag = gidTag(gid)
 	}
 	if tag == "" || strings.ContainsAny(tag, "{}") {
 		return "", fmt.Errorf("%w: cannot use %q as a hash tag; give the keys a {tag}", ErrCrossSlot, tag)

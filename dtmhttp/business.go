@@ -135,11 +135,12 @@ type RedisFunc[T any] func(ctx context.Context, payload T) (*barrier.RedisCall, 
 // op that may fail. For an op that must not fail — the compensation of an action refused for that same
 // payload, say — the barrier decides first, without fn (which needs the payload to name its keys): a
 // null compensation or a repeated delivery is answered 200, and the payload error only when the barrier
-// lets the call through, with the barrier keys left unset so that a fixed handler runs it. That barrier
-// call has no business keys, so in [barrier.LayoutTagged] its keys hash on the gid: it finds the keys
-// of the op it undoes only when they hashed on the gid too, and otherwise takes that op for one that
-// never ran. Decode every op of a branch into the same T (the payload is the same bytes), so that an op
-// that cannot read it is always undoing one that could not either.
+// lets the call through, with the barrier keys left unset so that a fixed handler runs it. That
+// barrier call has no business keys, so in [barrier.LayoutTagged] its keys hash on the gid (its own
+// hash tag when it has one; see barrier.RedisCall.HashTag): it finds the keys of the op it undoes only
+// when they hashed there too, and otherwise takes that op for one that never ran. Decode every op of a
+// branch into the same T (the payload is the same bytes), so that an op that cannot read it is always
+// undoing one that could not either.
 //
 // Redis panics when bar or fn is nil.
 func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {

@@ -111,6 +111,32 @@ func TestRedisMalformedPayloadNullCompensation(t *testing.T) {
 	}
 }
 
+// TestRedisMalformedPayloadNullCompensationBracedGID: the same with a gid carrying braces ("{tenant}-..."),
+// which cannot name a slot as it is: the barrier keys of a call without business keys hash on the gid's
+// own tag, or on a digest of a gid whose braces leave it none.
+func TestRedisMalformedPayloadNullCompensationBracedGID(t *testing.T) {
+	k := setup(t, nil, nil)
+	tag := testsvc.Name("acct-")
+	b := newRedisBank(t, k, barrier.LayoutTagged, "{"+tag+"}", "{"+tag+"}:balance")
+	// The barrier keys of these gids are not named after a prefix to clean up: they expire.
+	var err error
+	if b.bar, err = barrier.NewRedis(k.rdb, &barrier.RedisOptions{TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	action := k.b.Handle(barrier.OpAction, b.step(-1))
+	compensate := k.b.Handle(barrier.OpCompensate, b.step(+1))
+	confirm := k.b.Handle(barrier.OpConfirm, b.step(0))
+	malformed := `{"amount":"thirty"}`
+	for _, gid := range []string{"{" + testsvc.Name("tenant-") + "}-" + testsvc.Name(""), testsvc.Name("a{b}{") + "}"} {
+		expect(t, action, call{"saga", gid, "01", "action", malformed}, 409, "malformed branch payload")
+		expect(t, compensate, call{"saga", gid, "01", "compensate", malformed}, 200, "SUCCESS")
+		expect(t, compensate, call{"saga", gid, "01", "compensate", malformed}, 200, "SUCCESS")
+		expect(t, confirm, call{"tcc", gid, "02", "confirm", malformed}, 500, "malformed branch payload")
+	}
+	expectOutcomes(t, k.j, "action:409:-", "compensate:200:null-compensation", "compensate:200:duplicate", "confirm:500:proceed",
+		"action:409:-", "compensate:200:null-compensation", "compensate:200:duplicate", "confirm:500:proceed")
+}
+
 // TestRedisMalformedPayloadOfAnOpThatMustRun: when the barrier lets the op through — the action ran
 // (here decoded by a more lenient type), or a confirm, which undoes nothing — a payload the op cannot
 // read is a bug: 500, retried, and its barrier key is not set, so the fixed handler runs the op.
