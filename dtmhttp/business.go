@@ -138,9 +138,10 @@ type RedisFunc[T any] func(ctx context.Context, payload T) (*barrier.RedisCall, 
 // lets the call through, with the barrier keys left unset so that a fixed handler runs it. That
 // barrier call has no business keys, so in [barrier.LayoutTagged] its keys hash on the gid (its own
 // hash tag when it has one; see barrier.RedisCall.HashTag): it finds the keys of the op it undoes only
-// when they hashed there too, and otherwise takes that op for one that never ran. Decode every op of a
-// branch into the same T (the payload is the same bytes), so that an op that cannot read it is always
-// undoing one that could not either.
+// when they hashed there too, and otherwise takes that op for one that never ran — its undo skipped.
+// Decode every op of a branch into the same T and serve them with the same Options.MaxBody (the payload
+// is the same bytes; do not lower MaxBody while transactions are in flight), so that an op that cannot
+// read it is always undoing one that could not either.
 //
 // Redis panics when bar or fn is nil.
 func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
