@@ -93,9 +93,10 @@ type RunParams struct {
 //
 // The claim is renewed right before Start and Start is not called when that fails: a claim whose lease
 // ran out may have been settled by a Reconciler, which fences the gid at DTM first (see
-// [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced — and, when the record
-// it settled says this gid rolled back, runs the Rollback hook again (that Reconciler ran it, maybe
-// before the writes of a Before hook that outlived the lease existed) — or, when only the lock was
+// [txstatus.Client.Fence]); Run then returns an error matching idemkit.ErrFenced — and runs the
+// Rollback hook again for its gid, which never started (that Reconciler ran it, maybe before the writes
+// of a Before hook that outlived the lease existed), also when a retry of the key took the record over
+// since; not when the record says the gid succeeded — or, when only the lock was
 // lost, rolls the record back (nothing started) and reports Failed. A caller gone by then (ctx ended)
 // has the record rolled back too (Failed, nothing started, the key free again) and gets an error. With
 // a gid chosen up front (RunParams.GID), a manager that cannot be asked whether it is free
@@ -368,15 +369,8 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		// Settled by another (a Reconciler that found the lease run out, and fenced the gid at DTM).
 		l.Detach(ctx, t)
 		err = fmt.Errorf("hooks: the claim of %s was settled by another before its start, which did not happen: %w", t.GID, err)
-		if rec, ok := l.agrees(ctx, call, t.GID, txstatus.Failed); ok && l.OnRollback != nil {
-			// It ran the Rollback hook when it settled the record, maybe before the writes of a
-			// Before hook that outlived the lease existed: the hook runs again (hooks are
-			// idempotent), so those writes follow the rollback too.
-			t.Record = *rec
-			reason := fmt.Errorf("%w (never started): settled by another before the start: %s", ErrRolledBack, rec.Error)
-			if herr := l.OnRollback.Rollback(ctx, t, reason); herr != nil {
-				err = errors.Join(err, fmt.Errorf("hooks: rollback %s: %w", t.GID, herr))
-			}
+		if herr := l.rollbackFenced(ctx, t, call); herr != nil {
+			err = errors.Join(err, fmt.Errorf("hooks: rollback %s: %w", t.GID, herr))
 		}
 		return nil, err
 	case errors.Is(err, idemkit.ErrLockNotHeld):
@@ -390,6 +384,32 @@ func (l *Lifecycle) renew(ctx context.Context, t *Txn, call idemkit.Call) (rolle
 		l.Detach(ctx, t)
 		return nil, fmt.Errorf("hooks: renewing the claim of %s before its start: %w (nothing started; left to the reconciler)", t.GID, err)
 	}
+}
+
+// rollbackFenced runs the Rollback hook for t, whose claim was settled by another before its start:
+// its gid never started here, and never will. The other — a Reconciler that fenced the gid — ran the
+// hook when it settled the record, maybe before the writes of a Before hook that outlived the lease
+// existed, so the hook runs again (hooks are idempotent) and those writes follow the rollback too;
+// also when the record no longer names this gid (a retry of the key took it over since, or it was
+// deleted), which leaves the writes of this gid to nobody else. It does not run for a gid held by
+// another transaction (t.noHooks), nor when the record says this gid succeeded: a transaction holding
+// it ran, and its rows are not this call's to roll back.
+func (l *Lifecycle) rollbackFenced(ctx context.Context, t *Txn, call idemkit.Call) error {
+	if l.OnRollback == nil || t.noHooks {
+		return nil
+	}
+	why := "settled by another before the start"
+	rec, err := l.Guard.Get(ctx, call.Scope, call.Key)
+	switch {
+	case err == nil && rec.GID == t.GID && rec.Status == idemkit.StatusSucceeded:
+		return nil
+	case err == nil && rec.GID == t.GID:
+		t.Record = *rec
+		why += ": " + rec.Error
+	case err == nil:
+		why = "the key was settled by another before the start, then claimed again by another call"
+	}
+	return l.OnRollback.Rollback(ctx, t, fmt.Errorf("%w (never started): %s", ErrRolledBack, why))
 }
 
 // startedElsewhere is the rollback reason of a start that DTM accepted onto another transaction holding
