@@ -155,7 +155,7 @@ func Redis[T any](bar *barrier.Redis, fn RedisFunc[T]) Business {
 			p, err = Decode[T](req.Payload)
 		}
 		if err != nil {
-			if MayFail(br.TransType, br.Op) {
+			if br == nil || MayFail(br.TransType, br.Op) {
 				return 0, err
 			}
 			return redisUnreadable(ctx, bar, br, err)

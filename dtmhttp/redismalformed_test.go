@@ -7,6 +7,7 @@ package dtmhttp_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -220,5 +221,17 @@ func TestRedisMalformedPayloadSagaRollsBack(t *testing.T) {
 	}
 	if bal := b.balance(t); bal != initBalance {
 		t.Fatalf("balance %d after the rollback, want %d", bal, initBalance)
+	}
+}
+
+// TestRedisMalformedPayloadWithoutBranch: a Request built by hand without a Branch gets the payload
+// error, not a panic.
+func TestRedisMalformedPayloadWithoutBranch(t *testing.T) {
+	k := setup(t, nil, nil)
+	tag := testsvc.Name("acct-")
+	b := newRedisBank(t, k, barrier.LayoutTagged, "{"+tag+"}", "{"+tag+"}:balance")
+	_, err := b.step(+1)(ctxb, &dtmhttp.Request{Payload: []byte(`{"amount":"thirty"}`)})
+	if !errors.Is(err, dtmhttp.ErrMalformedPayload) {
+		t.Fatalf("err %v, want ErrMalformedPayload", err)
 	}
 }
