@@ -18,13 +18,23 @@
 // registry by default). Served with [Codec] the replay is byte for byte the original answer, maps
 // included; with gRPC's default codec it differs at most in the order of map entries.
 //
+// The header and trailer metadata a guarded handler sets (grpc.SetHeader, grpc.SendHeader,
+// grpc.SetTrailer) are stored with its response or permanent status and replayed with it. They go
+// out only with the handler's own answer: a guarded handler's context holds a stream of the
+// interceptor's that keeps them until then, so a Tx-mode call answered from the record after its
+// handler ran (its writes rolled back) sends the stored metadata, not its handler's. gRPC's
+// experimental grpc.SetSendCompressor and grpc.ClientSupportedCompressors need gRPC's own stream and
+// fail in a guarded handler. Interceptors chained after this one count as the handler: chain those
+// that set per-call metadata (a trace id) before it.
+//
 // # Status codes
 //
 //	situation                                             answer
 //	first call                                            the handler's answer
 //	duplicate of a finished call                          the stored response, or the stored status
-//	                                                        (code, message and details), with response
-//	                                                        header idempotent-replayed: true
+//	                                                        (code, message and details), with the
+//	                                                        header and trailer the handler set and
+//	                                                        response header idempotent-replayed: true
 //	same key in flight                                    ABORTED + google.rpc.RetryInfo (retry delay:
 //	                                                        the holder's remaining lock or lease, at
 //	                                                        least 50ms)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
+	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcx"
@@ -135,7 +136,12 @@ func serveGuardedWith(t *testing.T, guard *idemkit.Guard, opts *grpcx.Options, b
 // mysqlRecords returns a record Store on a fresh MariaDB table named with prefix, dropped when t ends.
 func mysqlRecords(t *testing.T, prefix string) *record.Store {
 	t.Helper()
-	db := testsvc.MySQL(t, nil)
+	return recordsIn(t, testsvc.MySQL(t, nil), prefix)
+}
+
+// recordsIn returns a record Store on a fresh table of db named with prefix, dropped when t ends.
+func recordsIn(t *testing.T, db *gorm.DB, prefix string) *record.Store {
+	t.Helper()
 	table := testsvc.Name(prefix)
 	testsvc.DropTable(t, db, table)
 	store, err := record.New(db, &record.Options{Table: table})

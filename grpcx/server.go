@@ -52,11 +52,12 @@ type server struct {
 
 // call is the state of one guarded call.
 type call struct {
-	ran  bool  // the handler ran
-	resp any   // its response
-	herr error // its error
-	ferr error // the error returned to the Guard (herr, marked permanent or not, or an encoding error)
-	lost error // the Guard's watchdog cancelled the handler (idemkit.ErrLockLost) and herr is that context error
+	ran  bool      // the handler ran
+	resp any       // its response
+	herr error     // its error
+	ferr error     // the error returned to the Guard (herr, marked permanent or not, or an encoding error)
+	lost error     // the Guard's watchdog cancelled the handler (idemkit.ErrLockLost) and herr is that context error
+	md   *answerMD // the header and trailer the handler set, sent only with its own answer (nil outside a gRPC server)
 }
 
 // err is the handler's error as the caller gets it. A context error the Guard caused — its watchdog
@@ -122,9 +123,14 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	c := idemkit.Call{Scope: scope, Key: key, Fingerprint: fp}
 
+	stream := grpc.ServerTransportStreamFromContext(ctx)
 	var st call
 	run := func(ctx context.Context) ([]byte, error) {
 		st = call{ran: true}
+		if stream != nil {
+			st.md = &answerMD{ServerTransportStream: stream}
+			ctx = grpc.NewContextWithServerTransportStream(ctx, st.md)
+		}
 		st.resp, st.herr = handler(ctx, req)
 		if cause := context.Cause(ctx); st.herr != nil && errors.Is(cause, idemkit.ErrLockLost) && !idemkit.IsPermanent(st.herr) {
 			if c := statusOf(st.herr).Code(); c == codes.Canceled || c == codes.DeadlineExceeded {
@@ -133,6 +139,10 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 		var val []byte
 		val, st.ferr = s.outcome(ctx, st.resp, st.herr)
+		if len(val) > 0 { // stored: a response or a permanent status, with the handler's metadata
+			header, trailer, _ := st.md.kept()
+			val = appendMD(val, header, trailer)
+		}
 		return val, st.ferr
 	}
 	if s.c.tx == nil {
@@ -145,6 +155,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			// or a newer attempt took the key over): its answer is still the truth about this call.
 			s.c.logger.WarnContext(ctx, "grpcx: outcome not recorded", slog.String("method", method), slog.Any("error", err))
 		}
+		st.md.flush()
 		return st.resp, st.err()
 	}
 
@@ -198,7 +209,7 @@ func (s *server) scope(method string) (string, error) {
 // writes only together with the record of its success, so the handler's own answer is given only
 // when it is the recorded outcome (or a retryable failure, which records nothing); in every other
 // case the handler's writes were rolled back and the answer is the record's, or the reason nothing
-// was recorded.
+// was recorded. The header and trailer the handler set go out only with its own answer.
 func (s *server) txAnswer(ctx context.Context, method string, st *call, res idemkit.Result, err error) (any, error) {
 	switch {
 	case !st.ran || res.Replayed:
@@ -206,6 +217,7 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 		// because another attempt had finished the key meanwhile (found by the record's INSERT).
 		return s.answer(ctx, res, err)
 	case err == nil:
+		st.md.flush()
 		return st.resp, nil // committed with its record
 	case sameError(err, st.ferr):
 		// The handler's failure, its writes rolled back: stored REJECTED when permanent (the Guard
@@ -213,6 +225,7 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 		if st.herr == nil {
 			return nil, statusOf(err).Err() // the response could not be encoded for storage
 		}
+		st.md.flush()
 		return nil, st.err()
 	case errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) &&
 		!errors.Is(err, idemkit.ErrInFlight) && !errors.Is(err, idemkit.ErrPayloadMismatch):
@@ -307,18 +320,24 @@ func (s *server) outcome(ctx context.Context, resp any, herr error) ([]byte, err
 	return b, idemkit.Retryable(err)
 }
 
-// answer answers a call whose handler did not run: a replay or a refusal.
+// answer answers a call whose handler did not run (or whose handler's answer is not the call's): a
+// replay, with the header and trailer stored with it, or a refusal.
 func (s *server) answer(ctx context.Context, res idemkit.Result, err error) (any, error) {
 	if res.Replayed {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedKey, "true"))
+		value, header, trailer, derr := splitMD(res.Value)
+		if derr != nil {
+			value = res.Value // not ours to read: decoding it below says so
+		}
+		_ = grpc.SetHeader(ctx, metadata.Join(header, metadata.Pairs(ReplayedKey, "true")))
+		_ = grpc.SetTrailer(ctx, trailer)
 		if err != nil {
-			st, derr := decodeStatus(res.Value)
-			if derr != nil || len(res.Value) == 0 {
+			st, derr := decodeStatus(value)
+			if derr != nil || len(value) == 0 {
 				return nil, status.Error(codes.Unknown, err.Error())
 			}
 			return nil, st.Err()
 		}
-		m, derr := decodeResponse(res.Value, s.c.resolver)
+		m, derr := decodeResponse(value, s.c.resolver)
 		if derr != nil {
 			return nil, status.Error(codes.Internal, derr.Error())
 		}
