@@ -50,12 +50,21 @@ func KeyFromOutgoing(ctx context.Context) string {
 	return ""
 }
 
+// carriesKey reports whether ctx's outgoing metadata has the key field, even empty: an empty key is
+// the application's, left for the server to refuse rather than replaced by a fresh key on each call.
+func carriesKey(ctx context.Context) bool {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return len(md.Get(MetadataKey)) > 0
+}
+
 // UnaryClientInterceptor returns a unary client interceptor that attaches an idempotency key to every
 // call that has none in its outgoing metadata. An interceptor runs once per logical call, above gRPC's
 // own retries (the service config's retryPolicy, transparent retries), so every attempt of one call
 // carries the same key and the server runs it once. A call that already carries a key ([WithKey],
-// [WithNewKey]) keeps it: that is how an application retry loop keeps its key across calls. opts may be
-// nil. The interceptor is safe for concurrent use.
+// [WithNewKey]) keeps it: that is how an application retry loop keeps its key across calls. An
+// empty key is kept too, and the server answers it INVALID_ARGUMENT: replaced, each attempt of such
+// a loop would get a key of its own and run again. opts may be nil. The interceptor is safe for
+// concurrent use.
 func UnaryClientInterceptor(opts *ClientOptions) grpc.UnaryClientInterceptor {
 	var o ClientOptions
 	if opts != nil {
@@ -65,7 +74,7 @@ func UnaryClientInterceptor(opts *ClientOptions) grpc.UnaryClientInterceptor {
 		o.NewKey = NewKey
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		if (o.Methods == nil || o.Methods(method)) && KeyFromOutgoing(ctx) == "" {
+		if (o.Methods == nil || o.Methods(method)) && !carriesKey(ctx) {
 			ctx = WithKey(ctx, o.NewKey())
 		}
 		return invoker(ctx, method, req, reply, cc, callOpts...)

@@ -41,7 +41,7 @@
 //	same key, different request (or another method       FAILED_PRECONDITION + google.rpc.PreconditionFailure
 //	  sharing its Scope)                                    (type IDEMPOTENCY_KEY_REUSED)
 //	key missing on a Required method, malformed, too      INVALID_ARGUMENT
-//	  long, or two different keys in the metadata
+//	  long, empty, or two different keys in the metadata
 //	record store or lock unavailable                      UNAVAILABLE (nothing ran)
 //	the Guard's watchdog cancelled the handler (MaxHold   UNAVAILABLE (not stored: a retry runs again)
 //	  ran out, the lock was lost)

@@ -22,8 +22,10 @@ type KeyFunc func(ctx context.Context, method string, req proto.Message) (string
 
 // MetadataKeyFunc reads the key from the incoming metadata field name (e.g. [MetadataKey]; compared
 // ignoring case, as gRPC does). Repeated values must be equal: a call carrying two different keys is
-// an error. A binary field (a name ending in "-bin", in any case) carries bytes, not text: its key is
-// idemkit.DerivedKey of them (the bytes themselves when they are a valid key, else their hash).
+// an error, and so is an empty value (a key the client sent, malformed: never a call without a key,
+// which would run unguarded). A binary field (a name ending in "-bin", in any case) carries bytes,
+// not text: its key is idemkit.DerivedKey of them (the bytes themselves when they are a valid key,
+// else their hash).
 func MetadataKeyFunc(name string) KeyFunc {
 	binary := strings.HasSuffix(strings.ToLower(name), "-bin")
 	return func(ctx context.Context, _ string, _ proto.Message) (string, error) {
@@ -36,7 +38,10 @@ func MetadataKeyFunc(name string) KeyFunc {
 				return "", fmt.Errorf("grpcx: metadata %q carries %d different keys", name, len(vals))
 			}
 		}
-		if binary && vals[0] != "" {
+		if vals[0] == "" {
+			return "", fmt.Errorf("%w: metadata %q is empty", idemkit.ErrInvalidKey, name)
+		}
+		if binary {
 			return idemkit.DerivedKey(vals[0]), nil
 		}
 		return vals[0], nil

@@ -33,6 +33,8 @@ func TestKeyFuncs(t *testing.T) {
 		{"metadata", MetadataKeyFunc(MetadataKey), md(MetadataKey, "k1"), nil, "k1", false},
 		{"metadata absent", MetadataKeyFunc(MetadataKey), md(), nil, "", false},
 		{"metadata repeated equal", MetadataKeyFunc(MetadataKey), md(MetadataKey, "k", MetadataKey, "k"), nil, "k", false},
+		{"metadata empty", MetadataKeyFunc(MetadataKey), md(MetadataKey, ""), nil, "", true},
+		{"metadata empty binary", MetadataKeyFunc("idem-key-bin"), md("idem-key-bin", ""), nil, "", true},
 		{"metadata repeated different", MetadataKeyFunc(MetadataKey), md(MetadataKey, "a", MetadataKey, "b"), nil, "", true},
 		{"struct string field", FieldKey("id"), md(), st, "abc", false},
 		{"struct number field", FieldKey("n"), md(), st, "42", false},

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -222,5 +223,42 @@ func TestTxReplayAfterRunCarriesNoRolledBackMetadata(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestEmptyKeyIsInvalid: a call whose idempotency-key metadata is present but empty (an application
+// that passed an unset order id to grpcx.WithKey) was taken for a call without a key: it ran
+// unguarded, every retry again — and behind UnaryClientInterceptor each attempt of the
+// application's retry loop got a fresh key instead. The client sent a key, and a malformed one:
+// INVALID_ARGUMENT, and nothing runs, as httpx answers an empty Idempotency-Key 400.
+func TestEmptyKeyIsInvalid(t *testing.T) {
+	rdb := testsvc.Redis(t)
+	store := mysqlRecords(t, "grpcx_emptykey_")
+	prefix := store.Table() + ":"
+	testsvc.CleanRedis(t, rdb, prefix)
+	guard, err := idemkit.New(store, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: prefix})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	biz := &counter{}
+	addr := serveGuarded(t, guard, biz)
+	plain := mustClient(t, addr)
+	withKeys, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(grpcx.UnaryClientInterceptor(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = withKeys.Close() })
+	ctx := grpcx.WithKey(context.Background(), "") // derived once, for the application's retries
+	for name, cc := range map[string]*grpc.ClientConn{"plain client": plain, "UnaryClientInterceptor": withKeys} {
+		for i := range 2 {
+			_, err := chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 3}))
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%s, attempt %d: %v, want INVALID_ARGUMENT", name, i+1, err)
+			}
+		}
+	}
+	if n := biz.runs.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times for calls carrying an empty key", n)
 	}
 }
