@@ -338,6 +338,10 @@ func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, e
 		m.log(ctx, slog.LevelWarn, "httpx: the handler's response was cut short; not stored, a retry runs again", st, scope, err)
 	case errors.Is(err, idemkit.ErrFenced):
 		m.log(ctx, slog.LevelWarn, "httpx: response sent but not recorded: the record is no longer this attempt's", st, scope, err)
+	case errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable):
+		// The Guard recorded the key finished without the response (REJECTED, never run again):
+		// within MaxResponseBytes, but more than the record store's column holds.
+		m.log(ctx, slog.LevelWarn, "httpx: response sent but too large for the record store: the key is recorded without it, and duplicates get 409 rejected (lower MaxResponseBytes)", st, scope, err)
 	default:
 		m.log(ctx, slog.LevelWarn, "httpx: response sent but its outcome not recorded; a retry after the lease may run again", st, scope, err)
 	}

@@ -140,7 +140,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxResponseBytes bounds the response body stored. A larger response still reaches its client
 	// in full and the claim finishes SUCCEEDED, but duplicates get 409 problem "response-not-stored"
-	// instead of a truncated body. Defaults to DefaultMaxResponseBytes (1 MiB).
+	// instead of a truncated body. Defaults to DefaultMaxResponseBytes (1 MiB). Keep it within what
+	// the record store holds (package record on MariaDB/MySQL: 16 MiB with the status and headers):
+	// a stored response the store refuses is recorded without it, REJECTED, and duplicates get 409
+	// problem "rejected".
 	MaxResponseBytes int
 	// StorePolicy reports whether a response status is stored and replayed; for other statuses the
 	// response goes to the client and the claim finishes as a retryable failure. Defaults to
