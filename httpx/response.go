@@ -204,7 +204,7 @@ func (s *storedResponse) write(w http.ResponseWriter) {
 			// clear replaces the nil.
 			h["Content-Type"] = nil
 		case f.clear:
-			h.Del(f.name)
+			delField(h, f.name)
 		default:
 			h.Add(f.name, f.value)
 		}
@@ -230,6 +230,17 @@ func (s *storedResponse) write(w http.ResponseWriter) {
 	for _, f := range s.header {
 		if f.trailer && !neverStored(f.name) {
 			h.Add(f.name, f.value)
+		}
+	}
+}
+
+// delField removes the field with the canonical name from h under every spelling: outer middleware
+// may have set it under a non-canonical key (h["ETag"]), which net/http sends all the same and the
+// stored changes count as the field's (see fieldValues), so a clear must remove it too.
+func delField(h http.Header, name string) {
+	for k := range h {
+		if k == name || textproto.CanonicalMIMEHeaderKey(k) == name {
+			delete(h, k)
 		}
 	}
 }
