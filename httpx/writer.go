@@ -212,8 +212,10 @@ func (cw *captureWriter) FlushError() error {
 			// cannot flush sends them with the body later, and net/http sniffs it then).
 			err := http.NewResponseController(cw.w).Flush()
 			if err == nil {
+				// The type net/http sends is the one in the copy of the header it took with the
+				// status, which had none (sniff says so): one set since is not sent.
 				cw.sniff = false
-				cw.header = cw.untyped(cw.header)
+				cw.header = cw.untyped(cw.header, nil)
 			}
 			return err
 		}
@@ -224,18 +226,18 @@ func (cw *captureWriter) FlushError() error {
 	err := http.NewResponseController(cw.w).Flush()
 	if err == nil {
 		// Headers sent with no body: net/http sniffs no type from nothing (sniff stays unset).
-		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, cw.untyped(header), encoded
+		cw.wrote, cw.status, cw.header, cw.encoded = true, http.StatusOK, cw.untyped(header, cw.w.Header()), encoded
 		cw.declared = declaredLength(cw.w.Header())
 	}
 	return err
 }
 
-// untyped returns header with a clear of Content-Type added when the headers go out with no type
-// (flushed before any body, so net/http sniffed none) and header says nothing of it: the replay,
-// written at once, would otherwise get the type net/http sniffs from its body, and a replayed clear
-// leaves the field nil, which stops that.
-func (cw *captureWriter) untyped(header []headerField) []headerField {
-	if len(cw.w.Header()["Content-Type"]) > 0 || !slices.Contains(cw.cfg.replay, "Content-Type") ||
+// untyped returns header with a clear of Content-Type added when the headers went out with no type
+// (flushed before any body, so net/http sniffed none; sent holds the fields sent) and header says
+// nothing of it: the replay, written at once, would otherwise get the type net/http sniffs from its
+// body, and a replayed clear leaves the field nil, which stops that.
+func (cw *captureWriter) untyped(header []headerField, sent http.Header) []headerField {
+	if len(sent["Content-Type"]) > 0 || !slices.Contains(cw.cfg.replay, "Content-Type") ||
 		slices.ContainsFunc(header, func(f headerField) bool { return f.name == "Content-Type" }) {
 		return header
 	}
