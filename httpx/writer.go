@@ -48,8 +48,11 @@ type captureWriter struct {
 	encoded  bool // the handler set Content-Encoding: the body it wrote cannot be replayed without it
 	body     []byte
 	size     uint64
-	overflow bool
-	hijacked bool
+	// attempted is the body length the handler tried to write, refused writes included (see
+	// pastLength).
+	attempted uint64
+	overflow  bool
+	hijacked  bool
 	// lost is the first error writing the body to the client; nothing more is sent to it then.
 	lost error
 	// bodyErr is the first error the handler met reading a request body the middleware had not
@@ -149,6 +152,17 @@ func (cw *captureWriter) WriteHeader(code int) {
 func (cw *captureWriter) Write(p []byte) (int, error) {
 	if !cw.wrote && !cw.hijacked {
 		cw.commit(http.StatusOK)
+		// As the Write below would: outer middleware sees the status go out (and may drop the
+		// Content-Length, as a compressor does) before the body is checked against it.
+		cw.w.WriteHeader(http.StatusOK)
+	}
+	cw.attempted += uint64(len(p))
+	if cw.pastLength() {
+		// Past the declared Content-Length: net/http's HTTP/1 server refuses such a write whole,
+		// and every one after it, sending none of it; its HTTP/2 server takes it and sends the
+		// excess, which its client reads as a broken response. Refused here on every protocol,
+		// and not recorded: the response is cut short (see cut), not stored, and the retry runs.
+		return 0, http.ErrContentLength
 	}
 	if cw.overflow || cw.hijacked {
 		if cw.lost != nil {
@@ -174,6 +188,15 @@ func (cw *captureWriter) Write(p []byte) (int, error) {
 		return 0, cw.lost
 	}
 	return len(p), nil
+}
+
+// pastLength reports whether the handler has tried to write more body than the Content-Length it
+// declared with the status, refused writes included: net/http refuses such a write whole, and every
+// one after it. A length outer middleware removed as the status went out (a compressor: the body it
+// sends is another) binds nothing.
+func (cw *captureWriter) pastLength() bool {
+	return cw.declared >= 0 && !cw.head && !cw.hijacked && bodyAllowed(cw.status) &&
+		cw.attempted > uint64(cw.declared) && declaredLength(cw.w.Header()) >= 0
 }
 
 // record adds p to the copy of the body, or gives the copy up when it outgrows MaxResponseBytes.
