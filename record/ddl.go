@@ -149,7 +149,9 @@ func (s *Store) DDL() (string, error) {
 // Run it once, after every process sharing the table runs this version (which works on either
 // layout; the previous one does not work on v2). On MySQL/MariaDB it is one online ALTER TABLE
 // (ALGORITHM=INPLACE, LOCK=NONE: reads and writes go on while the table is rebuilt; it gives up
-// after waiting 10s for its metadata lock behind an open transaction); on PostgreSQL
+// after waiting 10s for its metadata lock behind an open transaction; on a Galera cluster it runs in
+// Total Order Isolation instead: no write commits anywhere in the cluster until the table is rebuilt,
+// and transactions open on the table are rolled back, error 1213, rather than waited for); on PostgreSQL
 // the indexes are built and dropped CONCURRENTLY and the primary key swapped in one short
 // transaction; on SQLite the table is copied in one transaction. See the README's "Upgrading from
 // v1". It returns the first failing statement's error; every step can be run again. Several

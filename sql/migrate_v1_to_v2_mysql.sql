@@ -13,7 +13,9 @@
 -- transaction that used the table, and every later statement on the table queues behind that wait: the
 -- first statement bounds it to 10 seconds (lock_wait_timeout is a day by default), after which the
 -- ALTER gives up, changing nothing, and can be run again. record.Store.Migrate runs this file for
--- record.Options.Table and does nothing on a v2 table.
+-- record.Options.Table and does nothing on a v2 table. On a MariaDB Galera cluster it is not online: the
+-- ALTER runs in Total Order Isolation, no write commits anywhere in the cluster until the table is
+-- rebuilt, and transactions open on the table are rolled back (error 1213) instead of waited for.
 SET SESSION lock_wait_timeout = LEAST(@@session.lock_wait_timeout, 10);
 ALTER TABLE idemkit_records
   DROP PRIMARY KEY,
