@@ -28,8 +28,10 @@ const (
 // the Store already ran the statement again a few times; on a Store bound to a caller's transaction
 // (WithTx, WithSQLTx) the whole transaction is gone — on MySQL later statements on the same
 // connection would run outside any transaction — so do not commit it: run the whole transaction
-// again, which will then see the conflicting writer's record. [IsConflict] recognises it, and the
-// same rollback when it surfaces at COMMIT (Galera certifies a transaction when it commits).
+// again, which will then see the conflicting writer's record. The COMMIT of a transaction the Store
+// began ([Store.Tx], [Store.TxMark], [Store.SQLTx]) wraps it too when it fails so (Galera certifies a
+// transaction when it commits). [IsConflict] recognises it, and the driver's error of the same
+// rollback at the caller's own COMMIT.
 //
 // It matches [idemkit.ErrConflict], which the Guard recognises.
 var ErrConflict error = conflictError{}

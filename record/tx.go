@@ -183,10 +183,17 @@ func (t *txStore) Commit() error {
 	} else {
 		err = t.stx.Commit()
 	}
-	if err != nil {
-		return fmt.Errorf("record: committing: %w", err)
+	switch {
+	case err == nil:
+		return nil
+	case IsConflict(err):
+		// A Galera certification failure (a brute-force abort surfaces here too), a PostgreSQL
+		// serialization failure: the write conflict a statement reports with ErrConflict, and so
+		// does a multi-statement transaction's COMMIT. Nothing else is translated: a business's
+		// deferred constraint failing here is no record that exists.
+		return fmt.Errorf("record: committing: %w: %w", ErrConflict, err)
 	}
-	return nil
+	return fmt.Errorf("record: committing: %w", err)
 }
 
 func (t *txStore) Rollback() error {

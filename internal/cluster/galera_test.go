@@ -91,8 +91,9 @@ func wsrepCounters(t *testing.T, g *cluster.Galera) (certFailures, bfAborts int6
 // money transfers in the caller's transaction (DoTx) during which a node is killed (SIGKILL),
 // restarted and rejoins by incremental state transfer; and the same transfers through Guard.Tx,
 // whose own COMMIT fails on certification, two of the three nodes' pools allowing multi-statement
-// packets (which the record Store must not use on Galera); and record.Store.Migrate of a v1 table
-// with a transaction open on it through another node. Each storm is checked afterwards by an
+// packets (which the record Store must not use on Galera); the error of a Guard.Tx whose COMMIT
+// failed certification; and record.Store.Migrate of a v1 table with a transaction open on it through
+// another node. Each storm is checked afterwards by an
 // independent conservation check on every node.
 func TestGalera(t *testing.T) {
 	t.Parallel()
@@ -133,6 +134,7 @@ func TestGalera(t *testing.T) {
 	})
 
 	t.Run("MigrateV1ToV2", func(t *testing.T) { testGaleraMigrate(t, g) })
+	t.Run("GuardTxCommitConflict", func(t *testing.T) { testGaleraCommitConflict(t, g) })
 	t.Run("TxStormNodeKilled", func(t *testing.T) { testGaleraTxStorm(t, g, sc, false) })
 	t.Run("GuardTxStorm", func(t *testing.T) { testGaleraTxStorm(t, g, sc, true) })
 }
@@ -493,6 +495,108 @@ func testGaleraMigrate(t *testing.T, g *cluster.Galera) {
 	}
 	if _, err := g1.Do(ctx, idemkit.Call{Scope: "migrate", Key: "open"}, done); err != nil {
 		t.Errorf("the key of the rolled-back transaction: %v; want it to run", err)
+	}
+}
+
+// heldCommit is a TxBeginner whose transactions wait for hold before they commit.
+type heldCommit struct {
+	idemkit.TxBeginner
+	hold func()
+}
+
+func (h heldCommit) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
+	tx, err := h.TxBeginner.BeginTx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return heldTx{tx, h.hold}, nil
+}
+
+type heldTx struct {
+	idemkit.TxStore
+	hold func()
+}
+
+func (h heldTx) Commit() error {
+	h.hold()
+	return h.TxStore.Commit()
+}
+
+// testGaleraCommitConflict: two copies of a key through Guard.Tx on two nodes. The first writes its
+// ledger row and its record through node 1 and holds its COMMIT; the second runs through node 0 and
+// commits; once node 1 has applied that write set, which aborts the first's transaction (a
+// brute-force abort: both wrote the key's record), the first commits, and its COMMIT fails with
+// error 1213. The call's error must say so as documented — ErrStoreUnavailable, and a conflict that
+// record.IsConflict, errors.Is(record.ErrConflict) and errors.Is(idemkit.ErrConflict) recognise. At
+// the Guard's COMMIT (the usual form of a cross-node duplicate on Galera) it wrapped the driver's
+// error alone, unlike the same conflict at a statement: errors.Is with ErrConflict, which the README
+// says such an error wraps, missed it (found by a defect hunt). The first's retry replays the
+// second's answer, and the business took effect once.
+func testGaleraCommitConflict(t *testing.T, g *cluster.Galera) {
+	ctx := context.Background()
+	table, ledger := testsvc.Name("rec_"), testsvc.Name("ledger_")
+	stores := make([]*record.Store, 2)
+	guards := make([]*idemkit.Guard, 2)
+	for i := range stores {
+		db := openNode(t, g.Node(i), galeraDB, 4)
+		var err error
+		stores[i], err = record.New(db, &record.Options{Table: table})
+		must(t, err)
+		if i == 0 {
+			must(t, stores[i].CreateTable(ctx))
+			must(t, db.Exec("CREATE TABLE "+ledger+" (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(64) NOT NULL)").Error)
+			syncAll(t, g)
+		}
+		guards[i], err = idemkit.New(stores[i], nil)
+		must(t, err)
+	}
+	call := idemkit.Call{Scope: "conflict", Key: "k"}
+	business := func(node int) idemkit.TxFunc {
+		return func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
+			if h, ok := tx.(heldTx); ok {
+				tx = h.TxStore
+			}
+			err := record.GormTx(tx).WithContext(ctx).Exec("INSERT INTO "+ledger+" (k) VALUES (?)", call.Key).Error
+			return []byte(fmt.Sprint("node", node)), err
+		}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		db := heldCommit{stores[1], func() { close(held); <-release }}
+		_, err := guards[1].Tx(ctx, db, call, business(1))
+		first <- err
+	}()
+	<-held // the first's record is written, uncommitted, on node 1
+	res, err := guards[0].Tx(ctx, stores[0], call, business(0))
+	if err != nil || string(res.Value) != "node0" {
+		close(release)
+		t.Fatalf("the second copy, through node 0: %+v, %v; want it to run", res, err)
+	}
+	syncAll(t, g) // node 1 applied it, aborting the first's transaction
+	close(release)
+	err = <-first
+	for _, c := range []struct {
+		what string
+		ok   bool
+	}{
+		{"errors.Is(err, idemkit.ErrStoreUnavailable)", errors.Is(err, idemkit.ErrStoreUnavailable)},
+		{"record.IsConflict(err)", record.IsConflict(err)},
+		{"errors.Is(err, record.ErrConflict)", errors.Is(err, record.ErrConflict)},
+		{"errors.Is(err, idemkit.ErrConflict)", errors.Is(err, idemkit.ErrConflict)},
+	} {
+		if !c.ok {
+			t.Errorf("the copy whose COMMIT failed certification returned %v: %s is false", err, c.what)
+		}
+	}
+	res, err = guards[1].Tx(ctx, stores[1], call, business(1))
+	if err != nil || !res.Replayed || string(res.Value) != "node0" {
+		t.Errorf("the first copy's retry: %+v, %v; want node0's answer replayed", res, err)
+	}
+	var n int64
+	must(t, openNode(t, g.Node(1), galeraDB, 1).Raw("SELECT COUNT(*) FROM "+ledger).Scan(&n).Error)
+	if n != 1 {
+		t.Errorf("%d ledger rows, want 1", n)
 	}
 }
 
