@@ -32,12 +32,25 @@ const DefaultMaxInFlight = 1
 // context values of the caller that sends it (go-redis hooks, tracing among them, see it as that
 // caller's).
 //
+// On a Redis Cluster each primary has its own queue and its own max round trips: a pipeline carries
+// the commands for one node, and a node that is slow or down (go-redis retries its commands for a
+// second or more) holds up only the commands for its own keys.
+//
 // A command whose caller left while it was out may not even be written yet (its sender waits for a
 // connection, say), so it can land after anything its caller does next: the batcher keeps the keys
 // of such commands until their pipelines return, and a compare-and-delete on one of those keys waits
 // for them (see settled).
 type batcher struct {
+	// Batcher sends every command, or on a Redis Cluster those whose node is not known.
 	*batch.Batcher[redis.Cmder]
+
+	// On a Redis Cluster, route names the primary a key's commands go to, and each primary has a
+	// Batcher of its own (made by newShard): a pipeline carries commands for one node only, so a
+	// node that is slow or down holds up its own keys' commands, not every key's.
+	route    func(ctx context.Context, key string) string
+	newShard func() *batch.Batcher[redis.Cmder]
+	smu      sync.Mutex
+	shards   map[string]*batch.Batcher[redis.Cmder] // by the primary's address
 
 	mu  sync.Mutex
 	out map[string]*outKey // Redis key → its commands whose callers left while they were out
@@ -58,39 +71,104 @@ func newBatcher(client Client, max int) *batcher {
 		return nil
 	}
 	var pipeline func() redis.Pipeliner
+	var route func(ctx context.Context, key string) string
 	switch c := client.(type) {
 	case *redis.Client:
 		pipeline = c.Pipeline
 	case *redis.ClusterClient:
 		pipeline = c.Pipeline
+		route = func(ctx context.Context, key string) string {
+			node, err := c.MasterForKey(ctx, key) // the client's slot map: no round trip
+			if err != nil {
+				return ""
+			}
+			return node.Options().Addr
+		}
 	case *redis.Ring:
 		pipeline = c.Pipeline
 	default:
 		return nil
 	}
-	b := &batcher{out: make(map[string]*outKey)}
-	b.Batcher = batch.New(max, batch.Funcs[redis.Cmder]{
-		One: func(ctx context.Context, cmd redis.Cmder) { _ = client.Process(ctx, cmd) },
-		Many: func(ctx context.Context, cmds []redis.Cmder) {
-			pipe := pipeline()
-			for _, cmd := range cmds {
-				_ = pipe.Process(ctx, cmd)
-			}
-			// Each command carries its own reply or error; an error of the pipeline itself, which no
-			// command carries (a hook that refused it, say), is also set on every command without
-			// one. An error some command carries is that command's own: on a Redis Cluster, that of
-			// the commands on a node that is down, while the other nodes' replies stand.
-			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !carried(cmds, err) {
+	b := &batcher{out: make(map[string]*outKey), route: route}
+	b.newShard = func() *batch.Batcher[redis.Cmder] {
+		return batch.New(max, batch.Funcs[redis.Cmder]{
+			One: func(ctx context.Context, cmd redis.Cmder) { _ = client.Process(ctx, cmd) },
+			Many: func(ctx context.Context, cmds []redis.Cmder) {
+				pipe := pipeline()
 				for _, cmd := range cmds {
-					failUnanswered(cmd, err)
+					_ = pipe.Process(ctx, cmd)
 				}
-			}
-		},
-		Fail:    func(cmd redis.Cmder, err error) { failUnanswered(cmd, fmt.Errorf("lock: %w", err)) },
-		Abandon: b.abandon,
-		Settle:  b.settle,
-	})
+				// Each command carries its own reply or error; an error of the pipeline itself,
+				// which no command carries (a hook that refused it, say), is also set on every
+				// command without one. An error some command carries is that command's own: on a
+				// Redis Cluster, that of the commands on a node that is down (a pipeline meant for
+				// one node may still span several after a failover or a resharding), while the
+				// other nodes' replies stand.
+				if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !isServerError(err) && !carried(cmds, err) {
+					for _, cmd := range cmds {
+						failUnanswered(cmd, err)
+					}
+				}
+			},
+			Fail:    func(cmd redis.Cmder, err error) { failUnanswered(cmd, fmt.Errorf("lock: %w", err)) },
+			Abandon: b.abandon,
+			Settle:  b.settle,
+		})
+	}
+	b.Batcher = b.newShard()
+	if route != nil {
+		b.shards = make(map[string]*batch.Batcher[redis.Cmder])
+	}
 	return b
+}
+
+// of returns the Batcher of the commands on Redis key k: on a Redis Cluster that of k's primary as
+// the client's slot map has it, otherwise (or when the client knows no primary for k) the batcher's own.
+func (b *batcher) of(ctx context.Context, k string) *batch.Batcher[redis.Cmder] {
+	if b.route == nil {
+		return b.Batcher
+	}
+	addr := b.route(ctx, k)
+	if addr == "" {
+		return b.Batcher
+	}
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	s := b.shards[addr]
+	if s == nil {
+		s = b.newShard()
+		b.shards[addr] = s
+	}
+	return s
+}
+
+// all returns every Batcher of b.
+func (b *batcher) all() []*batch.Batcher[redis.Cmder] {
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	all := []*batch.Batcher[redis.Cmder]{b.Batcher}
+	for _, s := range b.shards {
+		all = append(all, s)
+	}
+	return all
+}
+
+// Waiting returns the number of commands waiting for a pipeline, over every node.
+func (b *batcher) Waiting() int {
+	n := 0
+	for _, s := range b.all() {
+		n += s.Waiting()
+	}
+	return n
+}
+
+// InFlight returns the number of commands or pipelines out, over every node.
+func (b *batcher) InFlight() int {
+	n := 0
+	for _, s := range b.all() {
+		n += s.InFlight()
+	}
+	return n
 }
 
 // abandon notes that cmd is out in a pipeline after its caller left.
@@ -148,7 +226,7 @@ func cmdKey(cmd redis.Cmder) string {
 
 // do sends cmd and returns its error, as Process does.
 func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
-	if err := b.Do(ctx, cmd); err != nil {
+	if err := b.of(ctx, cmdKey(cmd)).Do(ctx, cmd); err != nil {
 		return err
 	}
 	return cmd.Err()

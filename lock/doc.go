@@ -20,7 +20,8 @@
 // default) are out, the commands of concurrent callers wait, and when one returns they leave together
 // as one pipeline, sent by the first caller that waited. A lone caller never waits; under load many
 // Acquires and Releases share one round trip, which saves system calls here and reads, writes and
-// event-loop passes in Redis. Each caller stays bounded by its own context: a command whose caller's
+// event-loop passes in Redis. On a Redis Cluster the round trips and the queue are per primary, so a
+// node that is slow or down holds up only its own keys' commands. Each caller stays bounded by its own context: a command whose caller's
 // context ends while it waits is withdrawn unsent, and a caller whose command is out in another
 // caller's pipeline returns when its context ends (the command may still take effect, as an abandoned
 // command may, and later than anything the caller does next: a [Locker.Release] without a result of

@@ -52,9 +52,9 @@ type Options struct {
 	// other clients (wrappers) get every command through their Process. Scripts are never batched,
 	// nor is a cached result of 1 MiB or more (a Redis whose proto-max-bulk-len it exceeds closes the
 	// connection, and the commands batched behind it would fail).
-	// On a Redis Cluster a pipeline goes to the nodes it names in parallel and returns with the
-	// slowest: raise MaxInFlight (to the number of primaries, say) so that one slow node does not hold
-	// up commands for the others. A node that is down fails its own commands only.
+	// On a Redis Cluster the bound is per primary: a command waits for, and leaves with, the commands
+	// for the same primary (as the client's slot map has it), so a node that is slow or down holds up
+	// and fails its own keys' commands only.
 	MaxInFlight int
 }
 
