@@ -101,7 +101,9 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 //
 // After the commit the lock is released and the result cached. Results and errors are those of
 // [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
-// replays it or runs). A panic in fn rolls the transaction back and continues. fn runs at most once
+// replays it or runs), except a commit the database refused on a write conflict (ErrConflict: on
+// Galera, a duplicate that won through another node), which nothing of committed: the key's record
+// answers then, as after a conflict at the record's INSERT. A panic in fn rolls the transaction back and continues. fn runs at most once
 // per call.
 func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Result, error) {
 	if fn == nil {
@@ -409,6 +411,14 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 		return cl.writeFailed(db, tx, c, err)
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, ErrConflict) {
+			// The database rolled the transaction back on a write conflict at COMMIT (on Galera, the
+			// certification failure that ends a duplicate sent through another node): nothing of it
+			// committed, and the attempt that won answers, as after a conflict at the INSERT.
+			if cur, v, now := cl.winner(db, c); cur != nil {
+				return cl.answer(v, cur, c, now)
+			}
+		}
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err)))
 	}
@@ -426,20 +436,28 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Result, error) {
 	cl.rollback(tx)
 	if errors.Is(err, ErrConflict) {
-		for wait := 5 * time.Millisecond; ; wait *= 2 {
-			cur, gerr := db.Get(cl.ctx, cl.id.scope, cl.id.key)
-			if gerr == nil {
-				now := cl.g.opts.Now()
-				if v := cl.judgeMet(cur, c.Fingerprint, now); v != verdictTakeover {
-					return cl.answer(v, cur, c, now)
-				}
-			}
-			if !errors.Is(gerr, ErrNotFound) || wait > conflictReread || !background.Sleep(cl.ctx, wait) {
-				break
-			}
+		if cur, v, now := cl.winner(db, c); cur != nil {
+			return cl.answer(v, cur, c, now)
 		}
 	}
 	return ended(cl.failWrite(err))
+}
+
+// winner reads the record of the attempt that won a write conflict with this call's transaction, and
+// judges it (at now): nil when none was found, or it is one this call would take over.
+func (cl *Claim) winner(db TxBeginner, c *Call) (*Record, verdict, time.Time) {
+	for wait := 5 * time.Millisecond; ; wait *= 2 {
+		cur, err := db.Get(cl.ctx, cl.id.scope, cl.id.key)
+		if err == nil {
+			now := cl.g.opts.Now()
+			if v := cl.judgeMet(cur, c.Fingerprint, now); v != verdictTakeover {
+				return cur, v, now
+			}
+		}
+		if !errors.Is(err, ErrNotFound) || wait > conflictReread || !background.Sleep(cl.ctx, wait) {
+			return nil, verdictTakeover, time.Time{}
+		}
+	}
 }
 
 // conflictReread bounds the waits of writeFailed's reads (5, 10, ... ms: about 150 ms in all).
