@@ -11,5 +11,7 @@
 // row of the state table: new key, replay, permanent and retryable failures, in-flight, lease takeover,
 // fencing of a stale holder, expiry, payload mismatch, Mark mode, panics, and concurrent duplicates.
 // When the Store also has the sweeper hooks (DeleteExpired, RecoverStale) the suite checks them; when it
-// begins transactions ([idemkit.TxBeginner]) it drives [idemkit.Guard.Tx] through the state table too.
+// begins transactions ([idemkit.TxBeginner]) it checks the contract inside a transaction too (a write
+// over a version that moved on since it was read is refused, Rollback discards, Commit applies) and
+// drives [idemkit.Guard.Tx] through the state table.
 package idemtest

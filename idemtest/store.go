@@ -25,6 +25,7 @@ type Sweepable interface {
 // RunStore runs the Store conformance suite. Subtests run one after another; each calls newStore.
 func RunStore(t *testing.T, newStore NewStore) {
 	t.Run("Contract", func(t *testing.T) { runContract(t, newStore) })
+	t.Run("TxContract", func(t *testing.T) { runTxContract(t, newStore) })
 	t.Run("StateTable", func(t *testing.T) { runStateTable(t, newStore) })
 	t.Run("TxStateTable", func(t *testing.T) { runTxStateTable(t, newStore) })
 	t.Run("TxMark", func(t *testing.T) { runTxMark(t, newStore) })

@@ -1,0 +1,88 @@
+package idemtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
+// runTxContract checks the Store contract inside a transaction ([idemkit.TxBeginner]): its Insert
+// never overwrites, its Update and Delete compare against the latest committed record (the Guard
+// reads the record before the transaction and writes over that version in it, so a write that
+// ignored a version moved on meanwhile would commit a second run of the function), it reads its own
+// writes, Rollback discards them and Commit applies them.
+func runTxContract(t *testing.T, newStore NewStore) {
+	probe := newStore(t)
+	if _, ok := probe.(idemkit.TxBeginner); !ok {
+		t.Skip("the Store does not begin transactions (idemkit.TxBeginner)")
+	}
+	now := NewClock().Now()
+	begin := func(t *testing.T, s idemkit.Store) idemkit.TxStore {
+		t.Helper()
+		tx, err := s.(idemkit.TxBeginner).BeginTx(ctxb)
+		must(t, err)
+		t.Cleanup(func() { _ = tx.Rollback() }) // after a failed check: the Store must not stay locked
+		return tx
+	}
+	get := func(t *testing.T, s idemkit.Store, key string) *idemkit.Record {
+		t.Helper()
+		got, err := s.Get(ctxb, "s", key)
+		must(t, err)
+		return got
+	}
+
+	t.Run("StaleVersionFenced", func(t *testing.T) {
+		s := newStore(t)
+		rec := sample(now, "s", "k")
+		must(t, s.Insert(ctxb, rec))
+		// Taken over outside the transaction, after rec was read.
+		taken := *rec
+		taken.Fence, taken.Owner, taken.UpdatedAt = 2, "owner-2", now.Add(time.Second)
+		must(t, s.Update(ctxb, &taken, rec.Version()))
+
+		tx := begin(t, s)
+		next := *rec
+		next.Status, next.Response, next.Error = idemkit.StatusSucceeded, []byte("done"), ""
+		wantErr(t, tx.Update(ctxb, &next, rec.Version()), idemkit.ErrFenced)
+		wantErr(t, tx.Delete(ctxb, "s", "k", rec.Version()), idemkit.ErrFenced)
+		dup := sample(now, "s", "k")
+		dup.Owner, dup.Response = "intruder", []byte("other")
+		wantErr(t, tx.Insert(ctxb, dup), idemkit.ErrExists)
+		RequireSameRecord(t, &taken, get(t, tx, "k"))
+
+		mine := taken
+		mine.Status, mine.Response, mine.Error = idemkit.StatusSucceeded, []byte("mine"), ""
+		must(t, tx.Update(ctxb, &mine, taken.Version()))
+		RequireSameRecord(t, &mine, get(t, tx, "k"))
+		must(t, tx.Rollback())
+		RequireSameRecord(t, &taken, get(t, s, "k"))
+	})
+
+	t.Run("CommitApplies", func(t *testing.T) {
+		s := newStore(t)
+		rec := sample(now, "s", "k")
+		must(t, s.Insert(ctxb, rec))
+		tx := begin(t, s)
+		fresh := sample(now, "s", "new")
+		must(t, tx.Insert(ctxb, fresh))
+		RequireSameRecord(t, fresh, get(t, tx, "new"))
+		wantErr(t, tx.Insert(ctxb, fresh), idemkit.ErrExists)
+		next := *rec
+		next.Status, next.Response, next.Error = idemkit.StatusSucceeded, []byte("done"), ""
+		must(t, tx.Update(ctxb, &next, rec.Version()))
+		wantErr(t, tx.Update(ctxb, &next, rec.Version()), idemkit.ErrFenced) // it moved on, in the transaction
+		must(t, tx.Commit())
+		RequireSameRecord(t, fresh, get(t, s, "new"))
+		RequireSameRecord(t, &next, get(t, s, "k"))
+
+		tx = begin(t, s)
+		wantErr(t, tx.Delete(ctxb, "s", "k", rec.Version()), idemkit.ErrFenced)
+		must(t, tx.Delete(ctxb, "s", "k", next.Version()))
+		_, err := tx.Get(ctxb, "s", "k")
+		wantErr(t, err, idemkit.ErrNotFound)
+		must(t, tx.Commit())
+		_, err = s.Get(ctxb, "s", "k")
+		wantErr(t, err, idemkit.ErrNotFound)
+	})
+}
