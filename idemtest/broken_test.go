@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemkit/idemkit"
@@ -24,13 +25,16 @@ var brokenDefects = map[string]string{
 	"tx-insert-overwrites":    "its transactions' Insert overwrites an existing record",
 	"update-ignores-fence":    "its Update overwrites whatever version the record has",
 	"insert-overwrites":       "its Insert overwrites an existing record",
+	"dirty-reads":             "its Get returns records an open transaction wrote",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
 // contract in one way each, and fails unless the suite fails every one of them.
 func TestRunStoreRefusesBrokenStores(t *testing.T) {
 	if defect := os.Getenv(envBroken); defect != "" {
-		idemtest.RunStore(t, func(t *testing.T) idemkit.Store { return &brokenStore{memory.NewStore(), defect} })
+		idemtest.RunStore(t, func(t *testing.T) idemkit.Store {
+			return &brokenStore{Store: memory.NewStore(), defect: defect, dirty: map[[2]string]*idemkit.Record{}}
+		})
 		return
 	}
 	for defect, what := range brokenDefects {
@@ -51,6 +55,19 @@ func TestRunStoreRefusesBrokenStores(t *testing.T) {
 type brokenStore struct {
 	*memory.Store
 	defect string
+	mu     sync.Mutex
+	dirty  map[[2]string]*idemkit.Record // written by open transactions, for "dirty-reads"
+}
+
+func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	b.mu.Lock()
+	r := b.dirty[[2]string{scope, key}]
+	b.mu.Unlock()
+	if r != nil {
+		c := *r
+		return &c, nil
+	}
+	return b.Store.Get(ctx, scope, key)
 }
 
 func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
@@ -66,25 +83,56 @@ func (b *brokenStore) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &brokenTx{tx, b.defect}, nil
+	return &brokenTx{TxStore: tx, s: b}, nil
 }
 
 // brokenTx is a transaction of a brokenStore.
 type brokenTx struct {
 	idemkit.TxStore
-	defect string
+	s     *brokenStore
+	wrote [][2]string
 }
 
 func (t *brokenTx) Insert(ctx context.Context, rec *idemkit.Record) error {
-	return insert(ctx, t.TxStore, rec, t.defect == "tx-insert-overwrites")
+	err := insert(ctx, t.TxStore, rec, t.s.defect == "tx-insert-overwrites")
+	t.leak(rec, err)
+	return err
 }
 
 func (t *brokenTx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	return update(ctx, t.TxStore, rec, prev, t.defect == "tx-update-ignores-fence")
+	err := update(ctx, t.TxStore, rec, prev, t.s.defect == "tx-update-ignores-fence")
+	t.leak(rec, err)
+	return err
+}
+
+// leak shows rec, written in t, to reads outside t until t ends, when the Store has dirty reads.
+func (t *brokenTx) leak(rec *idemkit.Record, err error) {
+	if err != nil || t.s.defect != "dirty-reads" {
+		return
+	}
+	k := [2]string{rec.Scope, rec.Key}
+	c := *rec
+	t.s.mu.Lock()
+	t.s.dirty[k] = &c
+	t.s.mu.Unlock()
+	t.wrote = append(t.wrote, k)
+}
+
+func (t *brokenTx) Commit() error   { defer t.end(); return t.TxStore.Commit() }
+func (t *brokenTx) Rollback() error { defer t.end(); return t.TxStore.Rollback() }
+
+// end drops what t showed outside.
+func (t *brokenTx) end() {
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	for _, k := range t.wrote {
+		delete(t.s.dirty, k)
+	}
+	t.wrote = nil
 }
 
 func (t *brokenTx) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
-	if cur, err := t.TxStore.Get(ctx, scope, key); err == nil && t.defect == "tx-delete-ignores-fence" {
+	if cur, err := t.TxStore.Get(ctx, scope, key); err == nil && t.s.defect == "tx-delete-ignores-fence" {
 		prev = cur.Version()
 	}
 	return t.TxStore.Delete(ctx, scope, key, prev)

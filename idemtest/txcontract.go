@@ -1,6 +1,8 @@
 package idemtest
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -72,6 +74,11 @@ func runTxContract(t *testing.T, newStore NewStore) {
 		next.Status, next.Response, next.Error = idemkit.StatusSucceeded, []byte("done"), ""
 		must(t, tx.Update(ctxb, &next, rec.Version()))
 		wantErr(t, tx.Update(ctxb, &next, rec.Version()), idemkit.ErrFenced) // it moved on, in the transaction
+		// Outside, nothing of it shows before Commit: a duplicate replaying a result the transaction
+		// then fails to commit would answer for work that never happened. A read that waits for the
+		// transaction (a Store of one connection) is refused by its deadline instead.
+		notYet(t, s, fresh.Key, nil)
+		notYet(t, s, rec.Key, rec)
 		must(t, tx.Commit())
 		RequireSameRecord(t, fresh, get(t, s, "new"))
 		RequireSameRecord(t, &next, get(t, s, "k"))
@@ -85,4 +92,23 @@ func runTxContract(t *testing.T, newStore NewStore) {
 		_, err = s.Get(ctxb, "s", "k")
 		wantErr(t, err, idemkit.ErrNotFound)
 	})
+}
+
+// notYet fails t if a read of key outside an open transaction returns anything but want (nil: no
+// record), or an error other than ErrNotFound for want nil. A read still waiting for the transaction
+// when its deadline passes is no failure.
+func notYet(t *testing.T, s idemkit.Store, key string, want *idemkit.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctxb, 200*time.Millisecond)
+	defer cancel()
+	got, err := s.Get(ctx, "s", key)
+	switch {
+	case ctx.Err() != nil && err != nil:
+		return // blocked by the transaction
+	case want == nil && !errors.Is(err, idemkit.ErrNotFound):
+		t.Fatalf("a record inserted in an open transaction, read outside it: %+v, %v; want ErrNotFound", got, err)
+	case want != nil:
+		must(t, err)
+		RequireSameRecord(t, want, got)
+	}
 }
