@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemtest"
@@ -26,6 +27,7 @@ var brokenDefects = map[string]string{
 	"update-ignores-fence":    "its Update overwrites whatever version the record has",
 	"insert-overwrites":       "its Insert overwrites an existing record",
 	"dirty-reads":             "its Get returns records an open transaction wrote",
+	"aliases":                 "it keeps the caller's Response and hands it to every reader",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
@@ -33,7 +35,7 @@ var brokenDefects = map[string]string{
 func TestRunStoreRefusesBrokenStores(t *testing.T) {
 	if defect := os.Getenv(envBroken); defect != "" {
 		idemtest.RunStore(t, func(t *testing.T) idemkit.Store {
-			return &brokenStore{Store: memory.NewStore(), defect: defect, dirty: map[[2]string]*idemkit.Record{}}
+			return &brokenStore{Store: memory.NewStore(), defect: defect, dirty: map[[2]string]*idemkit.Record{}, kept: map[[2]string]*idemkit.Record{}}
 		})
 		return
 	}
@@ -51,12 +53,75 @@ func TestRunStoreRefusesBrokenStores(t *testing.T) {
 	}
 }
 
+// envBrokenLocker names the defect of the Locker TestRunLockerRefusesBrokenLockers runs the suite on in
+// its child process.
+const envBrokenLocker = "IDEMTEST_BROKEN_LOCKER"
+
+// TestRunLockerRefusesBrokenLockers runs RunLocker, in a child process, on a Locker that keeps the
+// result it is given and hands it to every duplicate, and fails unless the suite fails it.
+func TestRunLockerRefusesBrokenLockers(t *testing.T) {
+	if os.Getenv(envBrokenLocker) != "" {
+		idemtest.RunLocker(t, func(t *testing.T) idemkit.Locker {
+			return &aliasingLocker{Locker: memory.NewLocker(nil), kept: map[string][]byte{}}
+		})
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRunLockerRefusesBrokenLockers$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envBrokenLocker+"=aliases")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		t.Errorf("RunLocker passed a Locker that hands every duplicate the buffer it cached")
+	case !errors.As(err, &exit) || !strings.Contains(string(out), "--- FAIL: TestRunLockerRefusesBrokenLockers/"):
+		t.Errorf("the suite over an aliasing Locker did not fail a check: %v\n%s", err, out)
+	}
+}
+
+// aliasingLocker is a memory Locker that caches the caller's result itself and answers every cache
+// hit with it.
+type aliasingLocker struct {
+	*memory.Locker
+	mu   sync.Mutex
+	kept map[string][]byte
+}
+
+func (l *aliasingLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	cached, err := l.Locker.Acquire(ctx, key, token, ttl)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if kept, ok := l.kept[key]; ok && cached != nil {
+		return kept, err
+	}
+	return cached, err
+}
+
+func (l *aliasingLocker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
+	if result != nil && cacheTTL > 0 {
+		l.mu.Lock()
+		l.kept[key] = result
+		l.mu.Unlock()
+	}
+	return l.Locker.Release(ctx, key, token, result, cacheTTL)
+}
+
 // brokenStore is a memory Store with one defect.
 type brokenStore struct {
 	*memory.Store
 	defect string
 	mu     sync.Mutex
 	dirty  map[[2]string]*idemkit.Record // written by open transactions, for "dirty-reads"
+	kept   map[[2]string]*idemkit.Record // the callers' records, for "aliases"
+}
+
+// keep remembers rec itself, its Response with it, when the Store aliases.
+func (b *brokenStore) keep(rec *idemkit.Record, err error) error {
+	if err == nil && b.defect == "aliases" {
+		b.mu.Lock()
+		b.kept[[2]string{rec.Scope, rec.Key}] = rec
+		b.mu.Unlock()
+	}
+	return err
 }
 
 func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
@@ -67,15 +132,21 @@ func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Reco
 		c := *r
 		return &c, nil
 	}
-	return b.Store.Get(ctx, scope, key)
+	rec, err := b.Store.Get(ctx, scope, key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if kept, ok := b.kept[[2]string{scope, key}]; ok && err == nil && kept.Version() == rec.Version() {
+		rec.Response = kept.Response
+	}
+	return rec, err
 }
 
 func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
-	return insert(ctx, b.Store, rec, b.defect == "insert-overwrites")
+	return b.keep(rec, insert(ctx, b.Store, rec, b.defect == "insert-overwrites"))
 }
 
 func (b *brokenStore) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	return update(ctx, b.Store, rec, prev, b.defect == "update-ignores-fence")
+	return b.keep(rec, update(ctx, b.Store, rec, prev, b.defect == "update-ignores-fence"))
 }
 
 func (b *brokenStore) BeginTx(ctx context.Context) (idemkit.TxStore, error) {

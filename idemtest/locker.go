@@ -139,6 +139,25 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 		}
 	})
 
+	t.Run("CachedResultIsACopy", func(t *testing.T) {
+		// The cache keeps its own copy, and hands each caller its own: a caller reusing the buffer
+		// it released, or writing into a replay's Result.Value, must not change what later
+		// duplicates are answered.
+		l := newLocker(t)
+		result := []byte("result")
+		_, err := l.Acquire(ctxb, "k", "tok-1", ttl)
+		must(t, err)
+		must(t, l.Release(ctxb, "k", "tok-1", result, time.Hour))
+		copy(result, "XXXXXX")
+		for _, tok := range []string{"tok-2", "tok-3"} {
+			cached, err := l.Acquire(ctxb, "k", tok, ttl)
+			if err != nil || string(cached) != "result" {
+				t.Fatalf("Acquire(%s) after the callers wrote into their buffers: %q, %v; want %q", tok, cached, err, "result")
+			}
+			copy(cached, "YYYYYY")
+		}
+	})
+
 	t.Run("EmptyResultCaches", func(t *testing.T) {
 		// An empty result is a result (not nil): it is cached, and a cache hit is an empty,
 		// non-nil slice, never the (nil, nil) of an acquired lock.
