@@ -14,7 +14,12 @@ import (
 )
 
 // Store is an in-memory [idemkit.Store]. The zero value is not usable; call [NewStore].
-// It is safe for concurrent use.
+// It is safe for concurrent use. A record stays after it expired until its key is used again or a
+// sweeper deletes it ([github.com/idemkit/idemkit/sweep.RecordTasks] of the Store): a long-running
+// program that meets new keys all the time runs one, or its memory grows with every key.
+// It holds a result of any size, where package record on MySQL and MariaDB refuses one above 16 MiB
+// (idemkit.ErrUnstorable: the key is then recorded REJECTED without it): a unit test of a large
+// result on this Store does not show what production does there.
 //
 // It also begins transactions ([Store.BeginTx], for [idemkit.Guard.Tx]), serialised the way SQLite
 // serialises writers: a transaction holds the Store's write lock from BeginTx to its Commit or
@@ -85,7 +90,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 	return clone(r), nil
 }
 
-// Peek implements [idemkit.Peeker]: the same as Get (the memory Store has no transactions).
+// Peek implements [idemkit.Peeker]: the same as Get (outside a transaction nothing is locked).
 func (s *Store) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
 	return s.Get(ctx, scope, key)
 }
