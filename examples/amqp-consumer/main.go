@@ -5,6 +5,9 @@
 //	go run ./examples/amqp-consumer                    # RabbitMQ 127.0.0.1:5672, MariaDB 127.0.0.1:3306, Redis 127.0.0.1:6379
 //	go run ./examples/amqp-consumer -n 200 -workers 8 -keep
 //
+// The database is idemkit_test, which must exist: ./scripts/services.sh creates it, or run
+// mysql -uroot -e 'CREATE DATABASE idemkit_test', or name another with -mysql.
+//
 // It declares a quorum queue with a dead-letter exchange and queue, and tables, with names unique to the
 // run, publishes -n persistent payments with publisher confirms (a third of them twice with the same
 // message-id: RabbitMQ has no publish-side deduplication), one payment without a message-id and one

@@ -5,6 +5,9 @@
 //	go run ./examples/nats-consumer                    # NATS 127.0.0.1:4222, MariaDB 127.0.0.1:3306, Redis 127.0.0.1:6379
 //	go run ./examples/nats-consumer -n 200 -workers 8 -keep
 //
+// The database is idemkit_test, which must exist: ./scripts/services.sh creates it, or run
+// mysql -uroot -e 'CREATE DATABASE idemkit_test', or name another with -mysql.
+//
 // It creates a stream, a dead-letter stream and tables with names unique to the run, publishes -n
 // payments (a third of them twice with the same Nats-Msg-Id, after JetStream's duplicate window, so
 // that only idemkit can catch them), one payment without a Nats-Msg-Id and one with an invalid
