@@ -28,15 +28,14 @@ var brokenDefects = map[string]string{
 	"insert-overwrites":       "its Insert overwrites an existing record",
 	"dirty-reads":             "its Get returns records an open transaction wrote",
 	"aliases":                 "it keeps the caller's Response and hands it to every reader",
+	"folds-keys":              "it compares keys as a case-insensitive, PAD SPACE collation does",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
 // contract in one way each, and fails unless the suite fails every one of them.
 func TestRunStoreRefusesBrokenStores(t *testing.T) {
 	if defect := os.Getenv(envBroken); defect != "" {
-		idemtest.RunStore(t, func(t *testing.T) idemkit.Store {
-			return &brokenStore{Store: memory.NewStore(), defect: defect, dirty: map[[2]string]*idemkit.Record{}, kept: map[[2]string]*idemkit.Record{}}
-		})
+		idemtest.RunStore(t, func(t *testing.T) idemkit.Store { return newBrokenStore(defect) })
 		return
 	}
 	for defect, what := range brokenDefects {
@@ -112,6 +111,44 @@ type brokenStore struct {
 	mu     sync.Mutex
 	dirty  map[[2]string]*idemkit.Record // written by open transactions, for "dirty-reads"
 	kept   map[[2]string]*idemkit.Record // the callers' records, for "aliases"
+	canon  map[[2]string][2]string       // folded scope and key -> the first spelling, for "folds-keys"
+}
+
+func newBrokenStore(defect string) *brokenStore {
+	return &brokenStore{Store: memory.NewStore(), defect: defect,
+		dirty: map[[2]string]*idemkit.Record{}, kept: map[[2]string]*idemkit.Record{}, canon: map[[2]string][2]string{}}
+}
+
+// fold returns the spelling of scope and key the Store first met, when it folds keys.
+func (b *brokenStore) fold(scope, key string) (string, string) {
+	if b.defect != "folds-keys" {
+		return scope, key
+	}
+	f := func(s string) string { return strings.ToLower(strings.TrimRight(s, " ")) }
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := [2]string{f(scope), f(key)}
+	if c, ok := b.canon[k]; ok {
+		return c[0], c[1]
+	}
+	b.canon[k] = [2]string{scope, key}
+	return scope, key
+}
+
+func (b *brokenStore) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
+	scope, key = b.fold(scope, key)
+	return b.Store.Delete(ctx, scope, key, prev)
+}
+
+// folded returns rec under the spelling of its scope and key the Store first met.
+func (b *brokenStore) folded(rec *idemkit.Record) *idemkit.Record {
+	scope, key := b.fold(rec.Scope, rec.Key)
+	if scope == rec.Scope && key == rec.Key {
+		return rec
+	}
+	c := *rec
+	c.Scope, c.Key = scope, key
+	return &c
 }
 
 // keep remembers rec itself, its Response with it, when the Store aliases.
@@ -125,6 +162,7 @@ func (b *brokenStore) keep(rec *idemkit.Record, err error) error {
 }
 
 func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	scope, key = b.fold(scope, key)
 	b.mu.Lock()
 	r := b.dirty[[2]string{scope, key}]
 	b.mu.Unlock()
@@ -142,10 +180,12 @@ func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Reco
 }
 
 func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
+	rec = b.folded(rec)
 	return b.keep(rec, insert(ctx, b.Store, rec, b.defect == "insert-overwrites"))
 }
 
 func (b *brokenStore) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	rec = b.folded(rec)
 	return b.keep(rec, update(ctx, b.Store, rec, prev, b.defect == "update-ignores-fence"))
 }
 

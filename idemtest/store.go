@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,6 +197,27 @@ func runContract(t *testing.T, newStore NewStore) {
 			got, err := s.Get(ctxb, rec.Scope, rec.Key)
 			must(t, err)
 			RequireSameRecord(t, rec, got)
+		}
+	})
+
+	t.Run("KeysCompareByteForByte", func(t *testing.T) {
+		// Keys and scopes that a text collation folds together (case, trailing spaces, accents,
+		// Unicode normalisation) are different keys: a Store conflating them answers one client's
+		// request with another's result.
+		s := newStore(t)
+		variants := []string{"key", "KEY", "Key", "key ", "kéy", "ke\u0301y", "kèy"}
+		var recs []*idemkit.Record
+		for i, v := range variants {
+			for j, r := range []*idemkit.Record{sample(now, "s", v), sample(now, v, "k")} {
+				r.Owner, r.Response = fmt.Sprintf("owner-%d-%d", i, j), fmt.Appendf(nil, "resp-%d-%d", i, j)
+				must(t, s.Insert(ctxb, r))
+				recs = append(recs, r)
+			}
+		}
+		for _, r := range recs {
+			got, err := s.Get(ctxb, r.Scope, r.Key)
+			must(t, err)
+			RequireSameRecord(t, r, got)
 		}
 	})
 
