@@ -29,6 +29,7 @@ var brokenDefects = map[string]string{
 	"dirty-reads":             "its Get returns records an open transaction wrote",
 	"aliases":                 "it keeps the caller's Response and hands it to every reader",
 	"folds-keys":              "it compares keys as a case-insensitive, PAD SPACE collation does",
+	"sweeps-never":            "its DeleteExpired deletes records whose zero ExpiresAt means never",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
@@ -112,11 +113,31 @@ type brokenStore struct {
 	dirty  map[[2]string]*idemkit.Record // written by open transactions, for "dirty-reads"
 	kept   map[[2]string]*idemkit.Record // the callers' records, for "aliases"
 	canon  map[[2]string][2]string       // folded scope and key -> the first spelling, for "folds-keys"
+	never  []*idemkit.Record             // inserted without expiry, for "sweeps-never"
 }
 
 func newBrokenStore(defect string) *brokenStore {
 	return &brokenStore{Store: memory.NewStore(), defect: defect,
 		dirty: map[[2]string]*idemkit.Record{}, kept: map[[2]string]*idemkit.Record{}, canon: map[[2]string][2]string{}}
+}
+
+// DeleteExpired deletes, when the Store sweeps records that never expire, those it inserted first.
+func (b *brokenStore) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	n := 0
+	if b.defect == "sweeps-never" {
+		b.mu.Lock()
+		never := b.never
+		b.never = nil
+		b.mu.Unlock()
+		for _, r := range never {
+			if cur, err := b.Store.Get(ctx, r.Scope, r.Key); err == nil && cur.ExpiresAt.IsZero() && n < limit &&
+				b.Store.Delete(ctx, r.Scope, r.Key, cur.Version()) == nil {
+				n++
+			}
+		}
+	}
+	m, err := b.Store.DeleteExpired(ctx, now, limit-n)
+	return n + m, err
 }
 
 // fold returns the spelling of scope and key the Store first met, when it folds keys.
@@ -181,6 +202,11 @@ func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Reco
 
 func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
 	rec = b.folded(rec)
+	if rec.ExpiresAt.IsZero() {
+		b.mu.Lock()
+		b.never = append(b.never, rec)
+		b.mu.Unlock()
+	}
 	return b.keep(rec, insert(ctx, b.Store, rec, b.defect == "insert-overwrites"))
 }
 

@@ -338,6 +338,8 @@ func runSweeper(t *testing.T, newStore NewStore) {
 		})
 	}
 	live := put("live", func(r *idemkit.Record) { r.Status = idemkit.StatusSucceeded })
+	// A zero ExpiresAt never expires (Record.Expired): the sweeper leaves such a record alone.
+	never := put("never", func(r *idemkit.Record) { r.Status, r.ExpiresAt = idemkit.StatusSucceeded, time.Time{} })
 	stale := put("stale", func(r *idemkit.Record) { r.LeaseUntil = now.Add(-time.Second) })
 	stale2 := put("stale2", func(r *idemkit.Record) { r.LeaseUntil = now.Add(-time.Hour) })
 	withGID := put("gid", func(r *idemkit.Record) { r.LeaseUntil, r.GID = now.Add(-time.Second), "gid-1" })
@@ -387,7 +389,7 @@ func runSweeper(t *testing.T, newStore NewStore) {
 		done.Status = idemkit.StatusSucceeded
 		wantErr(t, s.Update(ctxb, &done, r.Version()), idemkit.ErrFenced)
 	}
-	for _, r := range []*idemkit.Record{withGID, leased, liveClaimExpired} {
+	for _, r := range []*idemkit.Record{withGID, leased, liveClaimExpired, never} {
 		got, err := s.Get(ctxb, "sweep", r.Key)
 		must(t, err)
 		RequireSameRecord(t, r, got)
