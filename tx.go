@@ -211,7 +211,8 @@ type TxMarkFunc func(ctx context.Context, tx TxStore) error
 // returned, retryable or permanent alike (a mark keeps no answer, so a permanent failure is not
 // stored; a retry runs fn again and fails the same way, its writes rolled back again). A commit that
 // fails returns ErrStoreUnavailable: the outcome is then unknown, and a retry gets ErrDuplicate or
-// runs. After the commit the lock is released and the mark cached, so a duplicate is answered by the
+// runs — except a commit refused on a write conflict (ErrConflict: on Galera, a duplicate that won
+// through another node), which nothing of committed: the winner's mark answers it, ErrDuplicate. After the commit the lock is released and the mark cached, so a duplicate is answered by the
 // Locker alone.
 func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
 	if fn == nil {
@@ -248,7 +249,7 @@ func (cl *Claim) runTxMark(db TxBeginner, c *Call, fn TxMarkFunc) error {
 		_, _, err = cl.claim(c)
 		switch {
 		case err == nil:
-			return cl.txMarked(tx, fn)
+			return cl.txMarked(db, tx, c, fn)
 		case cl.done: // answered without a mark: a duplicate, in flight, a failure
 			cl.rollback(tx)
 			return err
@@ -258,7 +259,7 @@ func (cl *Claim) runTxMark(db TxBeginner, c *Call, fn TxMarkFunc) error {
 }
 
 // txMarked runs fn in tx, where the claim just marked the key, and commits.
-func (cl *Claim) txMarked(tx TxStore, fn TxMarkFunc) error {
+func (cl *Claim) txMarked(db TxBeginner, tx TxStore, c *Call, fn TxMarkFunc) error {
 	_, ferr := cl.call(tx, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx, tx) })
 	if ferr != nil {
 		cl.rollback(tx)
@@ -273,6 +274,13 @@ func (cl *Claim) txMarked(tx TxStore, fn TxMarkFunc) error {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, ErrConflict) {
+			// Refused on a write conflict (see txCommit): nothing committed, the winner's mark answers.
+			if cur, v, now := cl.winner(db, c); cur != nil {
+				_, err := cl.answer(v, cur, c, now)
+				return err
+			}
+		}
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err))
 		return err

@@ -2,6 +2,7 @@ package idemkit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -66,5 +67,30 @@ func TestTxCommitConflictReplaysTheWinner(t *testing.T) {
 	})
 	if err != nil || !res.Replayed || string(res.Value) != "winner" {
 		t.Fatalf("the attempt whose COMMIT lost answered %q (replayed %v), %v; want the winner's answer replayed", res.Value, res.Replayed, err)
+	}
+}
+
+// TestTxMarkCommitConflictIsADuplicate: a TxMark whose COMMIT the database refused on a write conflict
+// with another attempt's mark (a Galera certification failure) is answered ErrDuplicate once that
+// mark is readable: nothing of it committed, and the key is marked. It answered ErrStoreUnavailable,
+// an unknown outcome, although the outcome was known.
+func TestTxMarkCommitConflictIsADuplicate(t *testing.T) {
+	st := memory.NewStore()
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	won := func() {
+		now := time.Now()
+		err := st.Insert(ctxb, &idemkit.Record{Scope: call.Scope, Key: call.Key, Status: idemkit.StatusSucceeded,
+			Fence: 1, Owner: "the other node", CreatedAt: now, UpdatedAt: now, LeaseUntil: now, ExpiresAt: now.Add(time.Hour)})
+		if err != nil {
+			t.Errorf("the winner's mark: %v", err)
+		}
+	}
+	g, err := idemkit.New(st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.TxMark(ctxb, commitLoser{st, won}, call, func(context.Context, idemkit.TxStore) error { return nil })
+	if !errors.Is(err, idemkit.ErrDuplicate) {
+		t.Fatalf("the TxMark whose COMMIT lost answered %v; want ErrDuplicate", err)
 	}
 }
