@@ -141,12 +141,15 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // transactions queue instead of failing with SQLITE_BUSY.
 //
 // When fn fails, DoTx reads the record (locking it) and replays one finished meanwhile, with
-// ErrRollbackReplayed (ErrPayloadMismatch with it for a record of another payload); otherwise —
-// nothing finished there, or the read failed, as it always does in a PostgreSQL transaction a failed
-// statement aborted — it returns fn's error. For a permanent error it has also written the record
-// REJECTED in tx: the caller's rollback (the rule above) removes it with fn's writes and leaves
-// the key free, so a retry runs again — the rejection is stored only if the caller deliberately
-// commits fn's writes with it. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
+// ErrRollbackReplayed (ErrPayloadMismatch with it for a record of another payload). When that read
+// fails — as it always does in a PostgreSQL transaction a failed statement aborted, e.g. a debit a
+// CHECK refused because the attempt that finished the key debited first — it reads the record again
+// through the Guard's Store, outside the transaction (on a connection of its own, waiting at most
+// Options.FinishTimeout for one), so the answer still never depends on running fn again.
+// Otherwise — nothing finished there, or neither read could tell — it returns fn's error. For a
+// permanent error it has also written the record REJECTED in tx: the caller's rollback (the rule
+// above) removes it with fn's writes and leaves the key free, so a retry runs again — the rejection
+// is stored only if the caller deliberately commits fn's writes with it. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
 // so duplicates get it replayed. The cache is never filled by DoTx: the transaction may still roll
 // back. Prefer [Guard.Tx], which owns the transaction and cannot get this wrong.
 func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
@@ -575,14 +578,10 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		// A record finished by another attempt meanwhile is the answer, not fn's error; so is one
 		// of another payload (ErrPayloadMismatch, with ErrRollbackReplayed), as it is to a success
 		// or a permanent failure. The read is the best the call can do, not part of its outcome:
-		// when it fails (a PostgreSQL transaction fn's failed statement aborted refuses every
-		// statement) fn's error stays the answer, and the caller's retry, in a new transaction,
-		// meets the record. It is no store outage.
-		cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
-		if err == nil {
-			if v := cl.judgeMet(cur, c.Fingerprint, g.opts.Now()); v == verdictReplay || v == verdictMismatch {
-				return cl.replayRollback(cur, c)
-			}
+		// when it finds nothing it can tell (see metElsewhere) fn's error stays the answer, and the
+		// caller's retry, in a new transaction, meets the record. It is no store outage.
+		if cur := cl.metElsewhere(c); cur != nil {
+			return cl.replayRollback(cur, c)
 		}
 		next.Status, next.Error = StatusFailed, errorText(ferr)
 		return cl.finished(&next, val, ferr, false)
@@ -602,7 +601,11 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		return cl.replayRollback(stored, c)
 	case err != nil && ferr != nil:
 		// fn's failure stays the answer, with why its rejection was not recorded, as in Guard.Tx (on
-		// PostgreSQL a failed business statement aborts the transaction, so no record can follow it).
+		// PostgreSQL a failed business statement aborts the transaction, so no record can follow it)
+		// — unless another attempt finished the key meanwhile: its answer is the call's.
+		if cur := cl.metElsewhere(c); cur != nil {
+			return cl.replayRollback(cur, c)
+		}
 		cl.ev.Status = "" // the outcome was not written
 		return ended(cl.fail(OutcomeExecuted, errors.Join(cl.classify(err), ferr)))
 	case err != nil:
@@ -613,6 +616,31 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		res = Result{}
 	}
 	return res, err
+}
+
+// metElsewhere returns the record another attempt finished (or wrote for another payload) while a
+// DoTx call's function ran and failed, or nil when there is none or it cannot be read. It reads
+// through the caller's transaction and, when that read fails — PostgreSQL refuses every statement of a
+// transaction that a failed statement aborted, a business failure such as a debit refused by a CHECK
+// because the other attempt's debit committed first — through the Guard's Store, outside the
+// transaction, waiting at most Options.FinishTimeout for a connection of its pool (the caller's
+// transaction holds one). Answered with fn's error instead, the call would depend on running the
+// business again. Only a failed call pays for the second read.
+func (cl *Claim) metElsewhere(c *Call) *Record {
+	g := cl.g
+	cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		ctx, cancel := context.WithTimeout(cl.ctx, g.opts.FinishTimeout)
+		cur, err = g.store.Get(ctx, cl.id.scope, cl.id.key)
+		cancel()
+	}
+	if err != nil {
+		return nil
+	}
+	if v := cl.judgeMet(cur, c.Fingerprint, g.opts.Now()); v == verdictReplay || v == verdictMismatch {
+		return cur
+	}
+	return nil
 }
 
 // replayRollback answers a DoTx call whose function ran in the caller's transaction with the record
