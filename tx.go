@@ -149,7 +149,11 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // Otherwise — nothing finished there, or neither read could tell — it returns fn's error. For a
 // permanent error it has also written the record REJECTED in tx: the caller's rollback (the rule
 // above) removes it with fn's writes and leaves the key free, so a retry runs again — the rejection
-// is stored only if the caller deliberately commits fn's writes with it. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
+// is stored only if the caller deliberately commits fn's writes with it. So too when fn succeeded but
+// its record's INSERT failed without meeting the record — on PostgreSQL in a REPEATABLE READ or
+// SERIALIZABLE transaction, a record committed after the snapshot fails it with a serialization
+// failure that aborts the transaction —: a finished record read outside the transaction is replayed,
+// with ErrRollbackReplayed. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
 // so duplicates get it replayed. The cache is never filled by DoTx: the transaction may still roll
 // back. Prefer [Guard.Tx], which owns the transaction and cannot get this wrong.
 func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
@@ -608,6 +612,14 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		}
 		cl.ev.Status = "" // the outcome was not written
 		return ended(cl.fail(OutcomeExecuted, errors.Join(cl.classify(err), ferr)))
+	case err != nil && !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrPayloadMismatch):
+		// The INSERT failed without reading a record: on PostgreSQL in a REPEATABLE READ or
+		// SERIALIZABLE transaction, a record committed after its snapshot fails it with a
+		// serialization failure (ErrConflict) that aborts the transaction. That record is the answer.
+		if cur := cl.metElsewhere(c); cur != nil {
+			return cl.replayRollback(cur, c)
+		}
+		return ended(cl.failWrite(err))
 	case err != nil:
 		return ended(cl.failWrite(err))
 	}

@@ -93,3 +93,55 @@ func TestDoTxDuplicateAfterLostLockReplays(t *testing.T) {
 		}
 	})
 }
+
+// TestDoTxSnapshotDuplicateReplays: a DoTx call in a PostgreSQL REPEATABLE READ transaction ran its
+// function for a key another attempt finished after the transaction's snapshot (Redis lost the lock:
+// FLUSHALL on a private server). The record's INSERT then failed with a serialization failure, which
+// aborts the transaction, and the call was answered "record store unavailable ... run it again"
+// instead of the stored result. DoTx now reads the record outside the aborted transaction and
+// replays it with ErrRollbackReplayed, as Guard.Tx answers a write conflict.
+func TestDoTxSnapshotDuplicateReplays(t *testing.T) {
+	p := testsvc.StartRedis(t)
+	rdb := redis.NewClient(p.Options())
+	t.Cleanup(func() { _ = rdb.Close() })
+	db := backends[1].db(t, nil) // PostgreSQL
+	s := newTable(t, db)
+	g, err := idemkit.New(s, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: testsvc.Name("snap") + ":"})})
+	must(t, err)
+	call := idemkit.Call{Scope: "pay", Key: testsvc.Name("k")}
+	var runs atomic.Int32
+	inside, resume := make(chan struct{}), make(chan struct{})
+	late := make(chan error, 1)
+	var res idemkit.Result
+	go func() {
+		var err error
+		terr := db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").Error; err != nil {
+				return err
+			}
+			res, err = g.DoTx(ctxb, s.WithTx(tx), call, func(context.Context) ([]byte, error) {
+				runs.Add(1)
+				close(inside)
+				<-resume
+				return []byte("second"), nil
+			})
+			return err
+		})
+		late <- errors.Join(err, terr)
+	}()
+	<-inside
+	must(t, rdb.FlushAll(ctxb).Err()) // Redis restarted empty: the lock is gone
+	first, err := s.Tx(ctxb, g, call, func(context.Context, *gorm.DB) ([]byte, error) { runs.Add(1); return []byte("first"), nil })
+	if err != nil || first.Replayed {
+		t.Fatalf("the duplicate that took the key: %+v, %v", first, err)
+	}
+	close(resume)
+	err = <-late
+	if !errors.Is(err, idemkit.ErrRollbackReplayed) || !res.Replayed || string(res.Value) != "first" || runs.Load() != 2 {
+		t.Fatalf("the call whose lock Redis lost: %+v, %v (%d runs); want %q replayed with ErrRollbackReplayed", res, err, runs.Load(), "first")
+	}
+	rec, err := s.Get(ctxb, call.Scope, call.Key)
+	if err != nil || string(rec.Response) != "first" {
+		t.Fatalf("record %+v, %v; want the first result", rec, err)
+	}
+}
