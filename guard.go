@@ -307,6 +307,11 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			if cl.rerun(err) {
 				return nil, Result{}, err
 			}
+			if cur := cl.conflicted(err); cur != nil {
+				if v := judge(cur, c.Fingerprint, mode, g.opts.Now()); v != verdictTakeover {
+					return cl.met(v, cur, c)
+				}
+			}
 			cl.abandoned(nil)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
 		}
@@ -322,19 +327,8 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "reading record", err))
 		}
 		now = g.opts.Now()
-		switch judge(cur, c.Fingerprint, mode, now) {
-		case verdictReplay:
-			return cl.replay(cur, c.Fingerprint)
-		case verdictDuplicate:
-			// Not cached: a mark says SUCCEEDED from its claim on, while its function may still run
-			// and fail; only the attempt that finished it may cache it. The event names the mark, as
-			// one met in the cache does.
-			cl.ev.Fence, cl.ev.Status = cur.Fence, cur.Status
-			return cl.fail(OutcomeDuplicate, ErrDuplicate)
-		case verdictMismatch:
-			return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
-		case verdictInFlight:
-			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)})
+		if v := judge(cur, c.Fingerprint, mode, now); v != verdictTakeover {
+			return cl.met(v, cur, c)
 		}
 		cl.takeOver(cur, now)
 		err = st.Update(ctx, rec, cur.Version())
@@ -364,6 +358,44 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
+}
+
+// met ends a claim that met cur, a record it does not take over (v, judge's verdict on it): a replay,
+// a duplicate, a payload mismatch or in flight.
+func (cl *Claim) met(v verdict, cur *Record, c *Call) (*Claim, Result, error) {
+	switch v {
+	case verdictReplay:
+		return cl.replay(cur, c.Fingerprint)
+	case verdictDuplicate:
+		// Not cached: a mark says SUCCEEDED from its claim on, while its function may still run
+		// and fail; only the attempt that finished it may cache it. The event names the mark, as
+		// one met in the cache does.
+		cl.ev.Fence, cl.ev.Status = cur.Fence, cur.Status
+		return cl.fail(OutcomeDuplicate, ErrDuplicate)
+	case verdictMismatch:
+		return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
+	}
+	return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(cl.g.opts.Now()), 0)})
+}
+
+// conflicted returns the record a claim written in a caller's transaction (MarkTx; TxMark once its
+// reruns are spent) conflicted with, or nil. A write conflict (ErrConflict) rolled that transaction
+// back or aborted it — a deadlock; on PostgreSQL under REPEATABLE READ or SERIALIZABLE, a record
+// another attempt committed after the transaction's snapshot — so the record is read through the
+// Guard's Store, outside it, waiting at most Options.FinishTimeout for a connection (the transaction
+// holds one). Only such a failed claim pays for the read.
+func (cl *Claim) conflicted(err error) *Record {
+	if !cl.callerTx || !errors.Is(err, ErrConflict) {
+		return nil
+	}
+	g := cl.g
+	ctx, cancel := context.WithTimeout(cl.ctx, g.opts.FinishTimeout)
+	defer cancel()
+	cur, gerr := g.store.Get(ctx, cl.id.scope, cl.id.key)
+	if gerr != nil {
+		return nil
+	}
+	return cur
 }
 
 // rerun reports whether a Store error of the claim is a write conflict on which the call runs its
