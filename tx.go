@@ -286,8 +286,8 @@ func (cl *Claim) txMarked(db TxBeginner, tx TxStore, c *Call, fn TxMarkFunc) err
 	if err := tx.Commit(); err != nil {
 		if errors.Is(err, ErrConflict) {
 			// Refused on a write conflict (see txCommit): nothing committed, the winner's mark answers.
-			if cur, v, now := cl.winner(db, c); cur != nil {
-				_, err := cl.answer(v, cur, c, now)
+			if cur, v := cl.winner(db, c); cur != nil {
+				_, err := cl.answer(v, cur, c)
 				return err
 			}
 		}
@@ -340,7 +340,7 @@ func (cl *Claim) runTx(db TxBeginner, c *Call, fn TxFunc) (Result, error) {
 		default:
 			if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
 				end()
-				return cl.answer(v, cur, c, now)
+				return cl.answer(v, cur, c)
 			}
 			v := cur.Version()
 			prev = &v
@@ -433,8 +433,8 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 			// The database rolled the transaction back on a write conflict at COMMIT (on Galera, the
 			// certification failure that ends a duplicate sent through another node): nothing of it
 			// committed, and the attempt that won answers, as after a conflict at the INSERT.
-			if cur, v, now := cl.winner(db, c); cur != nil {
-				return cl.answer(v, cur, c, now)
+			if cur, v := cl.winner(db, c); cur != nil {
+				return cl.answer(v, cur, c)
 			}
 		}
 		// The commit may have happened or not: nothing is cached, a retry finds out.
@@ -454,26 +454,25 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Result, error) {
 	cl.rollback(tx)
 	if errors.Is(err, ErrConflict) {
-		if cur, v, now := cl.winner(db, c); cur != nil {
-			return cl.answer(v, cur, c, now)
+		if cur, v := cl.winner(db, c); cur != nil {
+			return cl.answer(v, cur, c)
 		}
 	}
 	return ended(cl.failWrite(err))
 }
 
 // winner reads the record of the attempt that won a write conflict with this call's transaction, and
-// judges it (at now): nil when none was found, or it is one this call would take over.
-func (cl *Claim) winner(db TxBeginner, c *Call) (*Record, verdict, time.Time) {
+// judges it: nil when none was found, or it is one this call would take over.
+func (cl *Claim) winner(db TxBeginner, c *Call) (*Record, verdict) {
 	for wait := 5 * time.Millisecond; ; wait *= 2 {
 		cur, err := db.Get(cl.ctx, cl.id.scope, cl.id.key)
 		if err == nil {
-			now := cl.g.opts.Now()
-			if v := cl.judgeMet(cur, c.Fingerprint, now); v != verdictTakeover {
-				return cur, v, now
+			if v := cl.judgeMet(cur, c.Fingerprint, cl.g.opts.Now()); v != verdictTakeover {
+				return cur, v
 			}
 		}
 		if !errors.Is(err, ErrNotFound) || wait > conflictReread || !background.Sleep(cl.ctx, wait) {
-			return nil, verdictTakeover, time.Time{}
+			return nil, verdictTakeover
 		}
 	}
 }
@@ -482,15 +481,9 @@ func (cl *Claim) winner(db TxBeginner, c *Call) (*Record, verdict, time.Time) {
 const conflictReread = 80 * time.Millisecond
 
 // answer ends a Tx-mode call with what a record it does not take over says (v, judge's verdict on
-// cur): its replay, a payload mismatch, or in flight.
-func (cl *Claim) answer(v verdict, cur *Record, c *Call, now time.Time) (Result, error) {
-	switch v {
-	case verdictReplay:
-		return ended(cl.replay(cur, c.Fingerprint))
-	case verdictMismatch:
-		return ended(cl.fail(OutcomeMismatch, ErrPayloadMismatch))
-	}
-	return ended(cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}))
+// cur): see met.
+func (cl *Claim) answer(v verdict, cur *Record, c *Call) (Result, error) {
+	return ended(cl.met(v, cur, c))
 }
 
 // txFailed ends a Tx-mode call whose function failed, after the rollback of its writes.
@@ -507,7 +500,7 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 		if err == nil {
 			now := g.opts.Now()
 			if v := cl.judgeMet(cur, c.Fingerprint, now); v == verdictReplay || v == verdictMismatch {
-				return cl.answer(v, cur, c, now)
+				return cl.answer(v, cur, c)
 			}
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
@@ -567,7 +560,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 			return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "reading record", err)))
 		default:
 			if v := judge(cur, c.Fingerprint, ModeTx, now); v != verdictTakeover {
-				return cl.answer(v, cur, c, now) // fn did not run: nothing to roll back
+				return cl.answer(v, cur, c) // fn did not run: nothing to roll back
 			}
 			v := cur.Version()
 			prev = &v
