@@ -175,7 +175,7 @@ func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.R
 func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) string {
 	switch {
 	case rs != nil && rs.Cached:
-		return "the cached result is replayed (from Redis, without reading the record)"
+		return cachedAnswer(rec)
 	case rs != nil && rs.Locked:
 		return fmt.Sprintf("409 in flight: the Redis lock is held (%s left)", roundDur(rs.LockTTL))
 	case rec == nil:
@@ -197,6 +197,22 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 	default:
 		return fmt.Sprintf("runs again: a retry takes the %s record over (fence %d)", rec.Status, rec.Fence+1)
 	}
+}
+
+// cachedAnswer says what the cache answers a new attempt with: the answer of the finished record it
+// holds, which is rec's when rec is finished (its finish, or a replay of it, cached it). A mark is
+// cached too, and the Guard refuses its key's duplicates from it as from the record.
+func cachedAnswer(rec *idemkit.Record) string {
+	const from = " (from Redis, without reading the record)"
+	switch {
+	case rec == nil || !rec.Status.Terminal():
+		return "the cached result is replayed" + from + "; if it is a mark's, the attempt is refused as a duplicate (idemkit.ErrDuplicate) instead"
+	case markRecord(rec):
+		return "refused as a duplicate (idemkit.ErrDuplicate) by the cached mark" + from + ": a mark keeps no result to replay; nothing runs" + mismatchNote(rec)
+	case rec.Status == idemkit.StatusRejected:
+		return "the cached rejection is replayed" + from + mismatchNote(rec)
+	}
+	return "the cached result is replayed" + from + mismatchNote(rec)
 }
 
 // markRecord reports whether rec was written by Mark, MarkTx or TxMark: a mark (see
