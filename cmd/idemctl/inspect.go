@@ -181,9 +181,9 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 	case rec == nil:
 		return "runs: a new key"
 	case rec.Status == idemkit.StatusProcessing && rec.GID != "":
-		return fmt.Sprintf("409/425 in flight until the global transaction's outcome is recorded (idemctl dtm %s)", rec.GID)
+		return fmt.Sprintf("409/425 in flight until the global transaction's outcome is recorded (idemctl dtm %s)", rec.GID) + mismatchNote(rec)
 	case rec.Status == idemkit.StatusProcessing && !rec.LeaseExpired(now):
-		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now)))
+		return fmt.Sprintf("409 in flight: the claim's lease runs %s more", roundDur(rec.LeaseUntil.Sub(now))) + mismatchNote(rec)
 	case rec.Expired(now):
 		return fmt.Sprintf("runs again: the record expired and is taken over (fence %d)", rec.Fence+1)
 	case markRecord(rec):
@@ -193,9 +193,9 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 	case rec.Status == idemkit.StatusRejected:
 		return "the stored rejection is replayed" + mismatchNote(rec)
 	case rec.Status == idemkit.StatusProcessing:
-		return fmt.Sprintf("runs again: the stuck claim is taken over (fence %d); the sweeper would recover it first", rec.Fence+1)
+		return fmt.Sprintf("runs again: the stuck claim is taken over (fence %d); the sweeper would recover it first", rec.Fence+1) + mismatchNote(rec)
 	default:
-		return fmt.Sprintf("runs again: a retry takes the %s record over (fence %d)", rec.Status, rec.Fence+1)
+		return fmt.Sprintf("runs again: a retry takes the %s record over (fence %d)", rec.Status, rec.Fence+1) + mismatchNote(rec)
 	}
 }
 
@@ -222,8 +222,9 @@ func markRecord(rec *idemkit.Record) bool {
 	return rec.IsMark() || rec.Status == idemkit.StatusRejected && rec.LeaseUntil.Equal(rec.CreatedAt)
 }
 
-// mismatchNote says what a call with another payload gets from a finished record: 422 when the record
-// holds a fingerprint; without one it binds no payload, and every call gets the same answer.
+// mismatchNote says what a call with another payload gets from a record within its lifetime: 422 when
+// the record holds a fingerprint (before any replay, in-flight answer or takeover: the Guard's judge
+// compares payloads first); without one it binds no payload, and every call gets the same answer.
 func mismatchNote(rec *idemkit.Record) string {
 	if rec.Fingerprint == "" {
 		return " (whatever the payload: the record holds no fingerprint)"

@@ -76,3 +76,39 @@ func TestNextAttemptWithoutFingerprint(t *testing.T) {
 		}
 	}
 }
+
+// TestNextAttemptOfATakeoverNamesThePayload: a FAILED record, or a claim whose lease ran out, is taken
+// over by the next attempt, but only by one with the payload it was written with (or none): another
+// payload gets 422 within the record's lifetime. inspect said "runs again" whatever the payload.
+func TestNextAttemptOfATakeoverNamesThePayload(t *testing.T) {
+	ctx := context.Background()
+	clock := idemtest.NewClock()
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Lease: time.Minute, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := idemkit.Call{Scope: "s", Key: "failed", Fingerprint: "f1"}
+	if _, err := g.Do(ctx, failed, func(context.Context) ([]byte, error) { return nil, errors.New("timed out") }); err == nil {
+		t.Fatal("want the failure")
+	}
+	stuck := idemkit.Call{Scope: "s", Key: "stuck", Fingerprint: "f1"}
+	if cl, _, err := g.Begin(ctx, stuck); err != nil || cl == nil {
+		t.Fatalf("Begin: %v", err)
+	}
+	clock.Advance(2 * time.Minute)
+	for _, call := range []idemkit.Call{failed, stuck} {
+		rec, err := g.Get(ctx, call.Scope, call.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := nextAttempt(rec, nil, clock.Now())
+		call.Fingerprint = "other"
+		_, err = g.Do(ctx, call, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+		if !errors.Is(err, idemkit.ErrPayloadMismatch) {
+			t.Fatalf("%s: another payload got %v, want ErrPayloadMismatch", call.Key, err)
+		}
+		if !strings.Contains(got, "422") {
+			t.Errorf("%s: nextAttempt = %q, but another payload gets %v", call.Key, got, err)
+		}
+	}
+}
