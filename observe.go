@@ -90,7 +90,8 @@ type Event struct {
 	Conflict bool
 	// Takeover: the call took over a FAILED, expired or lease-expired record.
 	Takeover bool
-	// Fenced: the finish was refused because a newer attempt took over.
+	// Fenced: the finish was refused because the record was no longer the claim's (taken over by a
+	// newer attempt, recovered by a sweeper, released or purged by an operator).
 	Fenced bool
 	// FailOpen: a Locker error was skipped (Options.FailOpen).
 	FailOpen bool

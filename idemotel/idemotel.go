@@ -172,7 +172,7 @@ func New(opts *Options) (*Observer, error) {
 	obs.replays = counter("idemkit.replays", "{call}", "Calls answered with a stored result, by source (cache or store).")
 	obs.conflicts = counter("idemkit.store.conflicts", "{call}", "Claims whose insert met an existing record (a duplicate reached the store).")
 	obs.takeovers = counter("idemkit.takeovers", "{call}", "Claims that took over a FAILED, expired or lease-expired record.")
-	obs.fenced = counter("idemkit.fenced", "{call}", "Finishes refused because a newer attempt took the record over.")
+	obs.fenced = counter("idemkit.fenced", "{call}", "Finishes refused because the record was no longer the claim's: taken over by a newer attempt, recovered by the sweeper, released or purged by an operator.")
 	obs.failOpen = counter("idemkit.fail_open", "{call}", "Calls that went on without the Locker after it failed.")
 	obs.duration = histogram("idemkit.duration", "Duration of guarded calls, by mode, scope and outcome.")
 	obs.claimDur = histogram("idemkit.claim.duration", "Time to get a claim (lock and store), by mode and scope.")
