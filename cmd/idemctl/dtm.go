@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -57,12 +58,15 @@ func (c *cli) dtm(ctx context.Context, pos []string) error {
 
 // readDTM says what the transaction's status means for its records.
 func readDTM(gid string, st txstatus.Status, entries []*admin.Entry, now time.Time) string {
-	var processing, stuck int
+	var processing, stuck, old int
 	for _, e := range entries {
 		if e.Status == idemkit.StatusProcessing {
 			processing++
 			if e.LeaseExpired(now) {
 				stuck++
+			}
+			if now.Sub(e.CreatedAt) > hooks.DefaultFenceWithin {
+				old++
 			}
 		}
 	}
@@ -75,6 +79,8 @@ func readDTM(gid string, st txstatus.Status, entries []*admin.Entry, now time.Ti
 		return fmt.Sprintf("DTM says %s but %d record(s) are still PROCESSING with their lease run out: the reconciler (hooks.Reconciler under the sweeper) settles them on its next pass, as %s. If none runs, start one; do not release them by hand.", st, stuck, map[txstatus.Status]string{txstatus.Succeed: "SUCCEEDED", txstatus.Failed: "FAILED"}[st])
 	case st.Final():
 		return fmt.Sprintf("DTM says %s; %d record(s) are PROCESSING with a live lease: the initiator is settling them (or the reconciler will once the lease runs out).", st, processing)
+	case st == txstatus.Unknown && old > 0:
+		return fmt.Sprintf("DTM has no transaction %s, and %d of its %d PROCESSING record(s) were claimed more than %s ago (the reconcilers' FenceWithin, unless the application changed it): DTM may have forgotten a transaction that ran (its Redis store drops a finished one a day after it ends), so the reconciler does not fail them but reports them and leaves them PROCESSING, and the key answers in flight until an operator acts. If you know the transaction did not run, release them (idemctl release --force SCOPE KEY: the next attempt runs it again); if it ran, its key must not run again.", gid, old, processing, hooks.DefaultFenceWithin)
 	case st == txstatus.Unknown:
 		return fmt.Sprintf("DTM has no transaction %s: it was never submitted (the initiator died before), so the reconciler settles its %d PROCESSING record(s) as failed once their lease runs out, and a retry runs again.", gid, processing)
 	default:
