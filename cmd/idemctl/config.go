@@ -186,6 +186,13 @@ func (c *cli) validate(cmd *command, pos []string) error {
 	if cmd.name == "dtm" && !strings.HasPrefix(o.dtm, "http://") && !strings.HasPrefix(o.dtm, "https://") {
 		return usagef("--dtm %q: want http://host:36789/api/dtmsvr", o.dtm)
 	}
+	if o.redis != "" { // checked for every command, also those that never connect to it
+		rc, err := redisClient(o.redis)
+		if err != nil {
+			return err
+		}
+		_ = rc.Close() // never dialled
+	}
 	if o.db == "" {
 		return usagef("no database: set --db or IDEMCTL_DB (mysql://..., postgres://..., sqlite://...)")
 	}
@@ -280,8 +287,8 @@ func redact(dsn string) string {
 	return out
 }
 
-// connect opens the database (and Redis) and checks the table.
-func (c *cli) connect(ctx context.Context) error {
+// connect opens the database (and, for a command that uses it, Redis) and checks the table.
+func (c *cli) connect(ctx context.Context, useRedis bool) error {
 	d, err := dialector(c.o.db)
 	if err != nil {
 		return err
@@ -293,7 +300,7 @@ func (c *cli) connect(ctx context.Context) error {
 	if sqlDB, err := c.gdb.DB(); err == nil {
 		sqlDB.SetMaxOpenConns(2)
 	}
-	if c.o.redis != "" {
+	if c.o.redis != "" && useRedis {
 		if c.rdb, err = redisClient(c.o.redis); err != nil {
 			return err
 		}

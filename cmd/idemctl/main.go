@@ -72,7 +72,8 @@ Connection (flag, or environment variable):
   --namespace NS      IDEMCTL_NAMESPACE     the application's idemkit.Options.Namespace
   --max-key-len N     IDEMCTL_MAX_KEY_LEN   the application's idemkit.Options.MaxKeyLen (default 255)
   --redis ADDR        IDEMCTL_REDIS         host:port or redis://... of the application's lock (optional);
-                                            host:port,host:port,... for a Redis Cluster
+                                            host:port,host:port,... for a Redis Cluster; used by
+                                            inspect, release and purge only
   --redis-prefix P    IDEMCTL_REDIS_PREFIX  lock.Options.Prefix (default idemkit:)
   --dtm URL           IDEMCTL_DTM           DTM's HTTP API, e.g. http://dtm:36789/api/dtmsvr (dtm command)
   --metrics URLS      IDEMCTL_METRICS       comma-separated /metrics URLs of the applications (stats)
@@ -128,13 +129,16 @@ type command struct {
 	positional int
 	run        func(c *cli, ctx context.Context, pos []string) error
 	noDB       bool
+	// redis: the command reads or clears Redis (--redis); the others never connect to it, so a Redis
+	// outage leaves the table readable.
+	redis bool
 }
 
 var commands = []*command{
 	{name: "inspect", args: "SCOPE KEY", summary: "the record of a key and its lock and cached result", positional: 2,
 		flags: func(fs *flag.FlagSet, o *opts) {
 			fs.IntVar(&o.preview, "preview", 200, "bytes of the result to show")
-		}, run: (*cli).inspect},
+		}, run: (*cli).inspect, redis: true},
 	{name: "list", summary: "records matching filters", flags: filterFlags(100), run: (*cli).list},
 	{name: "stats", summary: "per-scope statistics", flags: func(fs *flag.FlagSet, o *opts) {
 		fs.StringVar(&o.filter.Scope, "scope", "", "only this scope")
@@ -143,13 +147,13 @@ var commands = []*command{
 		flags: func(fs *flag.FlagSet, o *opts) {
 			confirmFlags(fs, o)
 			fs.StringVar(&o.reason, "reason", "", "why, written into the record's error with who released it")
-		}, run: (*cli).release},
+		}, run: (*cli).release, redis: true},
 	{name: "purge", args: "[SCOPE KEY]", summary: "delete one record, or every record matching filters", positional: -1,
 		flags: func(fs *flag.FlagSet, o *opts) {
 			filterFlags(100)(fs, o)
 			confirmFlags(fs, o)
 			fs.DurationVar(&o.lease, "lease", idemkit.DefaultLease, "the application's Lease: without --redis, a mark written less than this ago may still be running, and is skipped")
-		}, run: (*cli).purge},
+		}, run: (*cli).purge, redis: true},
 	{name: "sweep", summary: "what the sweeper would do (--dry-run), or one sweeper pass", flags: func(fs *flag.FlagSet, o *opts) {
 		fs.BoolVar(&o.dryRun, "dry-run", false, "only show what would be deleted, recovered or reconciled")
 		fs.IntVar(&o.filter.Limit, "limit", 100, "records listed per kind (--dry-run), or handled per task")
@@ -236,7 +240,7 @@ func runEnv(ctx context.Context, a args) int {
 	}()
 	ctx = c.timed()
 	if !cmd.noDB {
-		if err := c.connect(ctx); err != nil {
+		if err := c.connect(ctx, cmd.redis); err != nil {
 			return c.fail(cmd, err)
 		}
 		defer c.close()
