@@ -36,7 +36,7 @@ import (
 // Exit codes.
 const (
 	exitOK       = 0 // done
-	exitError    = 1 // the database, Redis or DTM failed, or the table is missing
+	exitError    = 1 // the database, Redis or DTM failed, the table is missing, or an instance's /metrics could not be read
 	exitUsage    = 2 // bad command line: unknown command or flag, wrong arguments, conflicting flags, malformed scope or key, bad DSN
 	exitNotFound = 3 // no such record, scope or global transaction
 	exitRefused  = 4 // nothing changed: the record changed since it was read, the change is unsafe without --force, or it was not confirmed
@@ -82,7 +82,8 @@ Connection (flag, or environment variable):
 
 Exit codes:
   0  done
-  1  error: the database, Redis or DTM failed, or the table is missing
+  1  error: the database, Redis or DTM failed, the table is missing, or an instance's /metrics
+     could not be read (stats prints the rest)
   2  usage: unknown command or flag, wrong arguments, conflicting flags, malformed scope or key, bad DSN
   3  not found: no such record, scope or global transaction
   4  refused, nothing changed: the record changed since it was read, the change is unsafe without

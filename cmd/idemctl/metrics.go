@@ -39,31 +39,46 @@ func (c callCounts) rate() float64 {
 	return c.Duplicates / (c.Duplicates + c.Runs)
 }
 
-// scrapeCalls sums idemkit_calls_total per scope over the /metrics pages at urls.
-func scrapeCalls(ctx context.Context, urls []string) (map[string]*callCounts, error) {
-	out := map[string]*callCounts{}
+// scrapeCalls sums idemkit_calls_total per scope over the /metrics pages at urls. An instance that
+// cannot be read (down, answering an error or a page that does not parse) is left out and its error
+// returned in failed, so the others still count; err is a malformed URL (a usage error).
+func scrapeCalls(ctx context.Context, urls []string) (out map[string]*callCounts, failed []error, err error) {
+	out = map[string]*callCounts{}
 	for _, u := range urls {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err != nil {
-			return nil, usagef("--metrics %q: %v", u, err)
+			return nil, nil, usagef("--metrics %q: %v", u, err)
 		}
-		req.Header.Set("Accept", "text/plain;version=0.0.4")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("scraping %s: %w", u, err)
+		page := map[string]*callCounts{}
+		if err := scrapeOne(req, page); err != nil {
+			failed = append(failed, fmt.Errorf("scraping %s: %w", u, err))
+			continue
 		}
-		err = func() error {
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("scraping %s: HTTP %d", u, resp.StatusCode)
+		for scope, c := range page {
+			t := out[scope]
+			if t == nil {
+				t = &callCounts{}
+				out[scope] = t
 			}
-			return parseCalls(io.LimitReader(resp.Body, 64<<20), out)
-		}()
-		if err != nil {
-			return nil, err
+			t.Duplicates += c.Duplicates
+			t.Runs += c.Runs
 		}
 	}
-	return out, nil
+	return out, failed, nil
+}
+
+// scrapeOne reads one instance's /metrics into page.
+func scrapeOne(req *http.Request, page map[string]*callCounts) error {
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return parseCalls(io.LimitReader(resp.Body, 64<<20), page)
 }
 
 // parseCalls adds the samples of callsMetric in a Prometheus text exposition to out.

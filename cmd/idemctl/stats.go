@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -25,14 +26,15 @@ func (c *cli) stats(ctx context.Context, _ []string) error {
 		return err
 	}
 	var calls map[string]*callCounts
+	var failed []error // instances whose /metrics could not be read: the others still count
+	var urls []string
 	if c.o.metrics != "" {
-		var urls []string
 		for _, u := range strings.Split(c.o.metrics, ",") {
 			if u = strings.TrimSpace(u); u != "" {
 				urls = append(urls, u)
 			}
 		}
-		if calls, err = scrapeCalls(ctx, urls); err != nil {
+		if calls, failed, err = scrapeCalls(ctx, urls); err != nil {
 			return err
 		}
 		// Scopes the metrics know but the table has no record of (yet, or no longer).
@@ -63,12 +65,16 @@ func (c *cli) stats(ctx context.Context, _ []string) error {
 				}
 			}
 		}
-		c.writeJSON(map[string]any{"scopes": out, "duplicate_rate_source": c.rateSource()})
-		return nil
+		errs := make([]string, len(failed))
+		for i, e := range failed {
+			errs[i] = e.Error()
+		}
+		c.writeJSON(map[string]any{"scopes": out, "duplicate_rate_source": c.rateSource(len(urls), len(failed)), "metrics_errors": errs})
+		return scrapeErr(failed, len(urls))
 	}
 	if len(stats) == 0 {
 		fmt.Fprintln(c.stdout, "no records")
-		return nil
+		return scrapeErr(failed, len(urls))
 	}
 	header := []string{"SCOPE", "TOTAL", "PROCESSING", "STUCK", "SUCCEEDED", "FAILED", "REJECTED", "TAKEN OVER", "EXPIRED", "OLDEST CLAIM", "DUPLICATES"}
 	t := newTable(c.stdout, header...)
@@ -87,14 +93,27 @@ func (c *cli) stats(ctx context.Context, _ []string) error {
 			fmt.Sprint(s.Failed), fmt.Sprint(s.Rejected), fmt.Sprint(s.TakenOver), fmt.Sprint(s.Expired), oldest, dup)
 	}
 	t.flush()
-	fmt.Fprintf(c.stdout, "\nDUPLICATES: %s\n", c.rateSource())
-	return nil
+	fmt.Fprintf(c.stdout, "\nDUPLICATES: %s\n", c.rateSource(len(urls), len(failed)))
+	return scrapeErr(failed, len(urls))
 }
 
-// rateSource says where the duplicate rate comes from.
-func (c *cli) rateSource() string {
+// scrapeErr reports the instances whose /metrics could not be read (exit 1), once the statistics
+// were printed without them.
+func scrapeErr(failed []error, of int) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the duplicate rate leaves out %d of %d instance(s): %w", len(failed), of, errors.Join(failed...))
+}
+
+// rateSource says where the duplicate rate comes from: of instances scraped, failed could not be read.
+func (c *cli) rateSource(of, failed int) string {
 	if c.o.metrics == "" {
 		return "not in the table (a replay writes nothing); pass --metrics with the applications' /metrics URLs, or see the Grafana dashboard"
 	}
-	return "idemkit_calls_total since the scraped processes started: outcomes replayed+in_flight+mismatch+duplicate over those plus executed+detached"
+	src := "idemkit_calls_total since the scraped processes started: outcomes replayed+in_flight+mismatch+duplicate over those plus executed+detached"
+	if failed > 0 {
+		src += fmt.Sprintf(" — from %d of %d instances only (the others could not be read: see the error)", of-failed, of)
+	}
+	return src
 }
