@@ -171,6 +171,11 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	}
 	now := c.now()
 	opts := admin.PurgeOptions{Force: c.o.force}
+	limitReached := len(entries) == c.o.filter.Limit // more may match: the report says so
+	more := ""
+	if limitReached {
+		more = fmt.Sprintf(" (--limit %d reached: more may match; run it again or raise --limit)", c.o.filter.Limit)
+	}
 	var todo []*admin.Entry
 	skipped := []string{} // --json: a list, empty when nothing is left alone
 	for _, e := range entries {
@@ -182,9 +187,9 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	}
 	if len(todo) == 0 {
 		if c.o.json {
-			c.writeJSON(map[string]any{"deleted": 0, "changed": 0, "skipped": skipped})
+			c.writeJSON(map[string]any{"deleted": 0, "changed": 0, "skipped": skipped, "limit_reached": limitReached})
 		} else {
-			fmt.Fprintf(c.stdout, "no records to delete (%d matched, %d skipped)\n", len(entries), len(skipped))
+			fmt.Fprintf(c.stdout, "no records to delete (%d matched, %d skipped)%s\n", len(entries), len(skipped), more)
 			for _, s := range skipped {
 				fmt.Fprintln(c.stdout, "  skipped "+s)
 			}
@@ -202,7 +207,7 @@ func (c *cli) purgeMany(ctx context.Context) error {
 		}
 	}
 	q := fmt.Sprintf("Delete these %d record(s)? Their keys are new again.", len(todo))
-	if len(entries) == c.o.filter.Limit {
+	if limitReached {
 		q += fmt.Sprintf(" (--limit %d reached: more may match)", c.o.filter.Limit)
 	}
 	ctx, err = c.confirm(q) // a fresh --timeout for what follows
@@ -233,9 +238,9 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	}
 	p.stop()
 	if c.o.json {
-		c.writeJSON(map[string]any{"deleted": deleted, "changed": changed, "skipped": skipped, "warnings": len(warnings)})
+		c.writeJSON(map[string]any{"deleted": deleted, "changed": changed, "skipped": skipped, "warnings": len(warnings), "limit_reached": limitReached})
 	} else {
-		fmt.Fprintf(c.stdout, "deleted %d record(s); %d changed since they were read and were left alone; %d skipped\n", deleted, changed, len(skipped))
+		fmt.Fprintf(c.stdout, "deleted %d record(s); %d changed since they were read and were left alone; %d skipped%s\n", deleted, changed, len(skipped), more)
 		for _, s := range skipped {
 			fmt.Fprintln(c.stdout, "  skipped "+s)
 		}

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBulkPurgeSaysItStoppedAtItsLimit: a purge by filters deletes at most --limit records (100 by
+// default). The question said the limit was reached, but with --yes — a scheduled purge of old
+// failures, as the README suggests — nothing did: "deleted 100 record(s)", exit 0, and the operator
+// took the table for clean while more matched. The report says so (--json: limit_reached).
+func TestBulkPurgeSaysItStoppedAtItsLimit(t *testing.T) {
+	f := setup(t, "mysql")
+	f.populate(t) // scope A holds two SUCCEEDED records (ok, and expired) and one REJECTED
+	r := f.want(t, exitOK, nil, []string{"purge", "--yes", "--scope", scopeA, "--status", "SUCCEEDED", "--limit", "1"}, "deleted 1 record(s)")
+	if !strings.Contains(r.stdout, "--limit 1 reached") {
+		t.Errorf("a purge that stopped at its limit: %s\nwant it to say more may match", r)
+	}
+	out := jsonOf[map[string]any](t, f.want(t, exitOK, nil, []string{"purge", "--yes", "--json", "--scope", scopeA, "--status", "SUCCEEDED", "--limit", "1"}))
+	if out["deleted"] != float64(1) || out["limit_reached"] != true {
+		t.Errorf("purge --json that stopped at its limit: %v; want limit_reached true", out)
+	}
+	out = jsonOf[map[string]any](t, f.want(t, exitOK, nil, []string{"purge", "--yes", "--json", "--scope", scopeA, "--status", "REJECTED", "--limit", "5"}))
+	if out["deleted"] != float64(1) || out["limit_reached"] != false {
+		t.Errorf("purge --json below its limit: %v; want limit_reached false", out)
+	}
+}
