@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -56,6 +57,11 @@ func (c *cli) dtm(ctx context.Context, pos []string) error {
 	return nil
 }
 
+// msgGIDPrefix is dtmmsg.GIDPrefix, which starts the gid of every 2-phase message dtmmsg.Publisher
+// publishes; dtmmsg.Reconciler settles their records by back-checking the local transaction. It is
+// not imported (that would bring DTM's client into idemctl); TestMsgGIDPrefix checks they agree.
+const msgGIDPrefix = "msg-"
+
 // readDTM says what the transaction's status means for its records.
 func readDTM(gid string, st txstatus.Status, entries []*admin.Entry, now time.Time) string {
 	var processing, stuck, old int
@@ -81,6 +87,8 @@ func readDTM(gid string, st txstatus.Status, entries []*admin.Entry, now time.Ti
 		return fmt.Sprintf("DTM says %s; %d record(s) are PROCESSING with a live lease: the initiator is settling them (or the reconciler will once the lease runs out).", st, processing)
 	case st == txstatus.Unknown && old > 0:
 		return fmt.Sprintf("DTM has no transaction %s, and %d of its %d PROCESSING record(s) were claimed more than %s ago (the reconcilers' FenceWithin, unless the application changed it): DTM may have forgotten a transaction that ran (its Redis store drops a finished one a day after it ends), so the reconciler does not fail them but reports them and leaves them PROCESSING, and the key answers in flight until an operator acts. If you know the transaction did not run, release them (idemctl release --force SCOPE KEY: the next attempt runs it again); if it ran, its key must not run again.", gid, old, processing, hooks.DefaultFenceWithin)
+	case st == txstatus.Unknown && strings.HasPrefix(gid, msgGIDPrefix):
+		return fmt.Sprintf("DTM has no message %s: once the lease of its %d PROCESSING record(s) runs out, the message reconciler (dtmmsg.Reconciler) back-checks its local transaction. If it never committed, they are settled FAILED and a retry publishes anew; if it committed, DTM lost a message it had prepared (its store did not keep it), and they stay PROCESSING for an operator: delivered or not, only you can tell (then idemctl release --force SCOPE KEY if it was not).", gid, processing)
 	case st == txstatus.Unknown:
 		return fmt.Sprintf("DTM has no transaction %s: it was never submitted (the initiator died before), so the reconciler settles its %d PROCESSING record(s) as failed once their lease runs out, and a retry runs again.", gid, processing)
 	default:
