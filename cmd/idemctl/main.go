@@ -320,7 +320,8 @@ may be alive.
 	"sweep": `--dry-run lists what one sweeper pass (package sweep with sweep.RecordTasks) would do now: delete
 expired records, recover stale claims (FAILED, fence + 1), and — for claims carrying a gid — leave
 them to the reconciler. Without --dry-run it runs DeleteExpired and RecoverStale over the whole
-table (refused with --namespace), up to --limit records each, after confirmation.
+table (refused with --namespace), up to --limit records each, after confirmation; the report says
+when a limit was reached and more may be left (--json: limit_reached).
 `,
 	"dtm": `Asks DTM (--dtm) for the global transaction's status and lists the records carrying its gid, with
 what that means (e.g. DTM says succeed but a record is still PROCESSING: the reconciler settles it

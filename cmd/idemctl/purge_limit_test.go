@@ -25,3 +25,20 @@ func TestBulkPurgeSaysItStoppedAtItsLimit(t *testing.T) {
 		t.Errorf("purge --json below its limit: %v; want limit_reached false", out)
 	}
 }
+
+// TestSweepSaysItStoppedAtItsLimit: sweep (without --dry-run) deletes and recovers at most --limit
+// records each (100 by default); with --yes its report gave the counts with no word that more may be
+// left, as a bulk purge's did.
+func TestSweepSaysItStoppedAtItsLimit(t *testing.T) {
+	f := setup(t, "postgres")
+	f.populate(t) // one expired record, one stuck claim
+	f.env["IDEMCTL_NAMESPACE"] = ""
+	r := f.want(t, exitOK, nil, []string{"sweep", "--yes", "--limit", "1"}, "deleted 1 expired record(s), recovered 1")
+	if !strings.Contains(r.stdout, "--limit 1 reached") {
+		t.Errorf("a sweep that stopped at its limit: %s\nwant it to say more may be left", r)
+	}
+	out := jsonOf[map[string]any](t, f.want(t, exitOK, nil, []string{"sweep", "--yes", "--json", "--limit", "1"}))
+	if out["deleted"] != float64(0) || out["limit_reached"] != false {
+		t.Errorf("sweep --json with nothing left: %v; want limit_reached false", out)
+	}
+}

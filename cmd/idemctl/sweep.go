@@ -69,10 +69,15 @@ func (c *cli) sweepNow(ctx context.Context) error {
 		return err
 	}
 	deleted, recovered, err := c.adm.Sweep(ctx, c.o.filter.Limit)
+	limitReached := deleted == c.o.filter.Limit || recovered == c.o.filter.Limit // more may be left
 	if c.o.json {
-		c.writeJSON(map[string]any{"deleted": deleted, "recovered": recovered, "error": errString(err)})
+		c.writeJSON(map[string]any{"deleted": deleted, "recovered": recovered, "error": errString(err), "limit_reached": limitReached})
 	} else {
-		fmt.Fprintf(c.stdout, "deleted %d expired record(s), recovered %d stuck claim(s)\n", deleted, recovered)
+		more := ""
+		if limitReached {
+			more = fmt.Sprintf(" (--limit %d reached: more may be left; run it again or raise --limit)", c.o.filter.Limit)
+		}
+		fmt.Fprintf(c.stdout, "deleted %d expired record(s), recovered %d stuck claim(s)%s\n", deleted, recovered, more)
 	}
 	return err
 }
