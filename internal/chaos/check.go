@@ -454,17 +454,7 @@ func evaluate(in CheckInput, recs []chkRecord, effects []chkEffect, gates map[st
 // short of funds at the time) and succeed on a later retry.
 func markChecked(v *keyView, rec *chkRecord, effs []chkEffect, totalMoney int64, violate func(kind, format string, args ...any)) bool {
 	key := v.key
-	if len(v.success) == 0 && len(v.dups) == 0 && len(v.rejects) == 0 {
-		violate(ViolationUnsettled, "key %s never settled: %d requests, no success, duplicate or rejection", key, len(v.answers))
-	}
-	var fresh []Answer
-	for _, a := range v.success {
-		if a.Class == ClassOK {
-			fresh = append(fresh, a)
-		} else {
-			violate(ViolationUnexpectedAnswer, "key %s (a mark) answered a replay (request %d): marks replay nothing", key, a.Seq)
-		}
-	}
+	fresh := markAnswers(v, "a mark", violate)
 	if len(fresh) > 1 {
 		violate(ViolationDuplicateEffect, "key %s: the business ran and committed for requests %d and %d", key, fresh[0].Seq, fresh[1].Seq)
 	}
@@ -530,17 +520,7 @@ const (
 // outcome unknown (unavailable, no answer, fenced); it must then have no success answer.
 func markExecChecked(v *keyView, rec *chkRecord, effs []chkEffect, g chkGate, hasGate bool, violate func(kind, format string, args ...any)) markOutcome {
 	key := v.key
-	if len(v.success) == 0 && len(v.dups) == 0 && len(v.rejects) == 0 {
-		violate(ViolationUnsettled, "key %s never settled: %d requests, no success, duplicate or rejection", key, len(v.answers))
-	}
-	var fresh []Answer
-	for _, a := range v.success {
-		if a.Class == ClassOK {
-			fresh = append(fresh, a)
-		} else {
-			violate(ViolationUnexpectedAnswer, "key %s (Mark mode) answered a replay (request %d): a mark replays nothing", key, a.Seq)
-		}
-	}
+	fresh := markAnswers(v, "Mark mode", violate)
 	if len(fresh) > 1 {
 		violate(ViolationDuplicateEffect, "key %s (Mark mode): the function ran to success for requests %d and %d: a duplicate of a marked key ran", key, fresh[0].Seq, fresh[1].Seq)
 	}
@@ -810,4 +790,20 @@ func countProcessing(ctx context.Context, driver, dsn, table string) (int, error
 	var n int
 	err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE status = 'PROCESSING'").Scan(&n)
 	return n, err
+}
+
+// markAnswers checks what every mark path's key must show — it settled, and no success answer is a
+// replay (a mark replays nothing) — and returns its fresh successes. what names the path.
+func markAnswers(v *keyView, what string, violate func(kind, format string, args ...any)) (fresh []Answer) {
+	if len(v.success) == 0 && len(v.dups) == 0 && len(v.rejects) == 0 {
+		violate(ViolationUnsettled, "key %s never settled: %d requests, no success, duplicate or rejection", v.key, len(v.answers))
+	}
+	for _, a := range v.success {
+		if a.Class == ClassOK {
+			fresh = append(fresh, a)
+		} else {
+			violate(ViolationUnexpectedAnswer, "key %s (%s) answered a replay (request %d): a mark replays nothing", v.key, what, a.Seq)
+		}
+	}
+	return fresh
 }
