@@ -33,7 +33,12 @@
 // that would be retried on it (Failed, whatever msgx.Options.MaxAttempts says, or InFlight: an
 // earlier delivery run past AckWait may hold the key, and its own retry would be dropped) gives up
 // instead: GaveUp, dead-lettered (a dead letter whose holder succeeded replays as a Duplicate); so
-// does a message fetched on its last delivery and not handled when Consume stops.
+// does a message fetched on its last delivery and not handled when Consume stops. A process that dies
+// during a last delivery (kill -9, OOM, a crash the message causes) settles nothing, and the server
+// drops the message once AckWait runs out: no effect, no dead letter, only the MAX_DELIVERIES
+// advisory ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>). To lose nothing, leave
+// MaxDeliver unlimited and set msgx.Options.MaxAttempts (a message that kills every consumer is then
+// redelivered until removed), or capture the advisory in a stream.
 //
 // # Nats-Msg-Id and idemkit
 //
