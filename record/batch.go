@@ -30,8 +30,8 @@ import (
 //     commit for all. When it inserts fewer rows than it carries (a record existed, or two callers
 //     claimed one key in the same batch), each claim asks whether the row carries its own owner token
 //     (random per attempt, see Record.Owner): only the claim that inserted it finds it.
-//   - Finishes (a claim's own write: same fence and owner; on a multi-statement pool, see
-//     Options.NoMultiStatements): one packet "START TRANSACTION; UPDATE …; SET @idemkit_n<i> =
+//   - Finishes (a claim's own write: same fence and owner; on a pool that takes multi-statement
+//     packets, see Options.NoMultiStatements — elsewhere each leaves on its own): one packet "START TRANSACTION; UPDATE …; SET @idemkit_n<i> =
 //     ROW_COUNT(); …; SELECT @idemkit_n0, …; COMMIT" on a connection the Store holds: one round trip
 //     and one commit for all, and each finish's own count of changed rows, read as Update reads its
 //     own. The server stops a packet at its first error, so an error it answers means nothing was

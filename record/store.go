@@ -337,7 +337,7 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 	var n int64
 	var err error
 	switch {
-	case rec.Fence == prev.Fence && rec.Owner == prev.Owner && s.finishes != nil && batchable(rec):
+	case rec.Fence == prev.Fence && rec.Owner == prev.Owner && s.batchesFinishes() && batchable(rec):
 		op := &finishOp{own: *rec, prev: prev}
 		op.rec = &op.own
 		if err = s.finishes.Do(ctx, op); err == nil {
@@ -361,6 +361,13 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 		return s.confirm(ctx, rec.Scope, rec.Key, prev)
 	}
 	return idemkit.ErrFenced
+}
+
+// batchesFinishes reports whether s sends finishes in batches: on PostgreSQL, and on MySQL unless the
+// pool turned out not to take multi-statement packets (Galera, a proxy refusing them), where a batch
+// could only run its finishes alone, one after the other, while every other finish waited behind it.
+func (s *Store) batchesFinishes() bool {
+	return s.finishes != nil && (s.q.dialect == dialectPostgres || s.multi.Load() != multiOff)
 }
 
 // finishAlone runs a claim's own write (finish, renewal, settlement) in a statement of its own and
