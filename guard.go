@@ -416,12 +416,12 @@ func (cl *Claim) rerun(err error) bool {
 // goroutine watches for it and releases it — finished FAILED, the key free for a retry, which takes
 // it over at the next fence (a mark too: deleted, it would let the next claim start again at fence
 // 1, below the fences a failed attempt before it may have conditioned writes on) — for as long as
-// that matters: until the claim's lease ends (a claim landing later is
-// stale on arrival, and the next attempt takes it over; one with a gid is the Reconciler's), and for a
-// mark, which has no lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer
-// than maxWatch. It polls with a backoff (10 ms doubling, up to a second). At most maxWatches watch at
-// once per Guard (a store that stalls makes callers leave by the hundred, and each watch reads it): a
-// claim abandoned beyond that is left to its lease.
+// that matters: until the claim's lease ends (a claim landing later is stale on arrival, and the
+// next attempt takes it over; one with a gid is the Reconciler's), and for a mark, which has no
+// lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer than maxWatch.
+// It polls with a backoff (10 ms doubling, up to a second). At most maxWatches watch at once per
+// Guard (a store that stalls makes callers leave by the hundred, and each watch reads it): a claim
+// abandoned beyond that is left to its lease.
 func (cl *Claim) abandoned(prev *Version) {
 	g := cl.g
 	if cl.ctx.Err() == nil || cl.callerTx {

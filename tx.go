@@ -103,8 +103,8 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 // [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
 // replays it or runs), except a commit the database refused on a write conflict (ErrConflict: on
 // Galera, a duplicate that won through another node), which nothing of committed: the key's record
-// answers then, as after a conflict at the record's INSERT. A panic in fn rolls the transaction back and continues. fn runs at most once
-// per call.
+// answers then, as after a conflict at the record's INSERT. A panic in fn rolls the transaction
+// back and continues. fn runs at most once per call.
 func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Result, error) {
 	if fn == nil {
 		return Result{}, ErrNilFunc
@@ -217,13 +217,14 @@ type TxMarkFunc func(ctx context.Context, tx TxStore) error
 // write conflict before fn ran (the Store's error matches ErrConflict: InnoDB deadlocks duplicates that
 // waited on a mark whose transaction rolled back) runs again, a few times at most.
 //
-// When fn fails or panics, its writes and the mark roll back: the key is free again and fn's error is
-// returned, retryable or permanent alike (a mark keeps no answer, so a permanent failure is not
-// stored; a retry runs fn again and fails the same way, its writes rolled back again). A commit that
-// fails returns ErrStoreUnavailable: the outcome is then unknown, and a retry gets ErrDuplicate or
-// runs — except a commit refused on a write conflict (ErrConflict: on Galera, a duplicate that won
-// through another node), which nothing of committed: the winner's mark answers it, ErrDuplicate. After the commit the lock is released and the mark cached, so a duplicate is answered by the
-// Locker alone.
+// When fn fails or panics, its writes and the mark roll back: the key is free again and fn's error
+// is returned, retryable or permanent alike (a mark keeps no answer, so a permanent failure is not
+// stored; a retry runs fn again and fails the same way, its writes rolled back again). A commit
+// that fails returns ErrStoreUnavailable: the outcome is then unknown, and a retry gets
+// ErrDuplicate or runs — except a commit refused on a write conflict (ErrConflict: on Galera, a
+// duplicate that won through another node), which nothing of committed: the winner's mark answers
+// it, ErrDuplicate. After the commit the lock is released and the mark cached, so a duplicate is
+// answered by the Locker alone.
 func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
 	if fn == nil {
 		return ErrNilFunc

@@ -17,17 +17,19 @@
 // caches the script again.
 //
 // The native commands are pipelined automatically: while [Options.MaxInFlight] round trips (1 by
-// default) are out, the commands of concurrent callers wait, and when one returns they leave together
-// as one pipeline, sent by the first caller that waited. A lone caller never waits; under load many
-// Acquires and Releases share one round trip, which saves system calls here and reads, writes and
-// event-loop passes in Redis. On a Redis Cluster the round trips and the queue are per primary, so a
-// node that is slow or down holds up only its own keys' commands. Each caller stays bounded by its own context: a command whose caller's
-// context ends while it waits is withdrawn unsent, and a caller whose command is out in another
-// caller's pipeline returns when its context ends (the command may still take effect, as an abandoned
-// command may, and later than anything the caller does next: a [Locker.Release] without a result of
-// the same key waits for it, so that the release of a lock such an Acquire took finds it). A pipeline runs until the latest deadline among its callers, so one caller's end never
-// fails another's command; the caller that sends it waits for it, so on an unresponsive Redis that one
-// caller may wait past its own deadline, up to that latest deadline.
+// default) are out, the commands of concurrent callers wait, and when one returns they leave
+// together as one pipeline, sent by the first caller that waited. A lone caller never waits; under
+// load many Acquires and Releases share one round trip, which saves system calls here and reads,
+// writes and event-loop passes in Redis. On a Redis Cluster the round trips and the queue are per
+// primary, so a node that is slow or down holds up only its own keys' commands. Each caller stays
+// bounded by its own context: a command whose caller's context ends while it waits is withdrawn
+// unsent, and a caller whose command is out in another caller's pipeline returns when its context
+// ends (the command may still take effect, as an abandoned command may, and later than anything the
+// caller does next: a [Locker.Release] without a result of the same key waits for it, so that the
+// release of a lock such an Acquire took finds it). A pipeline runs until the latest deadline among
+// its callers, so one caller's end never fails another's command; the caller that sends it waits
+// for it, so on an unresponsive Redis that one caller may wait past its own deadline, up to that
+// latest deadline.
 //
 // A Redis older than 7.0 refuses SET with both NX and GET: the Locker notices it on its first Acquire
 // (a syntax error) and runs Lua scripts doing the same from then on ([Locker.Scripts];

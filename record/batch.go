@@ -31,8 +31,9 @@ import (
 //     claimed one key in the same batch), each claim asks whether the row carries its own owner token
 //     (random per attempt, see Record.Owner): only the claim that inserted it finds it.
 //   - Finishes (a claim's own write: same fence and owner; on a pool that takes multi-statement
-//     packets, see Options.NoMultiStatements — elsewhere each leaves on its own): one packet "START TRANSACTION; UPDATE …; SET @idemkit_n<i> =
-//     ROW_COUNT(); …; SELECT @idemkit_n0, …; COMMIT" on a connection the Store holds: one round trip
+//     packets, see Options.NoMultiStatements — elsewhere each leaves on its own): one packet "START
+//     TRANSACTION; UPDATE …; SET @idemkit_n<i> = ROW_COUNT(); …; SELECT @idemkit_n0, …; COMMIT" on a
+//     connection the Store holds: one round trip
 //     and one commit for all, and each finish's own count of changed rows, read as Update reads its
 //     own. The server stops a packet at its first error, so an error it answers means nothing was
 //     committed (the COMMIT did not run, or refused).

@@ -11,17 +11,18 @@
 //   - Config.Workers worker processes — this executable re-run in worker mode (call
 //     [RunWorkerIfRequested] first thing in main or TestMain) — each with its own idemkit.Guard,
 //     gorm pool, go-redis client and sweeper (package sweep, short interval), serving five paths:
-//     Execute mode (guard.Do), Tx mode (the business write and the record in one database transaction:
-//     record.Store.Tx, the Guard-owned transaction, with and without the Redis Locker, and guard.DoTx
-//     in the caller's db.Transaction, picked at random per request), the mark (record.Store.TxMark,
-//     the mark and the business write in one Guard-owned transaction, with and without the Locker;
-//     duplicates get ErrDuplicate, nothing is replayed), Mark mode (guard.Mark, with and without the
-//     Locker: the mark is written SUCCEEDED before the function, whose business commits apart from
-//     it; a retryable failure finishes it FAILED and the retry takes it over at the next fence, a
-//     permanent one REJECTED with its error text; duplicates get ErrDuplicate) and HTTP (the httpx
-//     middleware in front of a handler). On MariaDB every other worker process (alternating per slot and restart)
-//     opens its pool with multiStatements=true, so its Guard-owned transactions run on a held connection and
-//     send the record's INSERT with the COMMIT (record.Store.BeginTx) — that path meets every fault too;
+//     Execute mode (guard.Do), Tx mode (the business write and the record in one database
+//     transaction: record.Store.Tx, the Guard-owned transaction, with and without the Redis Locker,
+//     and guard.DoTx in the caller's db.Transaction, picked at random per request), the mark
+//     (record.Store.TxMark, the mark and the business write in one Guard-owned transaction, with
+//     and without the Locker; duplicates get ErrDuplicate, nothing is replayed), Mark mode
+//     (guard.Mark, with and without the Locker: the mark is written SUCCEEDED before the function,
+//     whose business commits apart from it; a retryable failure finishes it FAILED and the retry
+//     takes it over at the next fence, a permanent one REJECTED with its error text; duplicates get
+//     ErrDuplicate) and HTTP (the httpx middleware in front of a handler). On MariaDB every other
+//     worker process (alternating per slot and restart) opens its pool with multiStatements=true,
+//     so its Guard-owned transactions run on a held connection and send the record's INSERT with
+//     the COMMIT (record.Store.BeginTx) — that path meets every fault too;
 //   - a load generator whose clients hammer a small window of shared keys with duplicates, some as
 //     concurrent bursts to different workers, and log every answer.
 //
@@ -32,15 +33,15 @@
 // unique key per operation on purpose: at most one row per key is idemkit's promise, not the
 // schema's.
 //
-// On the fenced paths (Execute mode, Mark mode and HTTP), where the business commits apart from the record,
-// the business write is conditioned on the claim's fence through a per-key fence register
+// On the fenced paths (Execute mode, Mark mode and HTTP), where the business commits apart from the
+// record, the business write is conditioned on the claim's fence through a per-key fence register
 // (INSERT ... ON DUPLICATE KEY UPDATE fence = IF(fence < ?, ?, fence), ON CONFLICT ... GREATEST on
-// PostgreSQL, read back under a row lock): an attempt that was taken over finds a higher fence and writes nothing. The register also
-// remembers the ledger row, so an attempt that runs again after an earlier one committed but lost
-// its finish (a crash or a database restart between the two) adopts that row instead of applying
-// the transfer twice — the fence alone cannot tell "my predecessor is stale" from "my predecessor
-// finished its business but not its record". Tx mode needs neither: the record and the business
-// commit or roll back together.
+// PostgreSQL, read back under a row lock): an attempt that was taken over finds a higher fence and
+// writes nothing. The register also remembers the ledger row, so an attempt that runs again after
+// an earlier one committed but lost its finish (a crash or a database restart between the two)
+// adopts that row instead of applying the transfer twice — the fence alone cannot tell "my
+// predecessor is stale" from "my predecessor finished its business but not its record". Tx mode
+// needs neither: the record and the business commit or roll back together.
 //
 // While the load runs, faults are injected one at a time, bounded in number and time
 // (see [FaultKind]): Redis SIGKILLed and restarted empty; the database stopped (MariaDB: SIGTERM and
