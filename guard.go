@@ -388,14 +388,19 @@ func (cl *Claim) conflicted(err error) *Record {
 	if !cl.callerTx || !errors.Is(err, ErrConflict) {
 		return nil
 	}
-	g := cl.g
-	ctx, cancel := context.WithTimeout(cl.ctx, g.opts.FinishTimeout)
-	defer cancel()
-	cur, gerr := g.store.Get(ctx, cl.id.scope, cl.id.key)
-	if gerr != nil {
+	cur, err := cl.readOutside()
+	if err != nil {
 		return nil
 	}
 	return cur
+}
+
+// readOutside reads the key's record through the Guard's Store, outside the caller's transaction,
+// which holds a connection: it waits at most Options.FinishTimeout for another of the pool.
+func (cl *Claim) readOutside() (*Record, error) {
+	ctx, cancel := context.WithTimeout(cl.ctx, cl.g.opts.FinishTimeout)
+	defer cancel()
+	return cl.g.store.Get(ctx, cl.id.scope, cl.id.key)
 }
 
 // rerun reports whether a Store error of the claim is a write conflict on which the call runs its

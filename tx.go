@@ -639,9 +639,7 @@ func (cl *Claim) metElsewhere(c *Call) *Record {
 	g := cl.g
 	cur, err := cl.st.Get(cl.ctx, cl.id.scope, cl.id.key)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		ctx, cancel := context.WithTimeout(cl.ctx, g.opts.FinishTimeout)
-		cur, err = g.store.Get(ctx, cl.id.scope, cl.id.key)
-		cancel()
+		cur, err = cl.readOutside()
 	}
 	if err != nil {
 		return nil
