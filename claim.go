@@ -380,7 +380,9 @@ func (cl *Claim) Detach(ctx context.Context) {
 // In Execute and Mark mode the record, written before the work, is the claim: a lock that ran out
 // (LockTTL shorter than the work) does not end it. Extend then renews the record with a fenced write
 // — ErrFenced when it is no longer the claim's — and takes the lock again when it is free. In the Tx
-// modes, where the lock is all that holds the key until the commit, a lost lock is ErrLockNotHeld.
+// modes the transaction decides the claim (its record or mark conflicts with any other attempt's at the
+// latest when it commits): a lock the Locker lost (a Redis restart) is taken again when it is free, and
+// ErrLockNotHeld means another attempt holds it, or finished the key, meanwhile.
 func (cl *Claim) Extend(ctx context.Context) error {
 	if cl.done {
 		return errClaimEnded
@@ -393,6 +395,7 @@ func (cl *Claim) Extend(ctx context.Context) error {
 			switch {
 			case errors.Is(err, ErrLockNotHeld) && recorded:
 				lockLost = true
+			case errors.Is(err, ErrLockNotHeld) && cl.relock(ctx):
 			case errors.Is(err, ErrLockNotHeld) || !g.opts.FailOpen:
 				return err
 			default:
@@ -412,6 +415,18 @@ func (cl *Claim) Extend(ctx context.Context) error {
 		_, _ = g.opts.Locker.Acquire(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL)
 	}
 	return nil
+}
+
+// relock takes the lock of a claim written in a transaction (the Tx modes: its record, or its mark,
+// is written in the transaction and commits with it) again after the Locker lost it — Redis restarted
+// or flushed, the key evicted — and reports whether it holds it now. Such a claim's outcome is decided
+// by its transaction, whose record (or mark) conflicts with any other attempt's, not by the lock, which
+// only turns duplicates away early: its function carries on. It reports false when another attempt
+// holds the lock or the key is finished (cached) by then: the function races that attempt, and the
+// watchdog stops it as when the lock is lost.
+func (cl *Claim) relock(ctx context.Context) bool {
+	cached, err := cl.g.opts.Locker.Acquire(ctx, cl.id.lockKey, cl.token, cl.g.opts.LockTTL)
+	return err == nil && cached == nil
 }
 
 // renew renews the claim's record (see Extend); confirm writes it even when nothing needs moving, to
