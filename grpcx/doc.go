@@ -48,6 +48,12 @@
 //	Tx mode: the transaction could not begin or commit,   UNAVAILABLE (nothing took effect)
 //	  or the record could not be written after the
 //	  handler (its writes rolled back)
+//	Execute mode: the handler's response cannot be        UNKNOWN (the key stored REJECTED without it: its
+//	  encoded for the record (a string field not UTF-8,     effects happened, it never runs again, and
+//	  a response that is not a proto message)               every retry is answered the same)
+//	Tx mode: the handler's response cannot be encoded     UNKNOWN (INTERNAL when not a proto message):
+//	  for the record                                        its writes rolled back, nothing stored, the
+//	                                                        next call with the key runs again
 //	the caller's deadline or cancellation while claiming  DEADLINE_EXCEEDED / CANCELLED
 //
 // A handler's error is classified by [Options.Permanent] ([DefaultPermanent]): INVALID_ARGUMENT,

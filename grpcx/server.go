@@ -155,6 +155,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			// or a newer attempt took the key over): its answer is still the truth about this call.
 			s.c.logger.WarnContext(ctx, "grpcx: outcome not recorded", slog.String("method", method), slog.Any("error", err))
 		}
+		if st.herr == nil && st.ferr != nil {
+			// Its response cannot be stored (nor sent: gRPC's codec refuses it too), and the key is
+			// recorded REJECTED without it: this call is answered as its retries are.
+			return nil, status.Error(codes.Unknown, err.Error())
+		}
 		st.md.flush()
 		return st.resp, st.err()
 	}
@@ -286,9 +291,10 @@ func statusOf(err error) *status.Status {
 
 // outcome turns the handler's answer into what the Guard stores: the encoded response on success,
 // the encoded status with a permanent error, or a retryable error (stored as FAILED, not replayed).
-// What is not the business's answer — a response that cannot be encoded, the context error of a
-// handler whose context ended (its caller left, the watchdog cancelled it) — is marked
-// idemkit.Retryable, whatever the Guard's classifier says.
+// The context error of a handler whose context ended (its caller left, the watchdog cancelled it) is
+// no business answer: it is marked idemkit.Retryable, whatever the Guard's classifier says. So is a
+// response that cannot be encoded for the record in Tx mode (its writes roll back); in Execute mode
+// its effects happened, and it is marked idemkit.Permanent (see unstorable).
 func (s *server) outcome(ctx context.Context, resp any, herr error) ([]byte, error) {
 	if herr != nil {
 		st := statusOf(herr)
@@ -314,10 +320,26 @@ func (s *server) outcome(ctx context.Context, resp any, herr error) ([]byte, err
 	}
 	m, ok := resp.(proto.Message)
 	if !ok {
-		return nil, idemkit.Retryable(status.Errorf(codes.Internal, "grpcx: response %T is not a proto message", resp))
+		return nil, s.unstorable(status.Errorf(codes.Internal, "grpcx: response %T is not a proto message", resp))
 	}
 	b, err := encodeResponse(m)
-	return b, idemkit.Retryable(err)
+	if err != nil {
+		return nil, s.unstorable(err)
+	}
+	return b, nil
+}
+
+// unstorable is the error stored for a handler that succeeded with a response that cannot be encoded
+// for the record (err says why). In Tx mode it is retryable: the handler's writes roll back, nothing
+// took effect, and the next call with the key runs again. In Execute mode the handler's effects
+// happened: it is permanent, so the key is recorded REJECTED without a response and never runs
+// again, as the Guard records a result its Store cannot hold (idemkit.ErrUnstorable); its duplicates
+// get UNKNOWN, a rejection without a stored status.
+func (s *server) unstorable(err error) error {
+	if s.c.tx != nil {
+		return idemkit.Retryable(err)
+	}
+	return idemkit.Permanent(fmt.Errorf("grpcx: the handler ran, but its response cannot be stored: %w", err))
 }
 
 // answer answers a call whose handler did not run (or whose handler's answer is not the call's): a

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -43,11 +44,12 @@ func (u *unanswerable) Charge(ctx context.Context, _ *structpb.Struct) (*structp
 	}
 }
 
-// TestUnansweredOutcomesStayRetryableUnderAStrictClassifier: a response grpcx cannot encode for the
-// record, and a handler's context error once its caller left, are no business failure. Under an
-// idemkit.Options.IsPermanent calling every unknown error permanent they were recorded REJECTED (the
-// context error stored with its CANCELLED status), and every retry of the key got the replayed rejection
-// instead of running again.
+// TestUnansweredOutcomesStayRetryableUnderAStrictClassifier: a handler's context error once its caller
+// left is no business failure. Under an idemkit.Options.IsPermanent calling every unknown error
+// permanent it was recorded REJECTED (stored with its CANCELLED status), and every retry of the key got
+// the replayed rejection instead of running again. A response grpcx cannot encode for the record is
+// no business failure either, but in Execute mode the handler's effects happened: it is recorded
+// REJECTED whatever the classifier, and a retry does not run again (TestExecuteUnencodableResponseRunsOnce).
 func TestUnansweredOutcomesStayRetryableUnderAStrictClassifier(t *testing.T) {
 	store := mysqlRecords(t, "grpcx_strict_")
 	errTransient := errors.New("transient")
@@ -79,11 +81,19 @@ func TestUnansweredOutcomesStayRetryableUnderAStrictClassifier(t *testing.T) {
 					break
 				}
 			}
+			_, rerr := chaosrpc.Charge(grpcx.WithKey(context.Background(), key), cc, charge(map[string]any{"amount": 1}))
+			if mode == "not encodable" {
+				if rec.Status != idemkit.StatusRejected || status.Code(rerr) != codes.Unknown || biz.runs.Load() != 1 {
+					t.Fatalf("record %s %q, retry %v, runs %d: want REJECTED, and the retry answered UNKNOWN without a run",
+						rec.Status, rec.Error, rerr, biz.runs.Load())
+				}
+				return
+			}
 			if rec.Status != idemkit.StatusFailed {
 				t.Fatalf("record %s %q, want FAILED", rec.Status, rec.Error)
 			}
-			if _, err := chaosrpc.Charge(grpcx.WithKey(context.Background(), key), cc, charge(map[string]any{"amount": 1})); err != nil || biz.runs.Load() != 2 {
-				t.Fatalf("retry: %v, runs %d: want it run again", err, biz.runs.Load())
+			if rerr != nil || biz.runs.Load() != 2 {
+				t.Fatalf("retry: %v, runs %d: want it run again", rerr, biz.runs.Load())
 			}
 		})
 	}
