@@ -66,8 +66,9 @@ type InFlightError struct {
 	// RetryAfter is how long the current holder may still hold the key; a hint, never negative.
 	RetryAfter time.Duration
 	// Holder is the token the key is held with, when the Locker tells it (both of idemkit's do, from
-	// Acquire): the Guard reads from it whether the holder runs another payload, and answers
-	// ErrPayloadMismatch then rather than in flight.
+	// Acquire): the Guard reads from it whether the holder runs another payload (from the record
+	// when the token carries no fingerprint hash), and answers ErrPayloadMismatch then rather than in
+	// flight.
 	Holder string
 }
 

@@ -194,6 +194,24 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 	}
 }
 
+// heldForOtherPayload reports whether the attempt holding the key, whose token is holder, runs for
+// another payload than a call with fingerprint: its token tells, when it carries a fingerprint's hash.
+// One that does not — a call without a fingerprint, which keeps the fingerprint of a record it takes
+// over within the record's lifetime (see takeOver), so the key stays bound to that payload — is judged
+// by the record, read outside any transaction of the caller's, as a call meeting it would be (the
+// record said before the takeover what it says after). A read that fails tells nothing: in flight.
+// Only a call with a fingerprint reads, and only when the Locker names a holder without a hash.
+func (cl *Claim) heldForOtherPayload(holder, fingerprint string) bool {
+	if other, known := holderOtherPayload(holder, fingerprint); known || fingerprint == "" || holder == "" {
+		return other
+	}
+	cur, err := cl.readOutside()
+	if err != nil {
+		return false
+	}
+	return judge(cur, fingerprint, cl.mode, cl.g.opts.Now()) == verdictMismatch
+}
+
 // begin opens a call and claims its record in st: insert-first, reading only on a conflict.
 func (g *Guard) begin(ctx context.Context, st Store, mode Mode, c *Call) (*Claim, Result, error) {
 	cl, res, err := g.open(ctx, st, mode, c)
@@ -237,7 +255,7 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 			}
 			g.opts.Logger.WarnContext(ctx, "idemkit: ignoring malformed cached result", "scope", c.Scope)
 		case errors.Is(err, ErrLocked):
-			if ife := (*InFlightError)(nil); errors.As(err, &ife) && holderOtherPayload(ife.Holder, c.Fingerprint) {
+			if ife := (*InFlightError)(nil); errors.As(err, &ife) && cl.heldForOtherPayload(ife.Holder, c.Fingerprint) {
 				// The attempt holding the key runs another payload: as the record would say, once written.
 				return cl.fail(OutcomeMismatch, ErrPayloadMismatch)
 			}

@@ -195,18 +195,20 @@ func fingerprintHash(fp string) uint64 {
 	return h
 }
 
-// holderOtherPayload reports whether holder, the token of the attempt that holds a key, carries the hash of
-// a fingerprint other than that of the fingerprint given. Tokens without one (a call without a
-// fingerprint, or a version of idemkit before the hash) never differ.
-func holderOtherPayload(holder, fingerprint string) bool {
+// holderOtherPayload reports what holder, the token of the attempt that holds a key, tells of the
+// payload of a call with fingerprint: known when the token carries a fingerprint's hash, and other
+// when that is the hash of another fingerprint than the one given. A token without one (a call without
+// a fingerprint, or a version of idemkit before the hash) tells nothing; nor does any token to a call
+// without a fingerprint, which no payload differs from.
+func holderOtherPayload(holder, fingerprint string) (other, known bool) {
 	if fingerprint == "" || len(holder) != tokenLen+1+16 || holder[tokenLen] != '.' {
-		return false
+		return false, false
 	}
 	var h [8]byte
 	if _, err := hex.Decode(h[:], []byte(holder[tokenLen+1:])); err != nil {
-		return false
+		return false, false
 	}
-	return binary.BigEndian.Uint64(h[:]) != fingerprintHash(fingerprint)
+	return binary.BigEndian.Uint64(h[:]) != fingerprintHash(fingerprint), true
 }
 
 // keyHash is a short, stable stand-in for a key in logs and traces.
