@@ -160,7 +160,6 @@ func checkStoredText(v string) error {
 	return nil
 }
 
-// newToken returns a random 128-bit owner token, hex encoded.
 // newToken returns the random token of an attempt: 32 hexadecimal digits, followed, when the call
 // gives a fingerprint, by "." and a 64-bit hash of it (16 digits). The token is the attempt's lock
 // value and record owner; the hash lets a duplicate that meets the lock tell a different payload

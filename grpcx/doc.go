@@ -51,6 +51,10 @@
 //	Execute mode: the handler's response cannot be        UNKNOWN (the key stored REJECTED without it: its
 //	  encoded for the record (a string field not UTF-8,     effects happened, it never runs again, and
 //	  a response that is not a proto message)               every retry is answered the same)
+//	Execute mode: the handler's response too large for    the handler's answer; the key stored REJECTED
+//	  the record                                            without it: every retry is answered UNKNOWN
+//	Tx mode: the handler's response too large for the     UNKNOWN (its writes rolled back, the key stored
+//	  record                                                REJECTED without it: every retry the same)
 //	Tx mode: the handler's response cannot be encoded     UNKNOWN (INTERNAL when not a proto message):
 //	  for the record                                        its writes rolled back, nothing stored, the
 //	                                                        next call with the key runs again

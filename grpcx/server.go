@@ -150,7 +150,15 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		if !st.ran {
 			return s.answer(ctx, res, err)
 		}
-		if !sameError(err, st.ferr) {
+		switch {
+		case sameError(err, st.ferr):
+		case storedRejected(err):
+			// Its response does not fit the record (too large): the key is recorded REJECTED without
+			// it, as the handler's effects happened, and its retries are answered UNKNOWN. This call
+			// still gets the handler's answer, the truth about it.
+			s.c.logger.WarnContext(ctx, "grpcx: response not stored, the key is recorded REJECTED without it: its retries are answered UNKNOWN",
+				slog.String("method", method), slog.Any("error", err))
+		default:
 			// The handler's effects happened but its outcome could not be recorded (a store error,
 			// or a newer attempt took the key over): its answer is still the truth about this call.
 			s.c.logger.WarnContext(ctx, "grpcx: outcome not recorded", slog.String("method", method), slog.Any("error", err))
@@ -168,6 +176,14 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return run(context.WithValue(ctx, txKey{}, tx))
 	})
 	return s.txAnswer(ctx, method, &st, res, err)
+}
+
+// storedRejected reports whether err says the call's outcome did not fit the record (a response too
+// large for it) and the key was recorded REJECTED without it instead: not when that REJECTED record
+// could not be written either (joined with the write's error), nor for an answer about another attempt.
+func storedRejected(err error) bool {
+	return errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) &&
+		!errors.Is(err, idemkit.ErrInFlight) && !errors.Is(err, idemkit.ErrPayloadMismatch)
 }
 
 // principalKey is the key stored for the client's key of a call under Options.Principal: the client's
@@ -232,8 +248,7 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 		}
 		st.md.flush()
 		return nil, st.err()
-	case errors.Is(err, idemkit.ErrUnstorable) && !errors.Is(err, idemkit.ErrStoreUnavailable) &&
-		!errors.Is(err, idemkit.ErrInFlight) && !errors.Is(err, idemkit.ErrPayloadMismatch):
+	case storedRejected(err):
 		// Its outcome does not fit the record (a response too large): the writes were rolled back
 		// and the key stored REJECTED without it, which its retries are answered (UNKNOWN, as a
 		// rejection without a stored status): so is this call, rather than with a code saying to retry.
