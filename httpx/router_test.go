@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -169,5 +170,65 @@ func TestPathInFingerprint(t *testing.T) {
 		if rec.Code != want {
 			t.Fatalf("request %d: %d, want %d", i, rec.Code, want)
 		}
+	}
+}
+
+// TestServeMuxHostPatternsAreTheirOwnScopes: ServeMux routes of one path on two hosts are two
+// operations, with two handlers. The default scope took only the path of their patterns, so a key
+// sent to the second host (one tenant's order id, say, by JSONFields) with the body sent to the first
+// got the first host's stored response, and the second handler never ran.
+func TestServeMuxHostPatternsAreTheirOwnScopes(t *testing.T) {
+	bd := setup(t, memoryBackend, nil, nil)
+	var a, b atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("POST a.example/orders", bd.mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("order of a"))
+	})))
+	mux.Handle("POST b.example/orders", bd.mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("order of b"))
+	})))
+	for _, host := range []string{"a.example", "b.example", "a.example"} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req("POST", "http://"+host+"/orders", "order-1", `{"item":"book"}`))
+		if want := "order of " + host[:1]; rec.Code != http.StatusCreated || rec.Body.String() != want {
+			t.Fatalf("%s: %d %q, want 201 %q", host, rec.Code, rec.Body, want)
+		}
+	}
+	if a.Load() != 1 || b.Load() != 1 {
+		t.Fatalf("handler runs: a %d, b %d; want one each", a.Load(), b.Load())
+	}
+	if _, err := bd.guard.Get(context.Background(), "POST b.example/orders", "order-1"); err != nil {
+		t.Fatalf("no record under the host pattern's scope: %v", err)
+	}
+
+	// A chi router per host, mounted under the host's pattern, with the middleware in r.Use.
+	var c, d atomic.Int64
+	hosts := http.NewServeMux()
+	for host, runs := range map[string]*atomic.Int64{"c.example": &c, "d.example": &d} {
+		r := chi.NewRouter()
+		r.Use(bd.mw)
+		r.Post("/orders/{id}", func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write([]byte("order of " + host[:1]))
+		})
+		hosts.Handle(host+"/", r)
+	}
+	for _, host := range []string{"c.example", "d.example", "d.example"} {
+		rec := httptest.NewRecorder()
+		hosts.ServeHTTP(rec, req("POST", "http://"+host+"/orders/1", "order-1", `{"item":"book"}`))
+		if want := "order of " + host[:1]; rec.Code != http.StatusCreated || rec.Body.String() != want {
+			t.Fatalf("chi under %s: %d %q, want 201 %q", host, rec.Code, rec.Body, want)
+		}
+	}
+	if c.Load() != 1 || d.Load() != 1 {
+		t.Fatalf("chi handler runs: c %d, d %d; want one each", c.Load(), d.Load())
+	}
+	if _, err := bd.guard.Get(context.Background(), "POST d.example/orders/{id}", "order-1"); err != nil {
+		t.Fatalf("no record under the host and chi's pattern: %v", err)
 	}
 }

@@ -13,10 +13,14 @@ import (
 //   - routed by chi: the full chi route pattern, wherever the middleware sits (r.Use on the router or
 //     a mounted sub-router, r.With, Group). chi completes the pattern only while it routes, so when
 //     the middleware runs before routing it looks the route up in the router itself;
-//   - routed by http.ServeMux (Go 1.22 patterns) with the middleware inside the mux: the path part
-//     of the matched pattern, also when the mux is mounted in chi (chi's pattern, "/api/*", names
-//     only the mount);
+//   - routed by http.ServeMux (Go 1.22 patterns) with the middleware inside the mux: the matched
+//     pattern without its method, its host included when it names one ("POST example.com/orders":
+//     routes of one path on two hosts are two scopes), also when the mux is mounted in chi (chi's
+//     pattern, "/api/*", names only the mount);
 //   - otherwise the escaped request path, so every path is its own scope.
+//
+// A chi router mounted in a ServeMux under a pattern naming a host ("a.example/") has its pattern
+// prefixed by that host ("POST a.example/orders/{id}").
 //
 // Scopes longer than idemkit.MaxStoredLen are hashed by the Guard. DefaultScope is safe for
 // concurrent use.
@@ -27,8 +31,12 @@ func DefaultScope(r *http.Request) string {
 	} else {
 		pattern, _, _ = resolveRoute(r)
 	}
-	if r.Pattern != "" && (pattern == "" || muxWithin(muxPath(r.Pattern), pattern)) {
-		pattern = muxPath(r.Pattern)
+	if r.Pattern != "" {
+		if route := muxRoute(r.Pattern); pattern == "" || muxWithin(muxPath(r.Pattern), pattern) {
+			pattern = route
+		} else if host, _, _ := strings.Cut(route, "/"); host != "" {
+			pattern = host + pattern // chi's route below a ServeMux pattern naming a host
+		}
 	}
 	if pattern == "" {
 		pattern = r.URL.EscapedPath()
@@ -71,13 +79,23 @@ func muxWithin(mp, chiPattern string) bool {
 
 // muxPath returns the path part of a ServeMux pattern "[METHOD ][HOST]/[PATH]".
 func muxPath(p string) string {
-	if i := strings.IndexAny(p, " \t"); i >= 0 {
-		p = strings.TrimLeft(p[i:], " \t")
-	}
+	p = muxRoute(p)
 	if i := strings.IndexByte(p, '/'); i >= 0 {
 		return p[i:]
 	}
 	return ""
+}
+
+// muxRoute returns a ServeMux pattern "[METHOD ][HOST]/[PATH]" without its method: the host and the
+// path, or the path alone when the pattern names no host.
+func muxRoute(p string) string {
+	if i := strings.IndexAny(p, " \t"); i >= 0 {
+		p = strings.TrimLeft(p[i:], " \t")
+	}
+	if strings.IndexByte(p, '/') < 0 {
+		return ""
+	}
+	return p
 }
 
 // resolveRoute returns the full chi route pattern of r and a routing context holding its URL
