@@ -133,3 +133,17 @@ func TestNewRefusesAGuardTooShortForDerivedKeys(t *testing.T) {
 		t.Fatal("New accepted a Guard whose MaxKeyLen (64) refuses a token's key (70 bytes) and hashed scopes (71)")
 	}
 }
+
+// TestOuterBodyLimitNamedInProblem: a body over the limit of an http.MaxBytesReader outside the
+// middleware (http.MaxBytesHandler) gets 413 as one over MaxBodyBytes does, but its detail named
+// MaxBodyBytes (1 MiB) as the limit, so a client sizing its retry by it was refused again.
+func TestOuterBodyLimitNamedInProblem(t *testing.T) {
+	var runs int
+	h := http.MaxBytesHandler(Middleware(memoryGuard(t, nil), nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+	})), 100)
+	rec := serve(h, req("POST", "/orders", "k", `{"note":"`+strings.Repeat("x", 200)+`"}`))
+	if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "at most 100 bytes") || runs != 0 {
+		t.Fatalf("body over an outer limit of 100 bytes: %d %s (%d runs); want 413 naming 100 bytes", rec.Code, rec.Body, runs)
+	}
+}

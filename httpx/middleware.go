@@ -194,8 +194,13 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 func (m *middleware) errorProblem(st *reqState, err error, def string, status int) problem {
 	switch {
 	case errors.Is(err, ErrBodyTooLarge):
+		limit := m.cfg.MaxBodyBytes
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) && mbe.Limit < limit {
+			limit = mbe.Limit // an outer http.MaxBytesReader's lower limit
+		}
 		return problem{Type: ProblemBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("Guarded requests may have bodies of at most %d bytes.", m.cfg.MaxBodyBytes)}
+			Detail: fmt.Sprintf("Guarded requests may have bodies of at most %d bytes.", limit)}
 	case errors.Is(err, ErrBodyRead):
 		return problem{Type: ProblemBadBody, Status: http.StatusBadRequest}
 	case errors.Is(err, ErrTokenInvalid):
