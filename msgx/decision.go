@@ -54,7 +54,8 @@ const (
 	Failed
 	// GaveUp: Failed, on an attempt at or past Options.MaxAttempts, or (msgx/natsjs) Failed or
 	// InFlight on the consumer's last delivery (MaxDeliver), which the server would drop, or fetched
-	// on it and not handled when Consume stopped (the handler did not run).
+	// on it and not handled when Consume stopped (the handler did not run), or dropped by the server
+	// there, unsettled past AckWait (its consumer process died), and not finished by its record.
 	// Dead-lettered; the record is not REJECTED, so a redelivery from the dead-letter queue runs again.
 	GaveUp
 	// Poison: the message cannot be guarded at all: no usable key (ErrNoKey, idemkit.ErrInvalidKey)

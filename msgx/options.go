@@ -58,8 +58,8 @@ type Options struct {
 	// MaxAttempts dead-letters a message whose handler failed with a retryable error on this
 	// delivery attempt or a later one (Outcome GaveUp). Defaults to 0: no limit here (the broker's
 	// own limit still applies: msgx/natsjs dead-letters the last delivery before a consumer's
-	// MaxDeliver — except one whose process died during it, which the server drops: see msgx/natsjs
-	// —, a RabbitMQ quorum queue's x-delivery-limit dead-letters through its exchange). It needs
+	// MaxDeliver — one whose process died during it from the server's advisory, see msgx/natsjs —, a
+	// RabbitMQ quorum queue's x-delivery-limit dead-letters through its exchange). It needs
 	// the broker's delivery count: on a queue without one (a RabbitMQ classic queue) only 0, 1 and
 	// 2 work, and a larger value stops the consumer at the first redelivery (ErrMisconfigured).
 	MaxAttempts int

@@ -34,11 +34,16 @@
 // earlier delivery run past AckWait may hold the key, and its own retry would be dropped) gives up
 // instead: GaveUp, dead-lettered (a dead letter whose holder succeeded replays as a Duplicate); so
 // does a message fetched on its last delivery and not handled when Consume stops. A process that dies
-// during a last delivery (kill -9, OOM, a crash the message causes) settles nothing, and the server
-// drops the message once AckWait runs out: no effect, no dead letter, only the MAX_DELIVERIES
-// advisory ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>). To lose nothing, leave
-// MaxDeliver unlimited and set msgx.Options.MaxAttempts (a message that kills every consumer is then
-// redelivered until removed), or capture the advisory in a stream.
+// during a last delivery (kill -9, OOM, a crash the message causes) settles nothing: once AckWait runs
+// out the server stops delivering the message, keeps it in the stream and publishes a MAX_DELIVERIES
+// advisory ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>). Consume subscribes to it
+// and settles the message from the stream as its last delivery would have, without running it:
+// dead-lettered GaveUp — or, with Options.Records (the msgx.Guard), as its record says: not at all when
+// it took effect, Rejected when it was rejected — once however many consumer processes got the
+// advisory, and removed from a work-queue stream. The advisory is stored nowhere: one that reaches no
+// running Consume (lost with a connection, published after another client's pull) leaves the message
+// dropped, no effect and no dead letter. To lose nothing even then, leave MaxDeliver unlimited and set
+// msgx.Options.MaxAttempts (a message that kills every consumer is then redelivered until removed).
 //
 // # Nats-Msg-Id and idemkit
 //

@@ -73,10 +73,20 @@ type Options struct {
 	// $JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>; it stays in a limits-retention
 	// stream but leaves a work-queue stream.
 	DeadLetterSubject string
+	// Records, when set, is asked what the record of a message the server stopped delivering at
+	// MaxDeliver says (see Consume: its consumer process died during the last delivery) before it is
+	// dead-lettered: pass the *msgx.Guard whose HandleFunc Consume runs. A message that took effect
+	// is then not dead-lettered, a rejected one is dead-lettered as Rejected (or not, as
+	// msgx.Options.OnReject says), and one whose key a delivery still holds (in Execute mode; see
+	// msgx.Guard.Recorded) is waited for. Defaults to nil: such a message is dead-lettered GaveUp
+	// whatever its record says (should it have taken effect, the dead letter's replay through the
+	// guard is a Duplicate).
+	Records Records
 	// PublishTimeout bounds a dead-letter publish. Defaults to DefaultPublishTimeout (5s).
 	PublishTimeout time.Duration
 	// Observe, when set, is called with every decision after the outcome is durable and before the
-	// broker is told (metrics, tests). It runs on the worker and must be safe for concurrent use.
+	// broker is told (metrics, tests), including those on messages the server stopped delivering at
+	// MaxDeliver (see Consume). It runs on the worker and must be safe for concurrent use.
 	Observe func(m *msgx.Message, d msgx.Decision)
 	// Logger receives settlement failures and dead-lettered messages. Defaults to discarding.
 	Logger *slog.Logger
@@ -89,7 +99,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // Consume pulls messages from the pull consumer cons and hands each to h on Options.Workers
 // goroutines, then settles it by h's decision: Ack, NakWithDelay (Retry), or dead-letter (a copy to
 // Options.DeadLetterSubject, then Term). js is the JetStream context dead letters are published
-// through (it may be nil when DeadLetterSubject is empty).
+// through, and messages the server gave up at MaxDeliver read (it may be nil when DeadLetterSubject is
+// empty; such messages are then lost, see below).
 //
 // It blocks until ctx is done or the consumer stops (deleted, connection closed), waits for the
 // handlers that are running (their context is ctx), and returns nil when ctx ended it, otherwise the
@@ -99,12 +110,33 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // NakWithDelay, and Consume returns the error. A Failed or InFlight delivery on the consumer's
 // MaxDeliver, which the server would drop, is dead-lettered as GaveUp; a dead letter that cannot be
 // published on that last delivery is not Nak'ed (the server would drop the message) but held in
-// progress and published again until it lands or Consume stops, which waits for it no longer (the
-// message is then dropped by the server, logged as an error). Messages fetched and not handled are redelivered by
+// progress and published again until it lands or Consume stops, which waits for it no longer (logged
+// as an error; the server then stops delivering the message, and a consumer process still running
+// dead-letters it from the advisory, below). Messages fetched and not handled are redelivered by
 // the server after the consumer's AckWait; one on its last delivery (MaxDeliver), which the server
-// would drop, is dead-lettered as GaveUp, its handler never run. It returns ErrAckPolicy when cons does not use explicit
-// acks, an error for invalid options, and one wrapping msgx.ErrMisconfigured, before pulling, when
-// Options.DeadLetterSubject would be delivered to cons itself.
+// would drop, is dead-lettered as GaveUp, its handler never run.
+//
+// A last delivery nobody settles — its consumer process died (kill -9, OOM, a crash the message
+// causes) — is not delivered again: once its AckWait ran out, the server gives the message up with a
+// MAX_DELIVERIES advisory ($JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>; the 2.9
+// server publishes it at the consumer's next pull) and keeps it in the stream. On a consumer with
+// MaxDeliver, Consume (js not nil) subscribes to that advisory before it pulls and until it returns;
+// for each advisory it reads the message from the stream by its sequence and settles it as its last
+// delivery would have, without running the handler: as Options.Records says of its record (a
+// message that took effect is not dead-lettered; one whose key a delivery holds is waited for), else
+// GaveUp, dead-lettered under the Nats-Msg-Id its last delivery would have given the copy, so that
+// the copies of every consumer process that got the advisory are one dead letter. A work-queue
+// stream then loses the message, as Ack or Term would have removed it; a limits or interest stream
+// keeps it. Options.Observe is called with the decision (Message.Raw is the *jetstream.RawStreamMsg).
+// The user needs the permissions to subscribe to the advisory and to get (on a work-queue stream,
+// delete) stream messages. A message the stream no longer holds (removed by its limits, or settled)
+// is left alone. The advisory is a core NATS message, stored nowhere: one that reaches no running
+// Consume (published while none of the consumer's processes was connected — after a pull by another
+// client, say — or lost with a connection) leaves its message dropped, as before.
+//
+// It returns ErrAckPolicy when cons does not use explicit acks, an error for invalid options, and one
+// wrapping msgx.ErrMisconfigured, before pulling, when Options.DeadLetterSubject would be delivered
+// to cons itself.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
 	if cons == nil || h == nil {
 		return errors.New("natsjs: nil consumer or handler")
@@ -135,6 +167,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	stopping, misconfigured := context.WithCancelCause(ctx)
 	defer misconfigured(nil)
 	s.stopping = stopping
+	// Subscribed before the first pull: the pull that finds a dead process's last delivery unsettled
+	// past AckWait has the server publish the advisory.
+	var watch sync.WaitGroup
+	if sub := s.subscribeDropped(ctx, info.Stream, info.Name); sub != nil {
+		watch.Go(func() { s.watchDropped(stopping, sub) })
+	}
 	var wg sync.WaitGroup
 	for range o.Workers {
 		wg.Go(func() {
@@ -156,6 +194,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	wg.Wait()
 	misconfigured(nil) // the pull stopped (the consumer gone, say): so do the dead letters held (holdDeadLetter)
 	s.held.Wait()
+	watch.Wait()
 	if cause := context.Cause(stopping); errors.Is(cause, msgx.ErrMisconfigured) {
 		return cause
 	}
@@ -375,52 +414,16 @@ func (s *settler) settle(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) {
 // not redeliver, jm is held and the copy published again (holdDeadLetter).
 func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision) error {
 	md, mderr := jm.Metadata()
-	seq := ""
+	var at *place
 	if mderr == nil {
-		seq = strconv.FormatUint(md.Sequence.Stream, 10)
+		at = &place{seq: md.Sequence.Stream, stored: md.Timestamp}
 	}
-	reason := ""
-	if d.Err != nil {
-		reason = d.Err.Error()
-		if len(reason) > maxDeadLetterErrLen {
-			cut := maxDeadLetterErrLen // on a rune boundary: the header stays UTF-8
-			for cut > 0 && !utf8.RuneStart(reason[cut]) {
-				cut--
-			}
-			reason = reason[:cut]
-		}
-	}
-	if s.opts.DeadLetterSubject == "" {
+	out, seq, reason := s.deadLetterOf(m, at, d)
+	if out == nil {
 		s.opts.Logger.Error("natsjs: message terminated (no dead-letter subject)", "queue", s.queue, "subject", m.Subject,
 			"stream_seq", seq, "outcome", d.Outcome.String(), "error", reason)
 		return jm.Term()
 	}
-	out := nats.NewMsg(s.opts.DeadLetterSubject)
-	out.Data = jm.Data()
-	for k, v := range jm.Headers() {
-		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
-			k = HeaderOriginalPrefix + k[5:]
-		}
-		k = publishableKey(k)
-		out.Header[k] = append(out.Header[k], v...)
-	}
-	// The copy's id names this dead-lettering: the consumer, the message's place in its stream (its
-	// stored time tells a recreated stream's sequence apart) and the outcome.
-	id := ""
-	if mderr == nil {
-		id = fmt.Sprintf("%s:%d:%d:%s", s.queue, md.Sequence.Stream, md.Timestamp.UnixNano(), d.Outcome)
-	} else {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		id = s.queue + ":" + hex.EncodeToString(b[:]) // no metadata: unique, never deduplicated
-	}
-	out.Header.Set(jetstream.MsgIDHeader, id)
-	out.Header.Set(HeaderOutcome, d.Outcome.String())
-	out.Header.Set(HeaderError, reason)
-	out.Header.Set(HeaderSubject, m.Subject)
-	out.Header.Set(HeaderStreamSeq, seq)
-	out.Header.Set(HeaderQueue, s.queue)
-	s.fit(out)
 	ack, err := s.publish(out)
 	switch {
 	case err != nil && mderr == nil && s.maxDeliver > 0 && md.NumDelivered >= uint64(s.maxDeliver):
@@ -434,6 +437,60 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 			jm.NakWithDelay(delay))
 	}
 	return s.terminate(jm, m, d, seq, reason, ack)
+}
+
+// place is a message's place in its stream: its sequence and the time it was stored.
+type place struct {
+	seq    uint64
+	stored time.Time
+}
+
+// deadLetterOf returns the dead letter of m, at its place in the stream (nil when unknown), for d —
+// nil without a dead-letter subject — with the stream sequence and the reason it gives.
+func (s *settler) deadLetterOf(m *msgx.Message, at *place, d msgx.Decision) (out *nats.Msg, seq, reason string) {
+	if at != nil {
+		seq = strconv.FormatUint(at.seq, 10)
+	}
+	if d.Err != nil {
+		reason = d.Err.Error()
+		if len(reason) > maxDeadLetterErrLen {
+			cut := maxDeadLetterErrLen // on a rune boundary: the header stays UTF-8
+			for cut > 0 && !utf8.RuneStart(reason[cut]) {
+				cut--
+			}
+			reason = reason[:cut]
+		}
+	}
+	if s.opts.DeadLetterSubject == "" {
+		return nil, seq, reason
+	}
+	out = nats.NewMsg(s.opts.DeadLetterSubject)
+	out.Data = m.Data
+	for k, v := range m.Header {
+		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
+			k = HeaderOriginalPrefix + k[5:]
+		}
+		k = publishableKey(k)
+		out.Header[k] = append(out.Header[k], v...)
+	}
+	// The copy's id names this dead-lettering: the consumer, the message's place in its stream (its
+	// stored time tells a recreated stream's sequence apart) and the outcome.
+	id := ""
+	if at != nil {
+		id = fmt.Sprintf("%s:%d:%d:%s", s.queue, at.seq, at.stored.UnixNano(), d.Outcome)
+	} else {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		id = s.queue + ":" + hex.EncodeToString(b[:]) // no metadata: unique, never deduplicated
+	}
+	out.Header.Set(jetstream.MsgIDHeader, id)
+	out.Header.Set(HeaderOutcome, d.Outcome.String())
+	out.Header.Set(HeaderError, reason)
+	out.Header.Set(HeaderSubject, m.Subject)
+	out.Header.Set(HeaderStreamSeq, seq)
+	out.Header.Set(HeaderQueue, s.queue)
+	s.fit(out)
+	return out, seq, reason
 }
 
 // fit shortens the Idemkit-Error header of the dead letter out when out would exceed the server's
@@ -500,8 +557,9 @@ func (s *settler) terminate(jm jetstream.Msg, m *msgx.Message, d msgx.Decision, 
 // holdDeadLetter keeps jm, on the consumer's last delivery, whose dead letter out could not be
 // published: it tells the server the message is in progress (AckWait starts again) and publishes out
 // again after the decision's Delay, doubling up to a minute, until it is published (then terminates
-// jm) or Consume stops. A message still held then is dropped by the server once its AckWait runs out
-// (no delivery is left), which is logged as an error.
+// jm) or Consume stops. A message still held then is given up by the server once its AckWait runs
+// out (no delivery is left), which is logged as an error; a Consume of the consumer still running
+// then dead-letters it from the MAX_DELIVERIES advisory (see dropped).
 func (s *settler) holdDeadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision, out *nats.Msg, seq, reason string) {
 	stop := make(chan struct{})
 	var beat sync.WaitGroup
@@ -525,7 +583,8 @@ func (s *settler) holdDeadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decis
 	for {
 		select {
 		case <-s.stopping.Done():
-			s.opts.Logger.Error("natsjs: message lost: on the consumer's last delivery (MaxDeliver), its dead letter was not published before Consume stopped",
+			s.opts.Logger.Error("natsjs: message not dead-lettered: on the consumer's last delivery (MaxDeliver), its dead letter was not published before Consume stopped; "+
+				"it is lost unless a Consume still running gets the server's MAX_DELIVERIES advisory",
 				"queue", s.queue, "subject", m.Subject, "to", s.opts.DeadLetterSubject, "stream_seq", seq, "outcome", d.Outcome.String(), "error", reason)
 			return
 		case <-time.After(wait):
