@@ -31,7 +31,10 @@ const (
 const (
 	HeaderOutcome = "Idemkit-Outcome" // the msgx.Outcome: rejected, poison, gave-up
 	// HeaderError is the error, at most 1 KiB (cut on a rune boundary), less when the copy would
-	// otherwise exceed the server's max payload: the error gives way to the original's data.
+	// otherwise exceed the server's max payload: the error gives way to the original's data. A
+	// message that does not fit even then (within some 250 bytes of the max payload) is not
+	// dead-lettered: it is kept (redelivered, or held on the consumer's last delivery) and logged as
+	// an error.
 	HeaderError     = "Idemkit-Error"
 	HeaderSubject   = "Idemkit-Subject"    // the subject the message was published to
 	HeaderStreamSeq = "Idemkit-Stream-Seq" // its sequence in the stream
@@ -425,6 +428,14 @@ func (s *settler) deadLetter(jm jetstream.Msg, m *msgx.Message, d msgx.Decision)
 		return jm.Term()
 	}
 	ack, err := s.publish(out)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// It never will be: the message is within the copy's headers of the max payload (fit took
+		// the error out already). Kept — redelivered, or held on the last delivery — never dropped.
+		s.opts.Logger.Error("natsjs: message cannot be dead-lettered: its dead letter is over the server's max payload even without its error; "+
+			"it is kept, redelivered (held on the consumer's last delivery): raise the server's max_payload, or remove the message from the stream",
+			"queue", s.queue, "subject", m.Subject, "to", s.opts.DeadLetterSubject, "stream_seq", seq, "outcome", d.Outcome.String(),
+			"dead_letter_bytes", out.Size()-len(out.Subject))
+	}
 	switch {
 	case err != nil && mderr == nil && s.maxDeliver > 0 && md.NumDelivered >= uint64(s.maxDeliver):
 		// The server redelivers nothing past MaxDeliver: a Nak would drop the message. Keep it.
@@ -496,7 +507,9 @@ func (s *settler) deadLetterOf(m *msgx.Message, at *place, d msgx.Decision) (out
 // fit shortens the Idemkit-Error header of the dead letter out when out would exceed the server's
 // max payload: a message that fit near that limit does not with the headers saying why, and every
 // publish of its copy would fail (the client refuses it), the message redelivered without end and
-// never dead-lettered. The error gives way, cut on a rune boundary, to nothing if need be.
+// never dead-lettered. The error gives way, cut on a rune boundary, to nothing if need be. A message
+// within the copy's other headers (some 250 bytes) of the limit still does not fit: nothing else of
+// the copy can give way without losing what the message was, and deadLetter keeps it.
 func (s *settler) fit(out *nats.Msg) {
 	nc := s.js.Conn()
 	if nc == nil {
