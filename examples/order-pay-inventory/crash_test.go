@@ -11,6 +11,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,8 @@ import (
 const (
 	envTestServe = "OPI_TEST_SERVE" // "1": run serve mode (configured by IDEMKIT_DEMO_*) instead of the tests
 	envTestHold  = "OPI_TEST_HOLD"  // a file: branch calls wait while it exists (see holdBranches)
+	// envTestHoldOnly, when set, names the branch paths held (comma-separated); unset, every one is.
+	envTestHoldOnly = "OPI_TEST_HOLD_ONLY"
 )
 
 func TestMain(m *testing.M) {
@@ -48,18 +51,20 @@ func serveForTest() int {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	return serve(ctx, cfg, RunOptions{BuildProgress: os.Stderr, Wrap: holdBranches(os.Getenv(envTestHold))}, os.Stdout, os.Stderr)
+	wrap := holdBranches(os.Getenv(envTestHold), os.Getenv(envTestHoldOnly))
+	return serve(ctx, cfg, RunOptions{BuildProgress: os.Stderr, Wrap: wrap}, os.Stdout, os.Stderr)
 }
 
 // holdBranches makes branch calls (DTM's, and the TCC initiator's tries) wait while the file hold
-// exists, and creates seenFile(hold, path) when a call of path arrives.
-func holdBranches(hold string) func(http.Handler) http.Handler {
+// exists, and creates seenFile(hold, path) when a call of path arrives. only, when not empty, names the
+// paths held (comma-separated); the others pass.
+func holdBranches(hold, only string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		if hold == "" {
 			return next
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, "/branch/") {
+			if strings.HasPrefix(r.URL.Path, "/branch/") && (only == "" || slices.Contains(strings.Split(only, ","), r.URL.Path)) {
 				_ = os.WriteFile(seenFile(hold, r.URL.Path), nil, 0o644)
 				for {
 					if _, err := os.Stat(hold); err != nil {

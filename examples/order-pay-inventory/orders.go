@@ -208,6 +208,22 @@ func (o *orders) handleCreate(tccMode bool) http.HandlerFunc {
 		result, _ := json.Marshal(initiatorResult{OrderID: d.id, GID: d.gid})
 
 		scope := scopeSaga
+		if !tccMode {
+			// A saga of this key that ran and was refused is the key's answer (see earlierSaga).
+			prev, inFlight, err := o.earlierSaga(ctx, key)
+			switch {
+			case err != nil:
+				o.logger.WarnContext(ctx, "reading the key's earlier saga", "error", err)
+				writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order could not be created; retry with the same key")
+				return
+			case inFlight:
+				writeInFlight(w)
+				return
+			case prev.OrderID != "":
+				o.writeCreated(ctx, w, prev.OrderID, prev.GID)
+				return
+			}
+		}
 		var out hooks.Outcome
 		if tccMode {
 			scope = scopeTCC
@@ -258,20 +274,70 @@ func (o *orders) replayedOrder(ctx context.Context, call idemkit.Call, result []
 	return res, nil
 }
 
+// earlierSaga tells how the saga the key last started answers a run of the handler: with its order
+// when it ran and rolled back; in flight while its record is PROCESSING; else not at all (OrderID "",
+// inFlight false: the initiator answers).
+//
+// A saga that rolled back leaves its record FAILED, which lets the key run again (package saga: a
+// retry submits a new saga); the middleware's stored 201 FAILED is what normally answers the key's
+// retries. When that answer was never stored (the service was killed while DTM rolled the saga back,
+// or the first run's answer was a 5xx), the handler runs again once the reconciler settled the
+// record, and a new saga would place the order anew: charged this time, had the account been topped
+// up. In this example a saga rolls back only when a step refused it (DTM retries every
+// other failure), which is the order's answer. A saga that never started (DTM unreachable, or a gid
+// the reconciler fenced: DTM knows nothing of it, or reports it with none of its steps) was answered
+// 503, and is placed anew. A PROCESSING record is answered in flight here, as the initiator would: were
+// the reconciler to settle it FAILED between this read and the initiator's claim, the claim would take
+// the key over and start a second saga.
+func (o *orders) earlierSaga(ctx context.Context, key string) (_ initiatorResult, inFlight bool, _ error) {
+	rec, err := o.sagas.Lifecycle.Guard.Get(ctx, scopeSaga, key)
+	switch {
+	case errors.Is(err, idemkit.ErrNotFound):
+		return initiatorResult{}, false, nil
+	case err != nil:
+		return initiatorResult{}, false, err
+	case rec.GID == "":
+		return initiatorResult{}, false, nil
+	case rec.Status == idemkit.StatusProcessing:
+		return initiatorResult{}, true, nil
+	case rec.Status != idemkit.StatusFailed:
+		return initiatorResult{}, false, nil
+	}
+	info, err := o.sagas.Status.Query(ctx, rec.GID)
+	if err != nil {
+		return initiatorResult{}, false, fmt.Errorf("asking DTM about %s: %w", rec.GID, err)
+	}
+	if info.Status != txstatus.Failed || info.RanNothingFor("saga") {
+		return initiatorResult{}, false, nil
+	}
+	res := initiatorResult{GID: rec.GID}
+	err = o.db.db.WithContext(ctx).Raw("SELECT id FROM "+o.table+" WHERE gid = ?", rec.GID).Row().Scan(&res.OrderID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return initiatorResult{}, false, nil
+	case err != nil:
+		return initiatorResult{}, false, fmt.Errorf("reading the order of %s: %w", rec.GID, err)
+	}
+	return res, false, nil
+}
+
 // answer writes the 201 for an order that exists (whatever Run reported: the order is created and its
 // status is the database's), or the error that kept it from being created.
 func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, call idemkit.Call, out hooks.Outcome, err error) {
 	id, gid := d.id, d.gid
 	switch {
-	case errors.Is(err, idemkit.ErrRejected):
-		// A permanent refusal stored for this key (none of this example's hooks refuses permanently,
-		// but the answer must be stable): 422, which the middleware stores and replays.
-		writeProblem(w, http.StatusUnprocessableEntity, "rejected", err.Error())
-		return
 	case out.Replayed:
 		// The initiator's record already finished for this key (this handler ran again after a 5xx
-		// or a crash): answer with the order it created.
+		// or a crash): answer with the order it created — also when a try refused it (REJECTED: see
+		// tries).
 		res, rerr := o.replayedOrder(ctx, call, out.Result)
+		if rerr != nil && errors.Is(err, idemkit.ErrRejected) {
+			// A permanent refusal with no order behind it (none of this example's hooks refuses
+			// permanently, but the answer must be stable): 422, which the middleware stores and
+			// replays.
+			writeProblem(w, http.StatusUnprocessableEntity, "rejected", err.Error())
+			return
+		}
 		if rerr != nil {
 			// Never silent: the retry would get the same answer forever. The record says the order
 			// exists; only an operator can tell which one.
@@ -281,6 +347,12 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 			return
 		}
 		id, gid = res.OrderID, res.GID
+	case errors.Is(err, idemkit.ErrRejected) && d.inserted:
+		// A try refused the order (see tries): DTM cancelled it, the order is FAILED.
+	case errors.Is(err, idemkit.ErrRejected):
+		// A permanent refusal before the order existed (see above): 422.
+		writeProblem(w, http.StatusUnprocessableEntity, "rejected", err.Error())
+		return
 	case d.inserted && err != nil && (!d.started || errors.Is(err, txstatus.ErrNotSent)):
 		// The order was inserted, but its transaction never started (DTM could not be asked whether
 		// the gid is free, the claim was lost before the start, or the submit — the TCC's prepare —
@@ -298,16 +370,26 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 			o.logger.WarnContext(ctx, "order created, outcome not recorded yet", "order_id", id, "gid", d.gid, "error", err)
 		}
 	case errors.Is(err, idemkit.ErrInFlight):
-		// The initiator's record is held by an earlier run of this key whose transaction is still
-		// running. 503, not 409: the middleware stores 4xx answers and would replay this one.
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "in-flight", "an order for this key is still being processed; retry later")
+		writeInFlight(w)
 		return
 	default:
 		o.logger.WarnContext(ctx, "order not created", "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order could not be created; retry with the same key")
 		return
 	}
+	o.writeCreated(ctx, w, id, gid)
+}
+
+// writeInFlight answers that the initiator's record of the key is held by an earlier run of it whose
+// transaction is still running. 503, not 409: the middleware stores 4xx answers and would replay this
+// one.
+func writeInFlight(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, http.StatusServiceUnavailable, "in-flight", "an order for this key is still being processed; retry later")
+}
+
+// writeCreated answers 201 with the order id of gid, its status read from the database.
+func (o *orders) writeCreated(ctx context.Context, w http.ResponseWriter, id, gid string) {
 	v, gerr := o.get(ctx, id)
 	if gerr != nil {
 		// Created, but it cannot be read back now: answer with what is known (GET shows the rest).
@@ -335,18 +417,31 @@ func (o *orders) tccOptions(t *dtmcli.Tcc) {
 }
 
 // tries calls the TCC's try branches; an error makes the initiator abort, and DTM cancels what was
-// tried.
+// tried. A try the branch refused (409 FAILURE: insufficient stock or balance, an unknown SKU or
+// account) is permanent: it is the order's answer, so the initiator's record is REJECTED — by the
+// initiator, or by the reconciler from DTM's rollback reason when the service died meanwhile — and a
+// retry of the key answers this order instead of placing it anew. Any other try error (the service
+// unreachable) leaves the record FAILED: the retry places the order anew.
 func (o *orders) tries(t *dtmcli.Tcc, d *draft) error {
 	u := o.publicURL
 	if _, err := t.CallBranch(stockMove{OrderID: d.id, SKU: d.SKU, Qty: d.Qty},
 		u+pathInventoryReserve, u+pathInventoryConfirm, u+pathInventoryCancel); err != nil {
-		return fmt.Errorf("inventory reserve: %w", err)
+		return tryError("inventory reserve", err)
 	}
 	if _, err := t.CallBranch(moneyMove{OrderID: d.id, UserID: d.UserID, Amount: d.Amount},
 		u+pathPaymentFreeze, u+pathPaymentConfirm, u+pathPaymentCancel); err != nil {
-		return fmt.Errorf("payment freeze: %w", err)
+		return tryError("payment freeze", err)
 	}
 	return nil
+}
+
+// tryError is the error of the try what: permanent when the branch refused it (see tries).
+func tryError(what string, err error) error {
+	err = fmt.Errorf("%s: %w", what, err)
+	if errors.Is(err, dtmcli.ErrFailure) {
+		return idemkit.Permanent(err)
+	}
+	return err
 }
 
 // requestTimeout is the per-transaction timeout (seconds) of the calls to DTM and of DTM's calls to
