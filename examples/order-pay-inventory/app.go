@@ -242,8 +242,8 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 
 	r := chi.NewRouter()
 	idem := httpx.Middleware(httpGuard, &httpx.Options{Logger: logger})
-	r.With(idem).Post("/api/orders", s.orders.handleCreate(false))
-	r.With(idem).Post("/api/orders/tcc", s.orders.handleCreate(true))
+	r.With(asJSON, idem).Post("/api/orders", s.orders.handleCreate(false))
+	r.With(asJSON, idem).Post("/api/orders/tcc", s.orders.handleCreate(true))
 	r.Get("/api/orders/{order_id}", s.orders.handleGet)
 	r.Get("/api/accounts/{user_id}", s.pay.handleGet)
 	r.Put("/api/accounts/{user_id}", s.pay.handlePut)
