@@ -241,7 +241,9 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	}
 
 	r := chi.NewRouter()
-	idem := httpx.Middleware(httpGuard, &httpx.Options{Logger: logger})
+	// The middleware reads no more of a body than the handlers do: a larger one is 413 for every key
+	// before anything is stored, not a stored 400 from the handler.
+	idem := httpx.Middleware(httpGuard, &httpx.Options{Logger: logger, MaxBodyBytes: maxBody})
 	r.With(asJSON, idem).Post("/api/orders", s.orders.handleCreate(false))
 	r.With(asJSON, idem).Post("/api/orders/tcc", s.orders.handleCreate(true))
 	r.Get("/api/orders/{order_id}", s.orders.handleGet)

@@ -73,14 +73,18 @@ func isJSON(contentType string) bool {
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }
 
-// decodeJSON reads one JSON object from r's body into v, refusing unknown fields and trailing data.
+// errBodyTooLarge reports a body over maxBody.
+var errBodyTooLarge = fmt.Errorf("the body is larger than %d bytes", maxBody)
+
+// decodeJSON reads one JSON object from r's body into v, refusing unknown fields and trailing data,
+// and a body over maxBody (errBodyTooLarge).
 func decodeJSON(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return fmt.Errorf("reading the body: %w", err)
 	}
 	if len(body) > maxBody {
-		return fmt.Errorf("the body is larger than %d bytes", maxBody)
+		return errBodyTooLarge
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -91,4 +95,13 @@ func decodeJSON(r *http.Request, v any) error {
 		return errors.New("the body has data after the JSON object")
 	}
 	return nil
+}
+
+// writeDecodeError answers the error of decodeJSON: 413 for a body over maxBody, else 400.
+func writeDecodeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, errBodyTooLarge) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, "body-too-large", err.Error())
+		return
+	}
+	writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
 }

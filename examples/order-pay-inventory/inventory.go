@@ -75,7 +75,7 @@ func (v *inventory) handlePut(w http.ResponseWriter, r *http.Request) {
 		Stock *int64 `json:"stock"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
-		writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
+		writeDecodeError(w, err)
 		return
 	}
 	if !idRE.MatchString(sku) || in.Stock == nil || *in.Stock < 0 {

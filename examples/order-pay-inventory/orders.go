@@ -183,7 +183,7 @@ func (o *orders) handleCreate(tccMode bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req orderRequest
 		if err := decodeJSON(r, &req); err != nil {
-			writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
+			writeDecodeError(w, err)
 			return
 		}
 		if err := req.validate(); err != nil {

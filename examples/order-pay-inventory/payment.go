@@ -76,7 +76,7 @@ func (p *payment) handlePut(w http.ResponseWriter, r *http.Request) {
 		Balance *int64 `json:"balance"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
-		writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
+		writeDecodeError(w, err)
 		return
 	}
 	if !idRE.MatchString(userID) || in.Balance == nil || *in.Balance < 0 {
