@@ -364,10 +364,22 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 		o.logger.WarnContext(ctx, "order not started", "order_id", id, "gid", d.gid, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order could not be started; retry with the same key")
 		return
+	case d.inserted && err != nil && !errors.Is(err, context.DeadlineExceeded):
+		// The order's transaction started (or may have: the answer to its start was lost), but its
+		// outcome could not be learned or recorded — DTM unreachable during the wait (not a wait that
+		// just ran out: that is the PENDING below), a hook or the record's write failed: the reconciler
+		// settles the record. Not a 201 PENDING, which the middleware would replay to every retry for
+		// ever, also when the transaction turns out never to have run (fenced) or DTM cancels it (a TCC
+		// whose tries the outage cut short): an outage would be the order's final answer. 503: the
+		// retry gets 503 in-flight until the reconciler settled the record, then the order's 201 — or,
+		// for a transaction that never ran, a new order.
+		o.logger.WarnContext(ctx, "order created, outcome not known yet", "order_id", id, "gid", d.gid, "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order's outcome is not known yet; retry with the same key")
+		return
 	case d.inserted:
+		// The order exists: PAID or FAILED, or PENDING when DTM had not finished within Config.Wait.
 		if err != nil {
-			// The order exists; its outcome is settled by the reconciler.
-			o.logger.WarnContext(ctx, "order created, outcome not recorded yet", "order_id", id, "gid", d.gid, "error", err)
+			o.logger.WarnContext(ctx, "order created, outcome not known within the wait", "order_id", id, "gid", d.gid, "error", err)
 		}
 	case errors.Is(err, idemkit.ErrInFlight):
 		writeInFlight(w)
