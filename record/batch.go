@@ -41,6 +41,10 @@ import (
 //     records by primary key, outside any transaction, instead of a probe in each transaction (see
 //     probeMany). A lone read keeps the probe that leaves with START TRANSACTION.
 //
+// A batch runs until the latest deadline among its callers, Options.BatchTimeout after it leaves
+// standing in for a caller without one (see bounded for one that goes out alone): a connection that
+// went silent holds up every write queued behind it only that long.
+//
 // Either way every write keeps its own outcome and its own conditions: nothing a caller sees differs
 // from its statement run alone. When the batch statement fails (a deadlock, a data error, the server's
 // refusal of the COMMIT) nothing of it was committed, and each write runs again on its own. When its
@@ -82,17 +86,27 @@ type finishOp struct {
 // newBatchers sets up s's group commit.
 func (s *Store) newBatchers() {
 	s.claims = batch.New(1, batch.Funcs[*claimOp]{
-		One:  func(ctx context.Context, op *claimOp) { op.err = s.insertAlone(ctx, op.rec) },
+		One: func(ctx context.Context, op *claimOp) {
+			ctx, cancel := s.bounded(ctx)
+			defer cancel()
+			op.err = s.insertAlone(ctx, op.rec)
+		},
 		Many: s.insertMany,
 		Fail: func(op *claimOp, err error) {
 			op.err = cmp.Or(op.err, s.q.interpretError("inserting into", &batchError{err}))
 		},
+		Bound: s.batchTimeout,
 	})
 	finishes := func(many func(context.Context, []*finishOp)) *batch.Batcher[*finishOp] {
 		return batch.New(1, batch.Funcs[*finishOp]{
-			One:  func(ctx context.Context, op *finishOp) { op.n, op.err = s.finishAlone(ctx, op.rec, op.prev) },
-			Many: many,
-			Fail: func(op *finishOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+			One: func(ctx context.Context, op *finishOp) {
+				ctx, cancel := s.bounded(ctx)
+				defer cancel()
+				op.n, op.err = s.finishAlone(ctx, op.rec, op.prev)
+			},
+			Many:  many,
+			Fail:  func(op *finishOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+			Bound: s.batchTimeout,
 		})
 	}
 	switch {
@@ -100,12 +114,23 @@ func (s *Store) newBatchers() {
 		s.finishes = finishes(s.finishesPostgres)
 	case s.multiCapable():
 		s.probes = batch.New(1, batch.Funcs[*probeOp]{
-			One:  func(ctx context.Context, op *probeOp) { op.tx, op.rec, op.err = s.beginProbe(ctx, op.scope, op.key) },
-			Many: s.probeMany,
-			Fail: func(op *probeOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+			One:   func(ctx context.Context, op *probeOp) { op.tx, op.rec, op.err = s.beginProbe(ctx, op.scope, op.key) },
+			Many:  s.probeMany,
+			Fail:  func(op *probeOp, err error) { op.err = cmp.Or(op.err, error(&batchError{err})) },
+			Bound: s.batchTimeout,
 		})
 		s.finishes = finishes(s.finishMany)
 	}
+}
+
+// bounded returns ctx bounded by Options.BatchTimeout when it has no deadline: a claim or finish that
+// goes out alone holds up every one queued behind it. (A lone read before a Tx-mode function is not
+// bounded: it begins the transaction the function runs in, which would end with the bound.)
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.batchTimeout)
 }
 
 // batchError is the error of a write whose batch was abandoned by a panicking sender.

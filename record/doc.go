@@ -82,7 +82,10 @@
 // TRANSACTION). Every statement keeps its own conditions and outcome. A batch the server refuses (a
 // deadlock, a value it rejects) committed nothing, and each statement then runs alone; a batch whose
 // outcome is unknown (the connection broke after sending it) gives each claim its row if it carries
-// its token, and each finish the error, as a lost reply would. A lone caller never waits.
+// its token, and each finish the error, as a lost reply would. A lone caller never waits. A batch runs
+// until the latest deadline among its callers, Options.BatchTimeout after it leaves standing in for a
+// caller without one; such a caller's claim or finish that goes out alone runs at most that long too, as
+// the others of its kind wait behind it.
 // On PostgreSQL the claims leave as one multi-row INSERT … ON CONFLICT DO NOTHING with bound
 // parameters, and the finishes as one UPDATE … FROM (VALUES …) RETURNING the keys it changed (a key
 // finished twice in one batch goes in once, the other write alone after it); reads do not batch there.

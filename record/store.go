@@ -53,7 +53,21 @@ type Options struct {
 	// Tx-mode functions without a Locker as one SELECT (MySQL, with multiStatements). Each keeps its
 	// own outcome; see the package documentation.
 	NoBatch bool
+
+	// BatchTimeout bounds the statements group commit sends (see NoBatch) for a caller whose context
+	// has no deadline: a batch runs until the latest deadline among its callers, this long standing
+	// in for a missing one, and a claim or finish of such a caller that goes out alone runs at most
+	// this long. Every claim, finish and read queued behind it waits for it, so without a bound a
+	// connection that went silent (a server or network that stops answering) would hold them all until
+	// TCP gives up on it, minutes later. A caller whose context has a deadline is bounded by it, as with
+	// a statement of its own. Defaults to DefaultBatchTimeout (1m: longer than InnoDB's default lock
+	// wait, 50 s, so only a statement whose connection went silent reaches it). Negative values make
+	// New fail.
+	BatchTimeout time.Duration
 }
+
+// DefaultBatchTimeout is the default [Options.BatchTimeout].
+const DefaultBatchTimeout = time.Minute
 
 // Store is an [idemkit.Store] on a gorm database: MySQL/MariaDB (gorm.io/driver/mysql), PostgreSQL
 // (gorm.io/driver/postgres) or SQLite (github.com/glebarez/sqlite or gorm.io/driver/sqlite). Users
@@ -81,6 +95,8 @@ type Store struct {
 	claims   *batch.Batcher[*claimOp]
 	finishes *batch.Batcher[*finishOp]
 	probes   *batch.Batcher[*probeOp] // the reads before Tx-mode functions (BeginTxGet)
+	// batchTimeout is Options.BatchTimeout: the bound of a batch for a caller without a deadline.
+	batchTimeout time.Duration
 }
 
 // New returns a Store on db, whose dialect (db.Dialector.Name()) must be mysql, postgres or sqlite,
@@ -94,8 +110,9 @@ type Store struct {
 // interpolateParams it sends them as text, also one round trip.
 //
 // It returns an error when db is nil, not initialized (what a failed gorm.Open returns with its error)
-// or in DryRun mode, its dialect is not supported, Options.Table is invalid, or a MySQL DSN sets
-// clientFoundRows=true (a duplicate insert would then look like a new one).
+// or in DryRun mode, its dialect is not supported, Options.Table is invalid or Options.BatchTimeout
+// negative, or a MySQL DSN sets clientFoundRows=true (a duplicate insert would then look like a new
+// one).
 func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if db == nil || db.Config == nil || db.Dialector == nil {
 		return nil, errors.New("record: nil gorm.DB")
@@ -116,6 +133,10 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.BatchTimeout < 0 {
+		return nil, fmt.Errorf("record: negative BatchTimeout %s", o.BatchTimeout)
+	}
+	o.BatchTimeout = cmp.Or(o.BatchTimeout, DefaultBatchTimeout)
 	prepare, multi := false, false
 	switch name := db.Dialector.Name(); name {
 	case dialectMySQL:
@@ -134,7 +155,7 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("record: unsupported gorm dialect %q (want mysql, postgres or sqlite)", name)
 	}
 	q := buildQueries(db.Dialector.Name(), schema, table)
-	s := &Store{q: q, gdb: db, cfg: db.Config}
+	s := &Store{q: q, gdb: db, cfg: db.Config, batchTimeout: o.BatchTimeout}
 	if multi {
 		s.multi = new(atomic.Int32)
 	}

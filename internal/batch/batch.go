@@ -17,8 +17,13 @@ type Funcs[T any] struct {
 	// One runs a lone operation on its caller's context.
 	One func(ctx context.Context, op T)
 	// Many runs two or more operations that waited together, on the batch context: the first one's
-	// values, no cancellation, and the latest deadline among them (none if one has none).
+	// values, no cancellation, and the latest deadline among them (see Bound for one without one).
 	Many func(ctx context.Context, ops []T)
+	// Bound, when positive, stands in for the deadline of a caller whose context has none when a
+	// batch forms: its deadline is then Bound after the batch leaves, and the batch still runs until
+	// the latest deadline among its callers. Zero leaves a batch with such a caller without a
+	// deadline, bounded only by what runs it (a client's read timeout, say).
+	Bound time.Duration
 	// Fail sets err as the outcome of op when Many panicked (or exited its goroutine) before op was
 	// answered; it must leave an op that has its outcome alone.
 	Fail func(op T, err error)
@@ -194,7 +199,7 @@ func (b *Batcher[T]) send(batch []*waiter[T]) {
 		finished = true
 		return
 	}
-	ctx, cancel := batchContext(batch)
+	ctx, cancel := batchContext(batch, b.f.Bound)
 	defer cancel()
 	ops := make([]T, len(batch))
 	for i, w := range batch {
@@ -228,13 +233,17 @@ func (b *Batcher[T]) wake(batch []*waiter[T]) {
 }
 
 // batchContext is the context of a batch: the first waiter's values, no cancellation, and the latest
-// deadline of the batch (none if any waiter has none).
-func batchContext[T any](batch []*waiter[T]) (context.Context, context.CancelFunc) {
+// deadline of the batch, bound from now standing in for a waiter's without one (none if bound is not
+// positive).
+func batchContext[T any](batch []*waiter[T], bound time.Duration) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, w := range batch {
 		d, ok := w.ctx.Deadline()
-		if !ok {
+		if !ok && bound <= 0 {
 			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if !ok {
+			d = time.Now().Add(bound)
 		}
 		if d.After(latest) {
 			latest = d
