@@ -36,7 +36,8 @@ import (
 //     connection the Store holds: one round trip
 //     and one commit for all, and each finish's own count of changed rows, read as Update reads its
 //     own. The server stops a packet at its first error, so an error it answers means nothing was
-//     committed (the COMMIT did not run, or refused).
+//     committed (the COMMIT did not run, or refused) — but for one that kills the connection (1927,
+//     KILL CONNECTION), which can come after the COMMIT ran, in place of its answer.
 //   - Reads before a Tx-mode function (BeginTxGet, on a multi-statement pool): one SELECT of the
 //     records by primary key, outside any transaction, instead of a probe in each transaction (see
 //     probeMany). A lone read keeps the probe that leaves with START TRANSACTION.
@@ -47,7 +48,9 @@ import (
 //
 // Either way every write keeps its own outcome and its own conditions: nothing a caller sees differs
 // from its statement run alone. When the batch statement fails (a deadlock, a data error, the server's
-// refusal of the COMMIT) nothing of it was committed, and each write runs again on its own. When its
+// refusal of the COMMIT) nothing of it was committed, and each write runs again on its own; when the
+// error killed the connection it may have come after the commit, and a finish that runs again then
+// finds its own write in place and succeeds (see finishAgain). When its
 // outcome is not known (the connection broke after the statement was sent), each claim runs again on
 // its own and is its own when the row carries its token; each finish gets the error, as after a lost
 // reply. Values are written as literals (as in the INSERT-and-COMMIT packet of multi.go), so no
@@ -131,6 +134,29 @@ func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFun
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, s.batchTimeout)
+}
+
+// finishAgain runs op's finish alone after its batch failed with the server's error. That error may
+// have come after the batch's commit: one that kills the connection (MySQL 1927 from KILL CONNECTION,
+// PostgreSQL FATAL 57P01 from pg_terminate_backend or a fast shutdown) can come in place of the
+// commit's answer. The finish then matches no row (its record is no longer PROCESSING), and it reads
+// whether the record holds exactly what it writes — its fence and owner, its status, result, error
+// and times, which only this write leaves — and is written when it does, rather than fenced.
+func (s *Store) finishAgain(ctx context.Context, op *finishOp) {
+	op.n, op.err = s.finishAlone(ctx, op.rec, op.prev)
+	if op.err != nil || op.n > 0 {
+		return
+	}
+	var one int
+	r := op.rec
+	args := []any{r.Scope, r.Key, r.Fence, r.Owner, string(r.Status), response(r.Response), r.Error,
+		millis(r.LeaseUntil), millis(r.ExpiresAt), millis(r.UpdatedAt)}
+	switch err := queryOne(ctx, s.c, s.q.written, args, &one); {
+	case err == nil:
+		op.n = 1
+	case !errors.Is(err, sql.ErrNoRows):
+		op.err = err
+	}
 }
 
 // batchError is the error of a write whose batch was abandoned by a panicking sender.
@@ -271,9 +297,11 @@ func (s *Store) finishChunk(ctx context.Context, ops []*finishOp) {
 		_ = c.Close()
 	case server:
 		// The server stopped at a failing statement before the COMMIT, or refused the COMMIT:
-		// nothing was committed.
+		// nothing was committed. Or it killed the connection (1927), maybe after the COMMIT ran.
 		s.endBatch(ctx, c)
-		alone()
+		for _, op := range ops {
+			s.finishAgain(ctx, op)
+		}
 	case !mayHaveRun || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrPktTooLarge):
 		// Nothing was sent (a context that ended first, a connection found broken before writing,
 		// a packet over max_allowed_packet): nothing ran.

@@ -21,7 +21,9 @@ import (
 //     written. The second runs alone after the batch, as it would have after the first alone.
 //
 // A statement the server refuses (SQLSTATE: a deadlock, a value it rejects) committed nothing, and each
-// write runs alone. A finish batch whose outcome is unknown (no answer) gives each finish the error, as
+// write runs alone. An error that ends the session (FATAL 57P01 admin_shutdown: pg_terminate_backend, a
+// fast shutdown) may come after the commit, while the server waits for a synchronous standby, say: a
+// finish that runs again then finds its own write in place and succeeds (see finishAgain). A finish batch whose outcome is unknown (no answer) gives each finish the error, as
 // a lost reply would.
 
 // pgFinishCols is the number of values of a finish row in finishRowsArgs.
@@ -142,7 +144,9 @@ func (s *Store) finishChunkPostgres(ctx context.Context, ops []*finishOp) {
 			}
 		}
 	case errors.As(err, &refused):
-		alone(batch)
+		for _, op := range batch {
+			s.finishAgain(ctx, op)
+		}
 	default:
 		for _, op := range batch {
 			op.err = err

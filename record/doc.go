@@ -80,7 +80,9 @@
 // rows, and COMMIT; the reads before Tx-mode functions without a Locker, on a multi-statement pool, as
 // one SELECT by primary key outside any transaction (a lone read keeps the probe sent with START
 // TRANSACTION). Every statement keeps its own conditions and outcome. A batch the server refuses (a
-// deadlock, a value it rejects) committed nothing, and each statement then runs alone; a batch whose
+// deadlock, a value it rejects) committed nothing, and each statement then runs alone (an error that
+// kills the connection, MySQL 1927 or PostgreSQL 57P01, may come after the commit: a finish that runs
+// again then finds its own write in place, and succeeds); a batch whose
 // outcome is unknown (the connection broke after sending it) gives each claim its row if it carries
 // its token, and each finish the error, as a lost reply would. A lone caller never waits. A batch runs
 // until the latest deadline among its callers, Options.BatchTimeout after it leaves standing in for a

@@ -3,10 +3,13 @@ package record
 import (
 	"bufio"
 	"database/sql"
+	"encoding/binary"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -212,4 +215,117 @@ func serverAddr(t *testing.T, b backend) string {
 	mc, err := gomysql.ParseDSN(testsvc.MySQLDSN())
 	must(t, err)
 	return mc.Addr
+}
+
+// killAfterCommit returns a reply filter that, once armed, lets a finish batch commit and then
+// answers it as a server that kills the connection right after the commit does: PostgreSQL's FATAL
+// 57P01 (admin_shutdown: pg_terminate_backend, or a fast shutdown, caught after the commit, as while
+// waiting for a synchronous standby) in place of the ReadyForQuery after a batch's UPDATE, or
+// MariaDB's error 1927 (connection killed: KILL CONNECTION caught after the commit) in place of the
+// COMMIT's OK after a batch's START TRANSACTION; then it cuts the connection. It disarms itself.
+func killAfterCommit(dialect string, armed *atomic.Bool) func(dst io.Writer, src *bufio.Reader) {
+	if dialect == dialectPostgres {
+		return func(dst io.Writer, src *bufio.Reader) {
+			updated := false // the batch's UPDATE completed: its Sync commits it
+			for {
+				var hdr [5]byte
+				if _, err := io.ReadFull(src, hdr[:]); err != nil {
+					return
+				}
+				msg := make([]byte, 5+binary.BigEndian.Uint32(hdr[1:])-4)
+				copy(msg, hdr[:])
+				if _, err := io.ReadFull(src, msg[5:]); err != nil {
+					return
+				}
+				tag := string(msg[5:])
+				switch {
+				case hdr[0] == 'C' && strings.HasPrefix(tag, "UPDATE ") && tag != "UPDATE 0\x00" && tag != "UPDATE 1\x00":
+					updated = armed.Load()
+				case hdr[0] == 'Z' && updated && armed.CompareAndSwap(true, false):
+					_, _ = dst.Write(pgFatal("57P01", "terminating connection due to administrator command"))
+					return
+				}
+				if _, err := dst.Write(msg); err != nil {
+					return
+				}
+			}
+		}
+	}
+	return func(dst io.Writer, src *bufio.Reader) {
+		inTx := false // a multi-statement transaction's START TRANSACTION answered: its last OK is the COMMIT's
+		for {
+			var hdr [4]byte
+			if _, err := io.ReadFull(src, hdr[:]); err != nil {
+				return
+			}
+			n := int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2])<<16
+			pkt := make([]byte, 4+n)
+			copy(pkt, hdr[:])
+			if _, err := io.ReadFull(src, pkt[4:]); err != nil {
+				return
+			}
+			if flags, ok := okFlags(pkt[4:]); ok && armed.Load() {
+				const inTrans, moreResults = 0x0001, 0x0008
+				switch {
+				case flags&inTrans != 0 && flags&moreResults != 0:
+					inTx = true
+				case inTx && flags&moreResults == 0 && armed.CompareAndSwap(true, false):
+					_, _ = dst.Write(mysqlErr(hdr[3], 1927, "70100", "Connection was killed"))
+					return
+				}
+			}
+			if _, err := dst.Write(pkt); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// pgFatal is a PostgreSQL ErrorResponse of severity FATAL.
+func pgFatal(code, text string) []byte {
+	var body []byte
+	for _, f := range [...]struct {
+		k byte
+		v string
+	}{{'S', "FATAL"}, {'V', "FATAL"}, {'C', code}, {'M', text}} {
+		body = append(append(append(body, f.k), f.v...), 0)
+	}
+	body = append(body, 0)
+	msg := []byte{'E', 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(msg[1:], uint32(4+len(body)))
+	return append(msg, body...)
+}
+
+// mysqlErr is a MySQL ERR packet with sequence number seq.
+func mysqlErr(seq byte, number uint16, state, text string) []byte {
+	payload := []byte{0xff, byte(number), byte(number >> 8), '#'}
+	payload = append(append(payload, state...), text...)
+	return append([]byte{byte(len(payload)), byte(len(payload) >> 8), byte(len(payload) >> 16), seq}, payload...)
+}
+
+// okFlags returns the status flags of a MySQL OK packet's payload.
+func okFlags(p []byte) (uint16, bool) {
+	if len(p) < 7 || p[0] != 0x00 {
+		return 0, false
+	}
+	i := 1
+	for range 2 { // affected rows, last insert id: length-encoded integers
+		switch b := p[i]; {
+		case b < 0xfb:
+			i++
+		case b == 0xfc:
+			i += 3
+		case b == 0xfd:
+			i += 4
+		default:
+			i += 9
+		}
+		if i >= len(p) {
+			return 0, false
+		}
+	}
+	if i+2 > len(p) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(p[i:]), true
 }

@@ -113,6 +113,7 @@ type queries struct {
 	finish      string // update of a claim's own columns (status, result, times), same fence and owner
 	confirm     string // MySQL: does the versioned row exist? (rows changed was 0)
 	confirmLock string // confirm with a locking read, for transaction-bound stores
+	written     string // does the row hold a claim's own write? (it matched no row; see finishAgain)
 	delete      string
 
 	delExpired string // now, limit
@@ -166,6 +167,15 @@ func buildQueries(dialect, schema, table string) *queries {
 		q.confirmLock += " FOR UPDATE" // read the row the UPDATE saw, not an older snapshot
 	}
 	q.delete = "DELETE FROM " + t + " WHERE " + condVersion
+	sameResponse := "response IS ?" // NULL-safe equality: an empty result is NULL
+	switch dialect {
+	case dialectMySQL:
+		sameResponse = "response <=> ?"
+	case dialectPostgres:
+		sameResponse = "response IS NOT DISTINCT FROM ?"
+	}
+	q.written = "SELECT 1 FROM " + t + " WHERE " + condVersion + " AND " + sameResponse +
+		" AND error = ? AND lease_until = ? AND expires_at = ? AND updated_at = ?"
 
 	recoverSet := "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? WHERE " + condStale
 	switch dialect {
@@ -184,7 +194,7 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.pendingPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " AND scope IN ("
 
 	if dialect == dialectPostgres {
-		for _, s := range []*string{&q.insert, &q.plainInsert, &q.get, &q.getLocked, &q.update, &q.finish, &q.confirm, &q.confirmLock, &q.delete,
+		for _, s := range []*string{&q.insert, &q.plainInsert, &q.get, &q.getLocked, &q.update, &q.finish, &q.confirm, &q.confirmLock, &q.written, &q.delete,
 			&q.delExpired, &q.recover} {
 			*s = rebind(*s)
 		}
