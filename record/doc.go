@@ -116,7 +116,9 @@
 // [Store.DeleteExpired], [Store.RecoverStale] and [Store.Pending] serve a sweeper and a transaction
 // reconciler, through the (status, expires_at) index. They work in bounded batches, one statement per
 // batch (DELETE/UPDATE ... LIMIT on MySQL; a LIMIT subquery on the primary key elsewhere, re-checking
-// the conditions), so they never hold many locks.
+// the conditions), so they never hold many locks. [Store.RecoverStaleClaims] recovers like RecoverStale,
+// one statement per claim after a read of the batch, and returns the claims with their owners, so that
+// a sweeper can release the locks their dead holders still hold (sweep.RecordTasksWithLocker).
 //
 // A Store is safe for concurrent use.
 package record

@@ -118,6 +118,8 @@ type queries struct {
 
 	delExpired string // now, limit
 	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)
+	staleList  string // now, now, limit: the version of stale claims (see Store.RecoverStaleClaims)
+	recoverOne string // error, updated_at, now, now, scope, key, fence, owner: recover one stale claim
 	pendingPfx string // followed by a scope list, then pendingSfx
 	batch      int    // rows per sweeper statement: maxBatch (tests lower it)
 	rebind     bool   // texts built per call need $n placeholders (PostgreSQL)
@@ -191,11 +193,13 @@ func buildQueries(dialect, schema, table string) *queries {
 			"(SELECT scope, idem_key FROM " + t + " WHERE " + condExpired + " LIMIT ?)"
 		q.recover = recoverSet + " AND (scope, idem_key) IN (SELECT scope, idem_key FROM " + t + " WHERE " + condStale + " LIMIT ?)"
 	}
+	q.staleList = "SELECT scope, idem_key, fence, owner FROM " + t + " WHERE " + condStale + " LIMIT ?"
+	q.recoverOne = recoverSet + " AND scope = ? AND idem_key = ? AND fence = ? AND owner = ?"
 	q.pendingPfx = "SELECT scope, idem_key, " + columns + " FROM " + t + " WHERE " + condPending + " AND scope IN ("
 
 	if dialect == dialectPostgres {
 		for _, s := range []*string{&q.insert, &q.plainInsert, &q.get, &q.getLocked, &q.update, &q.finish, &q.confirm, &q.confirmLock, &q.written, &q.delete,
-			&q.delExpired, &q.recover} {
+			&q.delExpired, &q.recover, &q.staleList, &q.recoverOne} {
 			*s = rebind(*s)
 		}
 		q.rebind = true // pendingPfx is completed per call, then rebound as a whole

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -42,6 +43,57 @@ func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int
 		args = append(args, ms, ms)
 	}
 	return s.batch(ctx, limit, "recovering stale records of", s.q.recover, args)
+}
+
+// RecoverStaleClaims is [Store.RecoverStale] that returns the claims it recovered as they were (Scope,
+// Key, Status, Fence and Owner, the holder's lock token), for a sweeper to release the locks their dead
+// holders may still hold (see sweep.RecordTasksWithLocker). It reads a batch of stale claims, then
+// fails each with a statement of its own, conditioned on the version it read and on its staleness:
+// one finished, renewed, taken over or recovered by another sweeper in between is left alone and not
+// returned. That is a statement per claim rather than per batch (no dialect returns the owner a bulk
+// UPDATE overwrote); stale claims are few. Limits and batches are as for RecoverStale.
+func (s *Store) RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+	ms := millis(now)
+	var out []*idemkit.Record
+	for limit > 0 {
+		n := min(limit, s.q.batch)
+		stale, err := s.staleClaims(ctx, ms, n)
+		if err != nil {
+			return out, s.q.interpretError("listing stale records of", err)
+		}
+		for _, r := range stale {
+			affected, err := s.exec(ctx, s.q.recoverOne, RecoveredError, ms, ms, ms, r.Scope, r.Key, r.Fence, r.Owner)
+			if err != nil {
+				return out, s.q.interpretError("recovering stale records of", err)
+			}
+			if affected > 0 {
+				out = append(out, r)
+			}
+		}
+		if len(stale) < n {
+			break
+		}
+		limit -= len(stale)
+	}
+	return out, nil
+}
+
+// staleClaims reads the versions of up to n claims stale at ms.
+func (s *Store) staleClaims(ctx context.Context, ms int64, n int) ([]*idemkit.Record, error) {
+	rows, err := s.c.query(ctx, s.q.staleList, ms, ms, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*idemkit.Record
+	for rows.Next() {
+		r := &idemkit.Record{Status: idemkit.StatusProcessing}
+		if err := rows.Scan(&r.Scope, &r.Key, &r.Fence, &r.Owner); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, cmp.Or(rows.Err(), rows.Close())
 }
 
 // batch runs query (args, then the batch size) until it affects fewer rows than the batch size or

@@ -222,3 +222,49 @@ func TestSweepInTransaction(t *testing.T) {
 		f.wantCount("RecoverStale after both", n, err, 0)
 	})
 }
+
+// TestRecoverStaleClaims: RecoverStaleClaims recovers what RecoverStale recovers, in batches up to its
+// limit, and returns each recovered claim as it was (its fence and owner, the holder's lock token); a
+// live claim, one tied to a global transaction and a finished record are left alone and not returned.
+func TestRecoverStaleClaims(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		f := newSweepFixture(t, b)
+		stale := map[string]*idemkit.Record{}
+		for _, k := range []string{"s1", "s2", "s3"} {
+			stale[k] = f.put(k, func(r *idemkit.Record) { r.LeaseUntil = f.now.Add(-time.Second) })
+		}
+		f.put("live", func(r *idemkit.Record) {})
+		f.put("gid", func(r *idemkit.Record) { r.LeaseUntil, r.GID = f.now.Add(-time.Second), "g" })
+		f.put("done", func(r *idemkit.Record) { r.Status, r.LeaseUntil = idemkit.StatusSucceeded, f.now.Add(-time.Second) })
+
+		got := map[string]*idemkit.Record{}
+		for _, limit := range []int{1, 10} {
+			recs, err := f.s.RecoverStaleClaims(ctxb, f.now, limit)
+			must(t, err)
+			if want := min(limit, 3-len(got)); len(recs) != want {
+				t.Fatalf("RecoverStaleClaims(limit %d) = %d claims, want %d", limit, len(recs), want)
+			}
+			for _, r := range recs {
+				got[r.Key] = r
+			}
+		}
+		for k, want := range stale {
+			r := got[k]
+			if r == nil || r.Scope != "sweep" || r.Fence != want.Fence || r.Owner != want.Owner {
+				t.Fatalf("claim %s returned as %+v, want fence %d owner %s", k, r, want.Fence, want.Owner)
+			}
+			cur, err := f.get(k)
+			must(t, err)
+			if cur.Status != idemkit.StatusFailed || cur.Fence != want.Fence+1 || cur.Owner != "" || cur.Error != RecoveredError {
+				t.Fatalf("recovered %s: %+v", k, cur)
+			}
+		}
+		for _, k := range []string{"live", "gid", "done"} {
+			cur, err := f.get(k)
+			must(t, err)
+			if cur.Owner != "owner-"+k {
+				t.Fatalf("%s was recovered: %+v", k, cur)
+			}
+		}
+	})
+}

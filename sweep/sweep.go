@@ -1,7 +1,8 @@
 // Package sweep runs housekeeping over idemkit's tables in the background: it deletes expired records,
 // recovers PROCESSING records whose holder died (FAILED, fence + 1, so the holder can never finish them
-// and the next attempt may run), and deletes old barrier rows — in bounded batches, on one instance at a
-// time across processes when given a shared Locker.
+// and the next attempt may run; with [RecordTasksWithLocker], the lock the dead holder still holds is
+// released too), and deletes old barrier rows — in bounded batches, on one instance at a time across
+// processes when given a shared Locker.
 package sweep
 
 import (
@@ -41,9 +42,51 @@ type Task struct {
 	Run  func(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
-// RecordTasks returns the tasks for a record store: "delete_expired" and "recover_stale".
+// ClaimRecoverer is a Target that reports the claims it recovers (record.Store implements it), so that
+// [RecordTasksWithLocker] can release their holders' locks.
+type ClaimRecoverer interface {
+	// RecoverStaleClaims does what RecoverStale does and returns the claims it recovered as they
+	// were: Scope, Key, Fence and Owner (the holder's lock token) at least.
+	RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error)
+}
+
+// RecordTasks returns the tasks for a record store: "delete_expired" and "recover_stale". A recovered
+// claim's holder may still hold its lock (a Guard whose LockTTL is longer than its Lease): its key then
+// answers in flight until the lock expires; [RecordTasksWithLocker] releases it.
 func RecordTasks(t Target) []Task {
 	return []Task{{Name: "delete_expired", Run: t.DeleteExpired}, {Name: "recover_stale", Run: t.RecoverStale}}
+}
+
+// RecordTasksWithLocker is [RecordTasks] for the Guards whose Locker is lk. When t is a
+// [ClaimRecoverer], recover_stale also releases the lock of every claim it recovers that its dead
+// holder still holds, by the holder's token (the record's owner): with a LockTTL longer than the Lease
+// that lock would otherwise answer every retry of the key in flight until it expires, and once the
+// record is recovered nothing names its holder any more (idemctl cannot release it). A lock another
+// attempt holds is left alone. The recovery counts even when a release fails (the lock then expires by
+// itself): the task reports the failure as its error after releasing the others, and as for any task
+// error the pass leaves the rest of recover_stale to the next one. With a nil lk, or a t that is no
+// ClaimRecoverer, it returns RecordTasks(t).
+func RecordTasksWithLocker(t Target, lk idemkit.Locker) []Task {
+	cr, ok := t.(ClaimRecoverer)
+	if lk == nil || !ok {
+		return RecordTasks(t)
+	}
+	recoverStale := func(ctx context.Context, now time.Time, limit int) (int, error) {
+		recs, err := cr.RecoverStaleClaims(ctx, now, limit)
+		var errs []error
+		for _, r := range recs {
+			if r.Owner == "" {
+				continue
+			}
+			switch rerr := lk.Release(ctx, idemkit.LockKey(r.Scope, r.Key), r.Owner, nil, 0); {
+			case rerr == nil, errors.Is(rerr, idemkit.ErrLockNotHeld):
+			default:
+				errs = append(errs, fmt.Errorf("releasing the lock of the recovered claim on %q / %q: %w", r.Scope, r.Key, rerr))
+			}
+		}
+		return len(recs), errors.Join(append([]error{err}, errs...)...)
+	}
+	return []Task{{Name: "delete_expired", Run: t.DeleteExpired}, {Name: "recover_stale", Run: recoverStale}}
 }
 
 // Options configure a [Sweeper]. The zero value works.

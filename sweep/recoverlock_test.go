@@ -1,0 +1,97 @@
+package sweep_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/record"
+	"github.com/idemkit/idemkit/sweep"
+)
+
+var _ sweep.ClaimRecoverer = (*record.Store)(nil)
+
+// TestRecoveredClaimsLockIsReleased: with a LockTTL longer than the Lease, a claim whose holder died
+// keeps its Redis lock after the sweeper recovered its record, and every retry of the key answered in
+// flight until the lock expired (nothing named its holder any more: the recovery cleared the owner).
+// The sweeper's recover_stale now releases that lock by the holder's token, so the retry runs; a lock
+// another attempt holds on a recovered key stays.
+func TestRecoveredClaimsLockIsReleased(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		open func(testing.TB) *record.Store
+	}{{"MariaDB", func(t testing.TB) *record.Store { return recordStore(t, testsvc.MySQL) }},
+		{"PostgreSQL", func(t testing.TB) *record.Store { return recordStore(t, testsvc.Postgres) }}} {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := b.open(t)
+			lk := lock.New(testsvc.Redis(t), &lock.Options{Prefix: testsvc.Name("idemkit-test-") + ":"})
+			clk := idemtest.NewClock()
+			g, err := idemkit.New(store, &idemkit.Options{Locker: lk, Lease: time.Second, LockTTL: time.Hour, TTL: 24 * time.Hour, Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Two holders that died mid-request. The lock of the second expired and another attempt
+			// (of another process, say) took it since.
+			for _, k := range []string{"dead", "relocked"} {
+				if _, _, err := g.Begin(ctx, idemkit.Call{Scope: "s", Key: k}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := idemkit.LockKey("s", "relocked")
+			rec, err := store.Get(ctx, "s", "relocked")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Release(ctx, other, rec.Owner, nil, 0); err != nil { // as if it expired
+				t.Fatal(err)
+			}
+			if _, err := lk.Acquire(ctx, other, "another attempt", time.Hour); err != nil {
+				t.Fatal(err)
+			}
+
+			clk.Advance(2 * time.Second)
+			sw, err := sweep.New(&sweep.Options{Now: clk.Now}, sweep.RecordTasksWithLocker(store, lk)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats, err := sw.RunOnce(ctx)
+			if err != nil || stats["recover_stale"] != 2 {
+				t.Fatalf("pass: %v %v, want 2 recovered", stats, err)
+			}
+			ran := false
+			if _, err := g.Do(ctx, idemkit.Call{Scope: "s", Key: "dead"}, func(context.Context) ([]byte, error) {
+				ran = true
+				return []byte("v"), nil
+			}); err != nil || !ran {
+				t.Fatalf("retry of the recovered claim: ran %v, %v", ran, err)
+			}
+			if _, err := lk.Acquire(ctx, other, "probe", time.Second); !errors.Is(err, idemkit.ErrLocked) {
+				t.Fatalf("the other attempt's lock on a recovered key: %v, want it still held (ErrLocked)", err)
+			}
+		})
+	}
+}
+
+// recordStore returns a record.Store over a fresh table of the database open opens.
+func recordStore(t testing.TB, open func(testing.TB, *gorm.Config) *gorm.DB) *record.Store {
+	t.Helper()
+	db := open(t, nil)
+	table := testsvc.Name("t_sweep_")
+	store, err := record.New(db, &record.Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testsvc.DropTable(t, db, table)
+	if err := store.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
