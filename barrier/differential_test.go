@@ -7,6 +7,7 @@ package barrier
 // decision the all-dtmcli run makes, and the rows are dtmcli's, column for column.
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -209,6 +210,13 @@ func (d *differ) rows(run *diffRun, runID string) ([]barrierRow, []string) {
 			rows[i].BranchID = "*"
 		}
 	}
+	// Nor is the order of the rows a delivery inserted: dtmcli's origin row first, this barrier's in the
+	// unique key's order (a cancel's row before its try row; see Gorm.Enter).
+	slices.SortFunc(rows, func(a, b barrierRow) int {
+		return cmp.Or(strings.Compare(a.TransType, b.TransType), strings.Compare(a.Gid, b.Gid),
+			strings.Compare(a.BranchID, b.BranchID), strings.Compare(a.Op, b.Op),
+			strings.Compare(a.BarrierID, b.BarrierID), strings.Compare(a.Reason, b.Reason))
+	})
 	var ledger []string
 	if err := d.db.Raw("SELECT op FROM "+d.ledger+" WHERE run = ? ORDER BY step", runID).Scan(&ledger).Error; err != nil {
 		d.t.Fatal(err)

@@ -180,6 +180,97 @@ func TestGormConcurrentDelivery(t *testing.T) {
 	})
 }
 
+// TestGormConcurrentCompensation: the same compensation (a saga's compensate, a TCC's cancel) delivered by
+// several goroutines at once — after its action or try, or as a null compensation — runs (or is skipped)
+// once, and every other delivery waits and sees a duplicate. Inserting the origin row first, as DTM does,
+// deadlocked concurrent cancels on MySQL/MariaDB (the losers failed): each took a shared next-key lock on
+// the try row, and "cancel" sorts before "try" in the unique key, so each then inserted its row into the
+// gap the other held.
+func TestGormConcurrentCompensation(t *testing.T) {
+	for _, tt := range []struct{ trans, op, comp string }{{TransSaga, OpAction, OpCompensate}, {TransTCC, OpTry, OpCancel}} {
+		t.Run(tt.comp, func(t *testing.T) { testConcurrentCompensation(t, tt.trans, tt.op, tt.comp) })
+	}
+}
+
+func testConcurrentCompensation(t *testing.T, trans, op, comp string) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		k := &gormBank{db: db, g: newGormTable(t, db), accts: newAccounts(t, db)}
+		const rounds, n = 20, 4
+		for r := range rounds {
+			gid := testsvc.Name("gid-")
+			acted := r%2 == 0
+			if acted {
+				b, _ := NewBranch(trans, gid, "01", op)
+				if out, err := k.run(context.Background(), b, transOut, adjustBalance, -amount, false); err != nil || out != Proceed {
+					t.Fatalf("round %d: action: %s, %v", r, out, err)
+				}
+			}
+			outs := make([]Outcome, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					b, _ := NewBranch(trans, gid, "01", comp)
+					outs[i], errs[i] = k.run(context.Background(), b, transOut, adjustBalance, amount, false)
+				})
+			}
+			wg.Wait()
+			want := NullCompensation
+			if acted {
+				want = Proceed
+			}
+			first := 0
+			for i := range n {
+				if errs[i] != nil {
+					t.Fatalf("round %d: delivery %d: %v", r, i, errs[i])
+				}
+				if outs[i] == want {
+					first++
+				} else if outs[i] != Duplicate {
+					t.Fatalf("round %d: delivery %d: %s", r, i, outs[i])
+				}
+			}
+			if first != 1 {
+				t.Fatalf("round %d: %d deliveries were %s, want 1 (%v)", r, first, want, outs)
+			}
+		}
+		checkAccounts(t, k, map[int]account{transOut: {initBalance, 0}, transIn: {initBalance, 0}})
+	})
+}
+
+// TestGormTryRacingCancel: a try delivered while its cancel runs (DTM cancels a try that timed out while the
+// try is still on its way) either runs and is cancelled, or is hanging after an empty cancel; neither
+// delivery fails. With the origin row inserted first, the cancel's insert of its row deadlocked on
+// MySQL/MariaDB with the try that waited on the try row the cancel had inserted.
+func TestGormTryRacingCancel(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		k := &gormBank{db: db, g: newGormTable(t, db), accts: newAccounts(t, db)}
+		const rounds = 20
+		for r := range rounds {
+			gid := testsvc.Name("gid-")
+			var try, cancel Outcome
+			var tryErr, cancelErr error
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				b, _ := NewBranch(TransTCC, gid, "01", OpTry)
+				try, tryErr = k.run(context.Background(), b, transOut, adjustTrading, -amount, false)
+			})
+			wg.Go(func() {
+				b, _ := NewBranch(TransTCC, gid, "01", OpCancel)
+				cancel, cancelErr = k.run(context.Background(), b, transOut, adjustTrading, amount, false)
+			})
+			wg.Wait()
+			if tryErr != nil || cancelErr != nil {
+				t.Fatalf("round %d: try %v, cancel %v", r, tryErr, cancelErr)
+			}
+			if !(try == Proceed && cancel == Proceed || try == Hanging && cancel == NullCompensation) {
+				t.Fatalf("round %d: try %s, cancel %s", r, try, cancel)
+			}
+		}
+		checkAccounts(t, k, map[int]account{transOut: {initBalance, 0}, transIn: {initBalance, 0}})
+	})
+}
+
 // TestGormMsgDuplicate: a repeated msg op is rejected with ErrDuplicate, as dtmcli rejects it with
 // ErrDuplicated.
 func TestGormMsgDuplicate(t *testing.T) {
