@@ -79,8 +79,10 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //   - a replayed Outcome (Replayed, Result) for a finished key, with an *idemkit.RejectedError for a
 //     stored permanent failure; idemkit.ErrInFlight while another publication of the key runs; Guard
 //     errors (idemkit.ErrStoreUnavailable...), and nothing is published;
-//   - an error wrapping the Prepare error when DTM could not be asked to prepare: nothing is published,
-//     the record is FAILED (or left to the Reconciler when even DTM's status is unknown);
+//   - an error wrapping the Prepare error when DTM could not be asked to prepare (refused, unreachable,
+//     or its answer lost): nothing is published, the record is FAILED once the back-check's row that
+//     keeps the local transaction from ever committing is written (barrier.Gorm.QueryPrepared), or
+//     left PROCESSING for the Reconciler when that write failed too (the error says so);
 //   - an error matching ErrLocalFailed and wrapping Local's error when the local transaction did not
 //     commit: nothing is published, the message is aborted, the record FAILED or REJECTED — when
 //     REJECTED, the error also matches idemkit.ErrRejected, and errors.As finds the
