@@ -7,7 +7,8 @@
 //
 //  1. claim the key's record PROCESSING with a fresh gid (hooks.Lifecycle.Begin): a duplicate gets the
 //     stored result, or idemkit.ErrInFlight while the first publication runs, and publishes nothing;
-//  2. prepare the message at DTM with the back-check URL;
+//  2. prepare the message at DTM with the back-check URL (a prepare that could not connect to DTM
+//     frees the key and returns an error matching txstatus.ErrNotSent);
 //  3. run the local transaction on gorm: the barrier row of the message (barrier.MsgBranch), then the
 //     user's writes, committed together;
 //  4. submit the message; DTM calls its branches;
@@ -16,7 +17,7 @@
 //     [Reconciler].
 //
 // When the process dies between the local commit and the submit, DTM asks the back-check
-// ([BackCheck], mounted at the URL given to Prepare) after the message's timeout. The back-check is
+// ([BackCheck], mounted at Publisher.QueryPrepared) after the message's timeout. The back-check is
 // barrier.Gorm.QueryPrepared: it answers SUCCESS when the local transaction committed (DTM submits the
 // message itself) and FAILURE otherwise, after writing a row that keeps a late local transaction from
 // ever committing. So a message is published exactly when its local transaction committed, once per

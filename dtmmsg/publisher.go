@@ -46,7 +46,8 @@ type Publisher struct {
 	// Submitted, and the Reconciler settles the record later. Keep the Guard's Lease above Wait: the
 	// Reconciler settles records whose lease ran out.
 	Wait time.Duration
-	// Status asks DTM about outcomes. Defaults to a txstatus.Client on Server.
+	// Status prepares the message and asks DTM about outcomes, with its HTTP client (and its timeout);
+	// it must talk to Server. Defaults to a txstatus.Client on Server.
 	Status *txstatus.Client
 }
 
@@ -79,10 +80,14 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //   - a replayed Outcome (Replayed, Result) for a finished key, with an *idemkit.RejectedError for a
 //     stored permanent failure; idemkit.ErrInFlight while another publication of the key runs; Guard
 //     errors (idemkit.ErrStoreUnavailable...), and nothing is published;
-//   - an error wrapping the Prepare error when DTM could not be asked to prepare (refused, unreachable,
-//     or its answer lost): nothing is published, the record is FAILED once the back-check's row that
-//     keeps the local transaction from ever committing is written (barrier.Gorm.QueryPrepared), or
-//     left PROCESSING for the Reconciler when that write failed too (the error says so);
+//   - an error matching txstatus.ErrNotSent when the prepare could not even connect to DTM (refused,
+//     no route, a dial timeout, ctx ended first): nothing was sent, nothing is published, and the
+//     record is FAILED, the key free again — an outage, to retry later, as for sagas and TCCs;
+//   - an error wrapping the prepare's error when DTM refused it (txstatus.ErrRefused) or its answer
+//     was lost (txstatus.ErrNoAnswer: a timeout, ctx ended while DTM did not answer, a gateway's 5xx):
+//     nothing is published, the record is FAILED once the back-check's row that keeps the local
+//     transaction from ever committing is written (barrier.Gorm.QueryPrepared), or left PROCESSING
+//     for the Reconciler when that write failed too (the error says so);
 //   - an error matching ErrLocalFailed and wrapping Local's error when the local transaction did not
 //     commit: nothing is published, the message is aborted, the record FAILED or REJECTED — when
 //     REJECTED, the error also matches idemkit.ErrRejected, and errors.As finds the
@@ -90,6 +95,10 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //   - an error when the outcome of the local transaction cannot be known (its commit failed and the
 //     database cannot answer — within Wait, or txstatus.DefaultTimeout when longer, once the caller
 //     left): the record stays PROCESSING; DTM's back-check and the Reconciler settle it.
+//
+// The prepare is posted through Status's HTTP client and bounded by ctx (and that client's timeout);
+// the fence and the record's settlement after a failed prepare outlive ctx, as after a failed local
+// transaction.
 //
 // A failed Submit after the local commit is not an error: DTM's back-check finds the commit and
 // publishes the message; the Outcome's Reason carries the submit error.
@@ -111,22 +120,41 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	out := hooks.Outcome{GID: gid}
 
-	// dtmcli posts to Server+"/prepare": without the trailing slash txstatus tolerates, or DTM answers
-	// 404 to ".../api/dtmsvr//prepare".
+	// The message is built with dtmcli and prepared through status, with ctx: dtmcli's Prepare takes no
+	// context and cannot tell a DTM that could not be reached from one whose answer was lost. dtmcli
+	// posts the submit to Server+"/submit": without the trailing slash txstatus tolerates, or DTM answers
+	// 404 to ".../api/dtmsvr//submit".
 	m := dtmcli.NewMsg(strings.TrimSuffix(p.Server, "/"), gid)
 	pp.Steps(m)
-	if perr := m.Prepare(p.QueryPrepared); perr != nil {
+	m.QueryPrepared = p.QueryPrepared
+	if perr := status.Call(ctx, "prepare", gid, &m.TransBase); perr != nil {
 		out.Reason = perr
-		// Whether or not DTM recorded the prepare, the local transaction has not run: fence it for
-		// good so a late back-check answers FAILURE, then tell DTM (best effort) and free the key.
-		if qerr := p.Barrier.QueryPrepared(ctx, gid); !errors.Is(qerr, barrier.ErrMsgRolledBack) {
-			p.Lifecycle.Detach(ctx, t)
+		reason := idemkit.Retryable(fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, perr))
+		// The record is settled whether or not the caller is still there: its deadline may be what
+		// ended the prepare.
+		sctx, cancel := background.Settling(ctx)
+		defer cancel()
+		if errors.Is(perr, txstatus.ErrNotSent) {
+			// DTM could not be connected to: it never heard of the gid and will never back-check it;
+			// there is nothing to fence or abort. The key is free again, and the caller is told of an
+			// outage (retry later), as saga and tcc tell it.
+			out.Status = txstatus.Failed
+			return out, errors.Join(fmt.Errorf("dtmmsg: preparing %s: %w (nothing prepared; the key is free again)", gid, perr),
+				p.Lifecycle.Rollback(sctx, t, reason))
+		}
+		// Refused, or the answer lost: whether or not DTM recorded the prepare, the local transaction
+		// has not run. Fence it for good so a late back-check answers FAILURE, then tell DTM (best
+		// effort, within the caller's bounds) and free the key.
+		qctx, qcancel := outlive(ctx, max(p.Wait, txstatus.DefaultTimeout))
+		qerr := p.Barrier.QueryPrepared(qctx, gid)
+		qcancel()
+		if !errors.Is(qerr, barrier.ErrMsgRolledBack) {
+			p.Lifecycle.Detach(sctx, t)
 			return out, fmt.Errorf("dtmmsg: preparing %s: %w (and fencing it failed: %w)", gid, perr, qerr)
 		}
-		_ = dtmimp.TransCallDtm(&m.TransBase, "abort")
+		_ = status.Call(ctx, "abort", gid, &m.TransBase)
 		out.Status = txstatus.Failed
-		return out, errors.Join(fmt.Errorf("dtmmsg: preparing %s: %w", gid, perr),
-			p.Lifecycle.Rollback(ctx, t, idemkit.Retryable(fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, perr))))
+		return out, errors.Join(fmt.Errorf("dtmmsg: preparing %s: %w", gid, perr), p.Lifecycle.Rollback(sctx, t, reason))
 	}
 
 	var localErr error // Local's own error: any other is the barrier's or the database's
