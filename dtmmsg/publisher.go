@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dtm-labs/client/dtmcli"
-	"github.com/dtm-labs/client/dtmcli/dtmimp"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
@@ -46,8 +44,8 @@ type Publisher struct {
 	// Submitted, and the Reconciler settles the record later. Keep the Guard's Lease above Wait: the
 	// Reconciler settles records whose lease ran out.
 	Wait time.Duration
-	// Status prepares the message and asks DTM about outcomes, with its HTTP client (and its timeout);
-	// it must talk to Server. Defaults to a txstatus.Client on Server.
+	// Status prepares, submits and aborts the message and asks DTM about outcomes, with its HTTP client
+	// (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
 	Status *txstatus.Client
 }
 
@@ -98,10 +96,11 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //
 // The prepare is posted through Status's HTTP client and bounded by ctx (and that client's timeout);
 // the fence and the record's settlement after a failed prepare outlive ctx, as after a failed local
-// transaction.
+// transaction. The submit, and the abort after a failed local transaction, are posted whether or not
+// ctx ended, and their answer waited for no longer than Wait, or txstatus.DefaultTimeout when longer.
 //
-// A failed Submit after the local commit is not an error: DTM's back-check finds the commit and
-// publishes the message; the Outcome's Reason carries the submit error.
+// A failed submit after the local commit (refused, unanswered) is not an error: DTM's back-check finds
+// the commit and publishes the message; the Outcome's Reason carries the submit error.
 func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcome, error) {
 	if p.Server == "" || p.DB == nil || p.Barrier == nil || p.Lifecycle == nil || p.QueryPrepared == "" ||
 		pp.Steps == nil || pp.Local == nil {
@@ -120,11 +119,10 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 	out := hooks.Outcome{GID: gid}
 
-	// The message is built with dtmcli and prepared through status, with ctx: dtmcli's Prepare takes no
-	// context and cannot tell a DTM that could not be reached from one whose answer was lost. dtmcli
-	// posts the submit to Server+"/submit": without the trailing slash txstatus tolerates, or DTM answers
-	// 404 to ".../api/dtmsvr//submit".
-	m := dtmcli.NewMsg(strings.TrimSuffix(p.Server, "/"), gid)
+	// The message is built with dtmcli and its calls posted through status: dtmcli's take no context,
+	// its default client has no timeout, and it cannot tell a DTM that could not be reached from one
+	// whose answer was lost.
+	m := dtmcli.NewMsg(p.Server, gid)
 	pp.Steps(m)
 	m.QueryPrepared = p.QueryPrepared
 	if perr := status.Call(ctx, "prepare", gid, &m.TransBase); perr != nil {
@@ -190,7 +188,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		case qerr == nil:
 			lerr = nil // committed: publish
 		case errors.Is(qerr, barrier.ErrMsgRolledBack):
-			_ = dtmimp.TransCallDtm(&m.TransBase, "abort") // best effort: the back-check answers FAILURE anyway
+			_ = p.call(ctx, status, "abort", m) // best effort: the back-check answers FAILURE anyway
 			out.Status, out.Reason = txstatus.Failed, lerr
 			reason := lerr
 			if !p.Lifecycle.IsPermanent(lerr) {
@@ -211,7 +209,8 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 
 	// Committed: the message will be delivered, and its result is what every replay returns.
 	out.Result = pp.Result
-	if serr := m.Submit(); serr != nil {
+	m.BuildCustomOptions() // what dtmcli's Submit does before it posts: the message's delay
+	if serr := p.call(ctx, status, "submit", m); serr != nil {
 		out.Reason = serr // DTM's back-check will find the commit and publish
 	}
 	out.Status = txstatus.Submitted
@@ -240,6 +239,15 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		return out, nil // a Reconciler settled the record first, from the same outcome
 	}
 	return out, err
+}
+
+// call posts op (the submit, or an abort, once the local transaction's outcome is known) for m through
+// status, whether or not the caller is still there, bounded by Wait, or txstatus.DefaultTimeout when
+// longer: the answer is not waited for past that (DTM's back-check decides a message left prepared).
+func (p *Publisher) call(ctx context.Context, status *txstatus.Client, op string, m *dtmcli.Msg) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(p.Wait, txstatus.DefaultTimeout))
+	defer cancel()
+	return status.Call(cctx, op, m.Gid, &m.TransBase)
 }
 
 // outlive returns a context with ctx's values that ends once ctx has ended and d has passed: ctx's
