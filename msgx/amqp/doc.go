@@ -33,7 +33,9 @@
 // first redelivery: the delivery is requeued and Consume returns an error wrapping
 // msgx.ErrMisconfigured. (RabbitMQ reports the count only on redeliveries, so the queue type cannot be
 // told before one.) A quorum queue's own x-delivery-limit, if set, drops or dead-letters a message
-// past it: keep MaxAttempts below it.
+// past it: keep MaxAttempts below it, with room for the redeliveries of a key held by another
+// delivery (InFlight: a concurrent copy, or a consumer that crashed holding it until its lease runs
+// out), which RabbitMQ counts too.
 //
 // A queue without a dead-letter exchange drops what is dead-lettered; [Declare] sets one up, and
 // declares a quorum queue with at-least-once dead-lettering (x-dead-letter-strategy at-least-once,
