@@ -50,7 +50,7 @@ type Options struct {
 	// [Admin.Purge] refuses it. Defaults to idemkit.DefaultLease.
 	Lease time.Duration
 	// Redis is the client of the application's lock.Locker, to inspect locks and cached results and
-	// to clear them on release and purge. Defaults to none.
+	// to clear them on release, purge and sweep. Defaults to none.
 	Redis redis.UniversalClient
 	// RedisPrefix is lock.Options.Prefix. Defaults to lock.DefaultPrefix.
 	RedisPrefix string

@@ -353,7 +353,12 @@ func (a *Admin) PlanSweep(ctx context.Context, limit int) (*SweepPlan, error) {
 // Sweep runs what a sweeper pass runs over the whole table — record.Store.DeleteExpired and
 // RecoverStale at the Admin's clock, up to limit records each — and returns how many records it
 // deleted and recovered. Pending claims are left to a reconciler. It refuses (ErrRefused) under a
-// namespace, since it would touch other namespaces' records.
+// namespace, since it would touch other namespaces' records. With a Redis client it recovers as
+// sweep.RecordTasksWithLocker does (record.Store.RecoverStaleClaims) and deletes the lock each
+// recovered claim's dead holder still holds (a LockTTL longer than the Lease), by the holder's token,
+// so the retry is not turned away as in flight until the lock expires; another attempt's lock stays.
+// A lock it cannot delete does not undo the recovery: it deletes the others and returns the counts
+// with an error wrapping ErrRedisCleanup.
 func (a *Admin) Sweep(ctx context.Context, limit int) (deleted, recovered int, err error) {
 	if a.ns != "" {
 		return 0, 0, fmt.Errorf("%w: a sweep works on the whole table, every namespace's records; run it without a namespace", ErrRefused)
@@ -366,6 +371,20 @@ func (a *Admin) Sweep(ctx context.Context, limit int) (deleted, recovered int, e
 	if err != nil {
 		return deleted, 0, err
 	}
-	recovered, err = a.store.RecoverStale(ctx, now, limit)
-	return deleted, recovered, err
+	if a.lk == nil {
+		recovered, err = a.store.RecoverStale(ctx, now, limit)
+		return deleted, recovered, err
+	}
+	recs, err := a.store.RecoverStaleClaims(ctx, now, limit)
+	var errs []error
+	for _, r := range recs {
+		if rerr := a.releaseLock(ctx, r); rerr != nil {
+			errs = append(errs, fmt.Errorf("the lock of %q / %q: %w", r.Scope, r.Key, rerr))
+		}
+	}
+	if len(errs) > 0 {
+		err = errors.Join(err, fmt.Errorf("%w: %d recovered claim(s) keep their dead holder's lock (it expires by itself): %w",
+			ErrRedisCleanup, len(errs), errors.Join(errs...)))
+	}
+	return deleted, len(recs), err
 }

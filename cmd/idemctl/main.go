@@ -73,7 +73,7 @@ Connection (flag, or environment variable):
   --max-key-len N     IDEMCTL_MAX_KEY_LEN   the application's idemkit.Options.MaxKeyLen (default 255)
   --redis ADDR        IDEMCTL_REDIS         host:port or redis://... of the application's lock (optional);
                                             host:port,host:port,... for a Redis Cluster; used by
-                                            inspect, release and purge only
+                                            inspect, release, purge and sweep (not --dry-run) only
   --redis-prefix P    IDEMCTL_REDIS_PREFIX  lock.Options.Prefix (default idemkit:)
   --dtm URL           IDEMCTL_DTM           DTM's HTTP API, e.g. http://dtm:36789/api/dtmsvr (dtm command)
   --metrics URLS      IDEMCTL_METRICS       comma-separated /metrics URLs of the applications (stats)
@@ -131,8 +131,14 @@ type command struct {
 	run        func(c *cli, ctx context.Context, pos []string) error
 	noDB       bool
 	// redis: the command reads or clears Redis (--redis); the others never connect to it, so a Redis
-	// outage leaves the table readable.
+	// outage leaves the table readable. sweep does too without --dry-run: see usesRedis.
 	redis bool
+}
+
+// usesRedis reports whether cmd, given o, reads or clears Redis: a sweep pass (not --dry-run) deletes
+// the locks the recovered claims' dead holders still hold.
+func (cmd *command) usesRedis(o *opts) bool {
+	return cmd.redis || cmd.name == "sweep" && !o.dryRun
 }
 
 var commands = []*command{
@@ -241,7 +247,7 @@ func runEnv(ctx context.Context, a args) int {
 	}()
 	ctx = c.timed()
 	if !cmd.noDB {
-		if err := c.connect(ctx, cmd.redis); err != nil {
+		if err := c.connect(ctx, cmd.usesRedis(&c.o)); err != nil {
 			return c.fail(cmd, err)
 		}
 		defer c.close()
@@ -321,7 +327,10 @@ may be alive.
 expired records, recover stale claims (FAILED, fence + 1), and — for claims carrying a gid — leave
 them to the reconciler. Without --dry-run it runs DeleteExpired and RecoverStale over the whole
 table (refused with --namespace), up to --limit records each, after confirmation; the report says
-when a limit was reached and more may be left (--json: limit_reached).
+when a limit was reached and more may be left (--json: limit_reached). With --redis it recovers as
+sweep.RecordTasksWithLocker does: the lock a recovered claim's dead holder still holds (a LockTTL
+longer than the Lease) is deleted too, so the retry runs at once instead of answering in flight
+until the lock expires; a lock it could not delete is reported (exit 1), the recovery stands.
 `,
 	"dtm": `Asks DTM (--dtm) for the global transaction's status and lists the records carrying its gid, with
 what that means (e.g. DTM says succeed but a record is still PROCESSING: the reconciler settles it
