@@ -227,8 +227,10 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 			s.metrics.observer.Reconciled(ctx, e)
 		},
 	}
-	// The orphan task settles the orders no record follows any more: see orders.orphanTask.
-	tasks := append(sweep.RecordTasks(s.store), reconciler.Task(), s.orders.orphanTask(status, cfg.ReconcileAfter), sweep.Task{
+	// The orphan task settles the orders no record follows any more: see orders.orphanTask. The
+	// recovery of a stale claim also releases the lock its dead holder still holds (by its token), so
+	// the key's retry is not answered in flight until that lock expires.
+	tasks := append(sweep.RecordTasksWithLocker(s.store, locker), reconciler.Task(), s.orders.orphanTask(status, cfg.ReconcileAfter), sweep.Task{
 		Name: "barrier",
 		Run: func(ctx context.Context, now time.Time, limit int) (int, error) {
 			return bar.DeleteOlder(ctx, now.Add(-barrierRetention), limit)
