@@ -43,8 +43,9 @@ func Header(name string) KeySource {
 }
 
 // Query takes the key from the query parameter name. A parameter given more than once is invalid,
-// and so is one net/url cannot parse (a bad percent escape, a semicolon in its pair), rather than
-// taken for no key.
+// and so is one given empty (?key= or ?key, as an empty header is) or one net/url cannot parse (a bad
+// percent escape, a semicolon in its pair), rather than taken for no key; only an absent parameter
+// is no key.
 func Query(name string) KeySource {
 	if name == "" {
 		panic("httpx: Query: empty parameter name")
@@ -58,6 +59,9 @@ func Query(name string) KeySource {
 		case 0:
 			return "", nil
 		case 1:
+			if vals[0] == "" {
+				return "", fmt.Errorf("%w: query parameter %s is empty", idemkit.ErrInvalidKey, name)
+			}
 			return vals[0], nil
 		}
 		return "", fmt.Errorf("%w: query parameter %s %w", idemkit.ErrInvalidKey, name, errMultipleKeys)

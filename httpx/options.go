@@ -113,7 +113,8 @@ type Options struct {
 	// (POST, PATCH).
 	Methods []string
 	// Optional lets guarded requests without a key pass through unguarded instead of failing with
-	// 400. Defaults to false: the key is required.
+	// 400. A key given empty (an empty header, or query parameter with [Query]) is no missing key but
+	// an invalid one, 400 either way. Defaults to false: the key is required.
 	Optional bool
 	// Scope names the operation a key belongs to. Defaults to [DefaultScope]: the method and the chi
 	// route pattern, else the net/http pattern, else the path.
