@@ -56,7 +56,9 @@ type SubmitParams struct {
 // have accepted the saga. A rolled-back
 // saga reports DTM's rollback reason (the failing step's message) in Outcome.Reason; its record is
 // FAILED, on the first call as on a replay (a step's failure is never REJECTED: a retry with the key
-// runs a new saga). A saga whose Steps add no step is not submitted: the record is rolled back.
+// runs a new saga). A saga whose Steps add no step is not submitted: the record is rolled back, its
+// reason a *txstatus.RefusedError with Local set ("txstatus: idemkit refused submit of …"), matching
+// txstatus.ErrRefused.
 //
 // A submit that lands on the gid after a Reconciler fenced it — between the fence's prepare and abort,
 // when DTM v1.19 accepts it onto the fence's empty transaction and reports it succeeded without running
@@ -80,7 +82,7 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 			if len(s.Steps) == 0 {
 				// Nothing to run; and a saga that succeeded without a branch is how DTM reports a submit
 				// that landed on a fence's empty transaction (see txstatus.Info.RanNothingFor).
-				return idemkit.Retryable(&txstatus.RefusedError{Op: "submit", GID: gid, Message: "saga: a saga without steps is not submitted"})
+				return idemkit.Retryable(&txstatus.RefusedError{Op: "submit", GID: gid, Message: "saga: a saga without steps is not submitted", Local: true})
 			}
 			// DTM answers a submit with WaitResult set FAILURE when the saga has not succeeded by
 			// then (a step still retrying), which cannot be told from its refusal to start one:

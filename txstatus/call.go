@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 )
 
-// ErrRefused matches a [*RefusedError]: the DTM server itself answered that it refused the call, which
-// therefore took no effect.
+// ErrRefused matches a [*RefusedError]: the DTM server itself answered that it refused the call, or
+// idemkit refused it before sending anything (RefusedError.Local); either way it took no effect.
 var ErrRefused = errors.New("txstatus: refused by the DTM server")
 
 // ErrNoAnswer matches the errors of calls whose outcome is unknown: a timeout, a dropped or reset
@@ -42,12 +42,19 @@ type RefusedError struct {
 	Op string
 	// GID is the transaction's gid, when known.
 	GID string
-	// Message is DTM's message.
+	// Message is DTM's message, or idemkit's when Local.
 	Message string
+	// Local: idemkit refused the call before sending anything (no server configured, a request that
+	// cannot be built, a saga without steps); the DTM server never saw it.
+	Local bool
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("txstatus: DTM refused %s of %s: %s", e.Op, e.GID, e.Message)
+	by := "DTM"
+	if e.Local {
+		by = "idemkit"
+	}
+	return fmt.Sprintf("txstatus: %s refused %s of %s: %s", by, e.Op, e.GID, e.Message)
 }
 
 // Is reports whether target is ErrRefused.
@@ -119,11 +126,11 @@ type dtmAnswer struct {
 // ErrRefused too (nothing was sent). Call is safe for concurrent use.
 func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	if c.Server == "" {
-		return &RefusedError{Op: op, GID: gid, Message: "no DTM server configured"}
+		return &RefusedError{Op: op, GID: gid, Message: "no DTM server configured", Local: true}
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return &RefusedError{Op: op, GID: gid, Message: "encoding the request: " + err.Error()}
+		return &RefusedError{Op: op, GID: gid, Message: "encoding the request: " + err.Error(), Local: true}
 	}
 	if ctx.Err() != nil {
 		return &notSentError{op, gid, context.Cause(ctx)}
@@ -138,7 +145,7 @@ func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	})
 	req, err := http.NewRequestWithContext(tctx, http.MethodPost, c.base()+"/"+op, bytes.NewReader(b))
 	if err != nil {
-		return &RefusedError{Op: op, GID: gid, Message: "building the request: " + err.Error()}
+		return &RefusedError{Op: op, GID: gid, Message: "building the request: " + err.Error(), Local: true}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http().Do(req)
