@@ -221,8 +221,10 @@ func (c *Config) flagSet(name string, tour bool, keep *bool) *flag.FlagSet {
 	return fs
 }
 
+// envOr returns the variable envPrefix+name, or def when it is unset or empty: an empty variable (NAME=
+// in a compose file, a script exporting what it may not have) means the default, as for the durations.
 func envOr(name, def string) string {
-	if v, ok := os.LookupEnv(envPrefix + name); ok {
+	if v := os.Getenv(envPrefix + name); v != "" {
 		return v
 	}
 	return def

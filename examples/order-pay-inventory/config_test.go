@@ -100,3 +100,30 @@ func TestRunCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyEnvironmentVariableIsUnset: a variable set empty (IDEMKIT_DEMO_LISTEN= in a compose file or
+// a script that exports what it may not have) replaced the default with "": the tour listened on
+// 8080, the serve default, instead of a free port, and serve failed with "data-dir is needed". An
+// empty variable means unset now: the default applies, for the tour and for serve.
+func TestEmptyEnvironmentVariableIsUnset(t *testing.T) {
+	for _, v := range []string{"LISTEN", "DATA_DIR", "REDIS_PREFIX", "LOG_LEVEL"} {
+		t.Setenv(envPrefix+v, "")
+	}
+	var tc Config
+	if err := tc.flagSet("tour", true, nil).Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if tc.Listen != DefaultTourListen || tc.LogLevel != "warn" || tc.RedisPrefix != DefaultRedisPrefix {
+		t.Errorf("tour with empty variables: %+v, want its defaults (listen %s, log-level warn)", tc, DefaultTourListen)
+	}
+	var sc Config
+	if err := sc.flagSet("serve", false, nil).Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if sc.Listen != DefaultServeListen || sc.DataDir != DefaultServeDataDir || sc.LogLevel != "info" {
+		t.Errorf("serve with empty variables: %+v, want its defaults", sc)
+	}
+	if _, err := sc.withDefaults(); err != nil {
+		t.Errorf("serve with empty variables: %v", err)
+	}
+}
