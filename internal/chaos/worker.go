@@ -176,7 +176,7 @@ func (w *worker) run() error {
 	}
 	sweepLog := slog.New(sweepCounter{next: w.log.Handler(), recovered: &w.stats.recovered})
 	sw, err := sweep.New(&sweep.Options{Interval: w.cfg.SweepInterval, Locker: locker, LockKey: "sweep", Logger: sweepLog},
-		sweep.RecordTasks(w.store)...)
+		sweep.RecordTasksWithLocker(w.store, locker)...)
 	if err != nil {
 		return err
 	}
