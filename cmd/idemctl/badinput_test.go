@@ -71,6 +71,9 @@ func TestBadInput(t *testing.T) {
 			{"dtm with a bad URL", map[string]string{"IDEMCTL_DTM": "dtm:36789"}, []string{"dtm", s.gid}, exitUsage, []string{"want http://"}},
 			{"dtm unreachable", map[string]string{"IDEMCTL_DTM": "http://127.0.0.1:1/api/dtmsvr"}, []string{"dtm", s.gid}, exitError, []string{"txstatus"}},
 			{"metrics unreachable", nil, []string{"stats", "--metrics", "http://127.0.0.1:1/metrics"}, exitError, []string{"scraping"}},
+			{"metrics URL without a scheme", nil, []string{"stats", "--metrics", "http://127.0.0.1:1/metrics,app:8080/metrics"}, exitUsage, []string{`--metrics "app:8080/metrics"`, "want http://"}},
+			{"metrics URL without a host", nil, []string{"stats", "--metrics", "http:///metrics"}, exitUsage, []string{`--metrics "http:///metrics"`, "want http://"}},
+			{"dtm URL without a host", map[string]string{"IDEMCTL_DTM": "http://"}, []string{"dtm", s.gid}, exitUsage, []string{`--dtm "http://"`, "want http://"}},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {

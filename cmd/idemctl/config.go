@@ -27,6 +27,14 @@ import (
 	"github.com/idemkit/idemkit/record"
 )
 
+// httpURL reports whether s is an absolute http or https URL with a host: what --dtm and --metrics
+// take. A host:port without a scheme parses as a URL of scheme "host" and would fail only when
+// requested, as a server that cannot be reached.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
 // opts are the parsed flags of one invocation.
 type opts struct {
 	db, table, namespace, redis, redisPrefix, dtm, metrics string
@@ -183,8 +191,15 @@ func (c *cli) validate(cmd *command, pos []string) error {
 	if cmd.name == "dtm" && o.dtm == "" {
 		return usagef("dtm needs DTM's HTTP API: --dtm or IDEMCTL_DTM, e.g. http://127.0.0.1:36789/api/dtmsvr")
 	}
-	if cmd.name == "dtm" && !strings.HasPrefix(o.dtm, "http://") && !strings.HasPrefix(o.dtm, "https://") {
+	if cmd.name == "dtm" && !httpURL(o.dtm) {
 		return usagef("--dtm %q: want http://host:36789/api/dtmsvr", o.dtm)
+	}
+	if cmd.name == "stats" {
+		for _, u := range strings.Split(o.metrics, ",") {
+			if u = strings.TrimSpace(u); u != "" && !httpURL(u) {
+				return usagef("--metrics %q: want http://host:8080/metrics", u)
+			}
+		}
 	}
 	if o.redis != "" { // checked for every command, also those that never connect to it
 		rc, err := redisClient(o.redis)
