@@ -91,6 +91,14 @@ func TestBadInput(t *testing.T) {
 				if c.code != exitOK && r.stderr == "" {
 					t.Fatalf("no message on stderr: %s", r)
 				}
+				lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+				for i, l := range lines {
+					for j, other := range lines {
+						if l != "" && i != j && strings.Contains(other, l) {
+							t.Fatalf("stderr says %q twice: %s", l, r)
+						}
+					}
+				}
 				if after := f.snapshot(t); after != before {
 					t.Fatalf("bad input changed something:\nbefore:\n%s\nafter:\n%s", before, after)
 				}

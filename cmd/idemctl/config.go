@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -71,7 +72,7 @@ type cli struct {
 // flagSet returns the flags of cmd: the connection flags (defaults from the environment) and its own.
 func (c *cli) flagSet(cmd *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("idemctl "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs.SetOutput(io.Discard) // a parse error is returned and reported once, by run
 	fs.Usage = func() {}
 	env := func(name, def string) string {
 		if v := c.getenv(name); v != "" {
