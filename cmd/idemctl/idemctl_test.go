@@ -165,6 +165,16 @@ func TestListStatsAndDryRun(t *testing.T) {
 		if l := list("--limit", "3"); l.Count != 3 || !l.Truncated {
 			t.Fatalf("list --limit 3: %+v", l)
 		}
+		// A limit that the matches just fill leaves nothing more to show: list says so only when there is.
+		if l := list("--status", "PROCESSING", "--limit", "3"); l.Count != 3 || l.Truncated {
+			t.Fatalf("list --status PROCESSING --limit 3, three matching: %+v; want limit_reached false", l)
+		}
+		if r := f.want(t, exitOK, nil, []string{"list", "--status", "PROCESSING", "--limit", "3"}); strings.Contains(r.stdout, "--limit shows more") {
+			t.Fatalf("list --limit 3 of three records says there are more: %s", r)
+		}
+		if r := f.want(t, exitOK, nil, []string{"list", "--status", "PROCESSING", "--limit", "2"}); !strings.Contains(r.stdout, "(first 2; --limit shows more)") {
+			t.Fatalf("list --limit 2 of three records does not say there are more: %s", r)
+		}
 		human := f.want(t, exitOK, nil, []string{"list", "--stuck"})
 		if !strings.Contains(human.stdout, "SCOPE") || !strings.Contains(human.stdout, s.stuck) || !strings.Contains(human.stdout, "ran out") {
 			t.Fatalf("list --stuck, human: %s", human)

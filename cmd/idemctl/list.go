@@ -3,15 +3,23 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/idemkit/idemkit/admin"
 )
 
 func (c *cli) list(ctx context.Context, _ []string) error {
-	entries, err := c.listEntries(ctx, c.o.filter)
+	// One record more than the limit tells whether more match, for a limit the matches just fill.
+	f := c.o.filter
+	if f.Limit < math.MaxInt {
+		f.Limit++
+	}
+	entries, err := c.listEntries(ctx, f)
 	if err != nil {
 		return err
 	}
+	more := len(entries) > c.o.filter.Limit
+	entries = entries[:min(len(entries), c.o.filter.Limit)]
 	now := c.now()
 	if c.o.json {
 		out := make([]recordJSON, len(entries))
@@ -19,7 +27,7 @@ func (c *cli) list(ctx context.Context, _ []string) error {
 			out[i] = c.recordJSON(&e.Record, e.ResponseSize, now)
 		}
 		c.writeJSON(map[string]any{"records": out, "count": len(out), "limit": c.o.filter.Limit,
-			"limit_reached": len(entries) == c.o.filter.Limit})
+			"limit_reached": more})
 		return nil
 	}
 	if len(entries) == 0 {
@@ -27,7 +35,7 @@ func (c *cli) list(ctx context.Context, _ []string) error {
 		return nil
 	}
 	c.entriesTable(c.stdout, entries, now)
-	if len(entries) == c.o.filter.Limit {
+	if more {
 		fmt.Fprintf(c.stdout, "(first %d; --limit shows more)\n", len(entries))
 	}
 	return nil
