@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -241,11 +242,28 @@ func TestDashboardUsesOnlyEmittedMetrics(t *testing.T) {
 	t.Logf("dashboard metrics: %q", names)
 }
 
-// emitEverything drives the example's metrics through every kind of event — new key, cached and
-// stored replay, in-flight rejection, mismatch, takeover, fenced finish, fail-open, sweeper rows and
-// errors, PROCESSING claims of a real record table — and returns the metric names the exporter emits
-// (a histogram's as name_bucket, name_sum and name_count).
+// emitEverything returns the metric names the exporter emits once every kind of event happened
+// (emitFamilies), a histogram's as name_bucket, name_sum and name_count.
 func emitEverything(t *testing.T) map[string]bool {
+	t.Helper()
+	emitted := map[string]bool{}
+	for name, f := range emitFamilies(t) {
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				emitted[name+s] = true
+			}
+			continue
+		}
+		emitted[name] = true
+	}
+	return emitted
+}
+
+// emitFamilies drives the example's metrics through every kind of event — new key, cached and
+// stored replay, in-flight rejection, mismatch, takeover, fenced finish, fail-open, sweeper rows and
+// errors, PROCESSING claims of a real record table, the reconciler's settlements, fenced gids and
+// failures — and returns the metric families the exporter then emits.
+func emitFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	db := testsvc.SQLite(t, nil)
 	store, err := record.New(db, nil)
@@ -324,18 +342,7 @@ func emitEverything(t *testing.T) map[string]bool {
 
 	srv := httptest.NewServer(m.handler)
 	t.Cleanup(srv.Close)
-	fams := scrape(t, srv.URL)
-	emitted := map[string]bool{}
-	for name, f := range fams {
-		if f.GetType() == dto.MetricType_HISTOGRAM {
-			for _, s := range []string{"_bucket", "_sum", "_count"} {
-				emitted[name+s] = true
-			}
-			continue
-		}
-		emitted[name] = true
-	}
-	return emitted
+	return scrape(t, srv.URL)
 }
 
 // brokenLocker fails every call, like an unreachable Redis.
@@ -382,5 +389,73 @@ func TestDashboardCountsTableGaugesOnce(t *testing.T) {
 	}
 	if seen < 3 {
 		t.Fatalf("only %d queries use the record gauges: the parser or the dashboard is broken", seen)
+	}
+}
+
+// TestREADMEMetricsTable: the README's Metrics table names every idemkit metric the exporter emits,
+// with its type and its labels (besides the exporter's otel_scope_* ones), and no other.
+func TestREADMEMetricsTable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, text, ok := strings.Cut(string(b), "\n### Metrics\n")
+	if !ok {
+		t.Fatal("README.md has no Metrics section")
+	}
+	text, _, _ = strings.Cut(text, "\n### ")
+	type row struct{ typ, labels string }
+	documented := map[string]row{}
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, "| `idemkit_") {
+			continue
+		}
+		cells := strings.Split(l, " | ")
+		if len(cells) < 3 {
+			t.Fatalf("README Metrics row %q: want name, type, labels", l)
+		}
+		var labels []string
+		for _, lb := range strings.Split(cells[2], ",") {
+			lb, _, _ = strings.Cut(strings.TrimSpace(lb), " ") // "task (`delete_expired`, …)": the name
+			if lb = strings.TrimSpace(lb); lb != "" && !strings.HasPrefix(lb, "`") && !strings.HasSuffix(lb, ")") {
+				labels = append(labels, "idemkit_"+lb)
+			}
+		}
+		slices.Sort(labels)
+		documented[strings.Trim(strings.TrimPrefix(cells[0], "| "), "`")] = row{cells[1], strings.Join(labels, ",")}
+	}
+	if len(documented) < 15 {
+		t.Fatalf("the README's Metrics table has %d rows: its parsing is broken", len(documented))
+	}
+
+	types := map[dto.MetricType]string{dto.MetricType_COUNTER: "counter", dto.MetricType_GAUGE: "gauge", dto.MetricType_HISTOGRAM: "histogram"}
+	for name, f := range emitFamilies(t) {
+		if !strings.HasPrefix(name, "idemkit_") {
+			continue
+		}
+		doc, ok := documented[name]
+		if !ok {
+			t.Errorf("%s is emitted but not in the README's Metrics table", name)
+			continue
+		}
+		delete(documented, name)
+		if typ := types[f.GetType()]; typ != doc.typ {
+			t.Errorf("%s: the README says %s, the exporter emits a %s", name, doc.typ, typ)
+		}
+		labels := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if !strings.HasPrefix(lp.GetName(), "otel_scope_") {
+					labels[lp.GetName()] = true
+				}
+			}
+		}
+		got := slices.Sorted(maps.Keys(labels))
+		if strings.Join(got, ",") != doc.labels {
+			t.Errorf("%s: the README lists labels %s, the exporter emits %s", name, doc.labels, strings.Join(got, ","))
+		}
+	}
+	for name := range documented {
+		t.Errorf("%s is in the README's Metrics table but never emitted", name)
 	}
 }
