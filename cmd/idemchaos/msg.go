@@ -38,6 +38,7 @@ func runMsg(args []string) int {
 	fs.DurationVar(&c.BatchGap, "batch-gap", msgchaos.DefaultBatchGap, "time between two publishing batches (at least 150ms)")
 	fs.DurationVar(&c.Lease, "lease", msgchaos.DefaultLease, "idemkit Options.Lease of the consumers")
 	fs.DurationVar(&c.Settle, "settle", msgchaos.DefaultSettle, "bound on the wait for every message to settle")
+	fs.IntVar(&c.NATSMaxDeliver, "nats-max-deliver", 0, "MaxDeliver of the NATS consumer (0: unlimited); every other kill then lands on a message's last delivery, settled from the MAX_DELIVERIES advisory")
 	fs.StringVar((*string)(&c.Sabotage), "sabotage", "", "break the consumer on purpose: unguarded or ack-first (violations expected)")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the publishing order and the kill schedule (0: from the clock)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the tables, stream and queues")

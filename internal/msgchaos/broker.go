@@ -27,8 +27,9 @@ type brokerNames struct {
 
 // deadLetter is a message found in the dead-letter stream or queue.
 type deadLetter struct {
-	ID     string
-	Poison int
+	ID      string
+	Poison  int
+	Outcome string // the msgx outcome it says it was dead-lettered with (NATS; "" on RabbitMQ)
 }
 
 // broker is the harness's side of a broker: it creates and deletes the run's resources, publishes
@@ -54,7 +55,7 @@ type natsBroker struct {
 	dlq   jetstream.Stream
 }
 
-func newNATS(ctx context.Context, url string, names brokerNames, ackWait time.Duration) (*natsBroker, error) {
+func newNATS(ctx context.Context, url string, names brokerNames, ackWait time.Duration, maxDeliver int) (*natsBroker, error) {
 	nc, err := nats.Connect(url, nats.Timeout(3*time.Second), nats.Name("idemkit-msgchaos"))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
@@ -76,7 +77,7 @@ func newNATS(ctx context.Context, url string, names brokerNames, ackWait time.Du
 		b.close()
 		return nil, fmt.Errorf("creating stream %s: %w", names.DLQStream, err)
 	}
-	if b.cons, err = b.js.CreateOrUpdateConsumer(ctx, names.Stream, natsConsumerConfig(names, ackWait)); err != nil {
+	if b.cons, err = b.js.CreateOrUpdateConsumer(ctx, names.Stream, natsConsumerConfig(names, ackWait, maxDeliver)); err != nil {
 		b.cleanup(ctx)
 		b.close()
 		return nil, fmt.Errorf("creating consumer: %w", err)
@@ -84,8 +85,13 @@ func newNATS(ctx context.Context, url string, names brokerNames, ackWait time.Du
 	return b, nil
 }
 
-func natsConsumerConfig(names brokerNames, ackWait time.Duration) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{Durable: names.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1000}
+// natsConsumerConfig is the run's durable consumer; maxDeliver 0 is unlimited.
+func natsConsumerConfig(names brokerNames, ackWait time.Duration, maxDeliver int) jetstream.ConsumerConfig {
+	c := jetstream.ConsumerConfig{Durable: names.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxAckPending: 1000}
+	if maxDeliver > 0 {
+		c.MaxDeliver = maxDeliver
+	}
+	return c
 }
 
 func (b *natsBroker) publish(ctx context.Context, id string, payload []byte) (bool, error) {
@@ -138,12 +144,12 @@ func parseDeadLetter(id string, payload []byte, outcome string) deadLetter {
 	var bd body
 	_ = json.Unmarshal(payload, &bd)
 	if bd.Kind == kindPoison {
-		return deadLetter{Poison: bd.Poison}
+		return deadLetter{Poison: bd.Poison, Outcome: outcome}
 	}
 	if outcome == msgx.Poison.String() && strings.Contains(id, ":") {
 		id = ""
 	}
-	return deadLetter{ID: id, Poison: bd.Poison}
+	return deadLetter{ID: id, Poison: bd.Poison, Outcome: outcome}
 }
 
 func (b *natsBroker) cleanup(ctx context.Context) error {

@@ -44,6 +44,11 @@ const (
 	KillCommitted KillMode = "committed"
 	// KillRandom kills a consumer at a random moment of its work.
 	KillRandom KillMode = "random"
+	// KillLast kills a consumer as KillInside does, on a message's last delivery (Config.NATSMaxDeliver):
+	// the server delivers the message no more and publishes a MAX_DELIVERIES advisory, from which a
+	// running consumer settles it as its record says (no record: dead-lettered GaveUp). Only with
+	// NATSMaxDeliver.
+	KillLast KillMode = "last"
 )
 
 // Sabotage breaks the consumer on purpose, to prove the checker catches what it should.
@@ -92,6 +97,12 @@ type Config struct {
 	// MySQLDSN is the server DSN with the database (tables are created and dropped there). Defaults
 	// to the test database of internal/testsvc. RedisAddr, NATSURL, AMQPURL likewise.
 	MySQLDSN, RedisAddr, NATSURL, AMQPURL string
+	// NATSMaxDeliver, when positive, is the JetStream consumer's MaxDeliver (NATS only; ignored on
+	// RabbitMQ): half the kills then land inside a handler on a message's last delivery (KillLast),
+	// which the consumers settle from the server's MAX_DELIVERIES advisory (natsjs.Options.Records is
+	// the msgx.Guard). A message may then end with no effect and a GaveUp dead letter instead of one
+	// effect. Defaults to 0: MaxDeliver unlimited.
+	NATSMaxDeliver int
 	// Sabotage breaks the consumer on purpose (tests of the checker). Defaults to SabotageNone.
 	Sabotage Sabotage
 	// Seed seeds the publishing order and the kill schedule. Defaults to the clock.
@@ -147,6 +158,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if o.Lease < 100*time.Millisecond || o.Settle < time.Second {
 		errs = append(errs, errors.New("Lease must be at least 100ms and Settle at least 1s"))
+	}
+	if o.NATSMaxDeliver < 0 {
+		errs = append(errs, fmt.Errorf("NATSMaxDeliver must not be negative, got %d", o.NATSMaxDeliver))
+	}
+	if o.Broker != BrokerNATS {
+		o.NATSMaxDeliver = 0
 	}
 	if o.Sabotage != SabotageNone && o.Sabotage != SabotageUnguarded && o.Sabotage != SabotageAckFirst {
 		errs = append(errs, fmt.Errorf("unknown Sabotage %q", o.Sabotage))

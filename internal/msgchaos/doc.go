@@ -22,11 +22,22 @@
 //   - waits until the database shows every outcome, the broker holds nothing for the consumers and the
 //     consumers are quiet, stops the consumers, and checks.
 //
+// With Config.NATSMaxDeliver (`idemchaos msg -nats-max-deliver N`) the JetStream consumer has that
+// MaxDeliver and natsjs.Options.Records the msgx.Guard, and every other kill lands inside a handler on
+// a message's last delivery (KillLast): the server then delivers the message no more and publishes a
+// MAX_DELIVERIES advisory, from which the consumers still running settle it (natsjs, dropped.go). The
+// consumers report each message settled so (its Observe hook sees a *jetstream.RawStreamMsg, not a
+// delivery) and how each GaveUp came; the Report counts the messages settled from the advisory.
+//
 // The checker reads the tables with plain SQL and the dead letters from the broker: every message
 // that should take effect has exactly one effect row with its amount and a SUCCEEDED record; every
 // rejected message has none, a REJECTED record and a dead letter; every poison message is
 // dead-lettered; no effect belongs to a message never published; the totals row agrees with the
-// effect rows (conservation) and with the sum the plan expects; nothing is left on the broker. The
+// effect rows (conservation) and with the sum the plan expects; nothing is left on the broker. With
+// MaxDeliver a message may instead end with no effect and a GaveUp dead letter (a rejected one without
+// its REJECTED record), never with neither nor with two effects; one effect beside a GaveUp dead letter
+// passes only when a consumer said it gave up from the advisory or on an InFlight last delivery (a
+// delivery of the message ran meanwhile, as natsjs documents), and is listed apart. The
 // effects table has no unique key on purpose. Sabotaged runs (a consumer without the guard, one
 // that acknowledges before its handler commits) prove the checker catches duplicates and losses.
 //

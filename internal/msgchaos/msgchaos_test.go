@@ -5,6 +5,7 @@ package msgchaos
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,103 @@ func TestChaos(t *testing.T) {
 			}
 			if rep.Kills[KillInside] == 0 && rep.Kills[KillCommitted] == 0 {
 				t.Errorf("no kill landed inside a handler or between commit and ack: %v", rep.Kills)
+			}
+		})
+	}
+}
+
+// With the consumer's MaxDeliver at 1 every delivery is the last: a consumer killed inside a handler
+// leaves its messages to the server's MAX_DELIVERIES advisory, from which the consumers still running
+// settle them (dead-lettered GaveUp, or not at all when their record says they took effect). Nothing
+// may be lost or take effect twice, and the run must show the advisory path was taken.
+func TestChaosMaxDeliver(t *testing.T) {
+	rep := run(t, Config{Broker: BrokerNATS, Messages: 60, Batches: 3, Kills: 1, NATSMaxDeliver: 1})
+	for _, v := range rep.Violations {
+		t.Error(v)
+	}
+	if rep.Kills[KillLast] == 0 || rep.AdvisorySettled == 0 || rep.Advisory["gave-up"] == 0 || rep.GaveUp == 0 {
+		t.Errorf("the run did not settle a message killed on its last delivery from the advisory: kills %v, advisory %d %v, gave up %d",
+			rep.Kills, rep.AdvisorySettled, rep.Advisory, rep.GaveUp)
+	}
+}
+
+// The checker's rules, on fabricated worlds: what must be flagged and what is allowed, with and
+// without MaxDeliver.
+func TestJudge(t *testing.T) {
+	ok := func(id string, amount int64) *planned {
+		return &planned{ID: id, Body: body{Kind: kindOK, Amount: amount}, Copies: 1}
+	}
+	reject := &planned{ID: "r", Body: body{Kind: kindReject, Amount: 5}, Copies: 1}
+	gaveUp := func(id string) deadLetter { return deadLetter{ID: id, Outcome: "gave-up"} }
+	for _, tc := range []struct {
+		name       string
+		maxDeliver bool
+		plan       []*planned
+		world      world
+		want       string // a violation containing it; "" for none
+		gaveUp     int
+		raced      []string
+	}{
+		{name: "one effect", plan: []*planned{ok("a", 3)},
+			world: world{effects: map[string]*effect{"a": {1, 3}}, status: map[string]string{"a": "SUCCEEDED"}, total: 3, count: 1}},
+		{name: "lost", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{status: map[string]string{}},
+			want:  "never took effect (lost) (1): [a]"},
+		{name: "two effects", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{effects: map[string]*effect{"a": {2, 6}}, status: map[string]string{"a": "SUCCEEDED"}, total: 6, count: 2},
+			want:  "took effect more than once (1): [a ×2]"},
+		{name: "two effects beside a dead letter", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{effects: map[string]*effect{"a": {2, 6}}, status: map[string]string{"a": "SUCCEEDED"}, total: 6, count: 2,
+				dead: []deadLetter{gaveUp("a")}, gaveUp: map[string]map[string]bool{"a": {"advisory": true}}},
+			want: "took effect more than once (1): [a ×2]"},
+		{name: "given up without effect", plan: []*planned{ok("a", 3), ok("b", 4)}, maxDeliver: true,
+			world: world{effects: map[string]*effect{"b": {1, 4}}, status: map[string]string{"b": "SUCCEEDED"}, total: 4, count: 1,
+				dead: []deadLetter{gaveUp("a")}, gaveUp: map[string]map[string]bool{"a": {"advisory": true}}},
+			gaveUp: 1},
+		{name: "given up without MaxDeliver is lost", plan: []*planned{ok("a", 3)},
+			world: world{status: map[string]string{}, dead: []deadLetter{gaveUp("a")}},
+			want:  "never took effect (lost) (1): [a]"},
+		{name: "given up with a SUCCEEDED record and no effect", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{status: map[string]string{"a": "SUCCEEDED"}, dead: []deadLetter{gaveUp("a")}},
+			want:  "never took effect (lost) (1): [a]"},
+		{name: "another outcome's dead letter does not stand for a lost message", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{status: map[string]string{}, dead: []deadLetter{{ID: "a", Outcome: "rejected"}}},
+			want:  "never took effect (lost) (1): [a]"},
+		{name: "effect beside the advisory's GaveUp", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{effects: map[string]*effect{"a": {1, 3}}, status: map[string]string{"a": "SUCCEEDED"}, total: 3, count: 1,
+				dead: []deadLetter{gaveUp("a")}, gaveUp: map[string]map[string]bool{"a": {"advisory": true}}},
+			raced: []string{"a (advisory)"}},
+		{name: "effect beside an in-flight GaveUp", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{effects: map[string]*effect{"a": {1, 3}}, status: map[string]string{"a": "SUCCEEDED"}, total: 3, count: 1,
+				dead: []deadLetter{gaveUp("a")}, gaveUp: map[string]map[string]bool{"a": {"in-flight": true}}},
+			raced: []string{"a (in-flight)"}},
+		{name: "effect beside a GaveUp no delivery raced", plan: []*planned{ok("a", 3)}, maxDeliver: true,
+			world: world{effects: map[string]*effect{"a": {1, 3}}, status: map[string]string{"a": "SUCCEEDED"}, total: 3, count: 1,
+				dead: []deadLetter{gaveUp("a")}, gaveUp: map[string]map[string]bool{"a": {"other": true}}},
+			want: "dead-lettered GaveUp by no delivery that raced the effect (1): [a]"},
+		{name: "rejected", plan: []*planned{reject}, maxDeliver: true,
+			world: world{status: map[string]string{"r": "REJECTED"}, dead: []deadLetter{{ID: "r", Outcome: "rejected"}}}},
+		{name: "rejected, given up before its rejection committed", plan: []*planned{reject}, maxDeliver: true,
+			world: world{status: map[string]string{}, dead: []deadLetter{gaveUp("r")}}, gaveUp: 1},
+		{name: "rejected, not dead-lettered", plan: []*planned{reject}, maxDeliver: true,
+			world: world{status: map[string]string{}},
+			want:  "rejected messages without a REJECTED record (1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &Report{}
+			judge(tc.plan, tc.maxDeliver, &tc.world, rep)
+			found := tc.want == ""
+			for _, v := range rep.Violations {
+				found = found || strings.Contains(v, tc.want)
+			}
+			switch {
+			case tc.want == "" && len(rep.Violations) > 0:
+				t.Errorf("violations %q, want none", rep.Violations)
+			case !found:
+				t.Errorf("violations %q, want one with %q", rep.Violations, tc.want)
+			}
+			if rep.GaveUp != tc.gaveUp || !slices.Equal(rep.GaveUpRaced, tc.raced) {
+				t.Errorf("gave up %d, raced %q; want %d, %q", rep.GaveUp, rep.GaveUpRaced, tc.gaveUp, tc.raced)
 			}
 		})
 	}
@@ -114,7 +212,7 @@ func TestSchedule(t *testing.T) {
 }
 
 func TestConfigValidates(t *testing.T) {
-	for _, c := range []Config{{Broker: "kafka"}, {BatchGap: 10 * time.Millisecond}, {DupRate: 2}, {Sabotage: "x"}} {
+	for _, c := range []Config{{Broker: "kafka"}, {BatchGap: 10 * time.Millisecond}, {DupRate: 2}, {Sabotage: "x"}, {NATSMaxDeliver: -1}} {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}

@@ -25,6 +25,8 @@ type Report struct {
 	Flaky           int `json:"flaky"`
 	Consumers       int `json:"consumers"`
 	Workers         int `json:"workers"`
+	// MaxDeliver is the JetStream consumer's MaxDeliver (Config.NATSMaxDeliver); 0 unlimited.
+	MaxDeliver int `json:"max_deliver,omitempty"`
 	// Kills counts consumer processes SIGKILLed, by where they were.
 	Kills map[KillMode]int `json:"kills"`
 	// Outcomes counts the consumers' decisions by outcome (a killed consumer's last one may be
@@ -35,6 +37,16 @@ type Report struct {
 	EffectsSum  int64 `json:"effects_sum"`
 	WantSum     int64 `json:"want_sum"`
 	DeadLetters int   `json:"dead_letters"`
+	// AdvisorySettled is the number of messages (stream sequences) the consumers settled from the
+	// server's MAX_DELIVERIES advisory (natsjs: the consumer process of their last delivery was
+	// killed), Advisory those by the outcomes they were settled with (a message every running consumer
+	// settles counts once per outcome). GaveUp is the number of messages that ended with no effect
+	// and a GaveUp dead letter (MaxDeliver). GaveUpRaced lists the messages with one effect and a
+	// GaveUp dead letter from a delivery that raced the effect's (see judge), with how it gave up.
+	AdvisorySettled int            `json:"advisory_settled,omitempty"`
+	Advisory        map[string]int `json:"advisory,omitempty"`
+	GaveUp          int            `json:"gave_up,omitempty"`
+	GaveUpRaced     []string       `json:"gave_up_raced,omitempty"`
 	// Violations lists everything the checker found wrong; empty when the run passed.
 	Violations []string      `json:"violations"`
 	Duration   time.Duration `json:"duration_ns"`
@@ -60,6 +72,11 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "  consumers  %d processes × %d workers; kill -9 ×%d (%s)\n", r.Consumers, r.Workers, r.TotalKills(), kv(r.Kills))
 	fmt.Fprintf(&b, "  decisions  %s\n", kv(r.Outcomes))
 	fmt.Fprintf(&b, "  effects    %d rows summing to %d (want %d); %d dead letters\n", r.Effects, r.EffectsSum, r.WantSum, r.DeadLetters)
+	if r.MaxDeliver > 0 {
+		fmt.Fprintf(&b, "  maxdeliver %d: %d messages settled from MAX_DELIVERIES advisories (%s); %d gave up without effect (dead-lettered GaveUp)\n",
+			r.MaxDeliver, r.AdvisorySettled, kv(r.Advisory), r.GaveUp)
+		fmt.Fprintf(&b, "             %d took effect beside a GaveUp dead letter of a delivery that raced it%s\n", len(r.GaveUpRaced), listed(r.GaveUpRaced))
+	}
 	fmt.Fprintf(&b, "  violations %d\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "    - %s\n", v)
@@ -68,6 +85,16 @@ func (r *Report) Summary() string {
 		fmt.Fprintf(&b, "  consumer logs in %s\n", r.LogDir)
 	}
 	return b.String()
+}
+
+func listed(items []string) string {
+	if len(items) == 0 {
+		return ""
+	}
+	if len(items) > maxListed {
+		return fmt.Sprintf(": %v and %d more", items[:maxListed], len(items)-maxListed)
+	}
+	return fmt.Sprintf(": %v", items)
 }
 
 func kv[K ~string](m map[K]int) string {

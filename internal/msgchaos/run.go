@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/msgx"
 	"github.com/idemkit/idemkit/record"
 )
 
@@ -53,9 +55,13 @@ type harness struct {
 	decisions atomic.Int64 // "d" lines seen
 	lastDec   atomic.Int64 // unix nanos of the last "d" line
 	outcomes  sync.Map     // outcome → *atomic.Int64
-	trapped   chan trapHit // "inside" and "committed" lines
+	trapped   chan trapHit // "inside", "last" and "committed" lines
 	published atomic.Int64
 	workerErr atomic.Value // string: a consumer that exited on its own
+
+	seen     sync.Mutex
+	advisory map[string]map[string]bool // stream sequence → outcomes settled from a MAX_DELIVERIES advisory ("a" lines)
+	gaveUp   map[string]map[string]bool // message id → how its GaveUp decisions came ("g" lines)
 }
 
 type trapHit struct {
@@ -75,11 +81,13 @@ func Run(ctx context.Context, c *Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &harness{cfg: cfg, rng: mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0x6d7367)), trapped: make(chan trapHit, 16)}
+	h := &harness{cfg: cfg, rng: mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0x6d7367)), trapped: make(chan trapHit, 16),
+		advisory: map[string]map[string]bool{}, gaveUp: map[string]map[string]bool{}}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	h.run = "mc" + hex.EncodeToString(b[:])
-	h.rep = &Report{Broker: cfg.Broker, Seed: cfg.Seed, Consumers: cfg.Consumers, Workers: cfg.Workers, Kills: map[KillMode]int{}, Outcomes: map[string]int{}}
+	h.rep = &Report{Broker: cfg.Broker, Seed: cfg.Seed, Consumers: cfg.Consumers, Workers: cfg.Workers, MaxDeliver: cfg.NATSMaxDeliver,
+		Kills: map[KillMode]int{}, Outcomes: map[string]int{}}
 	start := time.Now()
 	defer func() { h.rep.Duration = time.Since(start).Round(time.Millisecond) }()
 
@@ -113,7 +121,7 @@ func (h *harness) setup(ctx context.Context) error {
 	dsn += sep + "timeout=3s&innodb_lock_wait_timeout=20"
 	h.spec = workerSpec{
 		Broker: cfg.Broker, MySQLDSN: dsn, RedisAddr: cmp.Or(cfg.RedisAddr, testsvc.RedisAddr()), Prefix: "msgchaos:" + h.run + ":",
-		Lease: cfg.Lease, Workers: cfg.Workers, Sabotage: cfg.Sabotage, AckWait: natsAckWait,
+		Lease: cfg.Lease, Workers: cfg.Workers, Sabotage: cfg.Sabotage, AckWait: natsAckWait, MaxDeliver: cfg.NATSMaxDeliver,
 		Tables: tables{Records: h.run + "_records", Effects: h.run + "_effects", Totals: h.run + "_totals"},
 	}
 	var err error
@@ -145,7 +153,7 @@ func (h *harness) setup(ctx context.Context) error {
 	case BrokerNATS:
 		h.spec.URL = cmp.Or(cfg.NATSURL, testsvc.Env("IDEMKIT_TEST_NATS", "nats://127.0.0.1:4222"))
 		h.spec.Names = brokerNames{Stream: h.run, Consumer: "consumers", DLQStream: h.run + "_dlq", DLQSubject: h.run + "_dlq.dead"}
-		h.broker, err = newNATS(ctx, h.spec.URL, h.spec.Names, natsAckWait)
+		h.broker, err = newNATS(ctx, h.spec.URL, h.spec.Names, natsAckWait, cfg.NATSMaxDeliver)
 	case BrokerAMQP:
 		h.spec.URL = cmp.Or(cfg.AMQPURL, testsvc.Env("IDEMKIT_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/"))
 		h.spec.Names = brokerNames{Queue: h.run}
@@ -253,7 +261,19 @@ func (h *harness) read(c *consumer) {
 			h.lastDec.Store(time.Now().UnixNano())
 			v, _ := h.outcomes.LoadOrStore(arg, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
-		case "inside", "committed":
+		case "a", "g": // "a <outcome> <seq>", "g <how> <id>"
+			what, key, _ := strings.Cut(arg, " ")
+			seen := h.advisory
+			if verb == "g" {
+				seen = h.gaveUp
+			}
+			h.seen.Lock()
+			if seen[key] == nil {
+				seen[key] = map[string]bool{}
+			}
+			seen[key][what] = true
+			h.seen.Unlock()
+		case "inside", "last", "committed":
 			select {
 			case h.trapped <- trapHit{c: c, mode: KillMode(verb), id: arg}:
 			default:
@@ -288,6 +308,10 @@ func (h *harness) exercise(ctx context.Context) error {
 
 	// Kills, spread over the deliveries: the i-th when i/(Kills+1) of them were decided.
 	modes := []KillMode{KillInside, KillCommitted, KillRandom}
+	if cfg.NATSMaxDeliver > 0 {
+		// Every other kill on a last delivery: the message is settled from the MAX_DELIVERIES advisory.
+		modes = []KillMode{KillLast, KillCommitted, KillLast, KillInside, KillLast, KillRandom}
+	}
 	for i := range cfg.Kills {
 		target := int64(total * (i + 1) / (cfg.Kills + 1))
 		for h.decisions.Load() < target {
@@ -376,7 +400,7 @@ func (h *harness) kill(ctx context.Context, mode KillMode) error {
 
 	landed := mode
 	switch mode {
-	case KillInside, KillCommitted:
+	case KillInside, KillLast, KillCommitted:
 		if err := victim.send("arm " + string(mode)); err != nil {
 			return err
 		}
@@ -434,6 +458,13 @@ func (h *harness) settle(ctx context.Context) error {
 		if err := h.db.WithContext(ctx).Raw("SELECT count(*) FROM " + h.spec.Tables.Records + " WHERE status = 'REJECTED'").Row().Scan(&rejected); err != nil {
 			return err
 		}
+		if h.cfg.NATSMaxDeliver > 0 {
+			gaveUp, gaveUpRejects, err := h.gaveUpWithoutOutcome(ctx)
+			if err != nil {
+				return err
+			}
+			ids, rejected = ids+gaveUp, rejected+gaveUpRejects
+		}
 		pending, err := h.broker.pending(ctx)
 		if err != nil {
 			return err
@@ -463,6 +494,44 @@ func (h *harness) settle(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// gaveUpWithoutOutcome counts the messages given up at MaxDeliver that will not show their outcome in
+// the database: accepted ones with a GaveUp dead letter and no effect, rejected ones with one and no
+// REJECTED record.
+func (h *harness) gaveUpWithoutOutcome(ctx context.Context) (accepted, rejected int, err error) {
+	dead, err := h.broker.deadLetters(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	kinds := map[string]string{}
+	for _, p := range h.plan {
+		kinds[p.ID] = p.Body.Kind
+	}
+	var ids []string
+	for _, d := range dead {
+		if d.Outcome == msgx.GaveUp.String() && d.Poison == 0 && kinds[d.ID] != "" && !slices.Contains(ids, d.ID) {
+			ids = append(ids, d.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, 0, nil
+	}
+	var done []string // those that show their outcome
+	if err := h.db.WithContext(ctx).Raw("SELECT DISTINCT msg_id FROM "+h.spec.Tables.Effects+" WHERE msg_id IN ? UNION "+
+		"SELECT idem_key FROM "+h.spec.Tables.Records+" WHERE status = 'REJECTED' AND idem_key IN ?", ids, ids).Scan(&done).Error; err != nil {
+		return 0, 0, err
+	}
+	for _, id := range ids {
+		switch {
+		case slices.Contains(done, id):
+		case kinds[id] == kindReject:
+			rejected++
+		default:
+			accepted++
+		}
+	}
+	return accepted, rejected, nil
 }
 
 // tail returns the end of the file at path, for error messages.

@@ -54,6 +54,7 @@ type workerSpec struct {
 	Lease      time.Duration
 	Workers    int
 	Sabotage   Sabotage
+	MaxDeliver int // the NATS consumer's MaxDeliver, 0 unlimited: KillLast traps only a delivery at it
 	ConsumerID int
 }
 
@@ -76,7 +77,12 @@ func RunWorkerIfRequested() {
 //	ready               consuming
 //	d <outcome>         a decision, after its outcome is durable and before the broker is told
 //	inside <id>         an armed worker is inside a handler after its writes, before the commit, and waits to be killed
+//	last <id>           likewise, on <id>'s last delivery (MaxDeliver)
 //	committed <id>      an armed worker committed <id> and waits to be killed before the ack
+//	a <outcome> <seq>   the decision on the message at stream sequence <seq>, settled from a MAX_DELIVERIES
+//	                    advisory (also a "d" line)
+//	g <how> <id>        a GaveUp decision on <id> (also a "d" line): how is advisory (settled from the
+//	                    advisory), in-flight (a last delivery found the key held) or other
 type out struct{ mu sync.Mutex }
 
 func (o *out) line(format string, args ...any) {
@@ -166,6 +172,10 @@ func runWorker(spec workerSpec, log *slog.Logger) error {
 			o.line("inside %s", m.ID)
 			<-make(chan struct{}) // the harness kills this process now
 		}
+		if spec.MaxDeliver > 0 && m.Attempt >= spec.MaxDeliver && trap(KillLast) {
+			o.line("last %s", m.ID) // the server drops the message once AckWait runs out
+			<-make(chan struct{})
+		}
 		return nil
 	}
 	handle := mg.Tx(db, records, business)
@@ -185,6 +195,22 @@ func runWorker(spec workerSpec, log *slog.Logger) error {
 	}
 	observe := func(m *msgx.Message, d msgx.Decision) {
 		o.line("d %s", d.Outcome)
+		// natsjs settles a message the server dropped at MaxDeliver from the stream: Raw is the
+		// *jetstream.RawStreamMsg rather than a delivery.
+		raw, fromAdvisory := m.Raw.(*jetstream.RawStreamMsg)
+		if fromAdvisory {
+			o.line("a %s %d", d.Outcome, raw.Sequence)
+		}
+		if d.Outcome == msgx.GaveUp {
+			how := "other"
+			switch {
+			case fromAdvisory:
+				how = "advisory"
+			case errors.Is(d.Err, idemkit.ErrInFlight):
+				how = "in-flight"
+			}
+			o.line("g %s %s", how, m.ID)
+		}
 		if d.Outcome == msgx.Processed && trap(KillCommitted) {
 			o.line("committed %s", m.ID)
 			<-make(chan struct{}) // killed after the commit, before the ack
@@ -207,7 +233,8 @@ func runWorker(spec workerSpec, log *slog.Logger) error {
 			return err
 		}
 		o.line("ready")
-		return natsjs.Consume(ctx, js, cons, handle, &natsjs.Options{Workers: spec.Workers, DeadLetterSubject: spec.Names.DLQSubject, Observe: observe, Logger: log})
+		return natsjs.Consume(ctx, js, cons, handle, &natsjs.Options{Workers: spec.Workers, DeadLetterSubject: spec.Names.DLQSubject,
+			Records: mg, Observe: observe, Logger: log})
 	case BrokerAMQP:
 		conn, err := amqp091.Dial(spec.URL)
 		if err != nil {
