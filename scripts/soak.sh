@@ -112,22 +112,29 @@ if [ "$dtm" = 1 ]; then
   esac
 fi
 
+# msgrun NAME ARGS...: one message-consumer chaos run, reported in $out/NAME.{txt,json,log}.
+msgrun() {
+  local name=$1; shift
+  set +e
+  timeout --signal=INT --kill-after=60 3600 "$out/idemchaos" msg "$@" -json "$out/$name.json" > "$out/$name.txt" 2> "$out/$name.log"
+  rc=$?
+  set -e
+  cat "$out/$name.txt"
+  echo "exact command: $out/idemchaos msg $* -json $out/$name.json"
+  case $rc in
+    0) echo "$name: 0 violations" ;;
+    1) echo "$name: VIOLATIONS found (see $out/$name.txt)"; status=1 ;;
+    *) echo "$name: the harness failed (exit $rc); log: $out/$name.log"; tail -20 "$out/$name.log"; status=1 ;;
+  esac
+}
+
 if [ "$msg" = 1 ]; then
   step "message-consumer chaos: $msgs messages per broker, NATS and RabbitMQ (report in $out)"
   [ -x "$out/idemchaos" ] || go build -o "$out/idemchaos" ./cmd/idemchaos
   batches=$(( msgs / 50 > 10 ? msgs / 50 : 10 ))
-  set +e
-  timeout --signal=INT --kill-after=60 3600 "$out/idemchaos" msg -messages "$msgs" -batches "$batches" -kills 30 \
-    -json "$out/msg-chaos.json" > "$out/msg-chaos.txt" 2> "$out/msg-chaos.log"
-  rc=$?
-  set -e
-  cat "$out/msg-chaos.txt"
-  echo "exact command: $out/idemchaos msg -messages $msgs -batches $batches -kills 30 -json $out/msg-chaos.json"
-  case $rc in
-    0) echo "message-consumer chaos: 0 violations" ;;
-    1) echo "message-consumer chaos: VIOLATIONS found (see $out/msg-chaos.txt)"; status=1 ;;
-    *) echo "message-consumer chaos: the harness failed (exit $rc); log: $out/msg-chaos.log"; tail -20 "$out/msg-chaos.log"; status=1 ;;
-  esac
+  msgrun msg-chaos -messages "$msgs" -batches "$batches" -kills 30
+  step "message-consumer chaos, the last JetStream delivery: $(( msgs / 10 )) messages, MaxDeliver 2 (report in $out)"
+  msgrun msg-chaos-last -brokers nats -nats-max-deliver 2 -messages $(( msgs / 10 )) -kills 10
 fi
 
 if [ "$fuzz" = 1 ]; then
