@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Soak: idemkit's chaos harness for a long time on MariaDB, then on PostgreSQL, then the DTM scenario
 # (the example's order service SIGKILLed mid-storm, external and embedded DTM), then the
-# message-consumer chaos run on NATS and RabbitMQ (idemchaos msg), then every fuzz target of the
-# repository for a set time each. Prints the chaos figures (requests, duplicates, faults by kind,
+# message-consumer chaos run on NATS and RabbitMQ (idemchaos msg) and on the last JetStream delivery
+# (-nats-max-deliver 2), then every fuzz target of the repository for a set time each. Prints the chaos figures (requests, duplicates, faults by kind,
 # effects checked, violations) and one line per fuzz target; exits non-zero if a checker found a
 # violation or a fuzz target failed.
 #
