@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Soak: idemkit's chaos harness for a long time on MariaDB, then on PostgreSQL, then the DTM scenario
-# (the example's order service SIGKILLed mid-storm, external and embedded DTM), then the
-# message-consumer chaos run on NATS and RabbitMQ (idemchaos msg) and on the last JetStream delivery
-# (-nats-max-deliver 2), then every fuzz target of the repository for a set time each. Prints the chaos figures (requests, duplicates, faults by kind,
-# effects checked, violations) and one line per fuzz target; exits non-zero if a checker found a
+# Soak: idemkit's chaos harness for a long time on MariaDB, then on PostgreSQL, then the DTM scenario (the
+# example's order service SIGKILLed mid-storm, external and embedded DTM), then the message-consumer chaos run
+# on NATS and RabbitMQ (idemchaos msg) and on the last JetStream delivery (-nats-max-deliver 2), then every
+# fuzz target of the repository for a set time each. Prints the chaos figures (requests, duplicates, faults by
+# kind, effects checked, violations) and one line per fuzz target; exits non-zero if a checker found a
 # violation or a fuzz target failed.
 #
 #   ./scripts/soak.sh                         10 minutes of chaos per database, then 1 minute per fuzz target
