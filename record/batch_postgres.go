@@ -23,8 +23,8 @@ import (
 // A statement the server refuses (SQLSTATE: a deadlock, a value it rejects) committed nothing, and each
 // write runs alone. An error that ends the session (FATAL 57P01 admin_shutdown: pg_terminate_backend, a
 // fast shutdown) may come after the commit, while the server waits for a synchronous standby, say: a
-// finish that runs again then finds its own write in place and succeeds (see finishAgain). A finish batch whose outcome is unknown (no answer) gives each finish the error, as
-// a lost reply would.
+// finish that runs again then finds its own write in place and succeeds (see finishAgain). A finish batch
+// whose outcome is unknown (no answer) gives each finish the error, as a lost reply would.
 
 // pgFinishCols is the number of values of a finish row in finishRowsArgs.
 const pgFinishCols = 11
