@@ -303,7 +303,9 @@ at least once); "expired" records count as absent and await the sweeper.
 	"release": `Release makes a stuck PROCESSING claim FAILED with fence + 1 and no owner, as the sweeper's recovery
 does: the next attempt with the key runs again, and the stalled holder can never finish (its fenced
 write fails). The write is conditioned on the record as read (fence, owner, status): if it changed
-in between, nothing is written (exit 4). With --redis the holder's lock is deleted too.
+in between, nothing is written (exit 4). With --redis the holder's lock is deleted too; without it
+the lock stays until it expires (a retry is answered in flight until then), and nothing can delete it
+later: the released record names no owner. The question and the report say so.
 
 Refused without --force: a claim whose lease has not run out (its holder may still be running; the
 work could then run twice), and a claim carrying a gid — its outcome belongs to the global

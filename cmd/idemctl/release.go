@@ -38,6 +38,13 @@ func (c *cli) release(ctx context.Context, pos []string) error {
 	}
 	q := fmt.Sprintf("Release the claim on %q / %q (PROCESSING, fence %d, owner %s, claimed %s)? It becomes FAILED with fence %d and the next attempt runs again.",
 		scope, key, rec.Fence, cell(rec.Owner), ago(c.now(), rec.CreatedAt), rec.Fence+1)
+	// Without Redis the holder's lock stays, and nothing can delete it later: the released record
+	// names no owner, and a lock is only ever deleted by its holder's token.
+	lockKept := ""
+	if c.rdb == nil && rec.Owner != "" {
+		lockKept = "without --redis the holder's lock, if it still holds one, stays until it expires (the application's LockTTL): until then a retry is answered as in flight, and idemctl cannot delete it afterwards"
+		q += " W" + lockKept[1:] + "; answer no and give --redis to delete it with the claim."
+	}
 	ctx, err = c.confirm(q) // a fresh --timeout for what follows
 	if err != nil {
 		return err
@@ -51,10 +58,13 @@ func (c *cli) release(ctx context.Context, pos []string) error {
 	}
 	if c.o.json {
 		c.writeJSON(map[string]any{"released": true, "before": c.recordJSON(rec, int64(len(rec.Response)), c.now()),
-			"record": c.recordJSON(next, int64(len(next.Response)), c.now()), "warning": errString(err)})
+			"record": c.recordJSON(next, int64(len(next.Response)), c.now()), "warning": cmp.Or(errString(err), lockKept)})
 	} else {
 		fmt.Fprintf(c.stdout, "released %q / %q: PROCESSING fence %d -> FAILED fence %d (error %q); the next attempt runs again, the old holder can no longer finish\n",
 			scope, key, rec.Fence, next.Fence, next.Error)
+		if lockKept != "" {
+			fmt.Fprintf(c.stdout, "note: %s\n", lockKept)
+		}
 	}
 	return err // a Redis failure after the release: reported, exit 1
 }
