@@ -315,8 +315,9 @@ transaction: look at it with 'idemctl dtm GID'; the reconciler settles it from D
 --older-than --gid), every matching record up to --limit (the report says when the limit was reached
 and more may match; --json: limit_reached). Each delete is conditioned on the record as
 read (fence, owner, status): a record that changed in between is left alone and counted. The key is
-new again afterwards: the next attempt runs. With --redis the cached result is deleted too; without it
-a cached result may still be replayed until it expires. Live claims and claims carrying a gid are
+new again afterwards: the next attempt runs. With --redis the cached result is deleted too, and a
+claim's holder's lock; without it a SUCCEEDED or REJECTED record's cached result may still be replayed
+until it expires (only those are cached), and a claim's holder's lock stays until it expires. Live claims and claims carrying a gid are
 skipped unless --force, and so are finished records an attempt may still run or answer under: with
 --redis, a SUCCEEDED or REJECTED record whose key is locked (its holder would cache it again as it
 ends); without it, a mark (Mark mode writes it before its function runs) written less than --lease

@@ -114,8 +114,12 @@ func (c *cli) purgeOne(ctx context.Context, scope, key string) error {
 		return err
 	}
 	q := fmt.Sprintf("Delete the record of %q / %q (%s, fence %d)? The key is new again: the next attempt runs.", scope, key, rec.Status, rec.Fence)
-	if c.rdb == nil {
+	switch {
+	case c.rdb != nil:
+	case rec.Status.Terminal(): // only a SUCCEEDED or REJECTED record is ever cached
 		q += " Without --redis a cached result may still be replayed until it expires."
+	case rec.Status == idemkit.StatusProcessing && rec.Owner != "":
+		q += " Without --redis the holder's lock, if it still holds one, stays until it expires: until then a retry is answered as in flight."
 	}
 	ctx, err = c.confirm(q) // a fresh --timeout for what follows
 	if err != nil {
