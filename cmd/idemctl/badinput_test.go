@@ -47,6 +47,8 @@ func TestBadInput(t *testing.T) {
 			{"invalid table name", nil, []string{"list", "--table", "x; DROP TABLE y"}, exitUsage, []string{"invalid table name"}},
 			{"invalid namespace", nil, []string{"list", "--namespace", "a/b"}, exitUsage, []string{"Namespace", "contains '/'"}},
 			{"unreachable Redis", nil, []string{"inspect", "--redis", "127.0.0.1:1", scopeA, s.ok}, exitError, []string{"connecting to Redis"}},
+			{"Redis URL without a host", nil, []string{"list", "--redis", "redis://"}, exitUsage, []string{"--redis redis://", "no host"}},
+			{"Redis URL with a port but no host", map[string]string{"IDEMCTL_REDIS": "rediss://:6380/0"}, []string{"inspect", scopeA, s.ok}, exitUsage, []string{"--redis rediss://:6380/0", "no host"}},
 			{"Redis prefix with a brace", nil, []string{"list", "--redis-prefix", "a{b"}, exitUsage, []string{"must not contain"}},
 			{"unknown status", nil, []string{"list", "--status", "DONE"}, exitUsage, []string{`--status "DONE"`}},
 			{"stuck with another status", nil, []string{"list", "--stuck", "--status", "FAILED"}, exitUsage, []string{"conflicts with --status FAILED"}},

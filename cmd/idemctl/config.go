@@ -364,6 +364,11 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 		if ro, err = redis.ParseURL(spec); err != nil {
 			return nil, usagef("--redis %s: %v", redact(spec), err)
 		}
+		// go-redis takes a URL without a host for localhost: the application's Redis is never that by
+		// default, so a host left out (an unset variable in redis://${HOST}:6379) is a bad command line.
+		if u, err := url.Parse(spec); err == nil && (u.Scheme == "redis" || u.Scheme == "rediss") && u.Hostname() == "" {
+			return nil, usagef("--redis %s: no host: want redis://host:6379", redact(spec))
+		}
 	}
 	ro.ContextTimeoutEnabled = true
 	ro.DialTimeout = dial
