@@ -26,6 +26,7 @@ func TestBadInput(t *testing.T) {
 			{"unknown command", nil, []string{"frobnicate"}, exitUsage, []string{`unknown command "frobnicate"`}},
 			{"unknown flag", nil, []string{"list", "--colour"}, exitUsage, []string{"flag provided but not defined: -colour"}},
 			{"missing key", nil, []string{"inspect", scopeA}, exitUsage, []string{"want 2 argument(s) SCOPE KEY, got 1"}},
+			{"argument to a command that takes none", nil, []string{"list", scopeA, s.ok}, exitUsage, []string{"want no arguments, got 2"}},
 			{"extra argument", nil, []string{"release", scopeA, s.stuck, "more"}, exitUsage, []string{"got 3"}},
 			{"control character in key", nil, []string{"inspect", scopeA, "k\x01"}, exitUsage, []string{"invalid idempotency key", "control character"}},
 			{"invalid UTF-8 key", nil, []string{"release", "--yes", scopeA, "k\xff"}, exitUsage, []string{"invalid UTF-8"}},

@@ -135,7 +135,9 @@ func (c *cli) validate(cmd *command, pos []string) error {
 		return &usageError{errors.Join(o.envErrs...).Error()}
 	}
 	switch {
-	case cmd.positional >= 0 && len(pos) != cmd.positional:
+	case cmd.positional == 0 && len(pos) != 0:
+		return usagef("want no arguments, got %d", len(pos))
+	case cmd.positional > 0 && len(pos) != cmd.positional:
 		return usagef("want %d argument(s) %s, got %d", cmd.positional, cmd.args, len(pos))
 	case cmd.positional < 0 && len(pos) != 0 && len(pos) != 2:
 		return usagef("want SCOPE KEY or filters, got %d argument(s)", len(pos))
