@@ -9,17 +9,10 @@ import (
 )
 
 func (c *cli) list(ctx context.Context, _ []string) error {
-	// One record more than the limit tells whether more match, for a limit the matches just fill.
-	f := c.o.filter
-	if f.Limit < math.MaxInt {
-		f.Limit++
-	}
-	entries, err := c.listEntries(ctx, f)
+	entries, more, err := c.listLimited(ctx)
 	if err != nil {
 		return err
 	}
-	more := len(entries) > c.o.filter.Limit
-	entries = entries[:min(len(entries), c.o.filter.Limit)]
 	now := c.now()
 	if c.o.json {
 		out := make([]recordJSON, len(entries))
@@ -42,6 +35,20 @@ func (c *cli) list(ctx context.Context, _ []string) error {
 }
 
 // listEntries lists with a progress line on a terminal.
+// listLimited returns the records matching the command line's filters, at most --limit, and whether
+// more match: it reads one record more than the limit, which tells it for a limit the matches just
+// fill.
+func (c *cli) listLimited(ctx context.Context) (entries []*admin.Entry, more bool, err error) {
+	f := c.o.filter
+	if f.Limit < math.MaxInt {
+		f.Limit++
+	}
+	if entries, err = c.listEntries(ctx, f); err != nil {
+		return nil, false, err
+	}
+	return entries[:min(len(entries), c.o.filter.Limit)], len(entries) > c.o.filter.Limit, nil
+}
+
 func (c *cli) listEntries(ctx context.Context, f admin.Filter) ([]*admin.Entry, error) {
 	p := c.startProgress("reading " + c.adm.Table())
 	defer p.stop()

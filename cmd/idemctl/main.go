@@ -312,8 +312,8 @@ work could then run twice), and a claim carrying a gid — its outcome belongs t
 transaction: look at it with 'idemctl dtm GID'; the reconciler settles it from DTM's answer.
 `,
 	"purge": `With SCOPE KEY, deletes that record; with filters (at least one of --scope --status --stuck
---older-than --gid), every matching record up to --limit (the report says when the limit was reached
-and more may match; --json: limit_reached). Each delete is conditioned on the record as
+--older-than --gid), every matching record up to --limit (the report says when more than --limit
+matched; --json: limit_reached). Each delete is conditioned on the record as
 read (fence, owner, status): a record that changed in between is left alone and counted. The key is
 new again afterwards: the next attempt runs. With --redis the cached result is deleted too, and a
 claim's holder's lock; without it a SUCCEEDED or REJECTED record's cached result may still be replayed

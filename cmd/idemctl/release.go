@@ -179,16 +179,15 @@ func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound e
 }
 
 func (c *cli) purgeMany(ctx context.Context) error {
-	entries, err := c.listEntries(ctx, c.o.filter)
+	entries, limitReached, err := c.listLimited(ctx) // limitReached: more match, the report says so
 	if err != nil {
 		return err
 	}
 	now := c.now()
 	opts := admin.PurgeOptions{Force: c.o.force}
-	limitReached := len(entries) == c.o.filter.Limit // more may match: the report says so
 	more := ""
 	if limitReached {
-		more = fmt.Sprintf(" (--limit %d reached: more may match; run it again or raise --limit)", c.o.filter.Limit)
+		more = fmt.Sprintf(" (--limit %d reached: more match; run it again or raise --limit)", c.o.filter.Limit)
 	}
 	var todo []*admin.Entry
 	skipped := []string{} // --json: a list, empty when nothing is left alone
@@ -222,7 +221,7 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	}
 	q := fmt.Sprintf("Delete these %d record(s)? Their keys are new again.", len(todo))
 	if limitReached {
-		q += fmt.Sprintf(" (--limit %d reached: more may match)", c.o.filter.Limit)
+		q += fmt.Sprintf(" (--limit %d reached: more match)", c.o.filter.Limit)
 	}
 	ctx, err = c.confirm(q) // a fresh --timeout for what follows
 	if err != nil {
