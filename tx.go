@@ -124,13 +124,14 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // after fn, so it commits or rolls back with the business writes fn makes in the same transaction.
 // DoTx never commits or rolls back.
 //
-// The contract is the caller's to keep, and it is loud: whenever DoTx returns an error, the caller
-// must roll the transaction back — return the error from db.Transaction's function. In particular,
-// when fn ran but the key turned out finished by another attempt (its record committed while fn ran;
-// without a Locker, or when Redis lost its data, this is how a duplicate is detected), DoTx returns
-// the stored answer in the Result (Replayed set) together with an error matching
-// [ErrRollbackReplayed] (and [ErrRejected] when the stored answer is a rejection): fn's writes must
-// not commit.
+// The contract is the caller's to keep, and it is loud: whenever DoTx returns an error, the caller must
+// roll the transaction back — return the error from db.Transaction's function (with Options.Watchdog, a
+// function whose lock Redis lost meanwhile carries on and finishes its writes: they must not commit
+// either). In particular, when fn ran but the key turned out finished by another attempt (its record
+// committed while fn ran; without a Locker, or when Redis lost its data, this is how a duplicate is
+// detected), DoTx returns the stored answer in the Result (Replayed set) together with an error matching
+// [ErrRollbackReplayed] (and [ErrRejected] when the stored answer is a rejection): fn's writes must not
+// commit.
 //
 // Before fn, a duplicate of a finished key is answered from the cache or, when tx implements [Peeker],
 // from the record as the transaction sees it, read without a lock (one statement in the caller's
