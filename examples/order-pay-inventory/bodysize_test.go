@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestBodyOverTheLimitIs413: the services read bodies of at most 64 KiB, the middleware in front of
@@ -15,19 +13,7 @@ import (
 // the limit is 413 now, the key still free; a PUT's too (found by a defect hunt).
 func TestBodyOverTheLimitIs413(t *testing.T) {
 	t.Parallel()
-	needDTM(t)
-	cfg := testConfig()
-	cfg.DataDir = t.TempDir()
-	svc := startServices(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c := newClient(svc.URL)
-	if err := c.put(ctx, "/api/accounts/big", map[string]int64{"balance": 10_000}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.put(ctx, "/api/inventory/big", map[string]int64{"stock": 10}); err != nil {
-		t.Fatal(err)
-	}
+	_, c, ctx := stockedShop(t, "big", "big")
 	pad := strings.Repeat("x", maxBody) // with the members, the body is just over maxBody
 	for _, tcc := range []bool{false, true} {
 		key := "big-" + randomHex(4)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -14,19 +13,7 @@ import (
 // the same fingerprint — decode to different orders. The second request, for 1 apple, was
 // answered with the replayed 201 of the 3-apple order; it gets 422 (found by a defect hunt).
 func TestCaseVariantMembersAreAMismatch(t *testing.T) {
-	needDTM(t)
-	cfg := testConfig()
-	cfg.DataDir = t.TempDir()
-	svc := startServices(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c := newClient(svc.URL)
-	if err := c.put(ctx, "/api/accounts/hunt", map[string]int64{"balance": 10_000}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.put(ctx, "/api/inventory/hsku", map[string]int64{"stock": 10}); err != nil {
-		t.Fatal(err)
-	}
+	_, c, ctx := stockedShop(t, "hunt", "hsku")
 	// encoding/json: "QTY" and "qty" both set Qty; the last one in the document wins.
 	first := json.RawMessage(`{"user_id":"hunt","sku":"hsku","qty":1,"QTY":3,"amount":100}`)  // qty 3
 	second := json.RawMessage(`{"user_id":"hunt","sku":"hsku","QTY":3,"qty":1,"amount":100}`) // qty 1

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idemkit/idemkit/httpx"
 )
@@ -19,19 +17,7 @@ import (
 // 422 payload-mismatch instead of the replay (found by a defect hunt).
 func TestOrderBodyIsJSONWhateverItsContentType(t *testing.T) {
 	t.Parallel()
-	needDTM(t)
-	cfg := testConfig()
-	cfg.DataDir = t.TempDir()
-	svc := startServices(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c := newClient(svc.URL)
-	if err := c.put(ctx, "/api/accounts/ctype", map[string]int64{"balance": 10_000}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.put(ctx, "/api/inventory/ctype", map[string]int64{"stock": 10}); err != nil {
-		t.Fatal(err)
-	}
+	svc, c, ctx := stockedShop(t, "ctype", "ctype")
 	post := func(key, contentType, body string) *response {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, svc.URL+"/api/orders", strings.NewReader(body))

@@ -68,6 +68,27 @@ func startServices(t *testing.T, cfg Config) *Services {
 	return svc
 }
 
+// stockedShop starts the services with embedded defaults on a data dir of their own, sets account
+// user's balance to 10,000 and SKU sku's stock to 10, and returns them with a client and a context
+// bounded by a minute (both ended when t ends).
+func stockedShop(t *testing.T, user, sku string) (*Services, *client, context.Context) {
+	t.Helper()
+	needDTM(t)
+	cfg := testConfig()
+	cfg.DataDir = t.TempDir()
+	svc := startServices(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	c := newClient(svc.URL)
+	if err := c.put(ctx, "/api/accounts/"+user, map[string]int64{"balance": 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.put(ctx, "/api/inventory/"+sku, map[string]int64{"stock": 10}); err != nil {
+		t.Fatal(err)
+	}
+	return svc, c, ctx
+}
+
 // mariaDBConfig returns testConfig on the test MariaDB, Redis and a DTM server of its own, with tables
 // and Redis keys of its own, all removed when t ends.
 func mariaDBConfig(t *testing.T) Config {
