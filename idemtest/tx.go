@@ -89,13 +89,18 @@ func (t *countedTx) Commit() error {
 	return err
 }
 
+// skipWithoutTx skips t when the Stores newStore makes do not begin transactions.
+func skipWithoutTx(t *testing.T, newStore NewStore) {
+	t.Helper()
+	if _, ok := newStore(t).(idemkit.TxBeginner); !ok {
+		t.Skip("the Store does not begin transactions (idemkit.TxBeginner)")
+	}
+}
+
 // runTxStateTable drives [idemkit.Guard.Tx] over a Store that begins transactions through the rows
 // of the state table: the record is written once, with the function's outcome, in the transaction.
 func runTxStateTable(t *testing.T, newStore NewStore) {
-	probe := newStore(t)
-	if _, ok := probe.(idemkit.TxBeginner); !ok {
-		t.Skip("the Store does not begin transactions (idemkit.TxBeginner)")
-	}
+	skipWithoutTx(t, newStore)
 	setup := func(t *testing.T, mod func(*idemkit.Options)) (*idemkit.Guard, *countingTx, *Clock) {
 		s := newStore(t)
 		clk := NewClock()

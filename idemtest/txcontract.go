@@ -15,10 +15,7 @@ import (
 // ignored a version moved on meanwhile would commit a second run of the function), it reads its own
 // writes, Rollback discards them and Commit applies them.
 func runTxContract(t *testing.T, newStore NewStore) {
-	probe := newStore(t)
-	if _, ok := probe.(idemkit.TxBeginner); !ok {
-		t.Skip("the Store does not begin transactions (idemkit.TxBeginner)")
-	}
+	skipWithoutTx(t, newStore)
 	now := NewClock().Now()
 	begin := func(t *testing.T, s idemkit.Store) idemkit.TxStore {
 		t.Helper()

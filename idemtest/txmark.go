@@ -15,10 +15,7 @@ import (
 // runTxMark drives [idemkit.Guard.TxMark] over a Store that begins transactions: the mark commits with
 // the function's run or not at all, duplicates never run, failures leave the key free.
 func runTxMark(t *testing.T, newStore NewStore) {
-	probe := newStore(t)
-	if _, ok := probe.(idemkit.TxBeginner); !ok {
-		t.Skip("the Store does not begin transactions (idemkit.TxBeginner)")
-	}
+	skipWithoutTx(t, newStore)
 	setup := func(t *testing.T) (*idemkit.Guard, *countingTx, *Clock) {
 		s := newStore(t)
 		clk := NewClock()
