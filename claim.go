@@ -677,6 +677,13 @@ func writeOutcome(ctx context.Context, st Store, next *Record, prev Version) (no
 // the settlement. The result cache is filled by the first replay, not here. When the Store
 // refuses the outcome's values it stores a replacement as [Claim.Finish] does and returns an error
 // wrapping ErrUnstorable.
+//
+// With a Locker, once the outcome is written, Settle releases the lock the record's holder may still
+// hold (by its token, the record's owner): a holder that died before it could detach (an initiator
+// killed after its submit) keeps its lock until LockTTL, which may outlast the lease, and every
+// duplicate of the settled key would be answered in flight until then. A lock another attempt holds is
+// left alone; a release that fails (bounded by Options.FinishTimeout) leaves the lock to expire and is
+// not reported.
 func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error) error {
 	if rec == nil || rec.Status != StatusProcessing {
 		return fmt.Errorf("%w: only a PROCESSING record can be settled", ErrFenced)
@@ -689,11 +696,26 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	note, werr := writeOutcome(ctx, g.store, &next, rec.Version())
 	switch {
 	case werr == nil:
+		g.releaseHolder(ctx, rec)
 		return note
 	case errors.Is(werr, ErrFenced):
 		return fencedWhy(ctx, g.store, rec)
 	}
 	return storeErr(ctx, "settling record", werr)
+}
+
+// releaseHolder releases the lock that rec's holder (its owner's token) may still hold, once another
+// settled the record: see [Guard.Settle].
+func (g *Guard) releaseHolder(ctx context.Context, rec *Record) {
+	if g.opts.Locker == nil || rec.Owner == "" {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, g.opts.FinishTimeout) // a Redis that hangs delays no settlement longer
+	defer cancel()
+	err := g.opts.Locker.Release(rctx, LockKey(rec.Scope, rec.Key), rec.Owner, nil, 0)
+	if err != nil && !errors.Is(err, ErrLockNotHeld) {
+		g.opts.Logger.WarnContext(ctx, "idemkit: releasing the lock of a settled record's holder", "scope", rec.Scope, "error", err)
+	}
 }
 
 // fencedWhy returns ErrFenced for a write fenced off the record mine (as its writer last had it),
