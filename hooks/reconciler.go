@@ -125,7 +125,10 @@ func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Ru
 // newer records whose transaction ended. The listing goes on after the last record looked at, from one
 // call to the next, for up to 4 pages of limit records per call, and starts again from its
 // head once it reached its end. A Pending of your own cannot page: every call then lists one page from
-// the head. Errors on single records are joined and returned after the others were tried.
+// the head. Errors on single records are joined and returned after the others were tried — except
+// that once the Manager failed to answer about 3 records in a row (unreachable, or hanging: each
+// question waiting for its client's timeout) the call stops there and returns an error, and the next
+// goes on after them.
 func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
 	var g *idemkit.Guard
 	if r.Lifecycle != nil {
@@ -140,15 +143,20 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	}
 	names := r.scopeNames()
 	var errs []error
-	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
+	unanswered := 0 // records in a row the manager did not answer about
+	settled, err := r.cursor.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) {
 		if strings.HasPrefix(rec.GID, msgGIDPrefix) {
-			return false // a 2-phase message's: dtmmsg.Reconciler settles it
+			return false, false // a 2-phase message's: dtmmsg.Reconciler settles it
 		}
 		ev := ReconcileEvent{Record: *rec, Scope: rec.Scope}
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
 		}
-		r.settle(ctx, now, &ev)
+		if r.settle(ctx, now, &ev) {
+			unanswered = 0
+		} else {
+			unanswered++
+		}
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)
 			if r.Logger != nil {
@@ -158,7 +166,14 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if r.Observe != nil {
 			r.Observe(ctx, &ev)
 		}
-		return ev.Settled
+		if unanswered == maxUnanswered {
+			// The manager is down or hangs: every other record would wait for the client's timeout
+			// in turn, holding the sweeper's pass for hours. The next pass goes on after this one.
+			errs = append(errs, fmt.Errorf("hooks: the transaction manager did not answer about %d records in a row: "+
+				"this pass stops here, the next goes on after them", maxUnanswered))
+			return ev.Settled, true
+		}
+		return ev.Settled, false
 	})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("hooks: listing pending records: %w", err))
@@ -180,13 +195,17 @@ func (r *Reconciler) scopeNames() map[string]string {
 	return m
 }
 
-// settle brings one record to its transaction's outcome, filling ev.
-func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEvent) {
+// maxUnanswered is how many records in a row the manager may fail to answer about before a pass stops.
+const maxUnanswered = 3
+
+// settle brings one record to its transaction's outcome, filling ev. It reports whether the manager
+// answered what it was asked (false: the query or the fence failed).
+func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEvent) (answered bool) {
 	rec := &ev.Record
 	info, err := r.Manager.Query(ctx, rec.GID)
 	if err != nil {
 		ev.Err = fmt.Errorf("hooks: asking about %s: %w", rec.GID, err)
-		return
+		return false
 	}
 	if info.Status == txstatus.Unknown {
 		if within := cmp.Or(r.FenceWithin, DefaultFenceWithin); now.Sub(rec.CreatedAt) > within {
@@ -200,12 +219,12 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEve
 				r.Logger.ErrorContext(ctx, "idemkit reconcile: not fencing an old pending transaction the manager has no record of",
 					"scope", rec.Scope, "gid", rec.GID, "claimed", rec.CreatedAt, "error", ev.Err)
 			}
-			return
+			return true
 		}
 		// Never heard of: the start may still be on its way. Make it impossible before concluding.
 		if info, err = r.Manager.Fence(ctx, rec.GID); err != nil {
 			ev.Err = fmt.Errorf("hooks: fencing %s: %w", rec.GID, err)
-			return
+			return false
 		}
 		ev.Fenced = true
 		if r.Logger != nil {
@@ -228,7 +247,7 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEve
 	case info.Status == txstatus.Failed:
 		err = r.Lifecycle.Rollback(ctx, t, dtmRollbackReason(info.RollbackReason))
 	default:
-		return // still running: a later pass will see its outcome
+		return true // still running: a later pass will see its outcome
 	}
 	switch {
 	case err == nil:
@@ -238,6 +257,7 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEve
 	default:
 		ev.Err = err
 	}
+	return true
 }
 
 // msgGIDPrefix starts the gid of every message dtmmsg.Publisher publishes (dtmmsg.GIDPrefix, which

@@ -33,6 +33,14 @@ type Cursor struct {
 // page (pageable false) is asked for one page, from the head. Walk returns how many records settle
 // reported settled, and the listing's error, if any.
 func (c *Cursor) Walk(ctx context.Context, list Lister, pageable bool, limit int, settle func(*idemkit.Record) bool) (int, error) {
+	return c.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) { return settle(rec), false })
+}
+
+// WalkUntil is [Cursor.Walk] with a settle function that may also end the walk: when it reports stop,
+// the record counts as looked at (the next walk goes on after it) and no other is. A reconciler stops
+// once its transaction manager failed to answer several records in a row: asking it about the others
+// would cost each of them the client's timeout.
+func (c *Cursor) WalkUntil(ctx context.Context, list Lister, pageable bool, limit int, settle func(*idemkit.Record) (settled, stop bool)) (int, error) {
 	pages := PagesPerRun
 	var after *idemkit.Record
 	if pageable {
@@ -42,23 +50,25 @@ func (c *Cursor) Walk(ctx context.Context, list Lister, pageable bool, limit int
 	} else {
 		pages = 1
 	}
-	settled := 0
+	settled, stopped := 0, false
 	var err error
-	for page := 0; page < pages && settled < limit; page++ {
+	for page := 0; page < pages && settled < limit && !stopped; page++ {
 		var recs []*idemkit.Record
 		if recs, err = list(ctx, after, limit); err != nil {
 			break
 		}
 		for _, rec := range recs {
 			after = rec
-			if settle(rec) {
+			ok, stop := settle(rec)
+			if ok {
 				settled++
 			}
-			if settled == limit {
+			if settled == limit || stop {
+				stopped = stop
 				break
 			}
 		}
-		if len(recs) < limit {
+		if len(recs) < limit && (!stopped || after == recs[len(recs)-1]) {
 			after = nil // the end of the listing
 			break
 		}

@@ -60,3 +60,33 @@ func TestWalkPagesPastUnsettledAndWraps(t *testing.T) {
 		t.Fatal("a listing error was not returned")
 	}
 }
+
+func TestWalkUntilStopsAndResumesAfter(t *testing.T) {
+	var c Cursor
+	list := listing("a", "b", "c", "d", "e")
+	var seen []string
+	stopAt := func(key string) func(*idemkit.Record) (bool, bool) {
+		return func(r *idemkit.Record) (bool, bool) {
+			seen = append(seen, r.Key)
+			return false, r.Key == key
+		}
+	}
+	// Pages of 2: the walk stops at c, in its second page, and looks at nothing after it.
+	if n, err := c.WalkUntil(context.Background(), list, true, 2, stopAt("c")); n != 0 || err != nil || fmt.Sprint(seen) != "[a b c]" {
+		t.Fatalf("first walk: %d, %v, saw %v", n, err, seen)
+	}
+	// The next goes on after c, and stops at d: the one after that goes on with e, the end of the
+	// listing (a short page), and wraps.
+	seen = nil
+	if _, _ = c.WalkUntil(context.Background(), list, true, 2, stopAt("d")); fmt.Sprint(seen) != "[d]" {
+		t.Fatalf("second walk saw %v", seen)
+	}
+	seen = nil
+	if _, _ = c.WalkUntil(context.Background(), list, true, 2, stopAt("e")); fmt.Sprint(seen) != "[e]" {
+		t.Fatalf("third walk saw %v", seen)
+	}
+	seen = nil
+	if _, _ = c.WalkUntil(context.Background(), list, true, 2, stopAt("a")); fmt.Sprint(seen) != "[a]" {
+		t.Fatalf("fourth walk (from the head) saw %v", seen)
+	}
+}
