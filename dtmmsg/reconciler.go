@@ -71,7 +71,9 @@ func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile-msg"
 // the listing goes on after the last record looked at, from one call to the next, up to 4 pages of
 // limit records per call, and starts again from its head once it reached its end (a Pending of your
 // own cannot page: every call lists one page from the head). Errors on single records are joined and
-// returned after the others were tried.
+// returned after the others were tried — except that once DTM failed to answer about 3 records in a
+// row (unreachable, or hanging: each question waiting for its client's timeout) the call stops there
+// and returns an error, and the next goes on after them.
 func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int, error) {
 	var g *idemkit.Guard
 	if r.Lifecycle != nil {
@@ -85,22 +87,39 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		return 0, fmt.Errorf("dtmmsg: Reconciler.FenceWithin %v is negative", r.FenceWithin)
 	}
 	var errs []error
-	settled, err := r.cursor.Walk(ctx, list, pageable, limit, func(rec *idemkit.Record) bool {
-		if !strings.HasPrefix(rec.GID, GIDPrefix) {
-			return false
+	unanswered := 0 // records in a row DTM did not answer about
+	status := func(ctx context.Context, gid string) (txstatus.Status, error) {
+		st, err := r.Status(ctx, gid)
+		if err != nil {
+			unanswered++
+		} else {
+			unanswered = 0
 		}
-		st, err := r.outcome(ctx, now, rec)
+		return st, err
+	}
+	settled, err := r.cursor.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) {
+		if !strings.HasPrefix(rec.GID, GIDPrefix) {
+			return false, false
+		}
+		st, err := r.outcome(ctx, now, rec, status)
 		if err != nil {
 			errs = append(errs, err)
-			return false
+			if unanswered >= reconcile.MaxUnanswered {
+				// DTM is down or hangs: every other record would wait for the client's timeout in
+				// turn, holding the sweeper's pass for hours. The next pass goes on after this one.
+				errs = append(errs, fmt.Errorf("dtmmsg: DTM did not answer about %d records in a row: "+
+					"this pass stops here, the next goes on after them", unanswered))
+				return false, true
+			}
+			return false, false
 		}
 		if !st.Final() {
-			return false
+			return false, false
 		}
 		t := &hooks.Txn{TransType: TransType, GID: rec.GID, Record: *rec}
 		switch err := r.Lifecycle.Conclude(ctx, t, st, rec.Response); { // the result stored with the claim
 		case err == nil:
-			return true
+			return true, false
 		case errors.Is(err, idemkit.ErrFenced):
 			// settled by its initiator meanwhile
 		default:
@@ -109,7 +128,7 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 				r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "gid", rec.GID, "error", err)
 			}
 		}
-		return false
+		return false, false
 	})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("dtmmsg: listing pending records: %w", err))
@@ -118,16 +137,16 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 }
 
 // outcome is Failed when the local transaction did not commit (and now never will), DTM's status
-// when it did.
+// when it did. status asks DTM (r.Status, counted by RunOnce).
 //
 // DTM is asked first: a message it reports succeeded or submitted had its local transaction committed
 // (DTM submits a message only after the commit — the publisher's submit, or a back-check that found
 // it), whatever the barrier says by now — its row may have been swept since (barrier.Gorm.DeleteOlder),
 // and the back-check would then take the local transaction for one that never committed. Otherwise
 // the back-check decides, and fences a local transaction that has not committed yet.
-func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Record) (txstatus.Status, error) {
+func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Record, status func(context.Context, string) (txstatus.Status, error)) (txstatus.Status, error) {
 	gid := rec.GID
-	st, err := r.Status(ctx, gid)
+	st, err := status(ctx, gid)
 	if err != nil {
 		return txstatus.Unknown, err
 	}
@@ -158,7 +177,7 @@ func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Re
 	}
 	// Committed: ask DTM again, which may have heard of the message (its prepare, its submit) while the
 	// back-check waited for the local transaction.
-	if st, err = r.Status(ctx, gid); err != nil {
+	if st, err = status(ctx, gid); err != nil {
 		return txstatus.Unknown, err
 	}
 	switch st {

@@ -166,11 +166,11 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if r.Observe != nil {
 			r.Observe(ctx, &ev)
 		}
-		if unanswered == maxUnanswered {
+		if unanswered == reconcile.MaxUnanswered {
 			// The manager is down or hangs: every other record would wait for the client's timeout
 			// in turn, holding the sweeper's pass for hours. The next pass goes on after this one.
 			errs = append(errs, fmt.Errorf("hooks: the transaction manager did not answer about %d records in a row: "+
-				"this pass stops here, the next goes on after them", maxUnanswered))
+				"this pass stops here, the next goes on after them", reconcile.MaxUnanswered))
 			return ev.Settled, true
 		}
 		return ev.Settled, false
@@ -194,9 +194,6 @@ func (r *Reconciler) scopeNames() map[string]string {
 	}
 	return m
 }
-
-// maxUnanswered is how many records in a row the manager may fail to answer about before a pass stops.
-const maxUnanswered = 3
 
 // settle brings one record to its transaction's outcome, filling ev. It reports whether the manager
 // answered what it was asked (false: the query or the fence failed).

@@ -13,6 +13,11 @@ import (
 // PagesPerRun bounds the pages of pending records one pass looks at.
 const PagesPerRun = 4
 
+// MaxUnanswered is how many records in a row a reconciler's transaction manager may fail to answer
+// about before the pass stops (see [Cursor.WalkUntil]): asking it about the others would cost each of
+// them the client's timeout.
+const MaxUnanswered = 3
+
 // Lister lists up to limit pending records after after in the listing's order (nil: from its head),
 // as [idemkit.Guard.PendingAfter] does.
 type Lister func(ctx context.Context, after *idemkit.Record, limit int) ([]*idemkit.Record, error)
