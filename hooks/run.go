@@ -54,7 +54,9 @@ type RunParams struct {
 	// manager's status for the gid, would take another transaction holding it for this call's.
 	// It must not start with "msg-" (dtmmsg.GIDPrefix), which marks a 2-phase message's record: the
 	// Reconciler leaves such records to dtmmsg.Reconciler (Run refuses such a gid before anything
-	// starts).
+	// starts). Gids that differ only in letter case or in trailing spaces are one gid to DTM on its
+	// MySQL store (its column's collation; found by a defect hunt): choose gids that differ otherwise
+	// (fresh txstatus.NewGID gids do), or two keys may be settled by one transaction's outcome.
 	GID string
 	// Start builds and starts the transaction with gid (a saga's submit, a TCC's prepare, tries and
 	// submit). Required. An error matching txstatus.ErrRefused says the transaction certainly did
