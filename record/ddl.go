@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	idemsql "github.com/idemkit/idemkit/sql"
 )
 
@@ -154,7 +156,10 @@ func (s *Store) DDL() (string, error) {
 // and transactions open on the table are rolled back, error 1213, rather than waited for); on PostgreSQL
 // the indexes are built and dropped CONCURRENTLY and the primary key swapped in one short
 // transaction; on SQLite the table is copied in one transaction. See the README's "Upgrading from
-// v1". It returns the first failing statement's error; every step can be run again. Several
+// v1". It returns the first failing statement's error; every step can be run again. Its context
+// bounds it: the session's statement timeout (PostgreSQL statement_timeout, MariaDB
+// max_statement_time, set by the DSN or the role for the application's queries) is lifted for its
+// connection, lock timeouts are not. Several
 // processes may run it at once (replicas starting together): one migrates, the others wait for it
 // (a named lock on MySQL, an advisory lock on PostgreSQL, the file's transaction on SQLite) and then
 // find the table migrated; the connection Migrate uses is the only one it takes from the pool.
@@ -175,6 +180,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// The connection goes, not back to the pool: the file sets the session's lock_wait_timeout
 		// (MySQL), and the session holds the migration lock until it ends.
 		defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }()
+		if err := unboundStatements(ctx, s.q.dialect, conn); err != nil {
+			return s.q.interpretError("migrating", err)
+		}
 		// Replicas that each run Migrate as they start would otherwise run the file at once: the
 		// later ALTERs fail on a table already migrated (MySQL), the concurrent index builds
 		// deadlock or drop each other's index (PostgreSQL). One runs; the others wait, then find v2.
@@ -211,6 +219,25 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// unboundStatements lifts, for the session of conn, the bound on a statement's run time its DSN or
+// role may set for the application's queries (PostgreSQL statement_timeout, MariaDB
+// max_statement_time; MySQL's max_execution_time bounds SELECTs alone): an index build or a table
+// rebuild takes as long as the table's size asks, so a migration cut short by it would fail again on
+// every run. Migrate is bounded by its context instead. Lock waits keep their bounds (lock_timeout,
+// and the file's own): those a later run may not meet.
+func unboundStatements(ctx context.Context, dialect string, conn *sql.Conn) error {
+	stmt := "SET statement_timeout = 0"
+	if dialect == dialectMySQL {
+		stmt = "SET SESSION max_statement_time = 0"
+	}
+	_, err := conn.ExecContext(ctx, stmt)
+	var my *mysql.MySQLError
+	if errors.As(err, &my) && my.Number == mysqlUnknownVariable {
+		return nil // MySQL: no such bound on DDL
+	}
+	return err
 }
 
 // migrated reports whether the Store's table is a v2 table with nothing left of v1.
