@@ -15,7 +15,8 @@ import (
 
 // Store is an in-memory [idemkit.Store]. The zero value is not usable; call [NewStore].
 // It is safe for concurrent use. A record stays after it expired until its key is used again or a
-// sweeper deletes it ([github.com/idemkit/idemkit/sweep.RecordTasks] of the Store): a long-running
+// sweeper deletes it ([github.com/idemkit/idemkit/sweep.RecordTasksWithLocker] of the Store and the
+// Guards' Locker, which also releases a recovered claim's lock, as with record.Store): a long-running
 // program that meets new keys all the time runs one, or its memory grows with every key.
 // It holds a result of any size, where package record on MySQL and MariaDB refuses one above 16 MiB
 // (idemkit.ErrUnstorable: the key is then recorded REJECTED without it): a unit test of a large
@@ -162,19 +163,47 @@ func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int
 	defer s.unlockWrites()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
+	recs := s.recoverStale(now, limit, false)
+	return len(recs), nil
+}
+
+// RecoverStaleClaims implements [github.com/idemkit/idemkit/sweep.ClaimRecoverer]: it recovers as
+// RecoverStale does and returns the claims it recovered as they were (Scope, Key, Status, Fence and
+// Owner, the holder's lock token), so that sweep.RecordTasksWithLocker releases the locks their dead
+// holders may still hold, as it does with record.Store.
+func (s *Store) RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+	if err := s.lockWrites(ctx); err != nil {
+		return nil, err
+	}
+	defer s.unlockWrites()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recoverStale(now, limit, true), nil
+}
+
+// recoverStale fails up to limit stale claims (s.mu held) and returns them as they were when report
+// is set, else as many nils.
+func (s *Store) recoverStale(now time.Time, limit int, report bool) []*idemkit.Record {
+	var out []*idemkit.Record
 	for _, r := range s.records {
-		if n >= limit {
+		if len(out) >= limit {
 			break
 		}
 		if r.Status == idemkit.StatusProcessing && r.GID == "" && r.LeaseExpired(now) && !r.Expired(now) {
+			var was *idemkit.Record
+			if report {
+				was = &idemkit.Record{Scope: r.Scope, Key: r.Key, Status: r.Status, Fence: r.Fence, Owner: r.Owner}
+			}
 			r.Status, r.Fence, r.Owner, r.UpdatedAt = idemkit.StatusFailed, r.Fence+1, "", now
-			r.Error = "idemkit: lease expired; recovered by sweeper"
-			n++
+			r.Error = recoveredError
+			out = append(out, was)
 		}
 	}
-	return n, nil
+	return out
 }
+
+// recoveredError is the Error a record gets when the sweeper recovers it (record.RecoveredError).
+const recoveredError = "idemkit: lease expired; recovered by sweeper"
 
 // Len returns the number of records held, expired ones included.
 func (s *Store) Len() int {

@@ -42,8 +42,8 @@ type Task struct {
 	Run  func(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
-// ClaimRecoverer is a Target that reports the claims it recovers (record.Store implements it), so that
-// [RecordTasksWithLocker] can release their holders' locks.
+// ClaimRecoverer is a Target that reports the claims it recovers (record.Store and memory.Store
+// implement it), so that [RecordTasksWithLocker] can release their holders' locks.
 type ClaimRecoverer interface {
 	// RecoverStaleClaims does what RecoverStale does and returns the claims it recovered as they
 	// were: Scope, Key, Fence and Owner (the holder's lock token) at least.
