@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -22,20 +23,32 @@ import (
 // (idemkit.ErrUnstorable: the key is then recorded REJECTED without it): a unit test of a large
 // result on this Store does not show what production does there.
 //
-// It also begins transactions ([Store.BeginTx], for [idemkit.Guard.Tx]), serialised the way SQLite
-// serialises writers: a transaction holds the Store's write lock from BeginTx to its Commit or
-// Rollback, other writes wait for it, and reads outside it see only committed records.
+// It also begins transactions ([Store.BeginTx], for [idemkit.Guard.Tx]), which lock the keys they
+// touch as InnoDB and PostgreSQL lock rows: a key a transaction read (Get), inserted, updated or
+// deleted stays locked until its Commit or Rollback; other transactions' statements on that key and
+// writes outside any transaction wait for it, while every other key stays free (a Guard call on
+// another key, made from inside a guarded transaction's function, runs at once, as on record.Store);
+// reads outside a transaction (Get, Peek) see only committed records and never wait. Two
+// transactions that would wait for each other fail as a database's deadlock victim would: the one
+// that would wait last is rolled back and its statement returns an error matching
+// [idemkit.ErrConflict].
 type Store struct {
 	mu      sync.Mutex
 	records map[recKey]*idemkit.Record
-	writer  chan struct{} // the write lock: one token, held by a transaction or a single write
+	locks   map[recKey]*rowLock // the keys open transactions locked
 }
 
 type recKey struct{ scope, key string }
 
+// rowLock is a key's lock, held by a transaction until it ends.
+type rowLock struct {
+	tx   *Tx
+	free chan struct{} // closed when released
+}
+
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{records: make(map[recKey]*idemkit.Record), writer: make(chan struct{}, 1)}
+	return &Store{records: make(map[recKey]*idemkit.Record), locks: make(map[recKey]*rowLock)}
 }
 
 func clone(r *idemkit.Record) *idemkit.Record {
@@ -46,35 +59,38 @@ func clone(r *idemkit.Record) *idemkit.Record {
 	return &c
 }
 
-// lockWrites takes the write lock, waiting for a transaction that holds it, or returns ctx's error.
-func (s *Store) lockWrites(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case s.writer <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// write runs apply with s.mu held once no transaction holds k's lock, waiting for the one holding it
+// until ctx is done.
+func (s *Store) write(ctx context.Context, k recKey, apply func() error) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		l := s.locks[k]
+		if l == nil {
+			defer s.mu.Unlock()
+			return apply()
+		}
+		s.mu.Unlock()
+		select {
+		case <-l.free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
-func (s *Store) unlockWrites() { <-s.writer }
-
 // Insert implements [idemkit.Store].
 func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
-	if err := s.lockWrites(ctx); err != nil {
-		return err
-	}
-	defer s.unlockWrites()
 	k := recKey{rec.Scope, rec.Key}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.records[k]; ok {
-		return idemkit.ErrExists
-	}
-	s.records[k] = clone(rec)
-	return nil
+	return s.write(ctx, k, func() error {
+		if _, ok := s.records[k]; ok {
+			return idemkit.ErrExists
+		}
+		s.records[k] = clone(rec)
+		return nil
+	})
 }
 
 // Get implements [idemkit.Store].
@@ -98,46 +114,37 @@ func (s *Store) Peek(ctx context.Context, scope, key string) (*idemkit.Record, e
 
 // Update implements [idemkit.Store].
 func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	if err := s.lockWrites(ctx); err != nil {
-		return err
-	}
-	defer s.unlockWrites()
 	k := recKey{rec.Scope, rec.Key}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur, ok := s.records[k]
-	if !ok || cur.Version() != prev {
-		return idemkit.ErrFenced
-	}
-	s.records[k] = clone(rec)
-	return nil
+	return s.write(ctx, k, func() error {
+		cur, ok := s.records[k]
+		if !ok || cur.Version() != prev {
+			return idemkit.ErrFenced
+		}
+		s.records[k] = clone(rec)
+		return nil
+	})
 }
 
 // Delete implements [idemkit.Store].
 func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Version) error {
-	if err := s.lockWrites(ctx); err != nil {
-		return err
-	}
-	defer s.unlockWrites()
 	k := recKey{scope, key}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur, ok := s.records[k]
-	if !ok || cur.Version() != prev {
-		return idemkit.ErrFenced
-	}
-	delete(s.records, k)
-	return nil
+	return s.write(ctx, k, func() error {
+		cur, ok := s.records[k]
+		if !ok || cur.Version() != prev {
+			return idemkit.ErrFenced
+		}
+		delete(s.records, k)
+		return nil
+	})
 }
 
 // DeleteExpired deletes up to limit records whose ExpiresAt is not after now and returns how many it
 // deleted; a record tied to a global transaction nobody settled yet (PROCESSING with a GID) never
-// expires. It is the sweeper's hook.
+// expires, and one an open transaction locked is left for a later pass. It is the sweeper's hook.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := s.lockWrites(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	defer s.unlockWrites()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -145,7 +152,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 		if n >= limit {
 			break
 		}
-		if r.Expired(now) && !unsettled(r) && !(r.Status == idemkit.StatusProcessing && !r.LeaseExpired(now)) {
+		if s.locks[k] == nil && r.Expired(now) && !unsettled(r) && !(r.Status == idemkit.StatusProcessing && !r.LeaseExpired(now)) {
 			delete(s.records, k)
 			n++
 		}
@@ -155,12 +162,12 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 
 // RecoverStale marks up to limit PROCESSING records whose lease ran out before now FAILED, bumping
 // their fence and clearing their owner, so their stalled holders cannot finish them. Records with a GID
-// are left for a transaction reconciler. It returns how many it recovered.
+// are left for a transaction reconciler, and records an open transaction locked for a later pass. It
+// returns how many it recovered.
 func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int, error) {
-	if err := s.lockWrites(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	defer s.unlockWrites()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs := s.recoverStale(now, limit, false)
@@ -172,10 +179,9 @@ func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int
 // Owner, the holder's lock token), so that sweep.RecordTasksWithLocker releases the locks their dead
 // holders may still hold, as it does with record.Store.
 func (s *Store) RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
-	if err := s.lockWrites(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	defer s.unlockWrites()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.recoverStale(now, limit, true), nil
@@ -185,11 +191,11 @@ func (s *Store) RecoverStaleClaims(ctx context.Context, now time.Time, limit int
 // is set, else as many nils.
 func (s *Store) recoverStale(now time.Time, limit int, report bool) []*idemkit.Record {
 	var out []*idemkit.Record
-	for _, r := range s.records {
+	for k, r := range s.records {
 		if len(out) >= limit {
 			break
 		}
-		if r.Status == idemkit.StatusProcessing && r.GID == "" && r.LeaseExpired(now) && !r.Expired(now) {
+		if s.locks[k] == nil && r.Status == idemkit.StatusProcessing && r.GID == "" && r.LeaseExpired(now) && !r.Expired(now) {
 			var was *idemkit.Record
 			if report {
 				was = &idemkit.Record{Scope: r.Scope, Key: r.Key, Status: r.Status, Fence: r.Fence, Owner: r.Owner}
@@ -244,14 +250,14 @@ func pendingOrder(a, b *idemkit.Record) int {
 // unsettled reports whether r is tied to a global transaction whose outcome is not recorded yet.
 func unsettled(r *idemkit.Record) bool { return r.Status == idemkit.StatusProcessing && r.GID != "" }
 
-// BeginTx implements [idemkit.TxBeginner]: it takes the Store's write lock (waiting for the
-// transaction or write holding it, or until ctx is done) and returns a Store bound to the transaction.
-// Its writes are buffered and applied at Commit; its reads see them over the committed records. A
-// transaction must end with Commit or Rollback, or the Store stays locked. As a database/sql
-// transaction, it lasts as long as ctx: once ctx is done its statements fail, and Commit rolls it back
-// and returns ctx's error.
+// BeginTx implements [idemkit.TxBeginner]: it returns a Store bound to a new transaction, at once.
+// The transaction locks each key it reads with Get or writes (waiting for another transaction holding
+// it, until ctx or the statement's context is done) until it ends; see [Store]. Its writes are
+// buffered and applied at Commit; its reads see them over the committed records. A transaction must
+// end with Commit or Rollback, or its keys stay locked. As a database/sql transaction, it lasts as
+// long as ctx: once ctx is done its statements fail, and Commit rolls it back and returns ctx's error.
 func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
-	if err := s.lockWrites(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return &Tx{s: s, ctx: ctx, writes: make(map[recKey]*idemkit.Record)}, nil
@@ -262,8 +268,14 @@ type Tx struct {
 	s      *Store
 	ctx    context.Context            // BeginTx's: the transaction ends with it
 	writes map[recKey]*idemkit.Record // nil value: deleted
+	keys   []recKey                   // the keys it locked
 	done   bool
 	sealed atomic.Bool // see SealTx
+	// waits is the transaction whose lock this one waits for (guarded by s.mu), for deadlock
+	// detection.
+	waits *Tx
+	// victim is set (under s.mu) when the transaction was rolled back as a deadlock's victim.
+	victim bool
 }
 
 // usable returns why a statement on ctx cannot run in the transaction: it ended, or ctx or the
@@ -281,10 +293,75 @@ func (t *Tx) usable(ctx context.Context) error {
 var (
 	errTxDone     = errors.New("memory: transaction already committed or rolled back")
 	errGuardOwned = errors.New("memory: the Guard commits or rolls back this transaction: return the error from the function instead")
+	errDeadlock   = fmt.Errorf("memory: deadlock: the transaction waited for a key held by a transaction waiting for one of its own, and was rolled back: %w", idemkit.ErrConflict)
 )
 
 // SealTx implements [idemkit.TxSealer]: while the Guard's function runs, Commit and Rollback refuse.
 func (t *Tx) SealTx(sealed bool) { t.sealed.Store(sealed) }
+
+// lock takes k's lock for the transaction, waiting for the transaction holding it until ctx or the
+// transaction's context is done. When that wait would close a cycle of transactions waiting for each
+// other, it rolls the transaction back and returns errDeadlock.
+func (t *Tx) lock(ctx context.Context, k recKey) error {
+	s := t.s
+	for {
+		s.mu.Lock()
+		l := s.locks[k]
+		switch {
+		case l == nil:
+			s.locks[k] = &rowLock{tx: t, free: make(chan struct{})}
+			t.keys = append(t.keys, k)
+			s.mu.Unlock()
+			return nil
+		case l.tx == t:
+			s.mu.Unlock()
+			return nil
+		}
+		for o := l.tx; o != nil; o = o.waits {
+			if o == t {
+				t.release(nil)
+				t.done, t.victim = true, true
+				s.mu.Unlock()
+				return errDeadlock
+			}
+		}
+		t.waits = l.tx
+		s.mu.Unlock()
+		var err error
+		select {
+		case <-l.free:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.ctx.Done():
+			err = t.ctx.Err()
+		}
+		s.mu.Lock()
+		t.waits = nil
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// release applies writes (nil: none) and frees the transaction's locks; s.mu is held.
+func (t *Tx) release(writes map[recKey]*idemkit.Record) {
+	s := t.s
+	for k, r := range writes {
+		if r == nil {
+			delete(s.records, k)
+		} else {
+			s.records[k] = r
+		}
+	}
+	for _, k := range t.keys {
+		if l := s.locks[k]; l != nil && l.tx == t {
+			delete(s.locks, k)
+			close(l.free)
+		}
+	}
+	t.keys = nil
+}
 
 // current returns the record as the transaction sees it.
 func (t *Tx) current(k recKey) (*idemkit.Record, bool) {
@@ -303,6 +380,9 @@ func (t *Tx) Insert(ctx context.Context, rec *idemkit.Record) error {
 		return err
 	}
 	k := recKey{rec.Scope, rec.Key}
+	if err := t.lock(ctx, k); err != nil {
+		return err
+	}
 	if _, ok := t.current(k); ok {
 		return idemkit.ErrExists
 	}
@@ -310,8 +390,24 @@ func (t *Tx) Insert(ctx context.Context, rec *idemkit.Record) error {
 	return nil
 }
 
-// Get implements [idemkit.Store] in the transaction.
+// Get implements [idemkit.Store] in the transaction: it locks the key, as SELECT ... FOR UPDATE does.
 func (t *Tx) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	if err := t.usable(ctx); err != nil {
+		return nil, err
+	}
+	k := recKey{scope, key}
+	if err := t.lock(ctx, k); err != nil {
+		return nil, err
+	}
+	r, ok := t.current(k)
+	if !ok {
+		return nil, idemkit.ErrNotFound
+	}
+	return clone(r), nil
+}
+
+// Peek implements [idemkit.Peeker]: Get without the lock, which never waits.
+func (t *Tx) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
 	if err := t.usable(ctx); err != nil {
 		return nil, err
 	}
@@ -322,17 +418,15 @@ func (t *Tx) Get(ctx context.Context, scope, key string) (*idemkit.Record, error
 	return clone(r), nil
 }
 
-// Peek implements [idemkit.Peeker]: the same as Get.
-func (t *Tx) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
-	return t.Get(ctx, scope, key)
-}
-
 // Update implements [idemkit.Store] in the transaction.
 func (t *Tx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
 	if err := t.usable(ctx); err != nil {
 		return err
 	}
 	k := recKey{rec.Scope, rec.Key}
+	if err := t.lock(ctx, k); err != nil {
+		return err
+	}
 	if cur, ok := t.current(k); !ok || cur.Version() != prev {
 		return idemkit.ErrFenced
 	}
@@ -346,6 +440,9 @@ func (t *Tx) Delete(ctx context.Context, scope, key string, prev idemkit.Version
 		return err
 	}
 	k := recKey{scope, key}
+	if err := t.lock(ctx, k); err != nil {
+		return err
+	}
 	if cur, ok := t.current(k); !ok || cur.Version() != prev {
 		return idemkit.ErrFenced
 	}
@@ -353,34 +450,29 @@ func (t *Tx) Delete(ctx context.Context, scope, key string, prev idemkit.Version
 	return nil
 }
 
-// Commit applies the transaction's writes and releases the Store's write lock.
+// Commit applies the transaction's writes and releases its locks.
 func (t *Tx) Commit() error {
 	if t.sealed.Load() {
 		return errGuardOwned
 	}
 	if t.done {
+		if t.victim {
+			return errDeadlock
+		}
 		return errTxDone
 	}
 	t.done = true
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
 	if err := t.ctx.Err(); err != nil {
-		t.s.unlockWrites() // rolled back: its context ended
+		t.release(nil) // rolled back: its context ended
 		return err
 	}
-	t.s.mu.Lock()
-	for k, r := range t.writes {
-		if r == nil {
-			delete(t.s.records, k)
-		} else {
-			t.s.records[k] = r
-		}
-	}
-	t.s.mu.Unlock()
-	t.s.unlockWrites()
+	t.release(t.writes)
 	return nil
 }
 
-// Rollback drops the transaction's writes and releases the Store's write lock. After Commit it
-// does nothing.
+// Rollback drops the transaction's writes and releases its locks. After Commit it does nothing.
 func (t *Tx) Rollback() error {
 	if t.sealed.Load() {
 		return errGuardOwned
@@ -389,6 +481,8 @@ func (t *Tx) Rollback() error {
 		return nil
 	}
 	t.done = true
-	t.s.unlockWrites()
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	t.release(nil)
 	return nil
 }

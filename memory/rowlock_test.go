@@ -1,0 +1,145 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// TestGuardCallInsideGuardedTx: a guarded transaction's function that makes another guarded call
+// (another key: a Do, a Mark, a Tx of its own) runs it, as on record.Store, where a transaction locks
+// the rows it touches. The memory Store's transactions held one write lock for the whole Store from
+// BeginTx to Commit, so the inner call's claim waited for the outer transaction, which waited for
+// the function: the inner call failed with its context's deadline (or hung without one), and the
+// program that passed on MariaDB deadlocked in its unit tests.
+func TestGuardCallInsideGuardedTx(t *testing.T) {
+	s := memory.NewStore()
+	g, err := idemkit.New(s, &idemkit.Options{Locker: memory.NewLocker(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := g.Tx(ctx, s, idemkit.Call{Scope: "outer", Key: "k"}, func(ctx context.Context, _ idemkit.TxStore) ([]byte, error) {
+		inner, err := g.Do(ctx, idemkit.Call{Scope: "inner", Key: "k"}, func(context.Context) ([]byte, error) { return []byte("in"), nil })
+		if err != nil {
+			return nil, err
+		}
+		if err := g.Mark(ctx, idemkit.Call{Scope: "mark", Key: "k"}, func(context.Context) error { return nil }); err != nil {
+			return nil, err
+		}
+		nested, err := g.Tx(ctx, s, idemkit.Call{Scope: "nested", Key: "k"}, func(context.Context, idemkit.TxStore) ([]byte, error) {
+			return []byte("nested"), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return append(inner.Value, nested.Value...), nil
+	})
+	if err != nil || string(res.Value) != "innested" {
+		t.Fatalf("Tx whose function makes guarded calls on other keys: %+v, %v; want them run", res, err)
+	}
+	for _, scope := range []string{"outer", "inner", "mark", "nested"} {
+		if rec, err := s.Get(ctx, scope, "k"); err != nil || rec.Status != idemkit.StatusSucceeded {
+			t.Errorf("record of %s: %+v, %v; want SUCCEEDED", scope, rec, err)
+		}
+	}
+}
+
+// TestTxLocksOnlyItsKeys: an open transaction holds the keys it touched, as row locks do: writes of
+// those keys outside it wait for its end, writes of other keys do not; reads never wait.
+func TestTxLocksOnlyItsKeys(t *testing.T) {
+	ctx := context.Background()
+	s := memory.NewStore()
+	now := time.Unix(1_900_000_000, 0)
+	rec := func(key string) *idemkit.Record {
+		return &idemkit.Record{Scope: "s", Key: key, Status: idemkit.StatusProcessing, Fence: 1, Owner: "o",
+			LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
+	}
+	tx, err := s.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := tx.Insert(ctx, rec("held")); err != nil {
+		t.Fatal(err)
+	}
+	bounded, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	if err := s.Insert(bounded, rec("free")); err != nil {
+		t.Fatalf("insert of another key outside the open transaction: %v", err)
+	}
+	if _, err := s.Get(ctx, "s", "held"); !errors.Is(err, idemkit.ErrNotFound) {
+		t.Fatalf("read of the uncommitted key outside: %v, want ErrNotFound at once", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := s.Insert(short, rec("held")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("insert of the key the transaction holds: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Insert(ctx, rec("held")) }()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, idemkit.ErrExists) {
+		t.Fatalf("insert that waited for the transaction: %v, want ErrExists (its record committed)", err)
+	}
+}
+
+// TestTxDeadlockVictim: two transactions each waiting for a key the other holds end as on a database:
+// one is rolled back with an error matching idemkit.ErrConflict (which the Guard recognises), and the
+// other goes on.
+func TestTxDeadlockVictim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := memory.NewStore()
+	a, err := s.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.BeginTx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Get(ctx, "s", "1"); !errors.Is(err, idemkit.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, "s", "2"); !errors.Is(err, idemkit.ErrNotFound) {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := a.Get(ctx, "s", "2") // waits for b
+		waited <- err
+	}()
+	// b then wants a's key: one of them must give way.
+	_, err = b.Get(ctx, "s", "1")
+	if errors.Is(err, idemkit.ErrConflict) {
+		// b is the victim: rolled back, its locks freed, a goes on.
+		if err := <-waited; !errors.Is(err, idemkit.ErrNotFound) {
+			t.Fatalf("the survivor's wait: %v, want it to read (ErrNotFound)", err)
+		}
+		if err := b.Commit(); !errors.Is(err, idemkit.ErrConflict) {
+			t.Fatalf("commit of the victim: %v, want ErrConflict", err)
+		}
+		if err := a.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	// a had not started waiting yet, so b waited for a, and a's wait closed the cycle: a is the victim.
+	if !errors.Is(err, idemkit.ErrNotFound) {
+		t.Fatalf("two transactions waiting for each other: %v, want one rolled back with ErrConflict", err)
+	}
+	if err := <-waited; !errors.Is(err, idemkit.ErrConflict) {
+		t.Fatalf("the other transaction's wait: %v, want ErrConflict", err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
