@@ -2,6 +2,8 @@ package memory
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -71,8 +73,14 @@ func (l *Locker) tick(now time.Time) {
 }
 
 // Acquire implements [idemkit.Locker]: the cached result, or the lock (already held by token: left
-// as it is), or an [*idemkit.InFlightError] with the holder's remaining time.
+// as it is), or an [*idemkit.InFlightError] with the holder's remaining time. As with the Redis
+// Locker, ttl is rounded up to a millisecond, and one that is not positive is an error (matching
+// neither idemkit.ErrLocked nor idemkit.ErrLockNotHeld).
 func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	ttl, err := roundTTL("acquiring", ttl)
+	if err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -96,8 +104,12 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	return nil, nil
 }
 
-// Refresh implements [idemkit.Locker].
+// Refresh implements [idemkit.Locker]. ttl is as for [Locker.Acquire].
 func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	ttl, err := roundTTL("refreshing", ttl)
+	if err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -113,8 +125,8 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 	return nil
 }
 
-// Release implements [idemkit.Locker]: a result replaces whatever the key holds; without one, the
-// lock is deleted if token holds it.
+// Release implements [idemkit.Locker]: a result with a positive cacheTTL (rounded up to a
+// millisecond) replaces whatever the key holds; without one, the lock is deleted if token holds it.
 func (l *Locker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -126,6 +138,7 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 	mine := ok && e.locked && e.token == token
 	switch {
 	case result != nil && cacheTTL > 0:
+		cacheTTL, _ = roundTTL("releasing", cacheTTL)
 		l.entries[key] = entry{value: append([]byte{}, result...), expires: now.Add(cacheTTL)}
 	case mine:
 		delete(l.entries, key)
@@ -134,4 +147,19 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 		return idemkit.ErrLockNotHeld
 	}
 	return nil
+}
+
+// roundTTL rounds a time to live up to a whole millisecond, as the Redis Locker does (PX), or returns
+// the error it returns for one that is not positive.
+func roundTTL(doing string, d time.Duration) (time.Duration, error) {
+	if d <= 0 {
+		return 0, fmt.Errorf("memory: %s: time to live must be positive, got %s", doing, d)
+	}
+	if r := d % time.Millisecond; r != 0 {
+		if d > math.MaxInt64-time.Millisecond {
+			return d - r, nil // the longest whole number of milliseconds: "forever" all the same
+		}
+		d += time.Millisecond - r
+	}
+	return d, nil
 }
