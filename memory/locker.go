@@ -12,7 +12,11 @@ import (
 
 // LockerOptions configure a [Locker]. The zero value works.
 type LockerOptions struct {
-	// Now is the clock that expires locks and cached results. Defaults to time.Now.
+	// Now is the clock that expires locks and cached results. Defaults to time.Now. Give it the
+	// clock of the Guards using the Locker when they have one (idemkit.Options.Now, a manual clock in
+	// a test): records expire by the Guard's clock and cached results by this one, so a test that
+	// moves only the Guard's clock past a record's TTL still has its result replayed from the cache,
+	// for as long as the cache holds it by time.Now (as a Redis Locker, on real time, would).
 	Now func() time.Time
 }
 
