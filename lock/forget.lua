@@ -3,7 +3,9 @@
 -- KEYS[1]  the key  <prefix>{<key>}
 -- ARGV[1]  token whose lock may be deleted too ("" for none)
 --
--- A lock value is "L" .. deadline (digits) .. ":" .. token: the first ':' ends the deadline.
+-- A lock value is "L" .. deadline (digits) .. ":" .. token: the first ':' ends the deadline. A value
+-- starting with 'L' that is not of that form was not written by the Locker (damaged): no attempt
+-- holds it, and it is deleted as a cached result is.
 -- Returns 1 when the key was deleted, 0 when it was absent or holds the lock of another token, which
 -- stays (an attempt is running).
 local v = redis.call('GET', KEYS[1])
@@ -12,8 +14,10 @@ if not v then
 end
 if string.sub(v, 1, 1) == 'L' then
   local i = string.find(v, ':', 2, true)
-  if ARGV[1] == '' or not i or string.sub(v, i + 1) ~= ARGV[1] then
-    return 0
+  if i and string.find(string.sub(v, 2, i - 1), '^%d+$') then
+    if ARGV[1] == '' or string.sub(v, i + 1) ~= ARGV[1] then
+      return 0
+    end
   end
 end
 redis.call('DEL', KEYS[1])

@@ -1,0 +1,48 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/memory"
+)
+
+// TestForgetDeletesDamagedLock: a value that starts like a lock but is none the Locker wrote (no
+// deadline, no token: cut short by a partial copy, an operator's edit) is refused by Acquire, so a
+// Guard that fails closed answers its key ErrLockUnavailable for as long as Redis keeps it — forever
+// without an expiry. Nobody holds such a lock (no token can refresh or release it), yet Forget, the
+// operators' repair in code (admin.Admin.ForgetCached), left it in place as another attempt's lock,
+// and only a DEL by hand freed the key. Forget now deletes it; a well-formed lock of another token
+// still stays.
+func TestForgetDeletesDamagedLock(t *testing.T) {
+	l, b := setup(t)
+	ctx := testCtx(t)
+	g := newGuard(t, memory.NewStore(), &idemkit.Options{Locker: l})
+	for _, damaged := range []string{"Lgarbage", "L:token", "L12x:token", "L", "L123"} {
+		t.Run(damaged, func(t *testing.T) {
+			call := idemkit.Call{Scope: "s", Key: damaged}
+			ad, err := g.Address(call.Scope, call.Key)
+			must(t, err)
+			must(t, b.rdb.Set(ctx, l.Key(ad.LockKey), damaged, 0).Err())
+			run := func(context.Context) ([]byte, error) { return []byte("v"), nil }
+			if _, err := g.Do(ctx, call, run); !errors.Is(err, idemkit.ErrLockUnavailable) {
+				t.Fatalf("Do over a damaged lock: %v, want ErrLockUnavailable (failing closed)", err)
+			}
+			if ok, err := l.Forget(ctx, ad.LockKey, ""); err != nil || !ok {
+				t.Fatalf("Forget of a damaged lock = %v, %v; want it deleted", ok, err)
+			}
+			if res, err := g.Do(ctx, call, run); err != nil || string(res.Value) != "v" {
+				t.Fatalf("Do after Forget: %+v, %v; want it run", res, err)
+			}
+		})
+	}
+	// A lock the Locker wrote stays, whoever's it is.
+	if _, err := l.Acquire(ctx, "held", "holder", 60e9); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.Forget(ctx, "held", ""); err != nil || ok {
+		t.Fatalf("Forget of another attempt's lock = %v, %v; want it kept", ok, err)
+	}
+}
