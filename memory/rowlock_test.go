@@ -143,3 +143,34 @@ func TestTxDeadlockVictim(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTxEndsWithItsContext: as a database/sql transaction is rolled back when its context is done,
+// whether or not its owner calls Rollback, so the keys a memory transaction locked are freed then:
+// they stayed locked until Rollback, and a transaction its owner dropped after its context ended
+// (a request that timed out, say) held its keys against every later write of them.
+func TestTxEndsWithItsContext(t *testing.T) {
+	s := memory.NewStore()
+	now := time.Unix(1_900_000_000, 0)
+	rec := &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 1, Owner: "o",
+		LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
+	txCtx, cancel := context.WithCancel(context.Background())
+	tx, err := s.BeginTx(txCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Insert(txCtx, rec); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // and nobody calls Rollback
+	bounded, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := s.Insert(bounded, rec); err != nil {
+		t.Fatalf("insert of the key a transaction locked, after its context ended: %v, want it free (the transaction rolled back)", err)
+	}
+	if err := tx.Commit(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Commit after the context ended: %v, want context.Canceled", err)
+	}
+	if _, err := tx.Get(context.Background(), "s", "other"); err == nil {
+		t.Fatal("a statement of a transaction whose context ended ran")
+	}
+}

@@ -254,13 +254,21 @@ func unsettled(r *idemkit.Record) bool { return r.Status == idemkit.StatusProces
 // The transaction locks each key it reads with Get or writes (waiting for another transaction holding
 // it, until ctx or the statement's context is done) until it ends; see [Store]. Its writes are
 // buffered and applied at Commit; its reads see them over the committed records. A transaction must
-// end with Commit or Rollback, or its keys stay locked. As a database/sql transaction, it lasts as
-// long as ctx: once ctx is done its statements fail, and Commit rolls it back and returns ctx's error.
+// end with Commit or Rollback, or its keys stay locked until ctx is done: as a database/sql
+// transaction, it lasts as long as ctx, which rolls it back when done (its statements then fail, and
+// Commit returns ctx's error).
 func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return &Tx{s: s, ctx: ctx, writes: make(map[recKey]*idemkit.Record)}, nil
+	t := &Tx{s: s, ctx: ctx, writes: make(map[recKey]*idemkit.Record)}
+	// As database/sql does, roll it back once ctx is done, Rollback or not: its locks go.
+	t.stop = context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.release(nil)
+	})
+	return t, nil
 }
 
 // Tx is a transaction of a memory [Store], from [Store.BeginTx]. It is not safe for concurrent use.
@@ -276,6 +284,8 @@ type Tx struct {
 	waits *Tx
 	// victim is set (under s.mu) when the transaction was rolled back as a deadlock's victim.
 	victim bool
+	// stop cancels the rollback BeginTx arranged for when ctx is done.
+	stop func() bool
 }
 
 // usable returns why a statement on ctx cannot run in the transaction: it ended, or ctx or the
@@ -306,6 +316,11 @@ func (t *Tx) lock(ctx context.Context, k recKey) error {
 	s := t.s
 	for {
 		s.mu.Lock()
+		if err := t.ctx.Err(); err != nil {
+			// Rolled back with its context (see BeginTx), perhaps since usable checked it.
+			s.mu.Unlock()
+			return err
+		}
 		l := s.locks[k]
 		switch {
 		case l == nil:
@@ -462,6 +477,7 @@ func (t *Tx) Commit() error {
 		return errTxDone
 	}
 	t.done = true
+	t.stop()
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
 	if err := t.ctx.Err(); err != nil {
@@ -481,6 +497,7 @@ func (t *Tx) Rollback() error {
 		return nil
 	}
 	t.done = true
+	t.stop()
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
 	t.release(nil)
