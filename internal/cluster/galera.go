@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -43,6 +46,9 @@ type GaleraOptions struct {
 	StartTimeout time.Duration
 	// Extra holds more option lines (name=value) for every node's [mysqld] section.
 	Extra []string
+	// Logf, when set, reports what the cluster does on its own: the primary component it restores
+	// (see [Galera.WaitSynced]). [StartGaleraT] sets it to t.Logf.
+	Logf func(format string, args ...any)
 }
 
 // Galera is a MariaDB Galera cluster of private mariadbd processes on this machine: each node has its
@@ -56,6 +62,10 @@ type Galera struct {
 	ownDir bool
 	name   string
 	nodes  []*MariaNode
+
+	mu        sync.Mutex // serialises restorePrimary
+	restored  []string   // what restorePrimary did
+	lostSince time.Time  // since when restorePrimary has seen no primary component, zero if it has
 }
 
 // GaleraAvailable reports whether mariadbd, mariadb-install-db, the Galera provider and rsync (the
@@ -224,11 +234,24 @@ func (g *Galera) Dir() string { return g.dir }
 
 // WaitSynced waits until every running node is Synced, ready, and counts every running node in its
 // cluster view (wsrep_cluster_size), in the primary component.
+//
+// While some node is down (killed), no running node is in a primary component and that lasts
+// longer than the suspect timeout, WaitSynced restores one as an operator would: it bootstraps
+// the running node that committed most (pc.bootstrap=YES), the others join it, and it reports so
+// through Logf and [Galera.Restored]. Galera itself does not: a node that lost the primary
+// component (one survivor starved of CPU for longer than evs.suspect_timeout right after another
+// node was killed is enough: each survivor suspects the other and stays alone, without quorum)
+// waits for every member of the last primary component to come back, the killed node included,
+// which a test restarts only after WaitSynced. The harness can do it safely because it knows what
+// Galera does not: the nodes that are down are dead, not on the other side of a partition.
 func (g *Galera) WaitSynced(ctx context.Context) error {
 	var last error
 	for {
 		if last = g.synced(ctx); last == nil {
 			return nil
+		}
+		if err := g.restorePrimary(ctx); err != nil {
+			last = fmt.Errorf("%w; restoring the primary component: %w", last, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -236,6 +259,102 @@ func (g *Galera) WaitSynced(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Restored returns what WaitSynced did to restore a lost primary component, one line each; nil
+// when it never had to.
+func (g *Galera) Restored() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.restored)
+}
+
+// restorePrimary bootstraps the most advanced running node when some node is down and no running
+// node has been in a primary component for longer than the suspect timeout (see WaitSynced).
+func (g *Galera) restorePrimary(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var down []string
+	var running []*MariaNode
+	for _, n := range g.nodes {
+		if n.Running() {
+			running = append(running, n)
+		} else {
+			down = append(down, n.name)
+		}
+	}
+	if len(down) == 0 || len(running) == 0 {
+		g.lostSince = time.Time{}
+		return nil // with every node up, Galera re-forms the primary component by itself
+	}
+	var best *MariaNode
+	var bestSeqno int64 = -1
+	var states []string
+	for _, n := range running {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := n.Status(qctx)
+		cancel()
+		if err != nil || st["wsrep_cluster_status"] == "Primary" {
+			g.lostSince = time.Time{} // a primary component, or a node that cannot tell
+			return nil
+		}
+		seqno, err := strconv.ParseInt(st["wsrep_last_committed"], 10, 64)
+		if err != nil {
+			seqno = -1
+		}
+		states = append(states, fmt.Sprintf("%s %s/%s, last committed %s", n.name,
+			st["wsrep_cluster_status"], st["wsrep_local_state_comment"], st["wsrep_last_committed"]))
+		if seqno > bestSeqno {
+			best, bestSeqno = n, seqno
+		}
+	}
+	if g.lostSince.IsZero() {
+		g.lostSince = time.Now()
+	}
+	lost := time.Since(g.lostSince)
+	if lost < g.o.SuspectTimeout {
+		return nil // a view change may still be under way
+	}
+	db, err := sql.Open("mysql", best.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(qctx, "SET GLOBAL wsrep_provider_options='pc.bootstrap=YES'"); err != nil {
+		return fmt.Errorf("%s: %w", best.name, err)
+	}
+	g.lostSince = time.Time{}
+	msg := fmt.Sprintf("no running node in a primary component for %s while %s down (%s): bootstrapped %s (pc.bootstrap=YES)",
+		lost.Round(time.Millisecond), strings.Join(down, ", "), strings.Join(states, "; "), best.name)
+	g.restored = append(g.restored, msg)
+	if g.o.Logf != nil {
+		g.o.Logf("cluster %s: PRIMARY COMPONENT LOST AND RESTORED BY THE HARNESS: %s", g.name, msg)
+	}
+	return nil
+}
+
+// Stall freezes the node's mariadbd (SIGSTOP to its process group) for d, then lets it go on (SIGCONT), as a starved
+// CPU would: meanwhile it sends and answers nothing, not even to its cluster.
+func (n *MariaNode) Stall(ctx context.Context, d time.Duration) error {
+	n.mu.Lock()
+	p := n.p
+	n.mu.Unlock()
+	if p == nil || p.exited() {
+		return fmt.Errorf("cluster: %s is not running", n.name)
+	}
+	if err := syscall.Kill(-p.pid(), syscall.SIGSTOP); err != nil { // its process group: mariadbd under its wrapper
+		return fmt.Errorf("cluster: %s: %w", n.name, err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	if err := syscall.Kill(-p.pid(), syscall.SIGCONT); err != nil {
+		return fmt.Errorf("cluster: %s: %w", n.name, err)
+	}
+	return nil
 }
 
 func (g *Galera) synced(ctx context.Context) error {

@@ -26,10 +26,18 @@ func StartRedisClusterT(t testing.TB, o *RedisClusterOptions) *RedisCluster {
 
 // StartGaleraT starts a Galera cluster for t ([StartGalera]) and stops it when t ends; unavailable
 // binaries or a cluster that does not form fail or skip t as for [StartRedisClusterT]. When t fails,
-// the tail of each node's error log is logged.
+// the tail of each node's error log is logged. What the cluster does on its own (a primary
+// component it restores) is logged with t.Logf unless o sets Logf.
 func StartGaleraT(t testing.TB, o *GaleraOptions) *Galera {
 	t.Helper()
-	g, err := StartGalera(context.Background(), o)
+	var opts GaleraOptions
+	if o != nil {
+		opts = *o
+	}
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	g, err := StartGalera(context.Background(), &opts)
 	if err != nil {
 		testsvc.Unavailable(t, "Galera cluster", err)
 	}
