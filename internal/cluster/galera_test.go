@@ -398,8 +398,9 @@ func testGaleraTxStorm(t *testing.T, g *cluster.Galera, sc scale, owned bool) {
 				if err := victim.Kill(); err != nil {
 					return err
 				}
-				// The survivors drop the victim from the view after evs.suspect_timeout; the
-				// storm goes on through them meanwhile.
+				// The survivors drop the victim from the view after evs.suspect_timeout (5s);
+				// the storm goes on through them meanwhile. Should they lose the primary
+				// component, WaitSynced restores it and says so (see Galera.Restored).
 				fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 				defer cancel()
 				if err := g.WaitSynced(fctx); err != nil {
