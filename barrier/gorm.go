@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // GormOptions configure a [Gorm] barrier. The zero value works.
@@ -212,7 +214,9 @@ func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *go
 	if b != nil {
 		calls = b.calls
 	}
-	err := g.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	// On a connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is
+	// never returned to the pool with the transaction still open on the server.
+	err := ownedtx.Transaction(ctx, g.db, func(tx *gorm.DB) error {
 		var err error
 		out, err = g.CallOutcome(ctx, tx, b, fn)
 		return err

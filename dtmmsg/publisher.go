@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/background"
+	"github.com/idemkit/idemkit/internal/ownedtx"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -156,7 +157,9 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 
 	var localErr error // Local's own error: any other is the barrier's or the database's
-	lerr := p.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	// On a connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is
+	// never returned to the pool with the transaction still open on the server.
+	lerr := ownedtx.Transaction(ctx, p.DB, func(tx *gorm.DB) error {
 		b, err := barrier.MsgBranch(gid)
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/ownedtx"
 	"github.com/idemkit/idemkit/record"
 )
 
@@ -73,23 +74,25 @@ func (b gormBeginner) BeginTxGet(ctx context.Context, scope, key string) (idemki
 
 // BeginTx implements idemkit.TxBeginner.
 func (b gormBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
-	tx := b.db.WithContext(ctx).Begin()
-	if tx.Error != nil {
-		return nil, fmt.Errorf("msgx: beginning the Tx-mode transaction: %w", tx.Error)
+	// On a connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is
+	// never returned to the pool with the transaction still open on the server.
+	otx, err := ownedtx.BeginGorm(ctx, b.db)
+	if err != nil {
+		return nil, fmt.Errorf("msgx: beginning the Tx-mode transaction: %w", err)
 	}
-	return &gormTx{Store: b.Store.WithTx(tx), tx: tx, biz: record.Sealed(tx)}, nil
+	return &gormTx{Store: b.Store.WithTx(otx.Gorm), tx: otx, biz: record.Sealed(otx.Gorm)}, nil
 }
 
 // gormTx is a gorm transaction gormBeginner began, with the record Store bound to it.
 type gormTx struct {
 	*record.Store
-	tx  *gorm.DB
+	tx  *ownedtx.Tx
 	biz *gorm.DB // the handler's session of tx: it refuses Commit and Rollback (the Guard ends tx)
 }
 
 // Commit implements idemkit.TxStore.
 func (t *gormTx) Commit() error {
-	if err := t.tx.Commit().Error; err != nil {
+	if err := t.tx.Commit(); err != nil {
 		return fmt.Errorf("msgx: committing: %w", err)
 	}
 	return nil
@@ -97,7 +100,7 @@ func (t *gormTx) Commit() error {
 
 // Rollback implements idemkit.TxStore.
 func (t *gormTx) Rollback() error {
-	if err := t.tx.Rollback().Error; err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("msgx: rolling back: %w", err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // TxFunc is a business function guarded by [Store.Tx]: it makes its writes through tx, the
@@ -101,13 +102,13 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 			return m, nil
 		}
 	}
-	gtx := s.gdb.WithContext(ctx).Begin()
-	if gtx.Error != nil {
-		return nil, s.q.interpretError("beginning a transaction on", gtx.Error)
+	otx, err := ownedtx.BeginGorm(ctx, s.gdb) // on a connection of its own: see txStore
+	if err != nil {
+		return nil, s.q.interpretError("beginning a transaction on", err)
 	}
 	// The business's session refuses Commit and Rollback, as on a multi-statement pool: the Guard
 	// ends the transaction, after writing the record in it.
-	return &txStore{Store: s.WithTx(gtx), gtx: gtx, biz: Sealed(gtx)}, nil
+	return &txStore{Store: s.WithTx(otx.Gorm), gtx: otx.Gorm, biz: Sealed(otx.Gorm), tx: otx}, nil
 }
 
 // Sealed returns a session of the gorm transaction tx that runs its statements in tx — a nested
@@ -152,21 +153,27 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 		return nil, errors.New("record: SQLTx needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
 	}
 	s.ps.prepareAll(ctx) // before the transaction holds a connection (see stmtCache)
-	stx, err := s.sdb.BeginTx(ctx, nil)
+	// On a connection of its own: see txStore.
+	otx, err := ownedtx.BeginSQL(ctx, s.sdb)
 	if err != nil {
 		return nil, s.q.interpretError("beginning a transaction on", err)
 	}
-	bound := s.WithSQLTx(stx)
-	bound.c = txConn{tx: stx, ps: s.ps} // begun on the pool the statements were prepared on
-	return &txStore{Store: bound, stx: stx}, nil
+	bound := s.WithSQLTx(otx.SQL)
+	bound.c = txConn{tx: otx.SQL, ps: s.ps} // begun on the pool the statements were prepared on
+	return &txStore{Store: bound, stx: otx.SQL, tx: otx}, nil
 }
 
-// txStore is a Store bound to a transaction it owns: what BeginTx returns.
+// txStore is a Store bound to a transaction it owns: what BeginTx returns. The transaction holds a
+// connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is rolled
+// back on it or closed, never returned to the pool with the transaction open — as database/sql does
+// when the server answers with an error and keeps the transaction (a Galera node without a primary
+// component, error 1047), and the pool's next statement on it would join or commit half of it.
 type txStore struct {
 	*Store
 	gtx    *gorm.DB
 	biz    *gorm.DB // gtx as the business gets it: Commit and Rollback refused
 	stx    *sql.Tx
+	tx     *ownedtx.Tx // gtx's or stx's
 	sealed atomic.Bool // see SealTx
 }
 
@@ -177,12 +184,7 @@ func (t *txStore) Commit() error {
 	if t.sealed.Load() {
 		return errGuardOwned
 	}
-	var err error
-	if t.gtx != nil {
-		err = t.gtx.Commit().Error
-	} else {
-		err = t.stx.Commit()
-	}
+	err := t.tx.Commit()
 	switch {
 	case err == nil:
 		return nil
@@ -200,13 +202,7 @@ func (t *txStore) Rollback() error {
 	if t.sealed.Load() {
 		return errGuardOwned
 	}
-	var err error
-	if t.gtx != nil {
-		err = t.gtx.Rollback().Error
-	} else {
-		err = t.stx.Rollback()
-	}
-	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+	if err := t.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("record: rolling back: %w", err)
 	}
 	return nil

@@ -1,0 +1,163 @@
+// Package ownedtx begins the transactions idemkit itself commits or rolls back (a Guard-owned
+// Tx-mode transaction: record.Store.Tx and SQLTx, msgx's Tx mode) on MySQL and MariaDB so that one
+// whose end failed never goes back to the pool still open.
+//
+// database/sql returns a connection to its pool when Commit or Rollback fails with the server's error,
+// trusting the server ended the transaction. A Galera node that lost its primary component does not:
+// it answers COMMIT and ROLLBACK with error 1047 and keeps the transaction open. The next user of the
+// pooled connection then joined it (an autocommit statement never committed) or committed it (its
+// BEGIN commits implicitly): half of a transaction idemkit reported as not done. A [Tx] holds a
+// connection of its own for the transaction: after a failed COMMIT it sends ROLLBACK on it, and a
+// connection whose ROLLBACK failed is closed, never reused.
+package ownedtx
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// EndTimeout bounds the ROLLBACK sent after a failed COMMIT.
+const EndTimeout = 5 * time.Second
+
+// Tx is a transaction on a connection it holds until it ends.
+type Tx struct {
+	// Gorm is the transaction as a gorm session, when it was begun with [BeginGorm].
+	Gorm *gorm.DB
+	// SQL is the transaction as a *sql.Tx, when it was begun with [BeginSQL].
+	SQL  *sql.Tx
+	conn *sql.Conn
+}
+
+// BeginGorm begins a transaction on db, as db.Begin() does. When db's pool is a *sql.DB, the
+// transaction holds a connection of its own ([Tx]); otherwise (a PrepareStmt session, a pool of
+// another type) it is db.Begin()'s.
+func BeginGorm(ctx context.Context, db *gorm.DB) (*Tx, error) {
+	sess := db.WithContext(ctx) // a session: its Statement is its own
+	pool, ok := sess.Statement.ConnPool.(*sql.DB)
+	if !ok {
+		gtx := sess.Begin()
+		return &Tx{Gorm: gtx}, gtx.Error
+	}
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sess.Statement.ConnPool = conn // *sql.Conn begins its transactions on itself
+	gtx := sess.Begin()
+	if gtx.Error != nil {
+		_ = conn.Close()
+		return nil, gtx.Error
+	}
+	return &Tx{Gorm: gtx, conn: conn}, nil
+}
+
+// BeginSQL begins a transaction on db on a connection of its own.
+func BeginSQL(ctx context.Context, db *sql.DB) (*Tx, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return &Tx{SQL: stx, conn: conn}, nil
+}
+
+// Commit commits the transaction. When the COMMIT fails, the transaction is rolled back on its
+// connection (the server may have kept it open), and the connection closed if that fails too.
+func (t *Tx) Commit() error {
+	var err error
+	if t.Gorm != nil {
+		err = t.Gorm.Commit().Error
+	} else {
+		err = t.SQL.Commit()
+	}
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		t.release(true)
+	} else {
+		t.release(false)
+	}
+	return err
+}
+
+// Rollback rolls the transaction back. When the ROLLBACK fails, the connection is closed: the
+// server may still hold the transaction on it.
+func (t *Tx) Rollback() error {
+	var err error
+	if t.Gorm != nil {
+		err = t.Gorm.Rollback().Error
+	} else {
+		err = t.SQL.Rollback()
+	}
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		t.discard()
+	} else {
+		t.release(false)
+	}
+	return err
+}
+
+// release returns the connection to the pool, after rolling back on it when open says the
+// transaction may still be open there (closing it instead when that fails).
+func (t *Tx) release(open bool) {
+	c := t.conn
+	if c == nil {
+		return
+	}
+	if open {
+		ctx, cancel := context.WithTimeout(context.Background(), EndTimeout)
+		_, err := c.ExecContext(ctx, "ROLLBACK")
+		cancel()
+		if err != nil {
+			t.discard()
+			return
+		}
+	}
+	t.conn = nil
+	_ = c.Close()
+}
+
+// discard closes the connection instead of returning it to the pool.
+func (t *Tx) discard() {
+	c := t.conn
+	if c == nil {
+		return
+	}
+	t.conn = nil
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}
+
+// Transaction runs fn in a transaction on db as db.Transaction(fn) does — committed when fn returns
+// nil, rolled back when it returns an error or panics (the panic goes on) — begun with [BeginGorm].
+// When db is already in a transaction (fn then runs in a savepoint) or its pool is not a *sql.DB, it is
+// db.Transaction(fn) itself.
+func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) (err error) {
+	sess := db.WithContext(ctx)
+	if _, ok := sess.Statement.ConnPool.(*sql.DB); !ok {
+		return sess.Transaction(fn)
+	}
+	t, err := BeginGorm(ctx, db)
+	if err != nil {
+		return err
+	}
+	panicked := true
+	defer func() {
+		if panicked || err != nil {
+			_ = t.Rollback() // after a failed Commit: ErrTxDone, nothing to do
+		}
+	}()
+	err = fn(t.Gorm)
+	panicked = false
+	if err != nil {
+		return err
+	}
+	return t.Commit()
+}
