@@ -209,7 +209,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<- jetstream.Msg) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(s.opts.MaxMessages, jetstream.FetchContext(ctx))
+		batch, err := cons.Fetch(s.opts.MaxMessages, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
 		if err == nil {
 			for jm := range batch.Messages() {
 				select {
@@ -242,6 +242,12 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 	}
 	return nil
 }
+
+// pullHeartbeat is the idle heartbeat a pull asks the server for. A pull that misses two fails, and
+// Consume asks the server whether the consumer is still there: a pull sent to a consumer deleted
+// between two pulls (no pull open to hear of it) is never answered, and with nats.go's 5 s default
+// Consume noticed the deletion after 10 s (found by a flaky test under load).
+const pullHeartbeat = 2 * time.Second
 
 // errStopped is the error of a message fetched on its last delivery and not handled.
 var errStopped = errors.New("natsjs: Consume stopped before handling the message, on the consumer's last delivery (MaxDeliver)")

@@ -520,3 +520,50 @@ func TestConsumeStopsWhenTheConsumerIsGone(t *testing.T) {
 		t.Fatal("Consume still running 30 s after its consumer was deleted")
 	}
 }
+
+// TestConsumeStopsWhenTheConsumerIsDeletedBetweenPulls: the consumer is deleted while no pull is open
+// (the batch fetched is still being handed to the workers), so no pull hears of it; the next pull,
+// sent to a consumer that is gone, is never answered. Consume noticed after two missed idle
+// heartbeats, nats.go's default 5 s each: 10 s (found by a flaky test under load). It asks for them
+// every 2 s now.
+func TestConsumeStopsWhenTheConsumerIsDeletedBetweenPulls(t *testing.T) {
+	f := setup(t, nil)
+	ctx := context.Background()
+	f.publish(t, "between-1", "")
+	f.publish(t, "between-2", "")
+	started, release := make(chan struct{}, 2), make(chan struct{})
+	h := f.mg.Execute(func(ctx context.Context, m *msgx.Message) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- natsjs.Consume(ctx, f.js, f.cons, h, &natsjs.Options{Workers: 1, MaxMessages: 2})
+	}()
+	<-started
+	// Both messages delivered: the one worker holds the first, the pull loop the second, and the
+	// batch of two is complete — no pull is open.
+	for {
+		info, err := f.cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := f.js.DeleteConsumer(ctx, f.stream, "worker"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if !errors.Is(err, jetstream.ErrConsumerDeleted) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("Consume: %v, want the consumer gone", err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("Consume did not return within 8 s after its consumer was deleted between two pulls")
+	}
+}
