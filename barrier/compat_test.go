@@ -3,7 +3,11 @@ package barrier
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dtm-labs/client/dtmcli"
 	"gorm.io/gorm"
@@ -96,5 +100,102 @@ func TestDTMCompatibility(t *testing.T) {
 				t.Fatalf("rows %+v, want %+v", rows, want)
 			}
 		})
+	}
+}
+
+// TestGormPostgresCancelRacingDTMCliCancel: on PostgreSQL a cancel of this barrier delivered while
+// dtmcli's delivery of the same cancel runs (a branch moving from dtmcli to idemkit, or two services
+// sharing the table) waits for it and is a duplicate. The rows went in the unique key's order (cancel
+// before try, for MySQL/MariaDB's gap locks), while dtmcli inserts the try row first: each held the row
+// the other inserted next, and PostgreSQL's deadlock detector failed one delivery (a 500, after
+// deadlock_timeout). PostgreSQL locks no gaps, so DTM's order, origin first, deadlocks with nobody.
+//
+// A trigger holds dtmcli's insert of its cancel row (after its try row) until this barrier's delivery
+// waits on that try row: the interleaving that deadlocked, every time.
+func TestGormPostgresCancelRacingDTMCliCancel(t *testing.T) {
+	ctx := context.Background()
+	db := testsvc.Postgres(t, nil)
+	g := newGormTable(t, db)
+	schema := strings.Split(g.Table(), ".")[0]
+	const app = "dtmcli_racing_cancel"
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirDB, err := testsvc.PostgresWith(t, nil, " application_name="+app).DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key int64
+	if err := db.Raw("SELECT hashtext(?)", schema).Scan(&key).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`CREATE FUNCTION ` + schema + `.hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+			IF NEW.op = 'cancel' AND current_setting('application_name') = '` + app + `' THEN
+				PERFORM pg_advisory_xact_lock_shared(` + strconv.FormatInt(key, 10) + `);
+			END IF;
+			RETURN NEW;
+		END $$`,
+		"CREATE TRIGGER hold BEFORE INSERT ON " + g.Table() + " FOR EACH ROW EXECUTE FUNCTION " + schema + ".hold()",
+	} {
+		if err := db.Exec(stmt).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitFor waits until a barrier statement of the schema waits on a lock of the kind given.
+	waitFor := func(what, cond string) {
+		t.Helper()
+		for range 500 {
+			var n int64
+			if err := db.Raw("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "+cond+
+				" AND query LIKE ?", "%"+schema+"%").Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s never waited", what)
+	}
+
+	for round := range 3 {
+		gid := testsvc.Name("gid-")
+		holder, err := sqlDB.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var theirErr, ourErr error
+		var theirsRan bool
+		var ours Outcome
+		wg.Go(func() {
+			bb, err := dtmcli.BarrierFromQuery(map[string][]string{"trans_type": {TransTCC}, "gid": {gid}, "branch_id": {"01"}, "op": {OpCancel}})
+			if err != nil {
+				theirErr = err
+				return
+			}
+			bb.DBType, bb.BarrierTableName = dtmcli.DBTypePostgres, g.Table()
+			theirErr = bb.CallWithDB(theirDB, func(*sql.Tx) error { theirsRan = true; return nil })
+		})
+		waitFor("dtmcli's cancel row", "wait_event = 'advisory' AND application_name = '"+app+"'")
+		wg.Go(func() {
+			b, _ := NewBranch(TransTCC, gid, "01", OpCancel)
+			ours, ourErr = g.TransactionOutcome(ctx, b, func(*gorm.DB) error { return nil })
+		})
+		waitFor("our cancel", "wait_event = 'transactionid' AND application_name <> '"+app+"'")
+		if _, err := holder.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+			t.Fatal(err)
+		}
+		_ = holder.Close()
+		wg.Wait()
+		if theirErr != nil || ourErr != nil || theirsRan || ours != Duplicate {
+			t.Fatalf("round %d: dtmcli's cancel: ran=%v, %v; ours after it: %s, %v; want a null compensation and a duplicate, no error",
+				round, theirsRan, theirErr, ours, ourErr)
+		}
 	}
 }

@@ -31,6 +31,9 @@ type dialect struct {
 	ddl         []string
 	beforeArg   func(time.Time) any
 	noNUL       bool // the database's text refuses NUL bytes (PostgreSQL)
+	// originFirst inserts a compensating op's origin row before its own row, as DTM does, whatever
+	// the unique key's order (PostgreSQL, which locks no gaps; see Gorm.Enter).
+	originFirst bool
 }
 
 // maxTableBase bounds the table's own name (without its schema): 63 bytes less "_create_time".
@@ -106,8 +109,9 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			// fails the insert, as dtmcli's ON CONFLICT ON CONSTRAINT uniq_barrier does.
 			insert: "INSERT INTO " + t + " (" + cols + ", create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, now(), now()) " +
 				"ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING",
-			reason: "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4 FOR SHARE",
-			noNUL:  true,
+			reason:      "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4 FOR SHARE",
+			noNUL:       true,
+			originFirst: true,
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },

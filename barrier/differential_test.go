@@ -210,8 +210,8 @@ func (d *differ) rows(run *diffRun, runID string) ([]barrierRow, []string) {
 			rows[i].BranchID = "*"
 		}
 	}
-	// Nor is the order of the rows a delivery inserted: dtmcli's origin row first, this barrier's in the
-	// unique key's order (a cancel's row before its try row; see Gorm.Enter).
+	// Nor is the order of the rows a delivery inserted: dtmcli's origin row first, this barrier's on
+	// MySQL/MariaDB in the unique key's order (a cancel's row before its try row; see Gorm.Enter).
 	slices.SortFunc(rows, func(a, b barrierRow) int {
 		return cmp.Or(strings.Compare(a.TransType, b.TransType), strings.Compare(a.Gid, b.Gid),
 			strings.Compare(a.BranchID, b.BranchID), strings.Compare(a.Op, b.Op),

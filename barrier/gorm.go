@@ -85,9 +85,10 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // tx must be inside a transaction on the barrier's database (db.Begin(), the argument of db.Transaction,
 // with or without PrepareStmt); Enter never commits or rolls it back. Statements run on tx's connection
 // with ctx and bypass gorm's callbacks. For a compensating op Enter inserts the origin row and the current
-// row with two statements, as DTM does, but in the order of the table's unique key, so that concurrent
-// deliveries of one op wait for each other instead of deadlocking on MySQL/MariaDB (a dtmcli delivery of
-// the same op at the same moment still may; it is retried); otherwise one. Only a repeated delivery costs
+// row with two statements, as DTM does: on PostgreSQL in DTM's order, origin first, on MySQL/MariaDB in
+// the order of the table's unique key, so that concurrent deliveries of one op wait for each other
+// instead of deadlocking there (a dtmcli delivery of the same op at the same moment still may on
+// MySQL/MariaDB; it is retried; on PostgreSQL neither deadlocks); otherwise one. Only a repeated delivery costs
 // one more statement, to tell Duplicate from Hanging (a locking read: it sees a row committed after the
 // caller's snapshot). A PostgreSQL transaction is never aborted by an insert conflicting on the branch's
 // unique key (ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING); any other conflict is an error,
@@ -104,14 +105,17 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, erro
 		return 0, err
 	}
 	bid := b.nextBarrierID()
-	// The rows go in the order of the unique key (gid, branch_id, op, barrier_id), where only op differs.
-	// In DTM's order, origin first, a TCC cancel deadlocks on MySQL/MariaDB with another delivery of it or
-	// with its try: it inserts (or takes a shared next-key lock on) the try row, and then inserts its
-	// cancel row, which sorts before it, into the gap the other delivery, waiting on the try row, holds
-	// or asks for.
+	// On MySQL/MariaDB the rows go in the order of the unique key (gid, branch_id, op, barrier_id), where
+	// only op differs. In DTM's order, origin first, a TCC cancel deadlocks there with another delivery
+	// of it or with its try: it inserts (or takes a shared next-key lock on) the try row, and then
+	// inserts its cancel row, which sorts before it, into the gap the other delivery, waiting on the try
+	// row, holds or asks for. PostgreSQL locks no gaps, only the rows inserted: there every delivery
+	// inserts in DTM's order, origin first, so that none deadlocks with a dtmcli delivery of the op
+	// (the key's order did: each held the row the other inserted next).
 	origin := OriginOp(b.Op)
+	originFirst := origin != "" && (g.d.originFirst || origin < b.Op) // action before compensate or rollback
 	var affected, originAffected int64
-	if origin != "" && origin < b.Op { // action before compensate or rollback
+	if originFirst {
 		if originAffected, err = g.insert(ctx, pool, b, origin, bid); err != nil {
 			return 0, err
 		}
@@ -119,7 +123,7 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, erro
 	if affected, err = g.insert(ctx, pool, b, b.Op, bid); err != nil {
 		return 0, err
 	}
-	if origin != "" && origin > b.Op { // cancel before try
+	if origin != "" && !originFirst { // cancel before try
 		if originAffected, err = g.insert(ctx, pool, b, origin, bid); err != nil {
 			return 0, err
 		}
