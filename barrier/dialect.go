@@ -26,7 +26,7 @@ var tablePart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 type dialect struct {
 	table       string
 	insert      string // insert-or-ignore of one row: trans_type, gid, branch_id, op, barrier_id, reason
-	reason      string // select reason by gid, branch_id, op, barrier_id
+	reason      string // select reason by gid, branch_id, op, barrier_id, seeing the latest commit
 	deleteOlder string // delete at most N rows created before T: args T, N
 	ddl         []string
 	beforeArg   func(time.Time) any
@@ -109,7 +109,11 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			// fails the insert, as dtmcli's ON CONFLICT ON CONSTRAINT uniq_barrier does.
 			insert: "INSERT INTO " + t + " (" + cols + ", create_time, update_time) VALUES ($1, $2, $3, $4, $5, $6, now(), now()) " +
 				"ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING",
-			reason:      "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4 FOR SHARE",
+			// A plain read, not a locking one (FOR SHARE needs UPDATE, a privilege dtmcli's barrier does
+			// not): the insert that found the row waited for its transaction to end, and a statement
+			// reads what committed before it (READ COMMITTED); in REPEATABLE READ or SERIALIZABLE that
+			// insert fails (40001) when the row is not in the transaction's snapshot.
+			reason:      "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4",
 			noNUL:       true,
 			originFirst: true,
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +

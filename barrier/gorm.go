@@ -88,9 +88,10 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // row with two statements, as DTM does: on PostgreSQL in DTM's order, origin first, on MySQL/MariaDB in
 // the order of the table's unique key, so that concurrent deliveries of one op wait for each other
 // instead of deadlocking there (a dtmcli delivery of the same op at the same moment still may on
-// MySQL/MariaDB; it is retried; on PostgreSQL neither deadlocks); otherwise one. Only a repeated delivery costs
-// one more statement, to tell Duplicate from Hanging (a locking read: it sees a row committed after the
-// caller's snapshot). A PostgreSQL transaction is never aborted by an insert conflicting on the branch's
+// MySQL/MariaDB; it is retried; on PostgreSQL neither deadlocks); otherwise one. Only a repeated
+// delivery costs one more statement, to tell Duplicate from Hanging; it sees a row committed after the
+// caller's snapshot (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the barrier
+// needs no privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction is never aborted by an insert conflicting on the branch's
 // unique key (ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING); any other conflict is an error,
 // never taken for a repeated delivery.
 //
@@ -140,8 +141,8 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, erro
 	err = pool.QueryRowContext(ctx, g.d.reason, b.Gid, b.BranchID, b.Op, bid).Scan(&reason)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		// The insert stored nothing, yet no row holds the branch's key (the read locks, so it sees
-		// the latest commit): the insert was refused by something else. Never a Duplicate, which
+		// The insert stored nothing, yet no row holds the branch's key (the read sees the latest
+		// commit): the insert was refused by something else. Never a Duplicate, which
 		// would skip a business that never ran and answer DTM success.
 		return 0, fmt.Errorf("barrier: the %s row of %s was not inserted, yet no such row exists: the insert met another conflict or error (one MySQL's INSERT IGNORE ignores)", b.Op, b)
 	case err != nil:

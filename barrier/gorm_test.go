@@ -522,3 +522,64 @@ func TestGormPostgresRefusesNUL(t *testing.T) {
 		t.Fatalf("a gid with NUL on PostgreSQL: %v, want ErrInvalidBranch", err)
 	}
 }
+
+// TestGormPostgresLeastPrivilege: on PostgreSQL the barrier needs no privilege on its table beyond the
+// SELECT and INSERT that dtmcli's barrier needs. The read that tells a repeated delivery from a hanging
+// one locked the row (SELECT ... FOR SHARE), which PostgreSQL allows only with UPDATE: with dtmcli's
+// grants the first delivery ran, and every later one — DTM's retry after a lost answer, a late try, a
+// second back-check — failed with "permission denied" (a 500), so DTM retried the branch for ever.
+func TestGormPostgresLeastPrivilege(t *testing.T) {
+	ctx := context.Background()
+	admin := testsvc.Postgres(t, nil)
+	owner := newGormTable(t, admin)
+	schema := strings.Split(owner.Table(), ".")[0]
+	role := testsvc.Name("barrier_user_")
+	for _, stmt := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT, INSERT ON " + owner.Table() + " TO " + role,
+		"GRANT USAGE ON ALL SEQUENCES IN SCHEMA " + schema + " TO " + role,
+	} {
+		if err := admin.Exec(stmt).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { // after the role's connections are closed
+		for _, stmt := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if err := admin.Exec(stmt).Error; err != nil {
+				t.Logf("%s: %v", stmt, err)
+			}
+		}
+	})
+	g, err := NewGorm(testsvc.PostgresWith(t, nil, " user="+role), &GormOptions{Table: owner.Table()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(gid, op string) (Outcome, error) {
+		trans := TransSaga
+		if op == OpTry || op == OpCancel {
+			trans = TransTCC
+		}
+		b, _ := NewBranch(trans, gid, "01", op)
+		return g.TransactionOutcome(ctx, b, func(*gorm.DB) error { return nil })
+	}
+	saga, tcc := testsvc.Name("gid-"), testsvc.Name("gid-")
+	for i, d := range []struct {
+		gid, op string
+		want    Outcome
+	}{
+		{saga, OpAction, Proceed}, {saga, OpAction, Duplicate},
+		{saga, OpCompensate, Proceed}, {saga, OpCompensate, Duplicate},
+		{tcc, OpCancel, NullCompensation}, {tcc, OpCancel, Duplicate}, {tcc, OpTry, Hanging},
+	} {
+		if out, err := deliver(d.gid, d.op); err != nil || out != d.want {
+			t.Fatalf("delivery %d (%s): %s, %v; want %s", i, d.op, out, err, d.want)
+		}
+	}
+	msg := testsvc.Name("gid-")
+	for i := range 2 {
+		if err := g.QueryPrepared(ctx, msg); !errors.Is(err, ErrMsgRolledBack) {
+			t.Fatalf("back-check %d of a message never committed: %v, want ErrMsgRolledBack", i, err)
+		}
+	}
+}
