@@ -209,7 +209,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<- jetstream.Msg) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(s.opts.MaxMessages, jetstream.FetchContext(ctx), jetstream.FetchHeartbeat(pullHeartbeat))
+		batch, err := cons.Fetch(s.opts.MaxMessages, fetchOpts(ctx)...)
 		if err == nil {
 			for jm := range batch.Messages() {
 				select {
@@ -248,6 +248,17 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 // between two pulls (no pull open to hear of it) is never answered, and with nats.go's 5 s default
 // Consume noticed the deletion after 10 s (found by a flaky test under load).
 const pullHeartbeat = 2 * time.Second
+
+// fetchOpts are the options of a pull until ctx is done: with pullHeartbeat unless ctx ends too soon
+// for it (nats.go wants a pull's expiry, taken from ctx's deadline, at least two heartbeats long; a
+// pull that short needs none: it ends with ctx).
+func fetchOpts(ctx context.Context) []jetstream.FetchOpt {
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > 2*pullHeartbeat+2*time.Second {
+		opts = append(opts, jetstream.FetchHeartbeat(pullHeartbeat))
+	}
+	return opts
+}
 
 // errStopped is the error of a message fetched on its last delivery and not handled.
 var errStopped = errors.New("natsjs: Consume stopped before handling the message, on the consumer's last delivery (MaxDeliver)")
