@@ -88,9 +88,9 @@ func decodeState(doing string, v []any) (State, error) {
 // Forget deletes key's cached result, or its lock when token holds it (an empty token matches no
 // lock), in one Lua script (compare-and-delete); another attempt's lock stays, since that attempt is
 // running. A value that starts like a lock but is none the Locker wrote (damaged: no deadline or no
-// token), which Acquire refuses and no attempt holds, is deleted too. It reports whether it deleted the key. An operator's tool calls it after deleting a
-// record, so that no duplicate is answered from the cache any more; the Guard never does. Errors are
-// as for [Locker.Acquire].
+// token), which Acquire refuses and no attempt holds, is deleted too. It reports whether it deleted
+// the key. An operator's tool calls it after deleting a record, so that no duplicate is answered from
+// the cache any more; the Guard never does. Errors are as for [Locker.Acquire].
 func (l *Locker) Forget(ctx context.Context, key, token string) (bool, error) {
 	const doing = "forgetting"
 	if err := ctx.Err(); err != nil {
