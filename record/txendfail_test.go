@@ -6,10 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
@@ -25,17 +22,7 @@ import (
 // Store now ends such a transaction itself: after a failed COMMIT it rolls back on the connection, and
 // a connection whose ROLLBACK failed is closed, never reused.
 func TestFailedTxEndDoesNotLeaveTheTransactionOnThePool(t *testing.T) {
-	backends[0].db(t, nil) // MariaDB: the test database exists, or the test fails/skips
-	mc, err := gomysql.ParseDSN(testsvc.MySQLDSN() + testsvc.Database + "?timeout=3s")
-	must(t, err)
-	inner, err := gomysql.NewConnector(mc)
-	must(t, err)
-	fc := &testsvc.FailEnds{Inner: inner}
-	sqlDB := sql.OpenDB(fc)
-	sqlDB.SetMaxOpenConns(1) // every statement after the failed end gets the same connection, if pooled
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB, DSNConfig: mc}), &gorm.Config{Logger: logger.Discard})
-	must(t, err)
+	fc, db, _ := testsvc.FailEndsMySQL(t)
 	other, err := sql.Open("mysql", testsvc.MySQLDSN()+testsvc.Database) // an independent observer
 	must(t, err)
 	t.Cleanup(func() { _ = other.Close() })

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	gomysql "github.com/go-sql-driver/mysql"
-	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/internal/ownedtx"
 	"github.com/idemkit/idemkit/internal/testsvc"
@@ -20,23 +17,7 @@ import (
 // user, who would join it or commit it. Transaction (the barrier's and dtmmsg's local transaction) and
 // BeginSQL, on a pool of one connection; each end failing, and a panic in fn.
 func TestFailedEndLeavesNothingOpenOnThePool(t *testing.T) {
-	testsvc.MySQL(t, nil) // the test database exists, or the test fails/skips
-	mc, err := gomysql.ParseDSN(testsvc.MySQLDSN() + testsvc.Database + "?timeout=3s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner, err := gomysql.NewConnector(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fc := &testsvc.FailEnds{Inner: inner}
-	sqlDB := sql.OpenDB(fc)
-	sqlDB.SetMaxOpenConns(1)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB, DSNConfig: mc}), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fc, db, sqlDB := testsvc.FailEndsMySQL(t)
 	other, err := sql.Open("mysql", testsvc.MySQLDSN()+testsvc.Database)
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,42 @@ package testsvc
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"sync/atomic"
+	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
+
+// FailEndsMySQL opens the test MySQL database through a FailEnds, on a pool of one connection (every
+// statement after a failed end gets the same connection, if it went back to the pool), as a
+// database/sql pool and a gorm.DB on it, closed when t ends; the test fails or skips as MySQL does
+// when the service is missing.
+func FailEndsMySQL(t testing.TB) (*FailEnds, *gorm.DB, *sql.DB) {
+	t.Helper()
+	MySQL(t, nil) // the test database exists, or the test fails/skips
+	mc, err := mysql.ParseDSN(MySQLDSN() + Database + "?timeout=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := mysql.NewConnector(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &FailEnds{Inner: inner}
+	sqlDB := sql.OpenDB(fc)
+	sqlDB.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB, DSNConfig: mc}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fc, db, sqlDB
+}
 
 // FailEnds is a connector whose transactions, while FailCommit or FailRollback is set, answer their
 // Commit or Rollback as a Galera node that lost its primary component does (MySQL error 1047) and
