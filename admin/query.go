@@ -294,7 +294,7 @@ type SweepPlan struct {
 	// Now is the moment the plan was made for.
 	Now time.Time
 	// Expired are records the sweeper would delete (record.Store.DeleteExpired), by status, then
-	// oldest expiry first (the order of the status index, which MySQL's sweeper deletes in);
+	// oldest expiry first (the order of the status index, which MySQL's sweeper reads its batches in);
 	// ExpiredTotal counts them all.
 	Expired      []*Entry
 	ExpiredTotal int64

@@ -22,7 +22,7 @@ import (
 //     starts where the last one ended and stops after its rows, however many records the table and
 //     the status hold;
 //   - the sweeper's conditions are record.Store's own (status first), and the expired records are
-//     listed in the index's order, the order MySQL's DELETE ... LIMIT takes them.
+//     listed in the index's order, the order MySQL's sweeper reads a batch's keys in.
 //
 // Listings without a status page through the primary key; aggregates over every state (Stats) and
 // filters on gid or updated_at, which no index holds, read the table (or the scope's part of it).

@@ -115,8 +115,9 @@
 //
 // [Store.DeleteExpired], [Store.RecoverStale] and [Store.Pending] serve a sweeper and a transaction
 // reconciler, through the (status, expires_at) index. They work in bounded batches, one statement per
-// batch (DELETE/UPDATE ... LIMIT on MySQL; a LIMIT subquery on the primary key elsewhere, re-checking
-// the conditions), so they never hold many locks. [Store.RecoverStaleClaims] recovers like RecoverStale,
+// batch that finds its rows by primary key, re-checking the conditions (on MySQL after a plain read of
+// the batch's keys, elsewhere a LIMIT subquery on the primary key), so they never hold many locks and
+// lock rows in the order the Guard's writes do. [Store.RecoverStaleClaims] recovers like RecoverStale,
 // one statement per claim after a read of the batch, and returns the claims with their owners, so that
 // a sweeper can release the locks their dead holders still hold (sweep.RecordTasksWithLocker).
 //

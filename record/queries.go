@@ -116,13 +116,17 @@ type queries struct {
 	written     string // does the row hold a claim's own write? (it matched no row; see finishAgain)
 	delete      string
 
-	delExpired string // now, limit
-	recover    string // error, updated_at, now, now, [now, now,] limit (see recoverArgs)
-	staleList  string // now, now, limit: the version of stale claims (see Store.RecoverStaleClaims)
-	recoverOne string // error, updated_at, now, now, scope, key, fence, owner: recover one stale claim
-	pendingPfx string // followed by a scope list, then pendingSfx
-	batch      int    // rows per sweeper statement: maxBatch (tests lower it)
-	rebind     bool   // texts built per call need $n placeholders (PostgreSQL)
+	delExpired string // now, limit (MySQL: now, then completed by keyList)
+	recover    string // error, updated_at, now, now, [now, now,] limit (MySQL: completed by keyList)
+	// expiredKeys and staleKeys read the primary keys of a batch of the records delExpired and
+	// recover act on, without a lock (MySQL: now, now, limit; see Store.batchByKey).
+	expiredKeys string
+	staleKeys   string
+	staleList   string // now, now, limit: the version of stale claims (see Store.RecoverStaleClaims)
+	recoverOne  string // error, updated_at, now, now, scope, key, fence, owner: recover one stale claim
+	pendingPfx  string // followed by a scope list, then pendingSfx
+	batch       int    // rows per sweeper statement: maxBatch (tests lower it)
+	rebind      bool   // texts built per call need $n placeholders (PostgreSQL)
 }
 
 func buildQueries(dialect, schema, table string) *queries {
@@ -179,12 +183,25 @@ func buildQueries(dialect, schema, table string) *queries {
 	q.written = "SELECT 1 FROM " + t + " WHERE " + condVersion + " AND " + sameResponse +
 		" AND error = ? AND lease_until = ? AND expires_at = ? AND updated_at = ?"
 
-	recoverSet := "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? WHERE " + condStale
+	recoverCols := "UPDATE " + t + " SET status = 'FAILED', fence = fence + 1, owner = '', error = ?, updated_at = ? WHERE "
+	recoverSet := recoverCols + condStale
 	switch dialect {
 	case dialectMySQL:
-		// Single-table DELETE and UPDATE take a LIMIT: one statement per batch.
-		q.delExpired = "DELETE FROM " + t + " WHERE " + condExpired + " LIMIT ?"
-		q.recover = recoverSet + " LIMIT ?"
+		// Not DELETE (UPDATE) ... WHERE cond LIMIT ?: that walks the (status, expires_at) index and
+		// locks its entries — the rows it acts on and the ones its range scan passes — before the
+		// rows, while every other writer locks a row (the primary key) and then its index entry:
+		// a Guard.Tx taking over an expired or stale record deadlocked with the sweeper (error 1213).
+		// A plain read lists a batch's primary keys, locking nothing; the statement then finds its
+		// rows by primary key, re-checking the condition on each (a row taken over between the two
+		// is left alone), and locks each row before its index entry, as the other writers do. The
+		// re-check is wrapped in IF() so that no index range is made of it: a planner weighing the
+		// keys against a status index range of about as many rows (the v1 table's (status,
+		// lease_until) does) would otherwise take the index, and its locks, again. Index hints would
+		// name indexes a v1 table and a v2 one do not share.
+		q.expiredKeys = "SELECT scope, idem_key FROM " + t + " WHERE " + condExpired + " LIMIT ?"
+		q.staleKeys = "SELECT scope, idem_key FROM " + t + " WHERE " + condStale + " LIMIT ?"
+		q.delExpired = "DELETE FROM " + t + " WHERE IF(" + condExpired + ", 1, 0) = 1 AND ("
+		q.recover = recoverCols + "IF(" + condStale + ", 1, 0) = 1 AND ("
 	default:
 		// Select a batch by primary key and act on it, re-checking the condition on each row (a row
 		// taken over between the two is left alone: PostgreSQL re-evaluates the outer condition on
@@ -205,6 +222,23 @@ func buildQueries(dialect, schema, table string) *queries {
 		q.rebind = true // pendingPfx is completed per call, then rebound as a whole
 	}
 	return q
+}
+
+// keyList returns prefix followed by n primary keys, (scope = ? AND idem_key = ?) joined by OR,
+// and a closing parenthesis: the rows of a batch, which a MySQL statement finds by primary key.
+func keyList(prefix string, n int) string {
+	const one = "(scope = ? AND idem_key = ?)"
+	var b strings.Builder
+	b.Grow(len(prefix) + n*(len(one)+4) + 1)
+	b.WriteString(prefix)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString(one)
+	}
+	b.WriteByte(')')
+	return b.String()
 }
 
 // pendingSfx completes a pending query after its scope list.

@@ -17,12 +17,17 @@ const maxBatch = 500
 // DeleteExpired deletes up to limit records whose expiry is not after now (records without one,
 // records tied to a global transaction nobody settled yet — PROCESSING with a GID — and claims whose
 // lease is live never expire) and returns how many it deleted. It deletes in batches of at most 500 rows, each one statement that
-// commits on its own: DELETE ... LIMIT on MySQL, a DELETE of the primary keys a LIMIT subquery selects
-// elsewhere, re-checking the expiry on every row. The (status, expires_at) index serves it. A limit
-// below 1 deletes nothing. It is a hook for a sweeper; safe for concurrent use, though one sweeper at a
-// time is enough.
+// commits on its own: a DELETE of the primary keys a LIMIT subquery selects (on MySQL, a plain read
+// of a batch's primary keys, then a DELETE of those rows by primary key), re-checking the expiry on
+// every row: a record taken over in between is left alone. The DELETE locks each row before its
+// index entry, as every other writer does: it does not deadlock with a Guard.Tx taking a record over.
+// The (status, expires_at) index serves the selection. A limit below 1 deletes nothing. It is a hook
+// for a sweeper; safe for concurrent use, though one sweeper at a time is enough.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	ms := millis(now)
+	if s.q.dialect == dialectMySQL {
+		return s.batchByKey(ctx, limit, "deleting expired records from", s.q.expiredKeys, []any{ms, ms}, s.q.delExpired, []any{ms, ms})
+	}
 	args := []any{ms, ms} // condExpired's
 	if s.q.dialect != dialectMySQL {
 		args = append(args, ms, ms) // and again in the subquery
@@ -39,6 +44,9 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int, error) {
 	ms := millis(now)
 	args := []any{RecoveredError, ms, ms, ms}
+	if s.q.dialect == dialectMySQL {
+		return s.batchByKey(ctx, limit, "recovering stale records of", s.q.staleKeys, []any{ms, ms}, s.q.recover, args)
+	}
 	if s.q.dialect != dialectMySQL {
 		args = append(args, ms, ms)
 	}
@@ -113,6 +121,55 @@ func (s *Store) batch(ctx context.Context, limit int, doing, query string, args 
 		limit -= int(affected)
 	}
 	return total, nil
+}
+
+// batchByKey is batch on MySQL. Each batch reads the primary keys of up to n rows with list
+// (listArgs, then n), a plain read that locks nothing, then runs act (actArgs, then those keys) —
+// a statement that finds the rows by primary key and re-checks its condition on each — as one
+// statement outside a caller's transaction: a deadlock victim runs again, as a record's writes do.
+func (s *Store) batchByKey(ctx context.Context, limit int, doing, list string, listArgs []any, act string, actArgs []any) (int, error) {
+	total := 0
+	for limit > 0 {
+		n := min(limit, s.q.batch)
+		args, k, err := s.keyArgs(ctx, list, append(listArgs[:len(listArgs):len(listArgs)], n), actArgs)
+		if err != nil {
+			return total, s.q.interpretError(doing, err)
+		}
+		if k == 0 {
+			break
+		}
+		affected, err := s.exec(ctx, keyList(act, k), args...)
+		total += int(affected)
+		if err != nil {
+			return total, s.q.interpretError(doing, err)
+		}
+		if int(affected) < n {
+			break
+		}
+		limit -= int(affected)
+	}
+	return total, nil
+}
+
+// keyArgs runs list (args) and returns lead followed by the scope and key of each row it read, and
+// how many rows it read.
+func (s *Store) keyArgs(ctx context.Context, list string, args, lead []any) ([]any, int, error) {
+	rows, err := s.c.query(ctx, list, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	out := append(make([]any, 0, len(lead)+2*s.q.batch), lead...)
+	k := 0
+	for rows.Next() {
+		var scope, key string
+		if err := rows.Scan(&scope, &key); err != nil {
+			return nil, 0, err
+		}
+		out = append(out, scope, key)
+		k++
+	}
+	return out, k, cmp.Or(rows.Err(), rows.Close())
 }
 
 // Pending implements [idemkit.PendingLister]: up to q.Limit PROCESSING records of q.Scopes with a GID
