@@ -28,17 +28,27 @@ type RedisState struct {
 	Cached     bool
 	CachedSize int64
 	CacheTTL   time.Duration
+	// Damaged: the key holds a damaged lock value, one that starts like a lock but is none the
+	// Locker wrote (lock.ErrDamagedLock). No attempt holds it, yet a Guard's Locker refuses it: the
+	// key's calls fail with idemkit.ErrLockUnavailable (or run without the lock under FailOpen) for
+	// as long as Redis keeps it, DamagedTTL (0: no expiry). [Admin.Purge], [Admin.Release] and
+	// [Admin.ForgetCached] delete it, as lock.Locker.Forget does.
+	Damaged    bool
+	DamagedTTL time.Duration
 }
 
 // Redis returns what Redis holds for the record at storedScope and storedKey (as stored, e.g.
-// [idemkit.Address] or an [Entry]'s), in one round trip ([lock.Locker.State]). It returns an error
-// when the Admin has no Redis client, when Redis fails, or when the key holds a value the Locker
-// never writes.
+// [idemkit.Address] or an [Entry]'s), in one round trip ([lock.Locker.State]). A damaged lock value
+// is reported as Damaged. It returns an error when the Admin has no Redis client, when Redis fails,
+// or when the key holds another value the Locker never writes.
 func (a *Admin) Redis(ctx context.Context, storedScope, storedKey string) (*RedisState, error) {
 	if a.lk == nil {
 		return nil, errors.New("admin: no Redis client configured")
 	}
 	s, err := a.lk.State(ctx, idemkit.LockKey(storedScope, storedKey))
+	if errors.Is(err, lock.ErrDamagedLock) {
+		return &RedisState{Damaged: true, DamagedTTL: s.TTL}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("admin: reading Redis: %w", err)
 	}
@@ -53,8 +63,9 @@ func (a *Admin) Redis(ctx context.Context, storedScope, storedKey string) (*Redi
 }
 
 // ForgetCached deletes the cached result Redis holds for the record at storedScope and storedKey,
-// leaving a lock alone (an attempt running under it), and reports whether it deleted one. It is for a
-// result whose record is already gone (purged without Redis): [Admin.Purge] clears a record's own.
+// or a damaged lock value (see [RedisState].Damaged), leaving a lock alone (an attempt running under
+// it), and reports whether it deleted one. It is for a result whose record is already gone (purged
+// without Redis): [Admin.Purge] clears a record's own.
 func (a *Admin) ForgetCached(ctx context.Context, storedScope, storedKey string) (bool, error) {
 	if a.lk == nil {
 		return false, errors.New("admin: no Redis client configured")
@@ -67,21 +78,37 @@ func (a *Admin) ForgetCached(ctx context.Context, storedScope, storedKey string)
 }
 
 // releaseLock deletes the lock of rec's holder if that holder (rec's owner) still holds it, so that
-// the next attempt is not turned away as in flight. Another attempt's lock, or a cached result,
-// stays.
+// the next attempt is not turned away as in flight, or a damaged lock value, which would turn it away
+// as unavailable. Another attempt's lock, or a cached result, stays.
 func (a *Admin) releaseLock(ctx context.Context, rec *idemkit.Record) error {
-	if rec.Owner == "" {
+	key := idemkit.LockKey(rec.Scope, rec.Key)
+	err := lock.ErrDamagedLock // a claim without an owner holds no lock: only a damaged value may be there
+	if rec.Owner != "" {
+		err = a.lk.Release(ctx, key, rec.Owner, nil, 0)
+	}
+	if err == nil || !errors.Is(err, idemkit.ErrLockNotHeld) && !errors.Is(err, lock.ErrDamagedLock) {
+		return wrapRedis(err)
+	}
+	// Not the holder's lock: the key may hold a damaged value, which no attempt holds. Forget deletes
+	// it (nothing but its expiry or a hand changes such a value, so it is the one Forget meets).
+	if _, err := a.lk.State(ctx, key); !errors.Is(err, lock.ErrDamagedLock) {
+		return nil // gone, another attempt's lock, a cached result; a failed read leaves all as it is
+	}
+	_, err = a.lk.Forget(ctx, key, "")
+	return wrapRedis(err)
+}
+
+// wrapRedis says a Redis error happened clearing the key.
+func wrapRedis(err error) error {
+	if err == nil {
 		return nil
 	}
-	err := a.lk.Release(ctx, idemkit.LockKey(rec.Scope, rec.Key), rec.Owner, nil, 0)
-	if err != nil && !errors.Is(err, idemkit.ErrLockNotHeld) {
-		return fmt.Errorf("admin: clearing Redis: %w", err)
-	}
-	return nil
+	return fmt.Errorf("admin: clearing Redis: %w", err)
 }
 
 // forget deletes rec's cached result, and for a claim (PROCESSING) its holder's lock if rec's owner
-// still holds it, so that no duplicate is answered from the cache after the record is gone. Another
+// still holds it, so that no duplicate is answered from the cache after the record is gone; a damaged
+// lock value goes too (lock.Locker.Forget). Another
 // attempt's lock stays, and so does the lock of a finished record's owner: in Mark mode the record is
 // SUCCEEDED while its function still runs under that lock, and deleting it would let a duplicate run
 // beside it.
@@ -101,6 +128,9 @@ func (a *Admin) forget(ctx context.Context, rec *idemkit.Record) error {
 // the lock, which would answer duplicates after the record is purged.
 func (a *Admin) unlocked(ctx context.Context, rec *idemkit.Record) error {
 	s, err := a.lk.State(ctx, idemkit.LockKey(rec.Scope, rec.Key))
+	if errors.Is(err, lock.ErrDamagedLock) {
+		return nil // held by no attempt: the purge deletes it (see forget)
+	}
 	if err != nil {
 		return fmt.Errorf("admin: reading Redis before the purge (purge with force to skip it): %w", err)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/memory"
 )
 
@@ -44,5 +46,32 @@ func TestForgetDeletesDamagedLock(t *testing.T) {
 	}
 	if ok, err := l.Forget(ctx, "held", ""); err != nil || ok {
 		t.Fatalf("Forget of another attempt's lock = %v, %v; want it kept", ok, err)
+	}
+}
+
+// TestStateTellsDamagedLock: State's error for a lock value wraps lock.ErrDamagedLock exactly when
+// Forget deletes the value (a damaged one: no deadline or no token), with the value's TTL, so that
+// operators' tools can handle it as Forget does; a well-formed lock reads as one, and a deadline
+// beyond what the Locker writes is malformed without being damaged (Forget keeps it).
+func TestStateTellsDamagedLock(t *testing.T) {
+	l, b := setup(t)
+	ctx := testCtx(t)
+	for v, damaged := range map[string]bool{
+		"Lgarbage": true, "L:token": true, "L12x:token": true, "L": true, "L123": true, "Lx1:t": true,
+		"L99999999999999999999:token": false,
+	} {
+		key := "state-" + v
+		must(t, b.rdb.Set(ctx, l.Key(key), v, time.Hour).Err())
+		s, err := l.State(ctx, key)
+		if got := errors.Is(err, lock.ErrDamagedLock); got != damaged || err == nil {
+			t.Errorf("State of %q = %+v, %v; want an error, damaged %v", v, s, err, damaged)
+		}
+		if damaged && (s.TTL <= 0 || s.TTL > time.Hour || s.Locked || s.Cached) {
+			t.Errorf("State of %q = %+v; want only its TTL", v, s)
+		}
+		deleted, err := l.Forget(ctx, key, "")
+		if err != nil || deleted != damaged {
+			t.Errorf("Forget of %q = %v, %v; want deleted %v, as State tells", v, deleted, err, damaged)
+		}
 	}
 }

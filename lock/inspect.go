@@ -1,10 +1,19 @@
 package lock
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrDamagedLock is what [Locker.State] wraps when the key holds a damaged lock value: one that
+// starts like a lock but is none the Locker wrote (no deadline or no token: a partial copy, an
+// operator's edit). No attempt holds it, since no token can refresh or release it, yet Acquire
+// refuses it, so a Guard failing closed answers the key ErrLockUnavailable for as long as Redis keeps
+// it; [Locker.Forget] deletes it.
+var ErrDamagedLock = errors.New("malformed lock value")
 
 // State is what the Redis key of one idempotency key holds, as [Locker.State] reads it: nothing, the
 // lock of a running attempt, or a finished attempt's cached result.
@@ -31,7 +40,8 @@ func (l *Locker) Key(key string) string { return l.key(key) }
 // State returns what Redis holds for key, read in one atomic step (one Lua script; a cached result
 // is measured, not transferred). It is for operators' tools and tests, not for the Guard's path. It
 // returns ctx's error when ctx is done, an error when the key holds a malformed lock value or a
-// value of another Redis type, and Redis errors wrapped with what was being done.
+// value of another Redis type, and Redis errors wrapped with what was being done. A damaged lock
+// value, which Forget deletes, is an error wrapping [ErrDamagedLock], with the State's TTL set.
 func (l *Locker) State(ctx context.Context, key string) (State, error) {
 	const doing = "inspecting"
 	if err := ctx.Err(); err != nil {
@@ -65,7 +75,10 @@ func decodeState(doing string, v []any) (State, error) {
 			return s, unexpectedReply(doing, v)
 		}
 		deadline, token, ok := parseLock([]byte(val))
-		if !ok {
+		switch {
+		case !ok && damagedLock([]byte(val)):
+			return State{TTL: s.TTL}, fmt.Errorf("lock: %s: %w %q in Redis", doing, ErrDamagedLock, val)
+		case !ok: // a deadline beyond what the Locker writes: forget.lua keeps it as a lock
 			return s, fmt.Errorf("lock: %s: malformed lock value %q in Redis", doing, val)
 		}
 		s.Locked, s.Token, s.Deadline = true, token, time.UnixMilli(deadline)
@@ -83,6 +96,21 @@ func decodeState(doing string, v []any) (State, error) {
 		return s, unexpectedReply(doing, v)
 	}
 	return s, nil
+}
+
+// damagedLock reports whether v, a value starting with markLock, is a damaged lock value: not
+// "L" deadline (digits) ":" token, as forget.lua tells.
+func damagedLock(v []byte) bool {
+	i := bytes.IndexByte(v[1:], ':')
+	if i < 1 {
+		return true
+	}
+	for _, c := range v[1 : 1+i] {
+		if c < '0' || c > '9' {
+			return true
+		}
+	}
+	return false
 }
 
 // Forget deletes key's cached result, or its lock when token holds it (an empty token matches no

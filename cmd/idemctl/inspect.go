@@ -31,6 +31,9 @@ type redisJSON struct {
 	Cached     bool   `json:"cached"`
 	CachedSize int64  `json:"cached_size,omitempty"`
 	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
+	// Damaged: a damaged lock value (admin.RedisState.Damaged), DamagedTTLMS its TTL (0: none).
+	Damaged      bool  `json:"damaged_lock,omitempty"`
+	DamagedTTLMS int64 `json:"damaged_lock_ttl_ms,omitempty"`
 }
 
 func (c *cli) inspect(ctx context.Context, pos []string) error {
@@ -69,7 +72,8 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 			Found: rec != nil, Next: next}
 		if rs != nil {
 			out.Redis = &redisJSON{Locked: rs.Locked, LockToken: rs.LockToken, LockTTLMS: rs.LockTTL.Milliseconds(),
-				Cached: rs.Cached, CachedSize: rs.CachedSize, CacheTTLMS: rs.CacheTTL.Milliseconds()}
+				Cached: rs.Cached, CachedSize: rs.CachedSize, CacheTTLMS: rs.CacheTTL.Milliseconds(),
+				Damaged: rs.Damaged, DamagedTTLMS: rs.DamagedTTL.Milliseconds()}
 		}
 		if rec != nil {
 			r := c.recordJSON(rec, int64(len(rec.Response)), now)
@@ -95,11 +99,11 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 func (c *cli) redisWithoutRecord(ctx context.Context, scope, key string, ad idemkit.Address) (idemkit.Address, *admin.RedisState, error) {
 	rs, err := c.adm.Redis(ctx, ad.Scope, ad.Key)
 	as, hashed := admin.HashedAddress(ad, scope, key)
-	if err != nil || rs.Locked || rs.Cached || !hashed {
+	if err != nil || rs.Locked || rs.Cached || rs.Damaged || !hashed {
 		return ad, rs, err
 	}
 	held, err := c.adm.Redis(ctx, as.Scope, as.Key)
-	if err != nil || !held.Locked && !held.Cached {
+	if err != nil || !held.Locked && !held.Cached && !held.Damaged {
 		return ad, rs, err
 	}
 	return as, held, nil
@@ -159,6 +163,9 @@ func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.R
 			}
 			lockS = fmt.Sprintf("held by %s (token %s), %s left", holder, rs.LockToken, roundDur(rs.LockTTL))
 		}
+		if rs.Damaged {
+			lockS = "a damaged value (none the Locker writes: no attempt holds it), " + damagedTTL(rs)
+		}
 		t.row("redis lock", lockS)
 		cacheS := "none"
 		if rs.Cached {
@@ -174,6 +181,9 @@ func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.R
 // when unknown), following the Guard's rules: cache first, then the lock, then the record's state.
 func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) string {
 	switch {
+	case rs != nil && rs.Damaged:
+		return "fails with 503 (idemkit.ErrLockUnavailable; a FailOpen Guard goes on without the lock): the Locker refuses the damaged lock value in Redis until it expires (" +
+			damagedTTL(rs) + ") or is deleted (idemctl purge, or release of a claim, with --redis)"
 	case rs != nil && rs.Cached:
 		return cachedAnswer(rec)
 	case rs != nil && rs.Locked:
@@ -197,6 +207,14 @@ func nextAttempt(rec *idemkit.Record, rs *admin.RedisState, now time.Time) strin
 	default:
 		return fmt.Sprintf("runs again: a retry takes the %s record over (fence %d)", rec.Status, rec.Fence+1) + mismatchNote(rec)
 	}
+}
+
+// damagedTTL says how long Redis keeps a damaged lock value.
+func damagedTTL(rs *admin.RedisState) string {
+	if rs.DamagedTTL <= 0 {
+		return "kept without expiry"
+	}
+	return roundDur(rs.DamagedTTL) + " left"
 }
 
 // cachedAnswer says what the cache answers a new attempt with: the answer of the finished record it

@@ -141,7 +141,8 @@ func (c *cli) purgeOne(ctx context.Context, scope, key string) error {
 }
 
 // purgeCachedOnly handles purge --redis of a key without a record: a cached result its record left
-// behind (purged without --redis) would answer duplicates until it expires, so it is deleted, after
+// behind (purged without --redis) would answer duplicates until it expires, and a damaged lock value
+// (admin.RedisState.Damaged) fails its calls while it stays, so either is deleted, after
 // confirmation. A lock (an attempt in flight) is left alone. notFound is the lookup's error, returned
 // when Redis holds nothing to delete.
 func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound error) error {
@@ -152,6 +153,9 @@ func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound e
 	ad, rs, err := c.redisWithoutRecord(ctx, scope, key, ad)
 	if err != nil {
 		return err
+	}
+	if rs.Damaged {
+		return c.purgeDamaged(ctx, scope, key, ad, rs)
 	}
 	if !rs.Cached {
 		if rs.Locked {
@@ -174,6 +178,29 @@ func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound e
 		fmt.Fprintf(c.stdout, "no record; deleted the cached result of %q / %q\n", scope, key)
 	} else {
 		fmt.Fprintf(c.stdout, "no record; the cached result of %q / %q was gone already\n", scope, key)
+	}
+	return nil
+}
+
+// purgeDamaged deletes, after confirmation, the damaged lock value Redis holds at ad for a key
+// without a record.
+func (c *cli) purgeDamaged(ctx context.Context, scope, key string, ad idemkit.Address, rs *admin.RedisState) error {
+	q := fmt.Sprintf("No record of %q / %q, but Redis holds a damaged lock value under its key (none the Locker writes: no attempt holds it; %s), which fails its calls (idemkit.ErrLockUnavailable). Delete it?",
+		scope, key, damagedTTL(rs))
+	ctx, err := c.confirm(q)
+	if err != nil {
+		return err
+	}
+	deleted, err := c.adm.ForgetCached(ctx, ad.Scope, ad.Key)
+	if err != nil {
+		return err
+	}
+	if c.o.json {
+		c.writeJSON(map[string]any{"deleted": 0, "damaged_lock_deleted": deleted})
+	} else if deleted {
+		fmt.Fprintf(c.stdout, "no record; deleted the damaged lock value of %q / %q\n", scope, key)
+	} else {
+		fmt.Fprintf(c.stdout, "no record; the damaged lock value of %q / %q was gone already\n", scope, key)
 	}
 	return nil
 }
