@@ -3,6 +3,8 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +174,86 @@ func TestTxEndsWithItsContext(t *testing.T) {
 	}
 	if _, err := tx.Get(context.Background(), "s", "other"); err == nil {
 		t.Fatal("a statement of a transaction whose context ended ran")
+	}
+}
+
+// afterFuncCtx is a context that counts the functions registered to run when it is done and not
+// stopped yet (context.AfterFunc uses its AfterFunc method): what a transaction left registered on
+// it stays alive as long as it.
+type afterFuncCtx struct {
+	context.Context
+	live atomic.Int64
+}
+
+func (c *afterFuncCtx) Done() <-chan struct{} { return make(chan struct{}) }
+
+func (c *afterFuncCtx) AfterFunc(func()) func() bool {
+	c.live.Add(1)
+	var once sync.Once
+	return func() bool {
+		stopped := false
+		once.Do(func() { c.live.Add(-1); stopped = true })
+		return stopped
+	}
+}
+
+// TestTxEndLeavesNothingOnItsContext: a transaction that ended — committed, rolled back, or rolled
+// back as a deadlock's victim — leaves nothing registered on its context. The victim's rollback did
+// not stop the function BeginTx arranged for the context's end, so on a long-lived context (a
+// worker's) every deadlock victim stayed reachable, its buffered writes with it, until that context
+// ended — and on a context of a type of its own, one goroutine stayed for each.
+func TestTxEndLeavesNothingOnItsContext(t *testing.T) {
+	ctx := &afterFuncCtx{Context: context.Background()}
+	s := memory.NewStore()
+	begin := func() idemkit.TxStore {
+		tx, err := s.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	committed, rolledBack := begin(), begin()
+	if err := committed.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rolledBack.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if n := ctx.live.Load(); n != 0 {
+		t.Fatalf("%d functions left on the context after a Commit and a Rollback", n)
+	}
+
+	bounded, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, b := begin(), begin()
+	for tx, key := range map[idemkit.TxStore]string{a: "1", b: "2"} {
+		if _, err := tx.Get(bounded, "s", key); !errors.Is(err, idemkit.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := a.Get(bounded, "s", "2")
+		waited <- err
+	}()
+	_, errB := b.Get(bounded, "s", "1")
+	errA := <-waited
+	// One of them is the victim; each ends as the Guard ends it.
+	for tx, err := range map[idemkit.TxStore]error{a: errA, b: errB} {
+		switch {
+		case errors.Is(err, idemkit.ErrConflict):
+			if err := tx.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(err, idemkit.ErrNotFound):
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("two transactions waiting for each other: %v", err)
+		}
+	}
+	if n := ctx.live.Load(); n != 0 {
+		t.Fatalf("%d functions left on the context after a deadlock's victim rolled back", n)
 	}
 }

@@ -337,6 +337,7 @@ func (t *Tx) lock(ctx context.Context, k recKey) error {
 				t.release(nil)
 				t.done, t.victim = true, true
 				s.mu.Unlock()
+				t.stop() // ended: nothing is left to roll back when ctx is done
 				return errDeadlock
 			}
 		}
