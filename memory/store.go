@@ -332,14 +332,12 @@ func (t *Tx) lock(ctx context.Context, k recKey) error {
 			s.mu.Unlock()
 			return nil
 		}
-		for o := l.tx; o != nil; o = o.waits {
-			if o == t {
-				t.release(nil)
-				t.done, t.victim = true, true
-				s.mu.Unlock()
-				t.stop() // ended: nothing is left to roll back when ctx is done
-				return errDeadlock
-			}
+		if t.closesCycle(l.tx) {
+			t.release(nil)
+			t.done, t.victim = true, true
+			s.mu.Unlock()
+			t.stop() // ended: nothing is left to roll back when ctx is done
+			return errDeadlock
 		}
 		t.waits = l.tx
 		s.mu.Unlock()
@@ -360,9 +358,23 @@ func (t *Tx) lock(ctx context.Context, k recKey) error {
 	}
 }
 
-// release applies writes (nil: none) and frees the transaction's locks; s.mu is held.
+// closesCycle reports whether t waiting for h would close a cycle of transactions waiting for each
+// other; s.mu is held.
+func (t *Tx) closesCycle(h *Tx) bool {
+	for o := h; o != nil; o = o.waits {
+		if o == t {
+			return true
+		}
+	}
+	return false
+}
+
+// release applies writes (nil: none) and frees the transaction's locks; s.mu is held. The
+// transaction then waits for nothing, even while the goroutine of a wait its context ended has not run
+// again yet: no cycle is found through it.
 func (t *Tx) release(writes map[recKey]*idemkit.Record) {
 	s := t.s
+	t.waits = nil
 	for k, r := range writes {
 		if r == nil {
 			delete(s.records, k)
