@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,5 +256,76 @@ func TestTxEndLeavesNothingOnItsContext(t *testing.T) {
 	}
 	if n := ctx.live.Load(); n != 0 {
 		t.Fatalf("%d functions left on the context after a deadlock's victim rolled back", n)
+	}
+}
+
+// TestTxStatementRacingItsRollback: a statement of a transaction whose context ends while it runs
+// either completes as the transaction held its keys or fails with the context's error; it never sees
+// another writer's record of a key its transaction holds. The statement took the key's lock and then
+// read the key, and the rollback by the context could free the key in between: a write outside the
+// transaction that waited for it landed, and the statement read it (an Update failed with ErrFenced,
+// an Insert with ErrExists, where the context's error was the answer). Readers outside the
+// transaction keep the Store busy, so that the rollback does get in between, often.
+func TestTxStatementRacingItsRollback(t *testing.T) {
+	bg := context.Background()
+	s := memory.NewStore()
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 3 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					_, _ = s.Get(bg, "other", "k")
+				}
+			}
+		})
+	}
+	defer readers.Wait()
+	defer close(stop)
+	const rounds = 200
+	saw := 0
+	for i := range rounds {
+		key := fmt.Sprintf("k%d", i)
+		if err := s.Insert(bg, &idemkit.Record{Scope: "s", Key: key, Status: idemkit.StatusProcessing, Fence: 1, Owner: "o"}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		tx, err := s.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := tx.Get(bg, "s", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outside := make(chan error, 1)
+		go func() { // waits for the transaction's end
+			next := *held
+			next.Fence = 100
+			outside <- s.Update(bg, &next, held.Version())
+		}()
+		go cancel()
+		for {
+			got, err := tx.Get(bg, "s", key)
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("round %d: %v, want context.Canceled", i, err)
+				}
+				break
+			}
+			if got.Fence != held.Fence {
+				saw++
+				break
+			}
+		}
+		if err := <-outside; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if saw > 0 {
+		t.Fatalf("in %d of %d rounds a statement saw, in a key its transaction held, the write of another that waited for it", saw, rounds)
 	}
 }

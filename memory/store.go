@@ -311,7 +311,9 @@ func (t *Tx) SealTx(sealed bool) { t.sealed.Store(sealed) }
 
 // lock takes k's lock for the transaction, waiting for the transaction holding it until ctx or the
 // transaction's context is done. When that wait would close a cycle of transactions waiting for each
-// other, it rolls the transaction back and returns errDeadlock.
+// other, it rolls the transaction back and returns errDeadlock. It returns nil with s.mu held: the
+// statement reads k under it, so that a rollback by the transaction's context, which frees k under
+// s.mu, cannot let another writer's record in before the read.
 func (t *Tx) lock(ctx context.Context, k recKey) error {
 	s := t.s
 	for {
@@ -326,10 +328,8 @@ func (t *Tx) lock(ctx context.Context, k recKey) error {
 		case l == nil:
 			s.locks[k] = &rowLock{tx: t, free: make(chan struct{})}
 			t.keys = append(t.keys, k)
-			s.mu.Unlock()
 			return nil
 		case l.tx == t:
-			s.mu.Unlock()
 			return nil
 		}
 		if t.closesCycle(l.tx) {
@@ -391,13 +391,11 @@ func (t *Tx) release(writes map[recKey]*idemkit.Record) {
 	t.keys = nil
 }
 
-// current returns the record as the transaction sees it.
+// current returns the record as the transaction sees it; s.mu is held.
 func (t *Tx) current(k recKey) (*idemkit.Record, bool) {
 	if r, ok := t.writes[k]; ok {
 		return r, r != nil
 	}
-	t.s.mu.Lock()
-	defer t.s.mu.Unlock()
 	r, ok := t.s.records[k]
 	return r, ok
 }
@@ -411,6 +409,7 @@ func (t *Tx) Insert(ctx context.Context, rec *idemkit.Record) error {
 	if err := t.lock(ctx, k); err != nil {
 		return err
 	}
+	defer t.s.mu.Unlock()
 	if _, ok := t.current(k); ok {
 		return idemkit.ErrExists
 	}
@@ -427,6 +426,7 @@ func (t *Tx) Get(ctx context.Context, scope, key string) (*idemkit.Record, error
 	if err := t.lock(ctx, k); err != nil {
 		return nil, err
 	}
+	defer t.s.mu.Unlock()
 	r, ok := t.current(k)
 	if !ok {
 		return nil, idemkit.ErrNotFound
@@ -437,6 +437,12 @@ func (t *Tx) Get(ctx context.Context, scope, key string) (*idemkit.Record, error
 // Peek implements [idemkit.Peeker]: Get without the lock, which never waits.
 func (t *Tx) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
 	if err := t.usable(ctx); err != nil {
+		return nil, err
+	}
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	if err := t.ctx.Err(); err != nil {
+		// Rolled back with its context since usable checked it: the keys it held may be another's.
 		return nil, err
 	}
 	r, ok := t.current(recKey{scope, key})
@@ -455,6 +461,7 @@ func (t *Tx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Versi
 	if err := t.lock(ctx, k); err != nil {
 		return err
 	}
+	defer t.s.mu.Unlock()
 	if cur, ok := t.current(k); !ok || cur.Version() != prev {
 		return idemkit.ErrFenced
 	}
@@ -471,6 +478,7 @@ func (t *Tx) Delete(ctx context.Context, scope, key string, prev idemkit.Version
 	if err := t.lock(ctx, k); err != nil {
 		return err
 	}
+	defer t.s.mu.Unlock()
 	if cur, ok := t.current(k); !ok || cur.Version() != prev {
 		return idemkit.ErrFenced
 	}
