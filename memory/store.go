@@ -25,13 +25,16 @@ import (
 //
 // It also begins transactions ([Store.BeginTx], for [idemkit.Guard.Tx]), which lock the keys they
 // touch as InnoDB and PostgreSQL lock rows: a key a transaction read (Get), inserted, updated or
-// deleted stays locked until its Commit or Rollback; other transactions' statements on that key and
-// writes outside any transaction wait for it, while every other key stays free (a Guard call on
-// another key, made from inside a guarded transaction's function, runs at once, as on record.Store);
-// reads outside a transaction (Get, Peek) see only committed records and never wait. Two
-// transactions that would wait for each other fail as a database's deadlock victim would: the one
-// that would wait last is rolled back and its statement returns an error matching
-// [idemkit.ErrConflict].
+// deleted stays locked until its Commit or Rollback, or the end of its context; other transactions'
+// statements on that key (but Peek) and writes outside any transaction wait for it, while every other
+// key stays free (a Guard call on another key, made from inside a guarded transaction's function,
+// runs at once, as on record.Store); reads outside a transaction (Get, Peek) see only committed
+// records and never wait. Transactions that would wait for each other in a cycle (of two or more)
+// fail as a database's deadlock victim would: the one that would wait last is rolled back and its
+// statement returns an error matching [idemkit.ErrConflict]. A wait that closes a cycle through
+// something else than a key's lock (the holder's code waiting for a write outside any transaction,
+// or for a guarded call, that waits for a key the waiter holds) is not detected: it lasts until a
+// context ends, as on PostgreSQL, where MariaDB gives up after innodb_lock_wait_timeout.
 type Store struct {
 	mu      sync.Mutex
 	records map[recKey]*idemkit.Record
