@@ -127,6 +127,9 @@ func (s *Store) batch(ctx context.Context, limit int, doing, query string, args 
 // (listArgs, then n), a plain read that locks nothing, then runs act (actArgs, then those keys) —
 // a statement that finds the rows by primary key and re-checks its condition on each — as one
 // statement outside a caller's transaction: a deadlock victim runs again, as a record's writes do.
+// The last batch is the one whose list comes back short: a batch that acts on fewer rows than it
+// listed (some were taken over in between) is followed by the next, as DELETE (UPDATE) ... LIMIT
+// went on, unless it acted on none (a transaction's snapshot would list the same rows again).
 func (s *Store) batchByKey(ctx context.Context, limit int, doing, list string, listArgs []any, act string, actArgs []any) (int, error) {
 	total := 0
 	for limit > 0 {
@@ -143,7 +146,7 @@ func (s *Store) batchByKey(ctx context.Context, limit int, doing, list string, l
 		if err != nil {
 			return total, s.q.interpretError(doing, err)
 		}
-		if int(affected) < n {
+		if k < n || affected == 0 {
 			break
 		}
 		limit -= int(affected)
