@@ -96,8 +96,11 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // never taken for a repeated delivery.
 //
 // Enter returns ErrInvalidBranch, ErrNoTransaction, ErrDuplicate (with Duplicate) for a repeated msg op,
-// or the database error.
-func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, error) {
+// or the database error. When it returns an error, b's barrier count is as it was before the call, as
+// after [Gorm.TransactionOutcome]: a caller that rolls tx back and retries with the same b (a deadlock,
+// PostgreSQL's serialization failure in REPEATABLE READ or SERIALIZABLE) uses the same barrier id, so
+// its rows meet the delivery that made the call fail, and a later redelivery meets its rows.
+func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (_ Outcome, err error) {
 	if err := g.validate(b); err != nil {
 		return 0, err
 	}
@@ -105,6 +108,12 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (Outcome, erro
 	if err != nil {
 		return 0, err
 	}
+	calls := b.calls
+	defer func() {
+		if err != nil {
+			b.calls = calls // the caller rolls tx back; a retry with b uses the same id (see TransactionOutcome)
+		}
+	}()
 	bid := b.nextBarrierID()
 	// On MySQL/MariaDB the rows go in the order of the unique key (gid, branch_id, op, barrier_id), where
 	// only op differs. In DTM's order, origin first, a TCC cancel deadlocks there with another delivery
@@ -183,7 +192,8 @@ func (g *Gorm) insert(ctx context.Context, pool gorm.ConnPool, b *Branch, op, bi
 // fn propagates. fn receives tx with ctx.
 //
 // Call returns nil without running fn for a duplicate, hanging or null-compensation delivery, fn's
-// error, or the errors of [Gorm.Enter].
+// error, or the errors of [Gorm.Enter]. When it returns an error, b's barrier count is as it was before
+// the call (see [Gorm.Enter]), so a retry of tx with the same b uses the same barrier id.
 func (g *Gorm) Call(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) error {
 	_, err := g.CallOutcome(ctx, tx, b, fn)
 	return err
@@ -191,11 +201,19 @@ func (g *Gorm) Call(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gor
 
 // CallOutcome is [Gorm.Call] that also reports the barrier's decision.
 func (g *Gorm) CallOutcome(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) (Outcome, error) {
+	calls := 0
+	if b != nil {
+		calls = b.calls
+	}
 	out, err := g.Enter(ctx, tx, b)
 	if err != nil || out != Proceed {
 		return out, err
 	}
-	return Proceed, fn(tx.WithContext(ctx))
+	if err := fn(tx.WithContext(ctx)); err != nil {
+		b.calls = calls // as Enter's error does: the caller rolls tx back
+		return Proceed, err
+	}
+	return Proceed, nil
 }
 
 // Transaction opens a transaction on the barrier's database, runs [Gorm.Call] in it and commits; on an
