@@ -43,31 +43,61 @@ func BeginGorm(ctx context.Context, db *gorm.DB) (*Tx, error) {
 		gtx := sess.Begin()
 		return &Tx{Gorm: gtx}, gtx.Error
 	}
-	conn, err := pool.Conn(ctx)
+	var gtx *gorm.DB
+	conn, err := onConn(ctx, pool, func(conn *sql.Conn) error {
+		sess.Statement.ConnPool = conn // *sql.Conn begins its transactions on itself
+		gtx = sess.Begin()
+		return gtx.Error
+	})
 	if err != nil {
 		return nil, err
-	}
-	sess.Statement.ConnPool = conn // *sql.Conn begins its transactions on itself
-	gtx := sess.Begin()
-	if gtx.Error != nil {
-		_ = conn.Close()
-		return nil, gtx.Error
 	}
 	return &Tx{Gorm: gtx, conn: conn}, nil
 }
 
 // BeginSQL begins a transaction on db on a connection of its own.
 func BeginSQL(ctx context.Context, db *sql.DB) (*Tx, error) {
-	conn, err := db.Conn(ctx)
+	var stx *sql.Tx
+	conn, err := onConn(ctx, db, func(conn *sql.Conn) (err error) {
+		stx, err = conn.BeginTx(ctx, nil)
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	stx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		_ = conn.Close()
 		return nil, err
 	}
 	return &Tx{SQL: stx, conn: conn}, nil
+}
+
+// badConnRetries bounds the begins again on another connection after one found bad, besides one per
+// connection idle in the pool (see onConn).
+const badConnRetries = 2
+
+// onConn takes a connection of pool's own and begins a transaction on it with begin. A connection
+// found bad before anything was sent (driver.ErrBadConn: the MySQL driver checks a pooled connection
+// at its first write, and one the server closed while it was idle — wait_timeout, a KILL, a node
+// restarted — fails so) is closed and begin runs again on another, as database/sql's DB.BeginTx does;
+// its Conn.BeginTx does not. Every idle connection of the pool may be stale, and the pool hands them
+// out before it opens a new one: the retries go past them.
+func onConn(ctx context.Context, pool *sql.DB, begin func(*sql.Conn) error) (*sql.Conn, error) {
+	retries := -1 // set at the first bad connection
+	for {
+		conn, err := pool.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		err = begin(conn)
+		if err == nil {
+			return conn, nil
+		}
+		_ = conn.Close() // closed already when err is driver.ErrBadConn
+		if retries < 0 && errors.Is(err, driver.ErrBadConn) {
+			retries = badConnRetries + pool.Stats().Idle // the idle connections then, all stale maybe
+		}
+		if !errors.Is(err, driver.ErrBadConn) || retries == 0 {
+			return nil, err
+		}
+		retries--
+	}
 }
 
 // Commit commits the transaction. When the COMMIT fails, the transaction is rolled back on its
