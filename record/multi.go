@@ -84,7 +84,7 @@ func (s *Store) multiConnection(ctx context.Context) (*sql.Conn, error) {
 		return nil, s.q.interpretError("beginning a transaction on", err)
 	}
 	if s.multi.Load() == multiUnknown {
-		_, err := c.ExecContext(ctx, "DO 1; DO 1")
+		c, err = s.onLiveConn(ctx, c, func(c *sql.Conn) error { _, err := c.ExecContext(ctx, "DO 1; DO 1"); return err })
 		var my *mysql.MySQLError
 		var galera bool
 		if err == nil {
@@ -123,7 +123,7 @@ func (s *Store) beginMulti(ctx context.Context) (*multiStore, error) {
 func (s *Store) bindMulti(ctx context.Context, c *sql.Conn, begun bool) *multiStore {
 	// Statements with arguments may carry START TRANSACTION when the driver interpolates them (the
 	// DSN sets interpolateParams: the Store then prepares nothing).
-	m := &multiStore{tx: multiTx{c: c, ctx: ctx, leadArgs: s.ps == nil}} // one allocation for both
+	m := &multiStore{tx: multiTx{c: c, pool: s.sdb, ctx: ctx, leadArgs: s.ps == nil}} // one allocation for both
 	m.tx.begun.Store(begun)
 	gtx := s.gdb.Session(&gorm.Session{Context: ctx, NewDB: true})
 	gtx.Statement.ConnPool = &m.tx
@@ -166,7 +166,8 @@ func (s *Store) beginProbe(ctx context.Context, scope, key string) (idemkit.TxSt
 		return nil, rec, err
 	}
 	rec := &idemkit.Record{Scope: scope, Key: key}
-	found, err := s.probe(ctx, c, rec)
+	var found bool
+	c, err = s.onLiveConn(ctx, c, func(c *sql.Conn) (err error) { found, err = s.probe(ctx, c, rec); return err })
 	if err == nil && !found {
 		return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
 	}
@@ -272,8 +273,61 @@ func isGalera(ctx context.Context, c *sql.Conn) (bool, error) {
 
 // discard closes c's connection instead of returning it to the pool.
 func discard(c *sql.Conn) {
+	if c == nil { // none could be taken (see onLiveConn)
+		return
+	}
 	_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	_ = c.Close()
+}
+
+// onLiveConn runs f, the first statement sent on c, a connection just taken from the pool, and when
+// it fails with driver.ErrBadConn runs it again on another connection, and returns the connection f
+// last ran on (nil when none could be taken). The MySQL driver checks a pooled connection at its first
+// write and reports one the server closed while it was idle (wait_timeout, a KILL, a node restarted)
+// with driver.ErrBadConn, having sent nothing; database/sql closes it, and begins again on another
+// connection in DB.BeginTx and every statement of the pool, but not on a *sql.Conn. Every idle
+// connection of the pool may be stale: the retries go past them.
+func (s *Store) onLiveConn(ctx context.Context, c *sql.Conn, f func(*sql.Conn) error) (*sql.Conn, error) {
+	err := f(c)
+	if !errors.Is(err, driver.ErrBadConn) {
+		return c, err
+	}
+	for retries := badConnRetries + s.sdb.Stats().Idle; retries > 0 && errors.Is(err, driver.ErrBadConn); retries-- {
+		_ = c.Close() // closed already
+		var cerr error
+		if c, cerr = s.sdb.Conn(ctx); cerr != nil {
+			return nil, cerr
+		}
+		err = f(c)
+	}
+	return c, err
+}
+
+// badConnRetries bounds the runs again on another connection after one found bad, besides one per
+// connection idle in the pool (see onLiveConn).
+const badConnRetries = 2
+
+// renew replaces t's connection after err, a statement's on it, when err says the connection was found
+// bad before anything was sent (driver.ErrBadConn: see onLiveConn) and nothing of the transaction has
+// run: its first statement then runs again on another connection. It reports whether it did.
+func (t *multiTx) renew(ctx context.Context, err error) bool {
+	if t.begun.Load() || t.done || !errors.Is(err, driver.ErrBadConn) {
+		return false
+	}
+	if t.retries == 0 {
+		t.retries = badConnRetries + 1 + t.pool.Stats().Idle
+	}
+	if t.retries == 1 {
+		return false
+	}
+	t.retries--
+	_ = t.c.Close() // closed already, by database/sql: its place in the pool is free
+	c, err := t.pool.Conn(ctx)
+	if err != nil {
+		return false // t.c, closed, fails what follows
+	}
+	t.c = c
+	return true
 }
 
 // multiTx is a transaction on a connection the Store holds. It is the gorm.ConnPool of the session
@@ -290,6 +344,8 @@ func discard(c *sql.Conn) {
 // the statement runs again, alone.
 type multiTx struct {
 	c        *sql.Conn
+	pool     *sql.DB         // c's, for another connection when c is found bad (see renew)
+	retries  int             // renew's, left plus one; 0 until the first bad connection
 	ctx      context.Context // the context the transaction was begun with
 	done     bool            // the connection was returned or closed
 	leadArgs bool            // a statement with arguments may carry START TRANSACTION
@@ -320,6 +376,9 @@ func lead[R any](t *multiTx, ctx context.Context, query string, nargs int, run f
 		return run(query)
 	}
 	r, err := run(beginPrefix + query)
+	for t.renew(ctx, err) {
+		r, err = run(beginPrefix + query)
+	}
 	if t.ledBy(ctx, err, nargs) {
 		return run(query)
 	}
@@ -332,7 +391,11 @@ func (t *multiTx) begin(ctx context.Context) error {
 	if t.done {
 		return sql.ErrConnDone
 	}
-	if _, err := t.c.ExecContext(ctx, "START TRANSACTION"); err != nil {
+	_, err := t.c.ExecContext(ctx, "START TRANSACTION")
+	for t.renew(ctx, err) {
+		_, err = t.c.ExecContext(ctx, "START TRANSACTION")
+	}
+	if err != nil {
 		t.done = true
 		discard(t.c)
 		return err
@@ -410,6 +473,9 @@ func (t *multiTx) end(ctx context.Context, stmt string) error {
 		stmt = beginPrefix + stmt
 	}
 	_, err := t.c.ExecContext(ctx, stmt)
+	for !t.begun.Load() && t.renew(ctx, err) {
+		_, err = t.c.ExecContext(ctx, stmt)
+	}
 	if _, server := mysqlErrorNumber(err); err != nil && !server {
 		t.done = true
 		discard(t.c)
