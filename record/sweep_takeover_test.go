@@ -65,8 +65,11 @@ func TestSweeperBatchGoesOnPastATakeover(t *testing.T) {
 			var res *result
 			for res == nil {
 				var waiting int
-				must(t, sqlDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?",
-					"%"+f.s.q.table+"%").Scan(&waiting))
+				// The statement after the list of keys has started (it then waits for the row, or
+				// meets it committed): PROCESSLIST shows its text, prepared or not, where
+				// INNODB_TRX's trx_query is empty for a prepared statement's.
+				must(t, sqlDB.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Sleep' AND "+
+					"(INFO LIKE ? OR INFO LIKE ?)", "DELETE FROM `"+f.s.q.table+"`%", "UPDATE `"+f.s.q.table+"`%").Scan(&waiting))
 				if waiting > 0 {
 					break
 				}
