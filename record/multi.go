@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // Multi-statement transactions (MySQL and MariaDB only).
@@ -84,7 +85,7 @@ func (s *Store) multiConnection(ctx context.Context) (*sql.Conn, error) {
 		return nil, s.q.interpretError("beginning a transaction on", err)
 	}
 	if s.multi.Load() == multiUnknown {
-		c, err = s.onLiveConn(ctx, c, func(c *sql.Conn) error { _, err := c.ExecContext(ctx, "DO 1; DO 1"); return err })
+		c, err = ownedtx.OnLive(ctx, s.sdb, c, func(c *sql.Conn) error { _, err := c.ExecContext(ctx, "DO 1; DO 1"); return err })
 		var my *mysql.MySQLError
 		var galera bool
 		if err == nil {
@@ -167,7 +168,7 @@ func (s *Store) beginProbe(ctx context.Context, scope, key string) (idemkit.TxSt
 	}
 	rec := &idemkit.Record{Scope: scope, Key: key}
 	var found bool
-	c, err = s.onLiveConn(ctx, c, func(c *sql.Conn) (err error) { found, err = s.probe(ctx, c, rec); return err })
+	c, err = ownedtx.OnLive(ctx, s.sdb, c, func(c *sql.Conn) (err error) { found, err = s.probe(ctx, c, rec); return err })
 	if err == nil && !found {
 		return s.bindMulti(ctx, c, true), nil, idemkit.ErrNotFound
 	}
@@ -273,49 +274,22 @@ func isGalera(ctx context.Context, c *sql.Conn) (bool, error) {
 
 // discard closes c's connection instead of returning it to the pool.
 func discard(c *sql.Conn) {
-	if c == nil { // none could be taken (see onLiveConn)
+	if c == nil { // none could be taken (see ownedtx.OnLive)
 		return
 	}
 	_ = c.Raw(func(any) error { return driver.ErrBadConn })
 	_ = c.Close()
 }
 
-// onLiveConn runs f, the first statement sent on c, a connection just taken from the pool, and when
-// it fails with driver.ErrBadConn runs it again on another connection, and returns the connection f
-// last ran on (nil when none could be taken). The MySQL driver checks a pooled connection at its first
-// write and reports one the server closed while it was idle (wait_timeout, a KILL, a node restarted)
-// with driver.ErrBadConn, having sent nothing; database/sql closes it, and begins again on another
-// connection in DB.BeginTx and every statement of the pool, but not on a *sql.Conn. Every idle
-// connection of the pool may be stale: the retries go past them.
-func (s *Store) onLiveConn(ctx context.Context, c *sql.Conn, f func(*sql.Conn) error) (*sql.Conn, error) {
-	err := f(c)
-	if !errors.Is(err, driver.ErrBadConn) {
-		return c, err
-	}
-	for retries := badConnRetries + s.sdb.Stats().Idle; retries > 0 && errors.Is(err, driver.ErrBadConn); retries-- {
-		_ = c.Close() // closed already
-		var cerr error
-		if c, cerr = s.sdb.Conn(ctx); cerr != nil {
-			return nil, cerr
-		}
-		err = f(c)
-	}
-	return c, err
-}
-
-// badConnRetries bounds the runs again on another connection after one found bad, besides one per
-// connection idle in the pool (see onLiveConn).
-const badConnRetries = 2
-
 // renew replaces t's connection after err, a statement's on it, when err says the connection was found
-// bad before anything was sent (driver.ErrBadConn: see onLiveConn) and nothing of the transaction has
-// run: its first statement then runs again on another connection. It reports whether it did.
+// bad before anything was sent (driver.ErrBadConn: see ownedtx.OnLive) and nothing of the transaction
+// has run: its first statement then runs again on another connection. It reports whether it did.
 func (t *multiTx) renew(ctx context.Context, err error) bool {
 	if t.begun.Load() || t.done || !errors.Is(err, driver.ErrBadConn) {
 		return false
 	}
 	if t.retries == 0 {
-		t.retries = badConnRetries + 1 + t.pool.Stats().Idle
+		t.retries = ownedtx.BadConnRetries + 1 + t.pool.Stats().Idle
 	}
 	if t.retries == 1 {
 		return false

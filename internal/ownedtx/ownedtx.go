@@ -68,36 +68,51 @@ func BeginSQL(ctx context.Context, db *sql.DB) (*Tx, error) {
 	return &Tx{SQL: stx, conn: conn}, nil
 }
 
-// badConnRetries bounds the begins again on another connection after one found bad, besides one per
-// connection idle in the pool (see onConn).
-const badConnRetries = 2
+// BadConnRetries bounds the runs again on another connection after one found bad, besides one per
+// connection idle in the pool (see [OnLive]).
+const BadConnRetries = 2
 
-// onConn takes a connection of pool's own and begins a transaction on it with begin. A connection
-// found bad before anything was sent (driver.ErrBadConn: the MySQL driver checks a pooled connection
-// at its first write, and one the server closed while it was idle — wait_timeout, a KILL, a node
-// restarted — fails so) is closed and begin runs again on another, as database/sql's DB.BeginTx does;
-// its Conn.BeginTx does not. Every idle connection of the pool may be stale, and the pool hands them
-// out before it opens a new one: the retries go past them.
-func onConn(ctx context.Context, pool *sql.DB, begin func(*sql.Conn) error) (*sql.Conn, error) {
-	retries := -1 // set at the first bad connection
-	for {
-		conn, err := pool.Conn(ctx)
-		if err != nil {
+// OnLive runs f, the first statement sent on c, a connection just taken from pool (nil: OnLive takes
+// one), and when it fails with driver.ErrBadConn runs it again on another connection; it returns the
+// connection f last ran on (nil when none could be taken) and f's error. The MySQL driver checks a
+// pooled connection at its first write and reports one the server closed while it was idle
+// (wait_timeout, a KILL, a node restarted) with driver.ErrBadConn, having sent nothing; database/sql
+// closes it and runs the statement again on another connection in DB.BeginTx and every statement of
+// the pool, but not on a *sql.Conn. Every idle connection of the pool may be stale, and the pool hands
+// them out before it opens a new one: the retries go past them.
+func OnLive(ctx context.Context, pool *sql.DB, c *sql.Conn, f func(*sql.Conn) error) (*sql.Conn, error) {
+	if c == nil {
+		var err error
+		if c, err = pool.Conn(ctx); err != nil {
 			return nil, err
 		}
-		err = begin(conn)
-		if err == nil {
-			return conn, nil
-		}
-		_ = conn.Close() // closed already when err is driver.ErrBadConn
-		if retries < 0 && errors.Is(err, driver.ErrBadConn) {
-			retries = badConnRetries + pool.Stats().Idle // the idle connections then, all stale maybe
-		}
-		if !errors.Is(err, driver.ErrBadConn) || retries == 0 {
-			return nil, err
-		}
-		retries--
 	}
+	err := f(c)
+	if !errors.Is(err, driver.ErrBadConn) {
+		return c, err
+	}
+	for retries := BadConnRetries + pool.Stats().Idle; retries > 0 && errors.Is(err, driver.ErrBadConn); retries-- {
+		_ = c.Close() // closed already, by database/sql
+		var cerr error
+		if c, cerr = pool.Conn(ctx); cerr != nil {
+			return nil, cerr
+		}
+		err = f(c)
+	}
+	return c, err
+}
+
+// onConn takes a connection of pool's own and begins a transaction on it with begin, on another
+// connection when the first is found stale ([OnLive]); a connection whose begin failed goes back.
+func onConn(ctx context.Context, pool *sql.DB, begin func(*sql.Conn) error) (*sql.Conn, error) {
+	conn, err := OnLive(ctx, pool, nil, begin)
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Commit commits the transaction. When the COMMIT fails, the transaction is rolled back on its
