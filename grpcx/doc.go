@@ -42,6 +42,8 @@
 //	  sharing its Scope)                                    (type IDEMPOTENCY_KEY_REUSED)
 //	key missing on a Required method, malformed, too      INVALID_ARGUMENT
 //	  long, empty, or two different keys in the metadata
+//	Options.Principal returned an error                   PERMISSION_DENIED, or the code of the status
+//	                                                        error it returned (the handler does not run)
 //	record store or lock unavailable                      UNAVAILABLE (nothing ran)
 //	the Guard's watchdog cancelled the handler (MaxHold   UNAVAILABLE (not stored: a retry runs again)
 //	  ran out, the lock was lost)
