@@ -57,7 +57,9 @@ var (
 	ErrLockNotHeld = errors.New("idemkit: lock not held")
 	// ErrUnstorable: a Store cannot hold a value of the record as given (a result larger than its
 	// column, text its database refuses). Stores wrap it; the Guard then stores a replacement outcome
-	// the Store can hold (see [Claim.Finish]) rather than leave the record to be run again.
+	// the Store can hold (see [Claim.Finish]) rather than leave the record to be run again. The Guard
+	// also returns it, before anything runs, for a [Call] whose Fingerprint, GID or BranchID no Store
+	// holds (longer than MaxStoredLen bytes, not UTF-8, or holding a NUL).
 	ErrUnstorable = errors.New("idemkit: value cannot be stored")
 )
 

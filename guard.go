@@ -53,7 +53,10 @@ type Call struct {
 	// Key is the idempotency key, unique per operation within Scope. Required; see Options.MaxKeyLen.
 	Key string
 	// Fingerprint is a hash of the request payload. When both it and the stored one are set and they
-	// differ, the call fails with ErrPayloadMismatch. Optional.
+	// differ, the call fails with ErrPayloadMismatch. Optional. Like GID and BranchID it must be at
+	// most MaxStoredLen (128) bytes of UTF-8 without NUL, what every Store holds (a hex SHA-256 is
+	// 64): any other value fails the call with ErrUnstorable before anything runs ([StorableText]
+	// hashes a raw binary or long one).
 	Fingerprint string
 	// GID and BranchID tie the record to a distributed transaction. A PROCESSING record with a GID is
 	// never taken over on lease expiry: its outcome is the global transaction's, settled by hooks or a
@@ -87,8 +90,8 @@ type Result struct {
 //
 // It returns fn's result and error on the first run; the stored result with Replayed set (or an
 // [*RejectedError] for a stored permanent failure) for a finished key; [*InFlightError] when another
-// attempt holds the key; ErrPayloadMismatch, ErrInvalidKey, ErrNilFunc, ErrStoreUnavailable,
-// ErrLockUnavailable as documented on each; ErrFenced when fn ran but its claim was taken over (or
+// attempt holds the key; ErrPayloadMismatch, ErrInvalidKey, ErrUnstorable, ErrNilFunc,
+// ErrStoreUnavailable, ErrLockUnavailable as documented on each; ErrFenced when fn ran but its claim was taken over (or
 // otherwise ended: see [Claim.Finish]) before it finished. A panic in fn releases the claim (FAILED, retry allowed) and continues.
 func (g *Guard) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 	if fn == nil {
