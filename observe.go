@@ -10,7 +10,8 @@ import (
 // Mode is how a call is guarded.
 type Mode uint8
 
-// Modes. See [Guard.Do], [Guard.Tx] and [Guard.DoTx] (both ModeTx), [Guard.Mark] and [Guard.MarkTx].
+// Modes. See [Guard.Do], [Guard.Tx] and [Guard.DoTx] (both ModeTx), [Guard.Mark], [Guard.MarkTx] and
+// [Guard.TxMark] (both ModeMarkTx).
 const (
 	ModeExecute Mode = iota
 	ModeTx
