@@ -133,8 +133,8 @@ var _ idemkit.Observer = (*Observer)(nil)
 // Latency histogram bucket boundaries, in seconds: 0.5 ms to 10 s.
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-// New returns an Observer using the providers in opts (nil for none). It returns an error when an
-// instrument cannot be created.
+// New returns an Observer using the providers in opts (nil for none). It returns an error when
+// Options.ClaimsTimeout is negative or an instrument cannot be created.
 func New(opts *Options) (*Observer, error) {
 	var o Options
 	if opts != nil {
