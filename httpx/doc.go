@@ -76,6 +76,9 @@
 //	finished duplicate, Reject policy        409 duplicate
 //	one-time token unknown, expired, used    409 token-invalid
 //	finished, response too large to store    409 response-not-stored
+//	finished with a permanent error and no   409 rejected
+//	  stored response, or with a response
+//	  the record store could not hold
 //	body over Options.MaxBodyBytes           413 body-too-large
 //	same key, different payload              422 payload-mismatch
 //	unexpected error, handler did not run    500 internal
