@@ -190,7 +190,9 @@ func parseInfo(body []byte) (Info, error) {
 
 // Wait polls until the transaction reaches an outcome (Succeed or Failed) or ctx is done. It returns
 // the last status seen; when ctx ends first it returns that status (not final) and no error, so a caller
-// can tell "still running" from "could not ask" — an error, when no query was answered at all.
+// can tell "still running" from "could not ask" — an error, when no query was answered at all. A query
+// that fails is tried again at the next poll; when three fail in a row, Wait gives up with
+// the last status seen and the latest query's error (see [Client.WaitInfo]).
 func (c *Client) Wait(ctx context.Context, gid string) (Status, error) {
 	info, err := c.WaitInfo(ctx, gid)
 	return info.Status, err
