@@ -53,12 +53,13 @@ type Options struct {
 	// within it) at the price of that read: one more statement per new key in Tx mode. Negative
 	// disables the cache.
 	CacheTTL time.Duration
-	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease while the
-	// function runs, up to MaxHold, and cancels the function's context with ErrLockLost when the claim
-	// is lost, or half a renewal period before its lease lapses when renewals keep failing or MaxHold
-	// has passed (while duplicates are still turned away). In the Tx modes, whose transaction decides
-	// the claim, a lock the Locker lost (a Redis restart) is taken again and the function carries on;
-	// only a lock another attempt took, or a key finished meanwhile, cancels it. Defaults to false.
+	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease (in the Tx
+	// modes, whose records have no lease to renew, of LockTTL) while the function runs, up to
+	// MaxHold, and cancels the function's context with ErrLockLost when the claim is lost, or half a
+	// renewal period before its lease lapses when renewals keep failing or MaxHold has passed (while
+	// duplicates are still turned away). In the Tx modes, whose transaction decides the claim, a lock
+	// the Locker lost (a Redis restart) is taken again and the function carries on; only a lock
+	// another attempt took, or a key finished meanwhile, cancels it. Defaults to false.
 	Watchdog bool
 	// MaxHold caps how long the watchdog keeps a claim alive. Defaults to DefaultMaxHold (10m).
 	MaxHold time.Duration
