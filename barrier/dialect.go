@@ -34,6 +34,9 @@ type dialect struct {
 	// originFirst inserts a compensating op's origin row before its own row, as DTM does, whatever
 	// the unique key's order (PostgreSQL, which locks no gaps; see Gorm.Enter).
 	originFirst bool
+	// createRaces: a CREATE ... IF NOT EXISTS racing the same statement of another session fails
+	// (PostgreSQL); CreateTable runs it again.
+	createRaces bool
 }
 
 // maxTableBase bounds the table's own name (without its schema): 63 bytes less "_create_time".
@@ -116,6 +119,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			reason:      "SELECT reason FROM " + t + " WHERE gid = $1 AND branch_id = $2 AND op = $3 AND barrier_id = $4",
 			noNUL:       true,
 			originFirst: true,
+			createRaces: true,
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },

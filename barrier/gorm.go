@@ -53,14 +53,50 @@ func NewGorm(db *gorm.DB, opts *GormOptions) (*Gorm, error) {
 }
 
 // CreateTable creates the barrier table (and its database on MySQL or schema on PostgreSQL when the name
-// is qualified) if it does not exist, with DTM's schema. The sql/ directory holds the same DDL.
+// is qualified) if it does not exist, with DTM's schema. The sql/ directory holds the same DDL. Several
+// processes may run it at once (the replicas of a service starting together).
 func (g *Gorm) CreateTable(ctx context.Context) error {
 	for _, stmt := range g.d.ddl {
-		if err := g.db.WithContext(ctx).Exec(stmt).Error; err != nil {
+		if err := g.execDDL(ctx, stmt); err != nil {
 			return fmt.Errorf("barrier: creating table: %w", err)
 		}
 	}
 	return nil
+}
+
+// ddlRaceRetries bounds how many times CreateTable runs a statement again after it lost a race with
+// the same statement of another session.
+const ddlRaceRetries = 3
+
+// execDDL runs one CREATE ... IF NOT EXISTS statement of CreateTable. On PostgreSQL such a statement
+// racing the same one of another session checks for its object before either has committed it, and
+// then fails on the system catalog's unique index (23505) or as a duplicate (42P07, 42710) once the
+// other committed: it runs again, and IF NOT EXISTS then finds the object.
+func (g *Gorm) execDDL(ctx context.Context, stmt string) error {
+	for attempt := 0; ; attempt++ {
+		err := g.db.WithContext(ctx).Exec(stmt).Error
+		if err == nil || !g.d.createRaces || attempt == ddlRaceRetries || ctx.Err() != nil || !lostCreateRace(err) {
+			return err
+		}
+	}
+}
+
+// lostCreateRace reports whether err is what PostgreSQL answers a CREATE ... IF NOT EXISTS whose object
+// another session created meanwhile: a unique violation on the catalog (gorm.ErrDuplicatedKey when
+// the handle translates errors), or a duplicate table or object.
+func lostCreateRace(err error) bool {
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return true
+	}
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.SQLState() {
+	case "23505", "42P07", "42710": // unique_violation, duplicate_table, duplicate_object
+		return true
+	}
+	return false
 }
 
 // txPool returns tx's connection after checking that tx is inside a transaction.

@@ -1,0 +1,71 @@
+package barrier
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
+)
+
+// freshTableName returns a table name for a barrier table that does not exist yet, dropped (on
+// PostgreSQL with its schema, to exercise CREATE SCHEMA too) when t ends.
+func freshTableName(t *testing.T, db *gorm.DB) string {
+	t.Helper()
+	if db.Dialector.Name() == "postgres" {
+		schema := testsvc.Name("bar_cc_")
+		t.Cleanup(func() {
+			if err := db.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE").Error; err != nil {
+				t.Logf("dropping schema %s: %v", schema, err)
+			}
+		})
+		return schema + ".barrier"
+	}
+	table := testsvc.Name("bar_cc_")
+	testsvc.DropTable(t, db, table)
+	return table
+}
+
+// TestGormCreateTableConcurrently runs CreateTable in several sessions at once for a table that does
+// not exist, as the replicas of a service do when they start together. On PostgreSQL a CREATE ... IF NOT
+// EXISTS that checks for its object before another session committed it fails once the other did
+// (23505 on the catalog's unique index, or 42P07/42710): every CreateTable must still succeed.
+func TestGormCreateTableConcurrently(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		if db.Dialector.Name() == "sqlite" {
+			t.Skip("one file, one writer: the sessions take turns")
+		}
+		for round := range 6 {
+			table := freshTableName(t, db)
+			var wg sync.WaitGroup
+			errs := make([]error, 8)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					g, err := NewGorm(db, &GormOptions{Table: table})
+					if err == nil {
+						err = g.CreateTable(context.Background())
+					}
+					errs[i] = err
+				}()
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatalf("round %d: CreateTable beside others: %v", round, err)
+				}
+			}
+			g, err := NewGorm(db, &GormOptions{Table: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := NewBranch(TransSaga, testsvc.Name("gid-"), "01", OpAction)
+			if _, err := g.TransactionOutcome(context.Background(), b, func(*gorm.DB) error { return nil }); err != nil {
+				t.Fatalf("round %d: a branch on the table: %v", round, err)
+			}
+		}
+	})
+}
