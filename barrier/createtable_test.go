@@ -2,8 +2,10 @@ package barrier
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -62,10 +64,49 @@ func TestGormCreateTableConcurrently(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if g.d.indexExists != "" {
+				var n int
+				if err := db.Raw(strings.NewReplacer("$1", "?", "$2", "?").Replace(g.d.indexExists), g.d.quoted, g.d.index).Scan(&n).Error; err != nil || n != 1 {
+					t.Fatalf("round %d: index %s: %d, %v", round, g.d.index, n, err)
+				}
+			}
 			b, _ := NewBranch(TransSaga, testsvc.Name("gid-"), "01", OpAction)
 			if _, err := g.TransactionOutcome(context.Background(), b, func(*gorm.DB) error { return nil }); err != nil {
 				t.Fatalf("round %d: a branch on the table: %v", round, err)
 			}
+		}
+	})
+}
+
+// TestGormCreateTableBesideAnOpenBranch runs CreateTable, as every process does at its start, on a
+// barrier table that exists while another process's branch transaction that wrote to it is open: it
+// returns at once. On PostgreSQL its CREATE INDEX IF NOT EXISTS asked for a SHARE lock on the table
+// even when the index existed, so it waited behind that transaction — and every later branch's insert
+// queued behind it, stalling all the branches of every service on the table.
+func TestGormCreateTableBesideAnOpenBranch(t *testing.T) {
+	eachDialect(t, func(t *testing.T, db *gorm.DB) {
+		if db.Dialector.Name() == "sqlite" {
+			t.Skip("one file, one writer")
+		}
+		g := newGormTable(t, db)
+		tx := db.Begin()
+		if tx.Error != nil {
+			t.Fatal(tx.Error)
+		}
+		defer tx.Rollback()
+		b, _ := NewBranch(TransTCC, testsvc.Name("gid-"), "01", OpTry)
+		if out, err := g.Enter(context.Background(), tx, b); err != nil || out != Proceed {
+			t.Fatalf("Enter = %v, %v", out, err)
+		}
+		// Generous: it only tells a CreateTable that returns from one that waits for the open branch.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		again, err := NewGorm(db, &GormOptions{Table: g.Table()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := again.CreateTable(ctx); err != nil {
+			t.Fatalf("CreateTable beside an open branch transaction: %v", err)
 		}
 	})
 }

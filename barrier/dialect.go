@@ -37,6 +37,11 @@ type dialect struct {
 	// createRaces: a CREATE ... IF NOT EXISTS racing the same statement of another session fails
 	// (PostgreSQL); CreateTable runs it again.
 	createRaces bool
+	// indexExists, when set, counts the table's indexes named $2, $1 being the quoted table
+	// (PostgreSQL, whose CREATE INDEX IF NOT EXISTS locks the table before it looks for the index);
+	// CreateTable asks it with quoted and index before it creates the index.
+	indexExists   string
+	quoted, index string
 }
 
 // maxTableBase bounds the table's own name (without its schema): 63 bytes less "_create_time".
@@ -120,6 +125,12 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			noNUL:       true,
 			originFirst: true,
 			createRaces: true,
+			// A CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table before it finds the index
+			// there: it waits for every open branch transaction, and every later insert waits for it.
+			indexExists: "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid " +
+				"WHERE x.indrelid = to_regclass($1::text) AND c.relname = $2",
+			quoted: t,
+			index:  parts[len(parts)-1] + "_create_time",
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },

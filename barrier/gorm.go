@@ -54,9 +54,22 @@ func NewGorm(db *gorm.DB, opts *GormOptions) (*Gorm, error) {
 
 // CreateTable creates the barrier table (and its database on MySQL or schema on PostgreSQL when the name
 // is qualified) if it does not exist, with DTM's schema. The sql/ directory holds the same DDL. Several
-// processes may run it at once (the replicas of a service starting together).
+// processes may run it at once (the replicas of a service starting together), and on a table that
+// exists it waits for no branch transaction open on it: on PostgreSQL the index is looked for before
+// it is created, since CREATE INDEX IF NOT EXISTS locks the table (and every later insert behind it)
+// first.
 func (g *Gorm) CreateTable(ctx context.Context) error {
 	for _, stmt := range g.d.ddl {
+		if g.d.indexExists != "" && strings.HasPrefix(stmt, "CREATE INDEX") {
+			var n int
+			err := g.db.Statement.ConnPool.QueryRowContext(ctx, g.d.indexExists, g.d.quoted, g.d.index).Scan(&n)
+			if err != nil {
+				return fmt.Errorf("barrier: creating table: looking for its index %s: %w", g.d.index, err)
+			}
+			if n > 0 {
+				continue
+			}
+		}
 		if err := g.execDDL(ctx, stmt); err != nil {
 			return fmt.Errorf("barrier: creating table: %w", err)
 		}
