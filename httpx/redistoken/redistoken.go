@@ -6,9 +6,11 @@
 // already consumed by its first attempt: the request is refused (httpx.ErrTokenInvalid) and its
 // client needs a new token. A token is never accepted twice, but a slow Redis can refuse one; keep
 // the client's ReadTimeout well above Redis's latency, or set MaxRetries -1 to see the timeout itself.
+// A Put retried that way finds the token its first attempt stored, and succeeds.
 package redistoken
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -53,26 +55,54 @@ func New(client Client, opts *Options) *Store {
 	return &Store{client: client, prefix: cmp.Or(o.Prefix, DefaultPrefix)}
 }
 
-// errExists: Put found the id taken; with 256-bit random tokens this means a bug, not bad luck.
+// errExists: Put found the id taken by another value; with 256-bit random tokens this means a bug,
+// not bad luck.
 var errExists = errors.New("redistoken: token id already stored")
 
-// Put implements [httpx.TokenStore]: SET key value NX PX ttl. It returns errExists if the id is
-// taken, an error when ttl is not positive (Redis would keep the token forever), and Redis errors
-// wrapped.
+// getter is the part of a go-redis client Put uses to tell its own token, stored by a SET whose reply
+// was lost, from another value under the id. Every go-redis client has it; a [Client] without it gets
+// errExists whenever the id is taken.
+type getter interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
+}
+
+// Put implements [httpx.TokenStore]: SET key value NX PX ttl. It returns errExists if the id holds
+// another value, an error when ttl is not positive (Redis would keep the token forever), and Redis
+// errors wrapped.
+//
+// A SET carried out whose reply was lost (a connection cut, a read timeout) is sent again by go-redis
+// (Options.MaxRetries), and the second finds the id taken by the first: when the id holds value, the
+// token is stored and Put succeeds (one GET more, on that path only).
 func (s *Store) Put(ctx context.Context, id string, value []byte, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("redistoken: storing token: time to live must be positive, got %s", ttl)
 	}
-	ok, err := s.client.SetArgs(ctx, s.prefix+id, value, redis.SetArgs{Mode: "NX", TTL: ttl}).Result()
+	key := s.prefix + id
+	ok, err := s.client.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", TTL: ttl}).Result()
 	switch {
-	case errors.Is(err, redis.Nil):
-		return errExists
+	case errors.Is(err, redis.Nil) || err == nil && ok != "OK":
+		return s.taken(ctx, key, value)
 	case err != nil:
 		return fmt.Errorf("redistoken: storing token: %w", err)
-	case ok != "OK":
-		return errExists
 	}
 	return nil
+}
+
+// taken answers a Put that found key taken: nil when key holds value (the Put's own SET, carried out
+// although its reply was lost), errExists otherwise.
+func (s *Store) taken(ctx context.Context, key string, value []byte) error {
+	g, ok := s.client.(getter)
+	if !ok {
+		return errExists
+	}
+	v, err := g.Get(ctx, key).Bytes()
+	switch {
+	case err == nil && bytes.Equal(v, value):
+		return nil
+	case err != nil && !errors.Is(err, redis.Nil):
+		return fmt.Errorf("redistoken: storing token: %w (reading the id found taken: %w)", errExists, err)
+	}
+	return errExists
 }
 
 // Take implements [httpx.TokenStore]: GETDEL key. It returns idemkit.ErrNotFound when the token is
