@@ -382,7 +382,8 @@ func (cl *Claim) Detach(ctx context.Context) {
 // — ErrFenced when it is no longer the claim's — and takes the lock again when it is free. In the Tx
 // modes the transaction decides the claim (its record or mark conflicts with any other attempt's at the
 // latest when it commits): a lock the Locker lost (a Redis restart) is taken again when it is free, and
-// ErrLockNotHeld means another attempt holds it, or finished the key, meanwhile.
+// ErrLockNotHeld means another attempt holds it, or finished the key, meanwhile; an Acquire that fails
+// taking it again is a Locker error like any other.
 func (cl *Claim) Extend(ctx context.Context) error {
 	if cl.done {
 		return errClaimEnded
@@ -391,11 +392,15 @@ func (cl *Claim) Extend(ctx context.Context) error {
 	recorded := !cl.callerTx && (cl.mode == ModeExecute || cl.mode == ModeMark)
 	lockLost := false
 	if cl.locked {
-		if err := g.opts.Locker.Refresh(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL); err != nil {
+		err := g.opts.Locker.Refresh(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL)
+		if errors.Is(err, ErrLockNotHeld) && !recorded {
+			// Taken again, or the failure of taking it: a Locker error like the Refresh's own.
+			err = cl.relock(ctx, err)
+		}
+		if err != nil {
 			switch {
 			case errors.Is(err, ErrLockNotHeld) && recorded:
 				lockLost = true
-			case errors.Is(err, ErrLockNotHeld) && cl.relock(ctx):
 			case errors.Is(err, ErrLockNotHeld) || !g.opts.FailOpen:
 				return err
 			default:
@@ -419,14 +424,22 @@ func (cl *Claim) Extend(ctx context.Context) error {
 
 // relock takes the lock of a claim written in a transaction (the Tx modes: its record, or its mark,
 // is written in the transaction and commits with it) again after the Locker lost it — Redis restarted
-// or flushed, the key evicted — and reports whether it holds it now. Such a claim's outcome is decided
+// or flushed, the key evicted — a Refresh having answered notHeld. Such a claim's outcome is decided
 // by its transaction, whose record (or mark) conflicts with any other attempt's, not by the lock, which
-// only turns duplicates away early: its function carries on. It reports false when another attempt
-// holds the lock or the key is finished (cached) by then: the function races that attempt, and the
-// watchdog stops it as when the lock is lost.
-func (cl *Claim) relock(ctx context.Context) bool {
+// only turns duplicates away early: its function carries on, and relock returns nil. It returns
+// notHeld when another attempt holds the lock or the key is finished (cached) by then: the function
+// races that attempt, and the watchdog stops it as when the lock is lost. When the Acquire itself
+// fails (Redis answered the Refresh, not the Acquire), it returns that error, a Locker error as a
+// failed Refresh is: ignored under FailOpen, tried again at the next renewal without it.
+func (cl *Claim) relock(ctx context.Context, notHeld error) error {
 	cached, err := cl.g.opts.Locker.Acquire(ctx, cl.id.lockKey, cl.token, cl.g.opts.LockTTL)
-	return err == nil && cached == nil
+	switch {
+	case err == nil && cached == nil:
+		return nil
+	case err == nil || errors.Is(err, ErrLocked):
+		return notHeld
+	}
+	return fmt.Errorf("idemkit: taking the lock again after it was lost: %w", err)
 }
 
 // renew renews the claim's record (see Extend); confirm writes it even when nothing needs moving, to
