@@ -383,7 +383,9 @@ func (cl *Claim) Detach(ctx context.Context) {
 // modes the transaction decides the claim (its record or mark conflicts with any other attempt's at the
 // latest when it commits): a lock the Locker lost (a Redis restart) is taken again when it is free, and
 // ErrLockNotHeld means another attempt holds it, or finished the key, meanwhile; an Acquire that fails
-// taking it again is a Locker error like any other.
+// taking it again is a Locker error like any other. Under Options.FailOpen, renewing a record (Execute
+// and Mark mode), the Locker gets at most half the time left to ctx's deadline, and the Store the rest:
+// a Redis that does not answer cannot spend the time the record's renewal needs.
 func (cl *Claim) Extend(ctx context.Context) error {
 	if cl.done {
 		return errClaimEnded
@@ -392,11 +394,13 @@ func (cl *Claim) Extend(ctx context.Context) error {
 	recorded := !cl.callerTx && (cl.mode == ModeExecute || cl.mode == ModeMark)
 	lockLost := false
 	if cl.locked {
-		err := g.opts.Locker.Refresh(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL)
+		lctx, cancel := cl.lockerShare(ctx, recorded)
+		err := g.opts.Locker.Refresh(lctx, cl.id.lockKey, cl.token, g.opts.LockTTL)
 		if errors.Is(err, ErrLockNotHeld) && !recorded {
 			// Taken again, or the failure of taking it: a Locker error like the Refresh's own.
-			err = cl.relock(ctx, err)
+			err = cl.relock(lctx, err)
 		}
+		cancel()
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrLockNotHeld) && recorded:
@@ -420,6 +424,19 @@ func (cl *Claim) Extend(ctx context.Context) error {
 		_, _ = g.opts.Locker.Acquire(ctx, cl.id.lockKey, cl.token, g.opts.LockTTL)
 	}
 	return nil
+}
+
+// lockerShare returns the context for the Locker's part of a renewal (see Extend) on ctx: for a claim
+// whose record the renewal writes (recorded) under Options.FailOpen, where the Locker's errors are
+// ignored, it ends halfway to ctx's deadline, so that a Redis that does not answer (stopped, cut off
+// without a reset, blocked by a slow command) leaves the Store's renewal of the record the other half;
+// otherwise it is ctx.
+func (cl *Claim) lockerShare(ctx context.Context, recorded bool) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !recorded || !cl.g.opts.FailOpen || !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
 }
 
 // relock takes the lock of a claim written in a transaction (the Tx modes: its record, or its mark,
