@@ -32,6 +32,8 @@ func TestDeadlockVictimIsRetried(t *testing.T) {
 	}{
 		{dialectMySQL, &mysql.MySQLError{Number: mysqlDeadlock, Message: "Deadlock found"}},
 		{dialectPostgres, &pgconn.PgError{Code: postgresDeadlock}},
+		// A REPEATABLE READ or SERIALIZABLE statement that waited for a row committed after its snapshot.
+		{dialectPostgres, &pgconn.PgError{Code: postgresSerialization}},
 	} {
 		s := &Store{q: &queries{dialect: tc.dialect}}
 		f := &flakyConn{n: 2, err: tc.err}

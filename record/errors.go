@@ -184,15 +184,21 @@ func isGaleraNotReady(dialect string, err error) bool {
 	return dialect == dialectMySQL && errors.As(err, &e) && e.Number == mysqlUnknownCommand && strings.Contains(e.Message, "WSREP")
 }
 
-// isDeadlock reports whether err says the statement was rolled back as a deadlock victim.
-func isDeadlock(dialect string, err error) bool {
+// rolledBackAlone reports whether err says a statement run as its own transaction was rolled back on a
+// write conflict, so that running it again may succeed: as a deadlock victim, or on PostgreSQL with a
+// serialization failure (a REPEATABLE READ or SERIALIZABLE statement that waited for a row committed
+// after its snapshot).
+func rolledBackAlone(dialect string, err error) bool {
 	switch dialect {
 	case dialectMySQL:
 		var e *mysql.MySQLError
 		return errors.As(err, &e) && e.Number == mysqlDeadlock
 	case dialectPostgres:
 		var e interface{ SQLState() string }
-		return errors.As(err, &e) && e.SQLState() == postgresDeadlock
+		if errors.As(err, &e) {
+			c := e.SQLState()
+			return c == postgresDeadlock || c == postgresSerialization
+		}
 	}
 	return false
 }

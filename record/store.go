@@ -449,17 +449,22 @@ func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Vers
 }
 
 // deadlockRetries is how many times a statement outside a caller's transaction is retried after the
-// database rolled it back as a deadlock victim.
+// database rolled it back as a deadlock victim or on a serialization failure.
 const deadlockRetries = 3
 
 // exec runs one write. Outside a caller's transaction each statement is its own transaction, so when
-// the database picks it as a deadlock victim (InnoDB does so between concurrent single-row writes on
-// one unique key) nothing of it happened and it is run again. Inside a caller's transaction the
-// deadlock rolled the whole transaction back: the error is returned for the caller to retry.
+// the database rolls it back on a write conflict nothing of it happened and it is run again: picked
+// as a deadlock victim (InnoDB does so between concurrent single-row writes on one unique key), or,
+// on PostgreSQL when the session's transactions default to REPEATABLE READ or SERIALIZABLE
+// (default_transaction_isolation set by the DSN, the role or the database), failed with a
+// serialization failure because the row it waited for — another attempt's claim, takeover or finish
+// of the key — was committed after the statement's snapshot. Run again, the statement takes a new
+// snapshot and meets that row as it would have under READ COMMITTED. Inside a caller's transaction the
+// conflict rolled the whole transaction back: the error is returned for the caller to retry.
 func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		n, err := s.c.exec(ctx, query, args...)
-		if err == nil || s.inTx || attempt == deadlockRetries || !isDeadlock(s.q.dialect, err) || ctx.Err() != nil {
+		if err == nil || s.inTx || attempt == deadlockRetries || !rolledBackAlone(s.q.dialect, err) || ctx.Err() != nil {
 			return n, err
 		}
 	}
