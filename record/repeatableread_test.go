@@ -129,3 +129,59 @@ func TestExecuteUnderRepeatableReadMeetsConcurrentWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepUnderRepeatableReadLeavesTakenOverRecord: on a PostgreSQL pool whose sessions default to
+// REPEATABLE READ, DeleteExpired and RecoverStale that wait for a takeover of a record they selected
+// leave it alone once the takeover commits — the re-check of their condition on the row's latest
+// version — and go on, as under READ COMMITTED: the sweep does not fail with a serialization failure.
+func TestSweepUnderRepeatableReadLeavesTakenOverRecord(t *testing.T) {
+	db := repeatableRead(t)
+	s := newTable(t, db)
+	ctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+	now := time.Now()
+
+	for _, tc := range []struct {
+		name   string
+		status idemkit.Status
+		expiry time.Time // the record's before its takeover
+		sweep  func() (int, error)
+	}{
+		{"DeleteExpired", idemkit.StatusFailed, now.Add(-time.Minute), func() (int, error) { return s.DeleteExpired(ctx, time.Now(), 100) }},
+		{"RecoverStale", idemkit.StatusProcessing, now.Add(time.Hour), func() (int, error) { return s.RecoverStale(ctx, time.Now(), 100) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := testsvc.Name("k-")
+			old := &idemkit.Record{Scope: "sw", Key: key, Status: tc.status, Fence: 1, Owner: "dead",
+				LeaseUntil: now.Add(-time.Minute), ExpiresAt: tc.expiry, CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour)}
+			must(t, s.Insert(ctx, old))
+			tx := db.Begin()
+			must(t, tx.Error)
+			defer tx.Rollback()
+			taken := &idemkit.Record{Scope: "sw", Key: key, Status: idemkit.StatusProcessing, Fence: 2, Owner: "new",
+				LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
+			must(t, s.WithTx(tx).Update(ctx, taken, old.Version()))
+
+			type answer struct {
+				n   int
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				n, err := tc.sweep()
+				done <- answer{n, err}
+			}()
+			waitForLockWait(t, db, s.Table())
+			must(t, tx.Commit().Error)
+
+			if a := <-done; a.err != nil || a.n != 0 {
+				t.Fatalf("%s racing a takeover: %d, %v; want 0 and no error", tc.name, a.n, a.err)
+			}
+			cur, err := s.Get(ctx, "sw", key)
+			must(t, err)
+			if cur.Version() != taken.Version() {
+				t.Fatalf("record after the sweep: %+v; want the takeover's", cur)
+			}
+		})
+	}
+}

@@ -105,12 +105,16 @@ func (s *Store) staleClaims(ctx context.Context, ms int64, n int) ([]*idemkit.Re
 }
 
 // batch runs query (args, then the batch size) until it affects fewer rows than the batch size or
-// limit rows were affected, and returns the rows affected.
+// limit rows were affected, and returns the rows affected. Each statement commits on its own, so one
+// the database rolled back on a write conflict runs again (see exec): on PostgreSQL under REPEATABLE
+// READ or SERIALIZABLE, a statement that waited for a record taken over meanwhile fails with a
+// serialization failure rather than re-checking its condition on the row's latest version, and run
+// again it leaves that record alone.
 func (s *Store) batch(ctx context.Context, limit int, doing, query string, args []any) (int, error) {
 	total := 0
 	for limit > 0 {
 		n := min(limit, s.q.batch)
-		affected, err := s.c.exec(ctx, query, append(args[:len(args):len(args)], n)...)
+		affected, err := s.exec(ctx, query, append(args[:len(args):len(args)], n)...)
 		total += int(affected)
 		if err != nil {
 			return total, s.q.interpretError(doing, err)
