@@ -328,10 +328,8 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			if cl.rerun(err) {
 				return nil, Result{}, err
 			}
-			if cur := cl.conflicted(err); cur != nil {
-				if v := judge(cur, c.Fingerprint, mode, g.opts.Now()); v != verdictTakeover {
-					return cl.met(v, cur, c)
-				}
+			if cur, v := cl.conflicted(err, c); cur != nil {
+				return cl.met(v, cur, c)
 			}
 			cl.abandoned(nil)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
@@ -344,6 +342,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 		if err != nil {
 			if cl.rerun(err) {
 				return nil, Result{}, err
+			}
+			if cur, v := cl.conflicted(err, c); cur != nil {
+				return cl.met(v, cur, c)
 			}
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "reading record", err))
 		}
@@ -374,6 +375,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 		case cl.rerun(err):
 			return nil, Result{}, err
 		default:
+			if cur, v := cl.conflicted(err, c); cur != nil {
+				return cl.met(v, cur, c)
+			}
 			prev := cur.Version()
 			cl.abandoned(&prev)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
@@ -400,20 +404,25 @@ func (cl *Claim) met(v verdict, cur *Record, c *Call) (*Claim, Result, error) {
 }
 
 // conflicted returns the record a claim written in a caller's transaction (MarkTx; TxMark once its
-// reruns are spent) conflicted with, or nil. A write conflict (ErrConflict) rolled that transaction
-// back or aborted it — a deadlock; on PostgreSQL under REPEATABLE READ or SERIALIZABLE, a record
-// another attempt committed after the transaction's snapshot — so the record is read through the
-// Guard's Store, outside it, waiting at most Options.FinishTimeout for a connection (the transaction
-// holds one). Only such a failed claim pays for the read.
-func (cl *Claim) conflicted(err error) *Record {
+// reruns are spent) conflicted with, and judge's verdict on it, or nil when there is none the claim
+// would not take over. A write conflict (ErrConflict) rolled that transaction back or aborted it — a
+// deadlock; on PostgreSQL under REPEATABLE READ or SERIALIZABLE, a record another attempt wrote after
+// the transaction's snapshot, met by the claim's INSERT, by its locking read of the record it met,
+// or by its takeover of that record — so the record is read through the Guard's Store, outside it,
+// waiting at most Options.FinishTimeout for a connection (the transaction holds one). Only such a
+// failed claim pays for the read.
+func (cl *Claim) conflicted(err error, c *Call) (*Record, verdict) {
 	if !cl.callerTx || !errors.Is(err, ErrConflict) {
-		return nil
+		return nil, verdictTakeover
 	}
 	cur, err := cl.readOutside()
 	if err != nil {
-		return nil
+		return nil, verdictTakeover
 	}
-	return cur
+	if v := judge(cur, c.Fingerprint, cl.mode, cl.g.opts.Now()); v != verdictTakeover {
+		return cur, v
+	}
+	return nil, verdictTakeover
 }
 
 // readOutside reads the key's record through the Guard's Store, outside the caller's transaction,

@@ -178,10 +178,11 @@ func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, er
 // replayed. Unlike Mark it is crash-safe: the mark commits or rolls back with the business. Return
 // fn's error from the transaction so it rolls back and the key is free again; a permanent error (when
 // the caller commits anyway) leaves the key REJECTED. The cache is not filled (the transaction may
-// still roll back). When the mark's INSERT fails on a write conflict that ended the transaction (a
-// deadlock; on PostgreSQL under REPEATABLE READ or SERIALIZABLE, a mark committed after the
-// transaction's snapshot), the record is read through the Guard's Store, outside the transaction,
-// and answers the call (ErrDuplicate for a mark): return the error, the transaction is lost anyway.
+// still roll back). When the mark's INSERT — or the read and takeover of a failed or expired record
+// it met — fails on a write conflict that ended the transaction (a deadlock; on PostgreSQL under
+// REPEATABLE READ or SERIALIZABLE, a record written after the transaction's snapshot), the record is
+// read through the Guard's Store, outside the transaction, and answers the call (ErrDuplicate for a
+// mark): return the error, the transaction is lost anyway.
 func (g *Guard) MarkTx(ctx context.Context, tx Store, c Call, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return ErrNilFunc

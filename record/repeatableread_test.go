@@ -185,3 +185,83 @@ func TestSweepUnderRepeatableReadLeavesTakenOverRecord(t *testing.T) {
 		})
 	}
 }
+
+// hookStore is a Store bound to a caller's transaction whose Insert and Get run a hook after their
+// own statement, and whose Get reads without a lock when unlocked is set (so that another session
+// can write the row before the caller's next statement).
+type hookStore struct {
+	*Store
+	afterInsert, afterGet func()
+	unlocked              bool
+}
+
+func (h *hookStore) Insert(ctx context.Context, rec *idemkit.Record) error {
+	err := h.Store.Insert(ctx, rec)
+	if h.afterInsert != nil {
+		h.afterInsert()
+	}
+	return err
+}
+
+func (h *hookStore) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	get := h.Store.Get
+	if h.unlocked {
+		get = h.Store.Peek
+	}
+	rec, err := get(ctx, scope, key)
+	if h.afterGet != nil {
+		h.afterGet()
+	}
+	return rec, err
+}
+
+// TestMarkTxUnderRepeatableReadTakeoverRaceIsDuplicate: a MarkTx in a PostgreSQL REPEATABLE READ
+// transaction meeting a failed record, which another attempt takes over and marks done after the
+// transaction's snapshot — between the claim's INSERT and its locking read of the record, or between
+// that read and its takeover — fails that read or that takeover with a serialization failure, which
+// aborts the transaction. The call must be answered as the duplicate it is (ErrDuplicate), from the
+// record read outside the aborted transaction, as when the INSERT itself fails so; not "record store
+// unavailable".
+func TestMarkTxUnderRepeatableReadTakeoverRaceIsDuplicate(t *testing.T) {
+	db := repeatableRead(t)
+	s := newTable(t, db)
+	g, err := idemkit.New(s, nil)
+	must(t, err)
+	ctx, cancel := context.WithTimeout(ctxb, 30*time.Second)
+	defer cancel()
+
+	for _, race := range []string{"read", "takeover"} {
+		t.Run(race, func(t *testing.T) {
+			key := testsvc.Name("k-")
+			now := time.Now()
+			failed := &idemkit.Record{Scope: "rr", Key: key, Status: idemkit.StatusFailed, Fence: 3, Owner: "failed",
+				LeaseUntil: now, ExpiresAt: now.Add(time.Hour), CreatedAt: now, UpdatedAt: now}
+			must(t, s.Insert(ctx, failed))
+			// The other attempt's takeover: a mark, done at once, committed on its own.
+			other := func() {
+				marked := *failed
+				marked.Status, marked.Fence, marked.Owner, marked.Error = idemkit.StatusSucceeded, 4, "other", ""
+				must(t, s.Update(ctx, &marked, failed.Version()))
+			}
+			var ran atomic.Int32
+			err := db.Transaction(func(tx *gorm.DB) error {
+				h := &hookStore{Store: s.WithTx(tx)}
+				if race == "read" {
+					h.afterInsert = other
+				} else {
+					h.afterGet, h.unlocked = other, true
+				}
+				return g.MarkTx(ctx, h, idemkit.Call{Scope: "rr", Key: key}, func(context.Context) error {
+					ran.Add(1)
+					return nil
+				})
+			})
+			if !errors.Is(err, idemkit.ErrDuplicate) || errors.Is(err, idemkit.ErrStoreUnavailable) {
+				t.Fatalf("MarkTx of a key another attempt took over and marked after the snapshot: %v; want ErrDuplicate", err)
+			}
+			if n := ran.Load(); n != 0 {
+				t.Fatalf("the function ran %d times for a key marked by another attempt", n)
+			}
+		})
+	}
+}
