@@ -109,7 +109,13 @@
 // (SQLITE_BUSY_SNAPSHOT), so a DoTx (which reads first) in it fails with idemkit.ErrStoreUnavailable
 // under concurrency, as does a Guard.Tx whose function calls idemkit.FenceFromContext (which may read
 // the record in the transaction): start such transactions with BEGIN IMMEDIATE (the driver's
-// _txlock=immediate).
+// _txlock=immediate). PostgreSQL's SERIALIZABLE has a like limit: the read of the record in the
+// transaction (DoTx's, and Guard.Tx's when its function calls idemkit.FenceFromContext) takes a
+// predicate lock on a page of the primary key, so concurrent transactions on different new keys
+// whose records share that page fail with a serialization failure (40001) — an
+// idemkit.ErrStoreUnavailable to run again, never a duplicate or a second run — under load, often.
+// Run guarded transactions at READ COMMITTED or REPEATABLE READ, which have no such false conflicts;
+// Guard.Tx whose function does not ask for its fence reads nothing in the transaction.
 //
 // # Sweeper hooks
 //
