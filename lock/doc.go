@@ -47,6 +47,15 @@
 // and the Guard's Store decides who runs. Results are cached under the same prefix; set a maxmemory
 // policy that evicts volatile keys (volatile-lru, volatile-ttl) rather than refusing writes.
 //
+// # Permissions
+//
+// A Redis user with ACLs needs, on the Locker's prefix (~idemkit:* by default), the commands
+// +set +get +del +pttl +strlen +getrange +eval +evalsha: SET for the native commands, EVALSHA and EVAL
+// for the scripts, and the others for what the scripts run (GETRANGE, STRLEN and PTTL only for
+// [Locker.State]). Without scripting, Acquire and Release with a result still work, but Refresh,
+// Release without a result (a failed call's) and script mode fail with NOPERM: a failed call's key
+// then stays locked until its time to live ends.
+//
 // # Inspecting and repairing
 //
 // Operators' tools (package admin, the idemctl command) read and clean a key through the Locker, so
