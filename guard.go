@@ -317,6 +317,12 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 	for attempt := 0; ; attempt++ {
 		err := st.Insert(ctx, rec)
 		if err == nil {
+			if again, err := cl.landed(attempt); again {
+				cl.restart(c)
+				continue
+			} else if err != nil {
+				return cl.notLanded(err)
+			}
 			cl.claimed()
 			return cl, Result{}, nil
 		}
@@ -357,14 +363,18 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 		switch {
 		case err == nil:
 			cl.ev.Takeover = true
+			if again, err := cl.landed(attempt); again {
+				cl.restart(c)
+				continue
+			} else if err != nil {
+				return cl.notLanded(err)
+			}
 			cl.claimed()
 			return cl, Result{}, nil
 		case errors.Is(err, ErrFenced) && attempt < 2:
 			// Changed or deleted since the read (another attempt's takeover, the sweeper, a Mark
 			// release, a purge): start over from the insert, which meets whatever is there now.
-			fence := rec.Fence
-			cl.newRecord(c, g.opts.Now())
-			rec.Fence = fence // fences keep counting even when the record was deleted meanwhile
+			cl.restart(c)
 			continue
 		case errors.Is(err, ErrFenced):
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})
@@ -383,6 +393,62 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
+}
+
+// restart readies the claim of c to be written again from the insert, which meets whatever record
+// is there now: the one written (or read) before changed or was deleted meanwhile.
+func (cl *Claim) restart(c *Call) {
+	fence := cl.rec.Fence
+	cl.newRecord(c, cl.g.opts.Now())
+	cl.rec.Fence = fence // fences keep counting even when the record was deleted meanwhile
+}
+
+// landed checks a claim just written (the attempt-th write of the call) before its function runs.
+// Its lease counts from when the claim was made, before the write: a write that took long (the
+// database stalled, a group commit waited on a lock, while the caller still waited) leaves it less
+// lease than Options.Lease, or none — any other attempt could take it over at once and run the work
+// beside the function. Such a claim, older than a third of the lease (a watchdog's renewal period)
+// when its write returns, is made again first: taken over by this call, at the next fence, fenced on
+// the version written, so that it starts with a whole lease (a mark, with its expiry TTL away) and an
+// attempt that decided to take it over meanwhile (its lease ran out) is fenced off rather than landing
+// after a mere renewal, which changes no version. landed reports again when the claim is no longer this
+// call's (taken over, recovered by a sweeper, deleted since it landed): the claim starts over from the
+// insert and meets the record as it is now. A write that fails otherwise is returned: the claim is left
+// to its lapsing lease, and the function does not run. Only a write in the caller's transaction, seen
+// by nobody before its commit, is not checked.
+func (cl *Claim) landed(attempt int) (again bool, err error) {
+	g := cl.g
+	now := g.opts.Now()
+	if cl.callerTx || (cl.mode != ModeExecute && cl.mode != ModeMark) || now.Sub(cl.rec.UpdatedAt) <= g.opts.Lease/3 {
+		return false, nil
+	}
+	was := cl.rec
+	cl.takeOver(&was, now)
+	err = cl.st.Update(cl.ctx, &cl.rec, was.Version())
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, ErrFenced) && attempt < 2:
+		cl.rec = was
+		return true, nil
+	}
+	cl.rec = was
+	if errors.Is(err, ErrFenced) {
+		return false, &InFlightError{RetryAfter: g.opts.Lease}
+	}
+	return false, err
+}
+
+// notLanded ends a call whose claim landed too late and could not be made again (see landed): in
+// flight when another attempt kept changing the record, else the Store's error. The claim that landed
+// is left to its lease, or, when the caller left meanwhile (which failed the write), released as an
+// abandoned claim is, so that a retry runs at once.
+func (cl *Claim) notLanded(err error) (*Claim, Result, error) {
+	if errors.Is(err, ErrInFlight) {
+		return cl.fail(OutcomeInFlight, err)
+	}
+	cl.abandoned(nil)
+	return cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "renewing a claim written late", err))
 }
 
 // met ends a claim that met cur, a record it does not take over (v, judge's verdict on it): a replay,

@@ -33,7 +33,9 @@ type Options struct {
 	// with ErrLockUnavailable and nothing runs. Store errors always fail the call.
 	FailOpen bool
 	// Lease is how long a PROCESSING claim is protected before another attempt may take it over.
-	// Defaults to DefaultLease (30s). Set it above the function's longest run, or use Watchdog.
+	// Defaults to DefaultLease (30s). Set it above the function's longest run, or use Watchdog. It
+	// counts from when the claim is made, before its write: a claim whose write took longer than a
+	// third of it (a stalled database) is made again, at the next fence, before its function runs.
 	Lease time.Duration
 	// LockTTL is the lock's time to live. Defaults to Lease.
 	LockTTL time.Duration

@@ -25,8 +25,17 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 	period = max(period/3, time.Millisecond)
 	started := g.opts.Now()
 	// giveUp is when the watchdog cancels unless a renewal moved it: half a period before the claim,
-	// last renewed (or taken) before then, may be taken over.
+	// last renewed (or taken) before then, may be taken over. The claim's write may have taken a while
+	// (up to a third of the lease: see Claim.landed), and its lease counts from before it: the first
+	// give-up comes half a period before the lease (a mark's expiry) the claim has.
 	giveUp := started.Add(period*3 - period/2)
+	switch {
+	case cl.callerTx:
+	case cl.mode == ModeExecute:
+		giveUp = minTime(giveUp, cl.rec.LeaseUntil.Add(-period/2))
+	case cl.mode == ModeMark && !cl.rec.ExpiresAt.IsZero():
+		giveUp = minTime(giveUp, cl.rec.ExpiresAt.Add(-period/2))
+	}
 	stopc, done := make(chan struct{}), make(chan struct{})
 	renewing := context.WithoutCancel(ctx) // the function may outlive its caller: renew until stop
 	var failing error                      // the last renewal's error, nil once one succeeds
@@ -77,4 +86,12 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 		<-done
 		cancel(nil)
 	}
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
