@@ -22,7 +22,9 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 	if cl.mode == ModeExecute || cl.mode == ModeMark {
 		period = min(period, g.opts.Lease) // renewals move the record's lease or a mark's expiry
 	}
-	period = max(period/3, time.Millisecond)
+	// A third of it, however short: New refuses a Lease or LockTTL under 1ms, so the period is never
+	// zero, and a longer floor would renew no sooner than a lease under three of it lapses.
+	period /= 3
 	started := g.opts.Now()
 	// giveUp is when the watchdog cancels unless a renewal moved it: half a period before the claim,
 	// last renewed (or taken) before then, may be taken over. The claim's write may have taken a while

@@ -65,3 +65,58 @@ func TestWatchdogCancelsBeforeTheLeaseLapses(t *testing.T) {
 		})
 	}
 }
+
+// renewalsFailAfter is a Store whose renewals (see renewalFailingStore) succeed ok times, then fail.
+type renewalsFailAfter struct {
+	idemkit.Store
+	ok atomic.Int32
+}
+
+func (s *renewalsFailAfter) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if rec.Status == idemkit.StatusProcessing && prev.Status == idemkit.StatusProcessing && rec.Fence == prev.Fence && s.ok.Add(-1) < 0 {
+		return errors.New("database unreachable")
+	}
+	return s.Store.Update(ctx, rec, prev)
+}
+
+// TestWatchdogTinyLease: New accepts a Lease (and LockTTL) of 1ms and more, but the watchdog renewed
+// at least a millisecond apart, its period a third of the lease or 1ms, whichever is longer, and gave
+// a renewed claim up two and a half periods after the renewal: under 3ms that was after the lease it
+// renewed had lapsed, so when renewals began to fail it cancelled the function only once a duplicate
+// could take the key over and run beside it (and under 1.5ms it renewed no sooner than the lease
+// lapsed). The Guards' clock here runs a thousand times slower than the timers, so that the 2ms lease
+// lasts two seconds of the test's time and scheduling delays cannot decide the outcome.
+func TestWatchdogTinyLease(t *testing.T) {
+	start := time.Now()
+	slow := func() time.Time { return start.Add(time.Since(start) / 1000) }
+	const lease = 2 * time.Millisecond
+	base := memory.NewStore()
+	st := &renewalsFailAfter{Store: base}
+	st.ok.Store(3)
+	g, err := idemkit.New(st, &idemkit.Options{Lease: lease, Watchdog: true, Now: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := idemkit.New(base, &idemkit.Options{Lease: lease, Now: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := idemkit.Call{Scope: "s", Key: "k"}
+	var runs atomic.Int32
+	var dupErr error
+	_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+		runs.Add(1)
+		<-ctx.Done() // the watchdog gave up the claim: a duplicate now must not run
+		_, dupErr = dup.Do(ctxb, call, func(context.Context) ([]byte, error) {
+			runs.Add(1)
+			return []byte("second"), nil
+		})
+		return nil, context.Cause(ctx)
+	})
+	if !errors.Is(err, idemkit.ErrLockLost) {
+		t.Errorf("the function's call answered %v, want ErrLockLost", err)
+	}
+	if runs.Load() != 1 || !errors.Is(dupErr, idemkit.ErrInFlight) {
+		t.Errorf("Lease 2ms: %d runs; the duplicate sent when the function's context ended answered %v, want ErrInFlight", runs.Load(), dupErr)
+	}
+}
