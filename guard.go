@@ -32,6 +32,11 @@ type Guard struct {
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
 func (g *Guard) MaxKeyLen() int { return g.opts.MaxKeyLen }
 
+// Now returns the time by the Guard's clock (Options.Now), the clock its records' leases and expiry
+// are written and judged by: code that judges a record the Guard wrote ([Record.LeaseExpired],
+// [Record.Expired]) as the Guard would must use it.
+func (g *Guard) Now() time.Time { return g.opts.Now() }
+
 // New returns a Guard over store, configured by opts (nil for defaults). It returns an error when
 // store is nil or an option is invalid.
 func New(store Store, opts *Options) (*Guard, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemkit/idemkit"
 )
@@ -31,7 +30,7 @@ func (g *Guard) Recorded(ctx context.Context, m *Message) Decision {
 		return d
 	}
 	rec, err := g.guard.Get(ctx, call.Scope, call.Key)
-	now := time.Now()
+	now := g.guard.Now() // leases and expiry are judged by the Guard's clock, as a delivery would be
 	switch {
 	case errors.Is(err, idemkit.ErrNotFound):
 		return Decision{Action: Retry, Outcome: Failed, Err: errors.New("msgx: no record of the message: it did not take effect")}
