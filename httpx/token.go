@@ -105,10 +105,13 @@ func (t *Tokens) Issue(ctx context.Context, principal string) (Token, error) {
 	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails (Go 1.24+)
 	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
 	id := tokenID(tok)
+	// Counted from before the Put: the store counts the TTL from when it stores the token, and the
+	// client must not be told a later expiry than that (by the time the Put took).
+	expires := t.opts.Now().Add(t.opts.TTL).UTC()
 	if err := t.store.Put(ctx, id, principalTag(principal), t.opts.TTL); err != nil {
 		return Token{}, fmt.Errorf("%w: issuing token: %w", idemkit.ErrStoreUnavailable, err)
 	}
-	return Token{Token: tok, Header: t.opts.Header, ExpiresAt: t.opts.Now().Add(t.opts.TTL).UTC()}, nil
+	return Token{Token: tok, Header: t.opts.Header, ExpiresAt: expires}, nil
 }
 
 // Consume uses token up for principal. It returns nil exactly once per issued token within its TTL;
