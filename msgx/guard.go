@@ -237,6 +237,9 @@ func (g *Guard) backoff(m *Message) time.Duration {
 	}
 	d := g.opts.RetryDelay
 	for i := 1; i < m.Attempt && d < g.opts.MaxRetryDelay; i++ {
+		if d > g.opts.MaxRetryDelay/2 {
+			return g.opts.MaxRetryDelay // doubled, it would pass the cap (or overflow, for a cap past half the longest Duration)
+		}
 		d *= 2
 	}
 	return min(d, g.opts.MaxRetryDelay)
