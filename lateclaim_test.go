@@ -225,24 +225,7 @@ func TestWatchdogCountsFromTheClaimsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := idemkit.Call{Scope: "s", Key: "k"}
-	var runs atomic.Int32
-	var dupErr error
-	_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
-		runs.Add(1)
-		<-ctx.Done() // the watchdog gave up the claim: a duplicate now must not run
-		_, dupErr = dup.Do(ctxb, call, func(context.Context) ([]byte, error) {
-			runs.Add(1)
-			return []byte("second"), nil
-		})
-		return nil, context.Cause(ctx)
-	})
-	if !errors.Is(err, idemkit.ErrLockLost) {
-		t.Errorf("the function's call answered %v, want ErrLockLost", err)
-	}
-	if runs.Load() != 1 || !errors.Is(dupErr, idemkit.ErrInFlight) {
-		t.Errorf("%d runs; the duplicate sent when the function's context ended answered %v, want ErrInFlight", runs.Load(), dupErr)
-	}
+	gaveUpBeforeDuplicate(t, g, dup)
 }
 
 // TestLateClaimOfACallerThatLeftIsReleased: a claim that landed late for a caller that left meanwhile

@@ -44,24 +44,7 @@ func TestWatchdogCancelsBeforeTheLeaseLapses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			call := idemkit.Call{Scope: "s", Key: "k"}
-			var runs atomic.Int32
-			var dupErr error
-			_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
-				runs.Add(1)
-				<-ctx.Done() // the watchdog gave up the claim: a duplicate now must not run
-				_, dupErr = g.Do(ctxb, call, func(context.Context) ([]byte, error) {
-					runs.Add(1)
-					return []byte("second"), nil
-				})
-				return nil, context.Cause(ctx)
-			})
-			if !errors.Is(err, idemkit.ErrLockLost) {
-				t.Errorf("the function's call answered %v, want ErrLockLost", err)
-			}
-			if runs.Load() != 1 || !errors.Is(dupErr, idemkit.ErrInFlight) {
-				t.Errorf("%d runs; the duplicate sent when the function's context ended answered %v, want ErrInFlight", runs.Load(), dupErr)
-			}
+			gaveUpBeforeDuplicate(t, g, g)
 		})
 	}
 }
@@ -101,10 +84,18 @@ func TestWatchdogTinyLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gaveUpBeforeDuplicate(t, g, dup)
+}
+
+// gaveUpBeforeDuplicate runs a call on g whose function waits until the watchdog gives its claim up,
+// then sends a duplicate through dup (g itself, or a Guard of another process on the same Store): the
+// duplicate must be answered in flight, not run, and g's call ErrLockLost.
+func gaveUpBeforeDuplicate(t *testing.T, g, dup *idemkit.Guard) {
+	t.Helper()
 	call := idemkit.Call{Scope: "s", Key: "k"}
 	var runs atomic.Int32
 	var dupErr error
-	_, err = g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+	_, err := g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
 		runs.Add(1)
 		<-ctx.Done() // the watchdog gave up the claim: a duplicate now must not run
 		_, dupErr = dup.Do(ctxb, call, func(context.Context) ([]byte, error) {
@@ -117,6 +108,6 @@ func TestWatchdogTinyLease(t *testing.T) {
 		t.Errorf("the function's call answered %v, want ErrLockLost", err)
 	}
 	if runs.Load() != 1 || !errors.Is(dupErr, idemkit.ErrInFlight) {
-		t.Errorf("Lease 2ms: %d runs; the duplicate sent when the function's context ended answered %v, want ErrInFlight", runs.Load(), dupErr)
+		t.Errorf("%d runs; the duplicate sent when the function's context ended answered %v, want ErrInFlight", runs.Load(), dupErr)
 	}
 }
