@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit/internal/ownedtx"
+	"github.com/idemkit/idemkit/internal/pgddl"
 )
 
 // GormOptions configure a [Gorm] barrier. The zero value works.
@@ -77,39 +78,21 @@ func (g *Gorm) CreateTable(ctx context.Context) error {
 	return nil
 }
 
-// ddlRaceRetries bounds how many times CreateTable runs a statement again after it lost a race with
-// the same statement of another session.
-const ddlRaceRetries = 3
-
-// execDDL runs one CREATE ... IF NOT EXISTS statement of CreateTable. On PostgreSQL such a statement
-// racing the same one of another session checks for its object before either has committed it, and
-// then fails on the system catalog's unique index (23505) or as a duplicate (42P07, 42710) once the
-// other committed: it runs again, and IF NOT EXISTS then finds the object.
+// execDDL runs one CREATE ... IF NOT EXISTS statement of CreateTable. On PostgreSQL one that lost a
+// race with the same statement of another session runs again (package internal/pgddl).
 func (g *Gorm) execDDL(ctx context.Context, stmt string) error {
 	for attempt := 0; ; attempt++ {
 		err := g.db.WithContext(ctx).Exec(stmt).Error
-		if err == nil || !g.d.createRaces || attempt == ddlRaceRetries || ctx.Err() != nil || !lostCreateRace(err) {
+		if err == nil || !g.d.createRaces || attempt == pgddl.RaceRetries || ctx.Err() != nil || !lostCreateRace(err) {
 			return err
 		}
 	}
 }
 
-// lostCreateRace reports whether err is what PostgreSQL answers a CREATE ... IF NOT EXISTS whose object
-// another session created meanwhile: a unique violation on the catalog (gorm.ErrDuplicatedKey when
-// the handle translates errors), or a duplicate table or object.
+// lostCreateRace reports whether err is a CREATE ... IF NOT EXISTS's lost race (package
+// internal/pgddl), also as gorm.ErrDuplicatedKey when the handle translates errors.
 func lostCreateRace(err error) bool {
-	if errors.Is(err, gorm.ErrDuplicatedKey) {
-		return true
-	}
-	var e interface{ SQLState() string }
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch e.SQLState() {
-	case "23505", "42P07", "42710": // unique_violation, duplicate_table, duplicate_object
-		return true
-	}
-	return false
+	return errors.Is(err, gorm.ErrDuplicatedKey) || pgddl.LostCreateRace(err)
 }
 
 // txPool returns tx's connection after checking that tx is inside a transaction.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/idemkit/idemkit/internal/pgddl"
 	idemsql "github.com/idemkit/idemkit/sql"
 )
 
@@ -86,48 +87,22 @@ func (s *Store) hasPostgresIndex(ctx context.Context, suffixes ...string) (bool,
 	return n > 0, nil
 }
 
-// ddlRaceRetries bounds how many times CreateTable runs a statement again after it lost a race with
-// the same statement of another session.
-const ddlRaceRetries = 3
-
-// execDDL runs one CREATE ... IF NOT EXISTS statement of CreateTable. On PostgreSQL such a statement
-// racing the same one of another session checks for the object before either has committed it, and
-// then fails on the system catalog's unique index (23505) or as a duplicate (42P07, 42710) once the
-// other committed: it runs again, and IF NOT EXISTS then finds the object. Its error is never taken
-// for a record's (a unique violation is not idemkit.ErrExists here).
+// execDDL runs one CREATE ... IF NOT EXISTS statement of CreateTable. On PostgreSQL one that lost a
+// race with the same statement of another session runs again (package internal/pgddl). Its error is
+// never taken for a record's (a unique violation is not idemkit.ErrExists here).
 func (s *Store) execDDL(ctx context.Context, stmt string) error {
 	for attempt := 0; ; attempt++ {
 		_, err := s.c.exec(ctx, stmt)
 		switch {
 		case err == nil:
 			return nil
-		case s.q.dialect == dialectPostgres && !s.inTx && attempt < ddlRaceRetries && ctx.Err() == nil && lostCreateRace(err):
+		case s.q.dialect == dialectPostgres && !s.inTx && attempt < pgddl.RaceRetries && ctx.Err() == nil && pgddl.LostCreateRace(err):
 			continue
 		case isUniqueViolation(s.q.dialect, err):
 			return fmt.Errorf("record: creating table %s: %w", s.q.name, err)
 		}
 		return s.q.interpretError("creating table", err)
 	}
-}
-
-// PostgreSQL errors of a CREATE ... IF NOT EXISTS that lost a race with the same statement.
-const (
-	postgresDuplicateTable  = "42P07" // duplicate_table (also a relation such as an index)
-	postgresDuplicateObject = "42710" // duplicate_object
-)
-
-// lostCreateRace reports whether err is what PostgreSQL answers a CREATE ... IF NOT EXISTS whose
-// object another session created meanwhile.
-func lostCreateRace(err error) bool {
-	var e interface{ SQLState() string }
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch e.SQLState() {
-	case postgresUniqueViolation, postgresDuplicateTable, postgresDuplicateObject:
-		return true
-	}
-	return false
 }
 
 // DDL returns the statements CreateTable runs on a new table, as one text: the records DDL of package
