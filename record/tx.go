@@ -164,10 +164,11 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 }
 
 // txStore is a Store bound to a transaction it owns: what BeginTx returns. The transaction holds a
-// connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is rolled
-// back on it or closed, never returned to the pool with the transaction open — as database/sql does
-// when the server answers with an error and keeps the transaction (a Galera node without a primary
-// component, error 1047), and the pool's next statement on it would join or commit half of it.
+// connection of its own (package internal/ownedtx; in gorm's PrepareStmt mode too): one whose COMMIT
+// or ROLLBACK failed is rolled back on it or closed, never returned to the pool with the transaction
+// open — as database/sql does when the database answers with an error and keeps the transaction (a
+// Galera node without a primary component, error 1047; SQLite's COMMIT failing with SQLITE_BUSY), and
+// the pool's next statement on it would join or commit half of it.
 type txStore struct {
 	*Store
 	gtx    *gorm.DB

@@ -1,14 +1,16 @@
 // Package ownedtx begins the transactions idemkit itself commits or rolls back (a Guard-owned
-// Tx-mode transaction: record.Store.Tx and SQLTx, msgx's Tx mode) on MySQL and MariaDB so that one
-// whose end failed never goes back to the pool still open.
+// Tx-mode transaction: record.Store.Tx and SQLTx, msgx's Tx mode) so that one whose end failed never
+// goes back to the pool still open.
 //
 // database/sql returns a connection to its pool when Commit or Rollback fails with the server's error,
 // trusting the server ended the transaction. A Galera node that lost its primary component does not:
-// it answers COMMIT and ROLLBACK with error 1047 and keeps the transaction open. The next user of the
-// pooled connection then joined it (an autocommit statement never committed) or committed it (its
-// BEGIN commits implicitly): half of a transaction idemkit reported as not done. A [Tx] holds a
-// connection of its own for the transaction: after a failed COMMIT it sends ROLLBACK on it, and a
-// connection whose ROLLBACK failed is closed, never reused.
+// it answers COMMIT and ROLLBACK with error 1047 and keeps the transaction open. Nor does SQLite when a
+// COMMIT fails with SQLITE_BUSY (in rollback-journal mode it waits for the readers to finish, up to
+// the busy timeout): the transaction stays open, its locks held. The next user of the pooled
+// connection then joined it (an autocommit statement never committed) or committed it (its BEGIN
+// commits implicitly on MySQL): half of a transaction idemkit reported as not done. A [Tx] holds a
+// connection of its own for the transaction — on a gorm.DB in PrepareStmt mode too —: after a failed
+// COMMIT it sends ROLLBACK on it, and a connection whose ROLLBACK failed is closed, never reused.
 package ownedtx
 
 import (
@@ -33,19 +35,26 @@ type Tx struct {
 	conn *sql.Conn
 }
 
-// BeginGorm begins a transaction on db, as db.Begin() does. When db's pool is a *sql.DB, the
-// transaction holds a connection of its own ([Tx]); otherwise (a PrepareStmt session, a pool of
+// BeginGorm begins a transaction on db, as db.Begin() does. When db's pool is a *sql.DB, or a
+// PrepareStmt session's pool over one (the transaction is then a prepared transaction sharing the
+// session's statements), the transaction holds a connection of its own ([Tx]); otherwise (a pool of
 // another type) it is db.Begin()'s.
 func BeginGorm(ctx context.Context, db *gorm.DB) (*Tx, error) {
 	sess := db.WithContext(ctx) // a session: its Statement is its own
-	pool, ok := sess.Statement.ConnPool.(*sql.DB)
-	if !ok {
+	pool, prepared := ownable(sess.Statement.ConnPool)
+	if pool == nil {
 		gtx := sess.Begin()
 		return &Tx{Gorm: gtx}, gtx.Error
 	}
 	var gtx *gorm.DB
 	conn, err := onConn(ctx, pool, func(conn *sql.Conn) error {
-		sess.Statement.ConnPool = conn // *sql.Conn begins its transactions on itself
+		var cp gorm.ConnPool = conn // *sql.Conn begins its transactions on itself
+		if prepared != nil {
+			// gorm's prepared transaction, begun on conn: statements prepared on the pool are
+			// bound to it, others are prepared in it, as db.Begin() does on the pool.
+			cp = &gorm.PreparedStmtDB{Stmts: prepared.Stmts, Mux: prepared.Mux, ConnPool: heldConn{conn, pool}}
+		}
+		sess.Statement.ConnPool = cp
 		gtx = sess.Begin()
 		return gtx.Error
 	})
@@ -54,6 +63,31 @@ func BeginGorm(ctx context.Context, db *gorm.DB) (*Tx, error) {
 	}
 	return &Tx{Gorm: gtx, conn: conn}, nil
 }
+
+// ownable returns the *sql.DB under p when a transaction begun on p can hold a connection of that pool
+// of its own: p itself, or the pool under a PrepareStmt session's p, returned too (gorm.Config or
+// gorm.Session PrepareStmt). It returns nil for a transaction (*sql.Tx, a prepared transaction) and
+// for pools of other types.
+func ownable(p gorm.ConnPool) (*sql.DB, *gorm.PreparedStmtDB) {
+	switch v := p.(type) {
+	case *sql.DB:
+		return v, nil
+	case *gorm.PreparedStmtDB:
+		if pool, ok := v.ConnPool.(*sql.DB); ok {
+			return pool, v
+		}
+	}
+	return nil, nil
+}
+
+// heldConn is a connection held for a PrepareStmt session's transaction. It names its pool to gorm
+// (gorm.GetDBConnector), as the session's *sql.DB does: the transaction's DB() is the pool's.
+type heldConn struct {
+	*sql.Conn
+	pool *sql.DB
+}
+
+func (c heldConn) GetDBConn() (*sql.DB, error) { return c.pool, nil }
 
 // BeginSQL begins a transaction on db on a connection of its own.
 func BeginSQL(ctx context.Context, db *sql.DB) (*Tx, error) {
@@ -182,11 +216,11 @@ func (t *Tx) discard() {
 
 // Transaction runs fn in a transaction on db as db.Transaction(fn) does — committed when fn returns
 // nil, rolled back when it returns an error or panics (the panic goes on) — begun with [BeginGorm].
-// When db is already in a transaction (fn then runs in a savepoint) or its pool is not a *sql.DB, it is
-// db.Transaction(fn) itself.
+// When db is already in a transaction (fn then runs in a savepoint) or its pool is neither a *sql.DB
+// nor a PrepareStmt session's pool over one, it is db.Transaction(fn) itself.
 func Transaction(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) (err error) {
 	sess := db.WithContext(ctx)
-	if _, ok := sess.Statement.ConnPool.(*sql.DB); !ok {
+	if pool, _ := ownable(sess.Statement.ConnPool); pool == nil {
 		return sess.Transaction(fn)
 	}
 	t, err := BeginGorm(ctx, db)

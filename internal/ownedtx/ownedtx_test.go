@@ -75,6 +75,11 @@ func TestFailedEndLeavesNothingOpenOnThePool(t *testing.T) {
 				panic("the business panicked")
 			})
 		}},
+		{"Transaction/PrepareStmt/commit", func(key string) error {
+			fc.FailCommit.Store(true)
+			prepared := db.Session(&gorm.Session{PrepareStmt: true})
+			return ownedtx.Transaction(ctx, prepared, func(tx *gorm.DB) error { return tx.Exec(insert, key).Error })
+		}},
 		{"BeginSQL/commit", func(key string) error {
 			fc.FailCommit.Store(true)
 			tx, err := ownedtx.BeginSQL(ctx, sqlDB)

@@ -1,0 +1,82 @@
+package record
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit"
+)
+
+// TestBusyCommitLeavesNoTransactionOpen: in SQLite's default (rollback journal) mode a COMMIT waits
+// for the readers to finish, and when they outlast the busy timeout it fails with SQLITE_BUSY and
+// the transaction stays open — database/sql then puts the connection back into the pool with it. A
+// Guard-owned transaction ends such a transaction itself (internal/ownedtx), but on a gorm.DB in
+// PrepareStmt mode it was gorm's: the next call on that pooled connection ran inside the transaction
+// left open (its claim and finish answered success and never committed) and the file stayed locked
+// for every other connection. With and without PrepareStmt, the next call must commit on its own.
+func TestBusyCommitLeavesNoTransactionOpen(t *testing.T) {
+	for _, prepare := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "PrepareStmt"}[prepare]
+		t.Run(name, func(t *testing.T) {
+			dsn := t.TempDir() + "/busy.db?_pragma=busy_timeout(200)"
+			db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard, PrepareStmt: prepare})
+			must(t, err)
+			sqlDB, err := db.DB()
+			must(t, err)
+			sqlDB.SetMaxOpenConns(1) // the next call gets the connection the failed COMMIT left
+			t.Cleanup(func() { _ = sqlDB.Close() })
+			s := newTable(t, db)
+			must(t, db.Exec("CREATE TABLE biz (k TEXT NOT NULL)").Error)
+			other, err := sql.Open("sqlite", dsn) // another process's connection
+			must(t, err)
+			t.Cleanup(func() { _ = other.Close() })
+
+			// A reader holds the file's shared lock, so the COMMIT cannot get the exclusive one.
+			reader, err := other.Conn(ctxb)
+			must(t, err)
+			_, err = reader.ExecContext(ctxb, "BEGIN")
+			must(t, err)
+			var n int
+			must(t, reader.QueryRowContext(ctxb, "SELECT COUNT(*) FROM biz").Scan(&n))
+			g, err := idemkit.New(s, nil)
+			must(t, err)
+			_, err = s.Tx(ctxb, g, idemkit.Call{Scope: "busy", Key: "k1"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+				return []byte("one"), tx.Exec("INSERT INTO biz (k) VALUES ('k1')").Error
+			})
+			if err == nil {
+				t.Fatal("the COMMIT succeeded beside an open reader; want SQLITE_BUSY")
+			}
+			_, err = reader.ExecContext(ctxb, "ROLLBACK")
+			must(t, err)
+			must(t, reader.Close())
+
+			res, err := g.Do(ctxb, idemkit.Call{Scope: "busy", Key: "k2"}, func(context.Context) ([]byte, error) { return []byte("two"), nil })
+			must(t, err)
+			var recs, bizRows int
+			if err := other.QueryRow("SELECT COUNT(*) FROM " + s.Table() + " WHERE idem_key = 'k2'").Scan(&recs); err != nil {
+				t.Fatalf("another connection cannot read the file after the failed COMMIT (a transaction left open holds its lock): %v", err)
+			}
+			must(t, other.QueryRow("SELECT COUNT(*) FROM biz").Scan(&bizRows))
+			if recs != 1 {
+				t.Errorf("Do answered %q for k2, but another connection sees %d records of it: it ran in the transaction the failed COMMIT left open", res.Value, recs)
+			}
+			if bizRows != 0 {
+				t.Errorf("the business write of the transaction whose COMMIT failed: %d rows committed, want 0", bizRows)
+			}
+			// And a guarded transaction commits as usual again.
+			_, err = s.Tx(ctxb, g, idemkit.Call{Scope: "busy", Key: "k3"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+				return []byte("three"), tx.Exec("INSERT INTO biz (k) VALUES ('k3')").Error
+			})
+			must(t, err)
+			must(t, other.QueryRow("SELECT COUNT(*) FROM biz WHERE k = 'k3'").Scan(&bizRows))
+			if bizRows != 1 {
+				t.Errorf("the business write of a guarded transaction after it: %d rows committed, want 1", bizRows)
+			}
+		})
+	}
+}
