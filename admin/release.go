@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/ownedtx"
 	"github.com/idemkit/idemkit/record"
 )
 
@@ -195,7 +196,10 @@ func (a *Admin) writeChecked(ctx context.Context, rec *idemkit.Record, check boo
 	if !check {
 		return write(a.store)
 	}
-	return a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	// On a connection of its own (package internal/ownedtx): one whose COMMIT failed with the
+	// transaction left open (SQLite's SQLITE_BUSY, a Galera node without a primary component) is
+	// rolled back on it or closed, never returned to the pool with the transaction open.
+	return ownedtx.Transaction(ctx, a.db, func(tx *gorm.DB) error {
 		if a.q.dialect != "sqlite" {
 			var fence int64
 			if err := tx.Raw("SELECT fence FROM "+a.q.table+" WHERE scope = ? AND idem_key = ? FOR UPDATE", rec.Scope, rec.Key).Scan(&fence).Error; err != nil {

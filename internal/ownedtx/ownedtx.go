@@ -1,6 +1,6 @@
 // Package ownedtx begins the transactions idemkit itself commits or rolls back (a Guard-owned
-// Tx-mode transaction: record.Store.Tx and SQLTx, msgx's Tx mode) so that one whose end failed never
-// goes back to the pool still open.
+// Tx-mode transaction: record.Store.Tx and SQLTx, msgx's Tx mode; admin's checked release and purge)
+// so that one whose end failed never goes back to the pool still open.
 //
 // database/sql returns a connection to its pool when Commit or Rollback fails with the server's error,
 // trusting the server ended the transaction. A Galera node that lost its primary component does not:
