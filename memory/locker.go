@@ -23,7 +23,7 @@ type LockerOptions struct {
 // Locker is an in-memory [idemkit.Locker] with real expiry, behaving like the Redis one (package
 // lock): one entry per key holding either a lock or a cached result, which replaces the lock when
 // released with a result. Entries vanish after their TTL by the clock given in its options. Expired
-// entries are dropped as they are met, and every operation also samples a few entries and drops the
+// entries are dropped as they are met, and every Acquire also samples a few entries and drops the
 // expired ones (as Redis does), so memory follows the live entries without a goroutine. It is safe
 // for concurrent use.
 type Locker struct {

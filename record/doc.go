@@ -104,11 +104,15 @@
 // committed by another transaction after the caller's REPEATABLE READ snapshot was taken is seen rather
 // than missed; Peek reads without one. Two transactions writing the same key serialise on the primary
 // key: the second waits for the first to commit or roll back, then replays or runs. On SQLite writers are
-// serialised by the database: give it a busy timeout (_pragma=busy_timeout(5000)). A deferred SQLite
+// serialised by the database: give it a busy timeout (_pragma=busy_timeout(5000)), below your requests'
+// deadlines and the Guard's FinishTimeout — SQLite's busy handler does not see a context, so a
+// statement waiting for a lock waits the whole busy timeout whatever its deadline. A deferred SQLite
 // transaction that has read before another connection committed cannot write any more
 // (SQLITE_BUSY_SNAPSHOT), so a DoTx (which reads first) in it fails with idemkit.ErrStoreUnavailable
 // under concurrency, as does a Guard.Tx whose function calls idemkit.FenceFromContext (which may read
-// the record in the transaction): start such transactions with BEGIN IMMEDIATE (the driver's
+// the record in the transaction; when the business's own write meets SQLITE_BUSY_SNAPSHOT first, the
+// function gets the driver's error, and the Guard returns what the function returns): start such
+// transactions with BEGIN IMMEDIATE (the driver's
 // _txlock=immediate). PostgreSQL's SERIALIZABLE has a like limit: the read of the record in the
 // transaction (DoTx's, and Guard.Tx's when its function calls idemkit.FenceFromContext) takes a
 // predicate lock on a page of the primary key, so concurrent transactions on different new keys
