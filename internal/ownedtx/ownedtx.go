@@ -36,8 +36,8 @@ type Tx struct {
 }
 
 // BeginGorm begins a transaction on db, as db.Begin() does. When db's pool is a *sql.DB, or a
-// PrepareStmt session's pool over one (the transaction is then a prepared transaction sharing the
-// session's statements), the transaction holds a connection of its own ([Tx]); otherwise (a pool of
+// PrepareStmt session's pool over one (gorm.Config's, a Session's, or both: the transaction is then a
+// prepared transaction sharing the session's statements), the transaction holds a connection of its own ([Tx]); otherwise (a pool of
 // another type) it is db.Begin()'s.
 func BeginGorm(ctx context.Context, db *gorm.DB) (*Tx, error) {
 	sess := db.WithContext(ctx) // a session: its Statement is its own
@@ -66,14 +66,24 @@ func BeginGorm(ctx context.Context, db *gorm.DB) (*Tx, error) {
 
 // ownable returns the *sql.DB under p when a transaction begun on p can hold a connection of that pool
 // of its own: p itself, or the pool under a PrepareStmt session's p, returned too (gorm.Config or
-// gorm.Session PrepareStmt). It returns nil for a transaction (*sql.Tx, a prepared transaction) and
-// for pools of other types.
+// gorm.Session PrepareStmt). A Session with PrepareStmt on a gorm.DB opened with it (or on another
+// such Session) wraps that pool's PreparedStmtDB in one more, sharing its statement cache: the pool is
+// the one under them all. It returns nil for a transaction (*sql.Tx, a prepared transaction) and for
+// pools of other types.
 func ownable(p gorm.ConnPool) (*sql.DB, *gorm.PreparedStmtDB) {
 	switch v := p.(type) {
 	case *sql.DB:
 		return v, nil
 	case *gorm.PreparedStmtDB:
-		if pool, ok := v.ConnPool.(*sql.DB); ok {
+		under := v.ConnPool
+		for {
+			inner, ok := under.(*gorm.PreparedStmtDB)
+			if !ok {
+				break
+			}
+			under = inner.ConnPool
+		}
+		if pool, ok := under.(*sql.DB); ok {
 			return pool, v
 		}
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"testing"
 
+	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/internal/ownedtx"
 	"github.com/idemkit/idemkit/internal/testsvc"
@@ -38,6 +40,11 @@ func TestFailedEndLeavesNothingOpenOnThePool(t *testing.T) {
 	ctx := context.Background()
 	insert := "INSERT INTO " + table + " (k) VALUES (?)"
 	failed := errors.New("the business failed")
+	// The same pool in gorm.Config's PrepareStmt mode.
+	configPrepared, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard, PrepareStmt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -79,6 +86,15 @@ func TestFailedEndLeavesNothingOpenOnThePool(t *testing.T) {
 			fc.FailCommit.Store(true)
 			prepared := db.Session(&gorm.Session{PrepareStmt: true})
 			return ownedtx.Transaction(ctx, prepared, func(tx *gorm.DB) error { return tx.Exec(insert, key).Error })
+		}},
+		{"Transaction/PrepareStmt in Config and Session/commit", func(key string) error {
+			fc.FailCommit.Store(true)
+			prepared := configPrepared.Session(&gorm.Session{PrepareStmt: true})
+			return ownedtx.Transaction(ctx, prepared, func(tx *gorm.DB) error { return tx.Exec(insert, key).Error })
+		}},
+		{"Transaction/PrepareStmt in Config/commit", func(key string) error {
+			fc.FailCommit.Store(true)
+			return ownedtx.Transaction(ctx, configPrepared, func(tx *gorm.DB) error { return tx.Exec(insert, key).Error })
 		}},
 		{"BeginSQL/commit", func(key string) error {
 			fc.FailCommit.Store(true)
