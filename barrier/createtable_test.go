@@ -2,12 +2,14 @@ package barrier
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/internal/testsvc"
 )
@@ -109,4 +111,44 @@ func TestGormCreateTableBesideAnOpenBranch(t *testing.T) {
 			t.Fatalf("CreateTable beside an open branch transaction: %v", err)
 		}
 	})
+}
+
+// TestGormCreateTableIndexLookupFails: on PostgreSQL CreateTable looks its index up before creating
+// it. On a gorm.DB in PrepareStmt mode, gorm's prepared pool answers a QueryRowContext whose prepare
+// failed (the context ended, the connection broke) with an empty sql.Row, whose Scan panics: a
+// process starting with a deadline crashed instead of getting CreateTable's error. The lookup's
+// failure must come back as an error.
+func TestGormCreateTableIndexLookupFails(t *testing.T) {
+	db := testsvc.Postgres(t, &gorm.Config{Logger: logger.Discard, PrepareStmt: true})
+	table := freshTableName(t, db)
+	g, err := NewGorm(db, &GormOptions{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The context ends once the table is created: the index lookup comes next.
+	if err := db.Callback().Raw().After("gorm:raw").Register("test:cancel_after_create_table", func(tx *gorm.DB) {
+		if strings.HasPrefix(tx.Statement.SQL.String(), "CREATE TABLE") {
+			cancel()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("CreateTable panicked when its index lookup failed: %v", p)
+			}
+		}()
+		if err := g.CreateTable(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("CreateTable with its context ended before the index lookup: %v, want context.Canceled", err)
+		}
+	}()
+	if err := db.Callback().Raw().Remove("test:cancel_after_create_table"); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CreateTable(context.Background()); err != nil {
+		t.Fatalf("CreateTable again: %v", err)
+	}
 }

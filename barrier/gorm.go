@@ -1,6 +1,7 @@
 package barrier
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -63,7 +64,7 @@ func (g *Gorm) CreateTable(ctx context.Context) error {
 	for _, stmt := range g.d.ddl {
 		if g.d.indexExists != "" && strings.HasPrefix(stmt, "CREATE INDEX") {
 			var n int
-			err := g.db.Statement.ConnPool.QueryRowContext(ctx, g.d.indexExists, g.d.quoted, g.d.index).Scan(&n)
+			err := queryOne(ctx, g.db.Statement.ConnPool, &n, g.d.indexExists, g.d.quoted, g.d.index)
 			if err != nil {
 				return fmt.Errorf("barrier: creating table: looking for its index %s: %w", g.d.index, err)
 			}
@@ -93,6 +94,24 @@ func (g *Gorm) execDDL(ctx context.Context, stmt string) error {
 // internal/pgddl), also as gorm.ErrDuplicatedKey when the handle translates errors.
 func lostCreateRace(err error) bool {
 	return errors.Is(err, gorm.ErrDuplicatedKey) || pgddl.LostCreateRace(err)
+}
+
+// queryOne scans the first row query returns on pool into dest, or returns sql.ErrNoRows. It asks
+// QueryContext, not QueryRowContext: gorm's prepared pools (PrepareStmt) answer a QueryRowContext whose
+// prepare failed — the context ended, the connection broke — with an empty sql.Row, whose Scan panics.
+func queryOne(ctx context.Context, pool gorm.ConnPool, dest any, query string, args ...any) error {
+	rows, err := pool.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return cmp.Or(rows.Err(), sql.ErrNoRows)
+	}
+	if err := rows.Scan(dest); err != nil {
+		return err
+	}
+	return rows.Close()
 }
 
 // txPool returns tx's connection after checking that tx is inside a transaction.
@@ -179,7 +198,7 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (_ Outcome, er
 		return Duplicate, ErrDuplicate
 	}
 	var reason string
-	err = pool.QueryRowContext(ctx, g.d.reason, b.Gid, b.BranchID, b.Op, bid).Scan(&reason)
+	err = queryOne(ctx, pool, &reason, g.d.reason, b.Gid, b.BranchID, b.Op, bid)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		// The insert stored nothing, yet no row holds the branch's key (the read sees the latest

@@ -50,7 +50,7 @@ func (g *Gorm) QueryPrepared(ctx context.Context, gid string) error {
 		return fmt.Errorf("barrier: back-check of msg %s: %w", gid, err)
 	}
 	var reason string
-	if err := pool.QueryRowContext(ctx, g.d.reason, gid, msgBranchID, OpMsg, msgBarrierID).Scan(&reason); err != nil {
+	if err := queryOne(ctx, pool, &reason, g.d.reason, gid, msgBranchID, OpMsg, msgBarrierID); err != nil {
 		return fmt.Errorf("barrier: back-check of msg %s: reading its row: %w", gid, err)
 	}
 	if reason == msgRollback {
