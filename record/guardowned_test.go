@@ -82,3 +82,35 @@ func TestTxNestedTransactionIsSavepoint(t *testing.T) {
 		}
 	})
 }
+
+// TestTxFunctionGetsItsDB: the function of Store.Tx and Store.TxMark can ask its session for the
+// database handle (tx.DB(), for stats or a driver-level call), as in a gorm transaction of its own;
+// the session whose Commit and Rollback are refused answered gorm.ErrInvalidDB.
+func TestTxFunctionGetsItsDB(t *testing.T) {
+	eachTxBackend(t, func(t *testing.T, b backend) {
+		f := newTxFixture(t, b, nil)
+		want, err := f.db.DB()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.store.Tx(ctxb, f.guard, idemkit.Call{Scope: "db", Key: "k1"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
+			got, err := tx.DB()
+			if err != nil || got != want {
+				t.Errorf("Tx: the function's tx.DB() = %p, %v; want the pool %p", got, err, want)
+			}
+			return []byte("ok"), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = f.store.TxMark(ctxb, f.guard, idemkit.Call{Scope: "db", Key: "m1"}, func(ctx context.Context, tx *gorm.DB) error {
+			if got, err := tx.DB(); err != nil || got != want {
+				t.Errorf("TxMark: the function's tx.DB() = %p, %v; want the pool %p", got, err, want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -327,6 +327,10 @@ type multiTx struct {
 	first    sync.Mutex      // held while the first statement runs (statements of a transaction may come concurrently)
 }
 
+// GetDBConn names the transaction's pool to gorm (gorm.GetDBConnector), so that the business's tx.DB()
+// answers as in a gorm transaction of its own.
+func (m *multiTx) GetDBConn() (*sql.DB, error) { return m.pool, nil }
+
 // beginPrefix leads the transaction's first statement.
 const beginPrefix = "START TRANSACTION; "
 

@@ -221,6 +221,12 @@ var _ gorm.Tx = (*guardedPool)(nil)
 func (*guardedPool) Commit() error   { return errGuardOwned }
 func (*guardedPool) Rollback() error { return errGuardOwned }
 
+// GetDBConn names the transaction's database handle to gorm (gorm.GetDBConnector), so that the
+// business's tx.DB() answers as in a gorm transaction of its own.
+func (p *guardedPool) GetDBConn() (*sql.DB, error) {
+	return (&gorm.DB{Config: &gorm.Config{ConnPool: p.ConnPool}}).DB()
+}
+
 // StmtContext binds stmt to the transaction, as *sql.Tx and gorm's prepared transaction do.
 func (p *guardedPool) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
 	if tx, ok := p.ConnPool.(interface {
