@@ -342,7 +342,7 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			if cur, v := cl.conflicted(err, c); cur != nil {
 				return cl.met(v, cur, c)
 			}
-			cl.abandoned(nil)
+			cl.abandoned(nil, nil)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
 		}
 		cl.ev.Conflict = true
@@ -394,7 +394,7 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 				return cl.met(v, cur, c)
 			}
 			prev := cur.Version()
-			cl.abandoned(&prev)
+			cl.abandoned(&prev, nil)
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
@@ -436,23 +436,27 @@ func (cl *Claim) landed(attempt int) (again bool, err error) {
 	case errors.Is(err, ErrFenced) && attempt < 2:
 		cl.rec = was
 		return true, nil
-	}
-	cl.rec = was
-	if errors.Is(err, ErrFenced) {
+	case errors.Is(err, ErrFenced):
+		cl.rec = was
 		return false, &InFlightError{RetryAfter: g.opts.Lease}
 	}
+	// The caller may have left while the write waited, and the write still land (or have landed): the
+	// claim released is whichever of the two stands, the one made again, with a whole lease, too.
+	prev := was.Version()
+	cl.abandoned(&prev, &was)
+	cl.rec = was
 	return false, err
 }
 
 // notLanded ends a call whose claim landed too late and could not be made again (see landed): in
 // flight when another attempt kept changing the record, else the Store's error. The claim that landed
 // is left to its lease, or, when the caller left meanwhile (which failed the write), released as an
-// abandoned claim is, so that a retry runs at once.
+// abandoned claim is, so that a retry runs at once: landed watched for it, and for the claim made
+// again should that write land after all.
 func (cl *Claim) notLanded(err error) (*Claim, Result, error) {
 	if errors.Is(err, ErrInFlight) {
 		return cl.fail(OutcomeInFlight, err)
 	}
-	cl.abandoned(nil)
 	return cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "renewing a claim written late", err))
 }
 
@@ -527,8 +531,10 @@ func (cl *Claim) rerun(err error) bool {
 // lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer than maxWatch.
 // It polls with a backoff (10 ms doubling, up to a second). At most maxWatches watch at once per
 // Guard (a store that stalls makes callers leave by the hundred, and each watch reads it): a claim
-// abandoned beyond that is left to its lease.
-func (cl *Claim) abandoned(prev *Version) {
+// abandoned beyond that is left to its lease. late, when not nil, is the call's own claim at prev, one
+// that landed late and that the failed takeover was making again (see Claim.landed): it is released
+// too when the watch finds it, and the takeover, conditional on it, can no longer land.
+func (cl *Claim) abandoned(prev *Version, late *Record) {
 	g := cl.g
 	if cl.ctx.Err() == nil || cl.callerTx {
 		return
@@ -538,12 +544,14 @@ func (cl *Claim) abandoned(prev *Version) {
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 			cur, err := st.Get(ctx, mine.Scope, mine.Key)
 			switch {
-			case err == nil && cur.Version() == mine.Version():
+			case err == nil && (cur.Version() == mine.Version() || late != nil && cur.Version() == late.Version()):
 				next := *cur
 				next.Status, next.Error, next.Response = StatusFailed, "idemkit: the caller left before its claim was written", nil
 				next.LeaseUntil, next.UpdatedAt = g.opts.Now(), g.opts.Now()
-				_ = st.Update(ctx, &next, mine.Version())
-				return
+				if err := st.Update(ctx, &next, cur.Version()); cur.Version() == mine.Version() || !errors.Is(err, ErrFenced) {
+					return
+				}
+				// The late claim was made again in between: release that one.
 			case err == nil && prev != nil && cur.Version() != *prev:
 				// The takeover is conditional on prev, which is gone for good (fences only grow,
 				// owners are never reused). An insert can still land once another record is deleted

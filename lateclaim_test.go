@@ -261,3 +261,66 @@ func TestLateClaimOfACallerThatLeftIsReleased(t *testing.T) {
 		t.Fatalf("the function ran %d times for a caller that left before its claim landed", runs.Load())
 	}
 }
+
+// landsAfterLeaving is a Store whose renewal of a claim that landed late (an Update to the next fence
+// by the same owner) lands although its caller left meanwhile: the caller's context ends while the
+// statement waits (behind a row lock, on a stalled server), the driver answers the context's error,
+// and the statement completes all the same.
+type landsAfterLeaving struct {
+	idemkit.Store
+	leave func()
+}
+
+func (s landsAfterLeaving) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if rec.Fence > prev.Fence && rec.Owner == prev.Owner {
+		s.leave()
+		if err := s.Store.Update(context.WithoutCancel(ctx), rec, prev); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+	return s.Store.Update(ctx, rec, prev)
+}
+
+// TestLateClaimRenewalThatLandsAfterTheCallerLeftIsReleased: a claim that landed late is made again
+// at the next fence before its function runs; when its caller left while that write waited and the
+// write landed all the same, the claim it wrote (with a whole new lease) was left standing: the watch
+// that releases a caller's abandoned claim looked only for the claim written first, and the caller's
+// retry met "in flight" for a whole lease although nothing ran.
+func TestLateClaimRenewalThatLandsAfterTheCallerLeftIsReleased(t *testing.T) {
+	const lease = time.Minute
+	for name, base := range lateClaimStores(t) {
+		t.Run(name, func(t *testing.T) {
+			clk := idemtest.NewClock()
+			ctx, leave := context.WithCancel(ctxb)
+			defer leave()
+			slow := slowClaimStore{Store: landsAfterLeaving{Store: base, leave: leave}, took: func() { clk.Advance(lease / 2) }}
+			g, err := idemkit.New(slow, &idemkit.Options{Lease: lease, Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			call := idemkit.Call{Scope: "s", Key: testsvc.Name("left-")}
+			var runs atomic.Int32
+			_, err = g.Do(ctx, call, func(context.Context) ([]byte, error) { runs.Add(1); return nil, nil })
+			t.Logf("the call whose caller left: %v", err)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				rec, err := g.Get(ctxb, call.Scope, call.Key)
+				if err == nil && rec.Status == idemkit.StatusFailed {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the late claim of a caller that left, made again after it left: %+v, %v; want it released (FAILED)", rec, err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if runs.Load() != 0 {
+				t.Fatalf("the function ran %d times for a caller that left before its claim was made again", runs.Load())
+			}
+			res, err := g.Do(ctxb, call, func(context.Context) ([]byte, error) { runs.Add(1); return []byte("retry"), nil })
+			if err != nil || string(res.Value) != "retry" || runs.Load() != 1 {
+				t.Fatalf("the retry answered %q, %v after %d runs; want it run at once", res.Value, err, runs.Load())
+			}
+		})
+	}
+}
