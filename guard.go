@@ -418,9 +418,11 @@ func (cl *Claim) restart(c *Call) {
 // attempt that decided to take it over meanwhile (its lease ran out) is fenced off rather than landing
 // after a mere renewal, which changes no version. landed reports again when the claim is no longer this
 // call's (taken over, recovered by a sweeper, deleted since it landed): the claim starts over from the
-// insert and meets the record as it is now. A write that fails otherwise is returned: the claim is left
-// to its lapsing lease, and the function does not run. Only a write in the caller's transaction, seen
-// by nobody before its commit, is not checked.
+// insert and meets the record as it is now. A write that fails otherwise is returned, and the function
+// does not run: the claim — or the one made again, should that write land after all — is released as
+// an abandoned claim is (finished FAILED, fenced on it), caller gone or not, so that a retry runs at
+// once rather than meeting a lapsing lease, or a mark that stands for its TTL. Only a write in the
+// caller's transaction, seen by nobody before its commit, is not checked.
 func (cl *Claim) landed(attempt int) (again bool, err error) {
 	g := cl.g
 	now := g.opts.Now()
@@ -440,8 +442,8 @@ func (cl *Claim) landed(attempt int) (again bool, err error) {
 		cl.rec = was
 		return false, &InFlightError{RetryAfter: g.opts.Lease}
 	}
-	// The caller may have left while the write waited, and the write still land (or have landed): the
-	// claim released is whichever of the two stands, the one made again, with a whole lease, too.
+	// The function does not run: release the claim. The write may still land (or have landed, its
+	// reply lost): the claim released is whichever of the two stands, the one made again too.
 	prev := was.Version()
 	cl.abandoned(&prev, &was)
 	cl.rec = was
@@ -450,9 +452,8 @@ func (cl *Claim) landed(attempt int) (again bool, err error) {
 
 // notLanded ends a call whose claim landed too late and could not be made again (see landed): in
 // flight when another attempt kept changing the record, else the Store's error. The claim that landed
-// is left to its lease, or, when the caller left meanwhile (which failed the write), released as an
-// abandoned claim is, so that a retry runs at once: landed watched for it, and for the claim made
-// again should that write land after all.
+// is released as an abandoned claim is, so that a retry runs at once: landed watched for it, and for
+// the claim made again should that write land after all.
 func (cl *Claim) notLanded(err error) (*Claim, Result, error) {
 	if errors.Is(err, ErrInFlight) {
 		return cl.fail(OutcomeInFlight, err)
@@ -529,40 +530,61 @@ func (cl *Claim) rerun(err error) bool {
 // that matters: until the claim's lease ends (a claim landing later is stale on arrival, and the
 // next attempt takes it over; one with a gid is the Reconciler's), and for a mark, which has no
 // lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer than maxWatch.
-// It polls with a backoff (10 ms doubling, up to a second). At most maxWatches watch at once per
-// Guard (a store that stalls makes callers leave by the hundred, and each watch reads it): a claim
-// abandoned beyond that is left to its lease. late, when not nil, is the call's own claim at prev, one
-// that landed late and that the failed takeover was making again (see Claim.landed): it is released
-// too when the watch finds it, and the takeover, conditional on it, can no longer land.
+// It polls with a backoff (10 ms doubling, up to a second), and tries a release that failed again.
+// At most maxWatches watch at once per Guard (a store that stalls makes callers leave by the hundred,
+// and each watch reads it): a claim abandoned beyond that is left to its lease. late, when not nil,
+// is the call's own claim at prev, one that landed late and that the failed takeover was making
+// again (see Claim.landed): it is released too when the watch finds it, and the takeover, conditional
+// on it, can no longer land. As the function does not run on it, it is released whether or not the
+// caller left — a mark, which has no lease, would otherwise refuse every retry as a duplicate until it
+// expired — and, for a caller still waiting, a first time before the call answers.
 func (cl *Claim) abandoned(prev *Version, late *Record) {
 	g := cl.g
-	if cl.ctx.Err() == nil || cl.callerTx {
+	if (cl.ctx.Err() == nil && late == nil) || cl.callerTx {
 		return
 	}
-	st, mine := cl.st, cl.rec
+	release := cl.releaser(prev, late)
+	if late != nil && cl.ctx.Err() == nil && release(cl.ctx) {
+		// Released before the caller, still waiting, hears of the failure: its retry, however soon,
+		// finds the key free (a mark still standing would answer it ErrDuplicate, for good).
+		return
+	}
 	g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
-		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-			cur, err := st.Get(ctx, mine.Scope, mine.Key)
-			switch {
-			case err == nil && (cur.Version() == mine.Version() || late != nil && cur.Version() == late.Version()):
-				next := *cur
-				next.Status, next.Error, next.Response = StatusFailed, "idemkit: the caller left before its claim was written", nil
-				next.LeaseUntil, next.UpdatedAt = g.opts.Now(), g.opts.Now()
-				if err := st.Update(ctx, &next, cur.Version()); cur.Version() == mine.Version() || !errors.Is(err, ErrFenced) {
-					return
-				}
-				// The late claim was made again in between: release that one.
-			case err == nil && prev != nil && cur.Version() != *prev:
-				// The takeover is conditional on prev, which is gone for good (fences only grow,
-				// owners are never reused). An insert can still land once another record is deleted
-				// (the sweeper's DELETE it waited behind): it is watched until the end.
-				return
-			}
+		for wait := 10 * time.Millisecond; !release(ctx); wait = min(2*wait, time.Second) {
 			if !background.Sleep(ctx, wait) {
 				return
 			}
 		}
 	})
+}
+
+// releaser returns one look of abandoned's watch (prev and late as there) at the claim as it is now,
+// which releases it when it is still the claim's and reports whether the watch is over.
+func (cl *Claim) releaser(prev *Version, late *Record) func(ctx context.Context) (over bool) {
+	g, st, mine := cl.g, cl.st, cl.rec
+	why := "idemkit: the caller left before its claim was written"
+	if late != nil {
+		why = "idemkit: the claim was written late and could not be made again; its function did not run"
+	}
+	return func(ctx context.Context) bool {
+		cur, err := st.Get(ctx, mine.Scope, mine.Key)
+		switch {
+		case err == nil && (cur.Version() == mine.Version() || late != nil && cur.Version() == late.Version()):
+			next := *cur
+			next.Status, next.Error, next.Response = StatusFailed, why, nil
+			next.LeaseUntil, next.UpdatedAt = g.opts.Now(), g.opts.Now()
+			// Fenced on the late claim: it was made again in between, release that one; failed (the
+			// Store that failed the claim's write): try again.
+			err := st.Update(ctx, &next, cur.Version())
+			return err == nil || errors.Is(err, ErrFenced) && cur.Version() == mine.Version()
+		case err == nil && prev != nil && cur.Version() != *prev:
+			// The takeover is conditional on prev, which is gone for good (fences only grow,
+			// owners are never reused). An insert can still land once another record is deleted
+			// (the sweeper's DELETE it waited behind): it is watched until the end.
+			return true
+		}
+		return false
+	}
 }
 
 // watchFor is how long a follow-up of the claim matters: until its lease ends (a claim landing, or

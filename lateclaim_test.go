@@ -324,3 +324,54 @@ func TestLateClaimRenewalThatLandsAfterTheCallerLeftIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// failsRemake is a Store whose first write making a late claim again (an Update to the next fence by
+// the same owner) fails, the caller still waiting: a connection that broke, a failover.
+type failsRemake struct {
+	idemkit.Store
+	failed *atomic.Bool
+}
+
+func (s failsRemake) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
+	if rec.Fence > prev.Fence && rec.Owner == prev.Owner && s.failed.CompareAndSwap(false, true) {
+		return errors.New("connection reset by peer")
+	}
+	return s.Store.Update(ctx, rec, prev)
+}
+
+// TestLateMarkNotMadeAgainIsReleased: a mark that landed late is made again before its function runs;
+// when that write failed (the Store erred, the caller still waiting), the call answered
+// ErrStoreUnavailable without running its function and left the mark standing, SUCCEEDED: a mark has no
+// lease to lapse, so every retry got ErrDuplicate until the mark expired (Options.TTL, a day by
+// default), and the function never ran. The claim a late call does not run on is released (finished
+// FAILED, fenced on it), so a retry runs.
+func TestLateMarkNotMadeAgainIsReleased(t *testing.T) {
+	const lease = time.Minute
+	for name, base := range lateClaimStores(t) {
+		t.Run(name, func(t *testing.T) {
+			clk := idemtest.NewClock()
+			var failed atomic.Bool
+			slow := slowClaimStore{Store: failsRemake{Store: base, failed: &failed}, took: func() {
+				if !failed.Load() {
+					clk.Advance(lease / 2)
+				}
+			}}
+			g, err := idemkit.New(slow, &idemkit.Options{Lease: lease, Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			call := idemkit.Call{Scope: "s", Key: testsvc.Name("mark-")}
+			var runs atomic.Int32
+			err = g.Mark(ctxb, call, func(context.Context) error { runs.Add(1); return nil })
+			if !errors.Is(err, idemkit.ErrStoreUnavailable) || runs.Load() != 0 {
+				t.Fatalf("the mark whose renewal failed: %v after %d runs; want ErrStoreUnavailable, nothing run", err, runs.Load())
+			}
+			// The retry comes at once: ErrDuplicate would be its final answer.
+			err = g.Mark(ctxb, call, func(context.Context) error { runs.Add(1); return nil })
+			if err != nil || runs.Load() != 1 {
+				rec, gerr := g.Get(ctxb, call.Scope, call.Key)
+				t.Fatalf("the retry of a mark its call did not run on: %v after %d runs (record %+v, %v); want it run", err, runs.Load(), rec, gerr)
+			}
+		})
+	}
+}
