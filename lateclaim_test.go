@@ -246,17 +246,7 @@ func TestLateClaimOfACallerThatLeftIsReleased(t *testing.T) {
 	var runs atomic.Int32
 	_, err = g.Do(ctx, call, func(context.Context) ([]byte, error) { runs.Add(1); return nil, nil })
 	t.Logf("the call whose caller left: %v", err)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rec, err := g.Get(ctxb, call.Scope, call.Key)
-		if err == nil && rec.Status == idemkit.StatusFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the late claim of a caller that left: %+v, %v; want it released (FAILED)", rec, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReleased(t, g, call, "the late claim of a caller that left")
 	if runs.Load() != 0 {
 		t.Fatalf("the function ran %d times for a caller that left before its claim landed", runs.Load())
 	}
@@ -303,17 +293,7 @@ func TestLateClaimRenewalThatLandsAfterTheCallerLeftIsReleased(t *testing.T) {
 			var runs atomic.Int32
 			_, err = g.Do(ctx, call, func(context.Context) ([]byte, error) { runs.Add(1); return nil, nil })
 			t.Logf("the call whose caller left: %v", err)
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				rec, err := g.Get(ctxb, call.Scope, call.Key)
-				if err == nil && rec.Status == idemkit.StatusFailed {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the late claim of a caller that left, made again after it left: %+v, %v; want it released (FAILED)", rec, err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitReleased(t, g, call, "the late claim of a caller that left, made again after it left")
 			if runs.Load() != 0 {
 				t.Fatalf("the function ran %d times for a caller that left before its claim was made again", runs.Load())
 			}
@@ -373,5 +353,22 @@ func TestLateMarkNotMadeAgainIsReleased(t *testing.T) {
 				t.Fatalf("the retry of a mark its call did not run on: %v after %d runs (record %+v, %v); want it run", err, runs.Load(), rec, gerr)
 			}
 		})
+	}
+}
+
+// waitReleased waits (at most 10s) until the record of call is FAILED: the claim what names was
+// released.
+func waitReleased(t *testing.T, g *idemkit.Guard, call idemkit.Call, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := g.Get(ctxb, call.Scope, call.Key)
+		if err == nil && rec.Status == idemkit.StatusFailed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %+v, %v; want it released (FAILED)", what, rec, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
