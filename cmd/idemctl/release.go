@@ -165,21 +165,7 @@ func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound e
 	}
 	q := fmt.Sprintf("No record of %q / %q, but Redis still holds its cached result (%d bytes, %s left), which answers its duplicates. Delete it?",
 		scope, key, rs.CachedSize, roundDur(rs.CacheTTL))
-	if ctx, err = c.confirm(q); err != nil {
-		return err
-	}
-	deleted, err := c.adm.ForgetCached(ctx, ad.Scope, ad.Key)
-	if err != nil {
-		return err
-	}
-	if c.o.json {
-		c.writeJSON(map[string]any{"deleted": 0, "cached_result_deleted": deleted})
-	} else if deleted {
-		fmt.Fprintf(c.stdout, "no record; deleted the cached result of %q / %q\n", scope, key)
-	} else {
-		fmt.Fprintf(c.stdout, "no record; the cached result of %q / %q was gone already\n", scope, key)
-	}
-	return nil
+	return c.forgetWithoutRecord(ctx, q, "cached result", "cached_result_deleted", scope, key, ad)
 }
 
 // purgeDamaged deletes, after confirmation, the damaged lock value Redis holds at ad for a key
@@ -187,6 +173,12 @@ func (c *cli) purgeCachedOnly(ctx context.Context, scope, key string, notFound e
 func (c *cli) purgeDamaged(ctx context.Context, scope, key string, ad idemkit.Address, rs *admin.RedisState) error {
 	q := fmt.Sprintf("No record of %q / %q, but Redis holds a damaged lock value under its key (none the Locker writes: no attempt holds it; %s), which fails its calls (idemkit.ErrLockUnavailable). Delete it?",
 		scope, key, damagedTTL(rs))
+	return c.forgetWithoutRecord(ctx, q, "damaged lock value", "damaged_lock_deleted", scope, key, ad)
+}
+
+// forgetWithoutRecord deletes, once q is confirmed, what Redis holds at ad for a key without a record
+// (what: a cached result or a damaged lock value; field: its JSON report's name) and reports it.
+func (c *cli) forgetWithoutRecord(ctx context.Context, q, what, field, scope, key string, ad idemkit.Address) error {
 	ctx, err := c.confirm(q)
 	if err != nil {
 		return err
@@ -196,11 +188,11 @@ func (c *cli) purgeDamaged(ctx context.Context, scope, key string, ad idemkit.Ad
 		return err
 	}
 	if c.o.json {
-		c.writeJSON(map[string]any{"deleted": 0, "damaged_lock_deleted": deleted})
+		c.writeJSON(map[string]any{"deleted": 0, field: deleted})
 	} else if deleted {
-		fmt.Fprintf(c.stdout, "no record; deleted the damaged lock value of %q / %q\n", scope, key)
+		fmt.Fprintf(c.stdout, "no record; deleted the %s of %q / %q\n", what, scope, key)
 	} else {
-		fmt.Fprintf(c.stdout, "no record; the damaged lock value of %q / %q was gone already\n", scope, key)
+		fmt.Fprintf(c.stdout, "no record; the %s of %q / %q was gone already\n", what, scope, key)
 	}
 	return nil
 }

@@ -159,15 +159,23 @@ func onConn(ctx context.Context, pool *sql.DB, begin func(*sql.Conn) error) (*sq
 	return conn, nil
 }
 
+// end sends COMMIT (commit) or ROLLBACK through the transaction, gorm's or database/sql's.
+func (t *Tx) end(commit bool) error {
+	switch {
+	case t.Gorm != nil && commit:
+		return t.Gorm.Commit().Error
+	case t.Gorm != nil:
+		return t.Gorm.Rollback().Error
+	case commit:
+		return t.SQL.Commit()
+	}
+	return t.SQL.Rollback()
+}
+
 // Commit commits the transaction. When the COMMIT fails, the transaction is rolled back on its
 // connection (the server may have kept it open), and the connection closed if that fails too.
 func (t *Tx) Commit() error {
-	var err error
-	if t.Gorm != nil {
-		err = t.Gorm.Commit().Error
-	} else {
-		err = t.SQL.Commit()
-	}
+	err := t.end(true)
 	if err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.release(true)
 	} else {
@@ -179,12 +187,7 @@ func (t *Tx) Commit() error {
 // Rollback rolls the transaction back. When the ROLLBACK fails, the connection is closed: the
 // server may still hold the transaction on it.
 func (t *Tx) Rollback() error {
-	var err error
-	if t.Gorm != nil {
-		err = t.Gorm.Rollback().Error
-	} else {
-		err = t.SQL.Rollback()
-	}
+	err := t.end(false)
 	if err != nil && !errors.Is(err, sql.ErrTxDone) {
 		t.discard()
 	} else {
