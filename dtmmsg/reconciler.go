@@ -87,14 +87,10 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		return 0, fmt.Errorf("dtmmsg: Reconciler.FenceWithin %v is negative", r.FenceWithin)
 	}
 	var errs []error
-	unanswered := 0 // records in a row DTM did not answer about
+	var silence reconcile.Silence // records in a row DTM did not answer about
 	status := func(ctx context.Context, gid string) (txstatus.Status, error) {
 		st, err := r.Status(ctx, gid)
-		if err != nil {
-			unanswered++
-		} else {
-			unanswered = 0
-		}
+		silence.Note(err == nil)
 		return st, err
 	}
 	settled, err := r.cursor.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) {
@@ -104,11 +100,10 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		st, err := r.outcome(ctx, now, rec, status)
 		if err != nil {
 			errs = append(errs, err)
-			if unanswered >= reconcile.MaxUnanswered {
+			if silence.Stop() {
 				// DTM is down or hangs: every other record would wait for the client's timeout in
 				// turn, holding the sweeper's pass for hours. The next pass goes on after this one.
-				errs = append(errs, fmt.Errorf("dtmmsg: DTM did not answer about %d records in a row: "+
-					"this pass stops here, the next goes on after them", unanswered))
+				errs = append(errs, silence.Err("dtmmsg", "DTM"))
 				return false, true
 			}
 			return false, false

@@ -143,7 +143,7 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	}
 	names := r.scopeNames()
 	var errs []error
-	unanswered := 0 // records in a row the manager did not answer about
+	var silence reconcile.Silence // records in a row the manager did not answer about
 	settled, err := r.cursor.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) {
 		if strings.HasPrefix(rec.GID, msgGIDPrefix) {
 			return false, false // a 2-phase message's: dtmmsg.Reconciler settles it
@@ -152,11 +152,7 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
 		}
-		if r.settle(ctx, now, &ev) {
-			unanswered = 0
-		} else {
-			unanswered++
-		}
+		stop := silence.Note(r.settle(ctx, now, &ev))
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)
 			if r.Logger != nil {
@@ -166,11 +162,10 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if r.Observe != nil {
 			r.Observe(ctx, &ev)
 		}
-		if unanswered == reconcile.MaxUnanswered {
+		if stop {
 			// The manager is down or hangs: every other record would wait for the client's timeout
 			// in turn, holding the sweeper's pass for hours. The next pass goes on after this one.
-			errs = append(errs, fmt.Errorf("hooks: the transaction manager did not answer about %d records in a row: "+
-				"this pass stops here, the next goes on after them", reconcile.MaxUnanswered))
+			errs = append(errs, silence.Err("hooks", "the transaction manager"))
 			return ev.Settled, true
 		}
 		return ev.Settled, false

@@ -4,6 +4,7 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -17,6 +18,29 @@ const PagesPerRun = 4
 // about before the pass stops (see [Cursor.WalkUntil]): asking it about the others would cost each of
 // them the client's timeout.
 const MaxUnanswered = 3
+
+// Silence counts the records in a row a reconciler's transaction manager did not answer about; a pass
+// stops at MaxUnanswered. The zero value has counted none.
+type Silence struct{ n int }
+
+// Note records whether the manager answered about a record, and reports whether the pass is to stop.
+func (s *Silence) Note(answered bool) (stop bool) {
+	if answered {
+		s.n = 0
+	} else {
+		s.n++
+	}
+	return s.Stop()
+}
+
+// Stop reports whether the manager failed to answer MaxUnanswered records in a row.
+func (s *Silence) Stop() bool { return s.n >= MaxUnanswered }
+
+// Err is what a pass that stopped reports: pkg is the reconciler's package, manager names the
+// transaction manager.
+func (s *Silence) Err(pkg, manager string) error {
+	return fmt.Errorf("%s: %s did not answer about %d records in a row: this pass stops here, the next goes on after them", pkg, manager, s.n)
+}
 
 // Lister lists up to limit pending records after after in the listing's order (nil: from its head),
 // as [idemkit.Guard.PendingAfter] does.

@@ -90,3 +90,18 @@ func TestWalkUntilStopsAndResumesAfter(t *testing.T) {
 		t.Fatalf("fourth walk (from the head) saw %v", seen)
 	}
 }
+
+func TestSilenceStopsAfterMaxUnansweredInARow(t *testing.T) {
+	var s Silence
+	for i, answered := range []bool{false, false, true, false, false} {
+		if s.Note(answered) {
+			t.Fatalf("stopped at record %d with a break in the silence", i)
+		}
+	}
+	if !s.Note(false) || !s.Stop() {
+		t.Fatalf("did not stop after %d unanswered records in a row", MaxUnanswered)
+	}
+	if got := s.Err("p", "M").Error(); got != "p: M did not answer about 3 records in a row: this pass stops here, the next goes on after them" {
+		t.Fatalf("Err = %q", got)
+	}
+}
