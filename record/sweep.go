@@ -28,10 +28,7 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 	if s.q.dialect == dialectMySQL {
 		return s.batchByKey(ctx, limit, "deleting expired records from", s.q.expiredKeys, []any{ms, ms}, s.q.delExpired, []any{ms, ms})
 	}
-	args := []any{ms, ms} // condExpired's
-	if s.q.dialect != dialectMySQL {
-		args = append(args, ms, ms) // and again in the subquery
-	}
+	args := []any{ms, ms, ms, ms} // condExpired's, and again in the subquery
 	return s.batch(ctx, limit, "deleting expired records from", s.q.delExpired, args)
 }
 
@@ -47,10 +44,7 @@ func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int
 	if s.q.dialect == dialectMySQL {
 		return s.batchByKey(ctx, limit, "recovering stale records of", s.q.staleKeys, []any{ms, ms}, s.q.recover, args)
 	}
-	if s.q.dialect != dialectMySQL {
-		args = append(args, ms, ms)
-	}
-	return s.batch(ctx, limit, "recovering stale records of", s.q.recover, args)
+	return s.batch(ctx, limit, "recovering stale records of", s.q.recover, append(args, ms, ms)) // condStale again in the subquery
 }
 
 // RecoverStaleClaims is [Store.RecoverStale] that returns the claims it recovered as they were (Scope,
