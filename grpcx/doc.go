@@ -37,6 +37,7 @@
 //	                                                        response header idempotent-replayed: true
 //	same key in flight                                    ABORTED + google.rpc.RetryInfo (retry delay:
 //	                                                        the holder's remaining lock or lease, at
+//	                                                        most Options.InFlightRetryDelay (1s), at
 //	                                                        least 50ms)
 //	same key, different request (or another method       FAILED_PRECONDITION + google.rpc.PreconditionFailure
 //	  sharing its Scope)                                    (type IDEMPOTENCY_KEY_REUSED)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -69,9 +70,20 @@ type Options struct {
 	// Resolver finds the Go type of a stored response on replay. Defaults to protoregistry.GlobalTypes,
 	// where every generated and well-known message type is registered.
 	Resolver protoregistry.MessageTypeResolver
+	// InFlightRetryDelay bounds the retry delay of the google.rpc.RetryInfo sent with ABORTED to a
+	// duplicate of a call in flight: the holder's remaining lock or lease, at most this, at least
+	// 50 ms. The holder's remaining time is only an upper bound of its run (30 s by default, and the
+	// whole Lease in Tx mode, for a call that may finish in milliseconds), so a client honouring the
+	// hint as sent would wait that long; httpx caps its Retry-After the same way. Defaults to
+	// [DefaultInFlightRetryDelay] (1 s); negative is an error.
+	InFlightRetryDelay time.Duration
 	// Logger receives a line for each failure to record an outcome. Defaults to discarding.
 	Logger *slog.Logger
 }
+
+// DefaultInFlightRetryDelay is the longest retry delay an ABORTED answer to a duplicate of a call in
+// flight suggests (see Options.InFlightRetryDelay).
+const DefaultInFlightRetryDelay = time.Second
 
 // config is Options with the defaults filled in.
 type config struct {
@@ -84,6 +96,7 @@ type config struct {
 	tx        idemkit.TxBeginner
 	resolver  protoregistry.MessageTypeResolver
 	logger    *slog.Logger
+	retryMax  time.Duration // Options.InFlightRetryDelay
 }
 
 func (o *Options) withDefaults() config {
@@ -101,6 +114,7 @@ func (o *Options) withDefaults() config {
 		tx:        in.Tx,
 		resolver:  in.Resolver,
 		logger:    cmp.Or(in.Logger, slog.New(slog.DiscardHandler)),
+		retryMax:  cmp.Or(in.InFlightRetryDelay, DefaultInFlightRetryDelay),
 	}
 	if c.key == nil {
 		c.key = MetadataKeyFunc(MetadataKey)

@@ -23,8 +23,8 @@ import (
 // minRetryDelay is the smallest retry hint sent with ABORTED, so a client honouring it does not spin.
 const minRetryDelay = 50 * time.Millisecond
 
-// UnaryServerInterceptor returns the interceptor of [NewUnaryServerInterceptor]. It panics when guard
-// is nil: that is a programming error, found when the server is built.
+// UnaryServerInterceptor returns the interceptor of [NewUnaryServerInterceptor]. It panics where that
+// returns an error (guard nil, an invalid option): a programming error, found when the server is built.
 func UnaryServerInterceptor(guard *idemkit.Guard, opts *Options) grpc.UnaryServerInterceptor {
 	i, err := NewUnaryServerInterceptor(guard, opts)
 	if err != nil {
@@ -35,11 +35,14 @@ func UnaryServerInterceptor(guard *idemkit.Guard, opts *Options) grpc.UnaryServe
 
 // NewUnaryServerInterceptor returns a unary server interceptor that runs each guarded call's handler
 // at most once per idempotency key and answers duplicates from the record (see the package
-// documentation for the status codes). opts may be nil. It returns an error when guard is nil. The
-// interceptor is safe for concurrent use.
+// documentation for the status codes). opts may be nil. It returns an error when guard is nil or an
+// option is invalid (a negative InFlightRetryDelay). The interceptor is safe for concurrent use.
 func NewUnaryServerInterceptor(guard *idemkit.Guard, opts *Options) (grpc.UnaryServerInterceptor, error) {
 	if guard == nil {
 		return nil, errNoGuard
+	}
+	if opts != nil && opts.InFlightRetryDelay < 0 {
+		return nil, fmt.Errorf("grpcx: InFlightRetryDelay must not be negative, got %s", opts.InFlightRetryDelay)
 	}
 	s := &server{g: guard, c: opts.withDefaults()}
 	return s.intercept, nil
@@ -383,7 +386,7 @@ func (s *server) answer(ctx context.Context, res idemkit.Result, err error) (any
 	var inflight *idemkit.InFlightError
 	switch {
 	case errors.As(err, &inflight):
-		return nil, withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(max(inflight.RetryAfter, minRetryDelay))})
+		return nil, withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(max(min(inflight.RetryAfter, s.c.retryMax), minRetryDelay))})
 	case errors.Is(err, idemkit.ErrInFlight):
 		return nil, withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(minRetryDelay)})
 	case errors.Is(err, idemkit.ErrPayloadMismatch):
