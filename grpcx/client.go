@@ -63,8 +63,10 @@ func carriesKey(ctx context.Context) bool {
 // carries the same key and the server runs it once. A call that already carries a key ([WithKey],
 // [WithNewKey]) keeps it: that is how an application retry loop keeps its key across calls. An
 // empty key is kept too, and the server answers it INVALID_ARGUMENT: replaced, each attempt of such
-// a loop would get a key of its own and run again. opts may be nil. The interceptor is safe for
-// concurrent use.
+// a loop would get a key of its own and run again. Chain it before (outside) any retry interceptor of
+// the application's (go-grpc-middleware's retry, say): an interceptor outside it calls it once per
+// attempt, and each attempt would get a key of its own and run the handler again. opts may be nil.
+// The interceptor is safe for concurrent use.
 func UnaryClientInterceptor(opts *ClientOptions) grpc.UnaryClientInterceptor {
 	var o ClientOptions
 	if opts != nil {

@@ -100,6 +100,8 @@
 //
 // [UnaryClientInterceptor] adds a fresh key to every call that has none. It runs once per logical
 // call, above gRPC's retries (retry policy, transparent retries), so every attempt carries the same
-// key. An application's own retry loop keeps one key by deriving its context once with [WithNewKey]
-// (or [WithKey] with a key of its choosing) before the loop.
+// key. A retry interceptor of the application's (go-grpc-middleware's retry) goes after it in the
+// chain, inside it: chained before, it calls the key interceptor once per attempt, and every attempt
+// gets a key of its own. An application's own retry loop keeps one key by deriving its context once
+// with [WithNewKey] (or [WithKey] with a key of its choosing) before the loop.
 package grpcx
