@@ -203,21 +203,34 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 }
 
 // heldForOtherPayload reports whether the attempt holding the key, whose token is holder, runs for
-// another payload than a call with fingerprint: its token tells, when it carries a fingerprint's hash.
-// One that does not — a call without a fingerprint, which keeps the fingerprint of a record it takes
-// over within the record's lifetime (see takeOver), so the key stays bound to that payload — is judged
-// by the record, read outside any transaction of the caller's, as a call meeting it would be (the
-// record said before the takeover what it says after). A read that fails tells nothing: in flight.
-// Only a call with a fingerprint reads, and only when the Locker names a holder without a hash.
+// another payload than a call with fingerprint, to which the key is (or is going to be) bound. One
+// whose token does not carry a fingerprint's hash — a call without a fingerprint, which keeps the
+// fingerprint of a record it takes over within the record's lifetime (see takeOver), so the key stays
+// bound to that payload — is judged by the record, read outside any transaction of the caller's, as a
+// call meeting it would be (the record said before the takeover what it says after); a read that
+// fails tells nothing: in flight. One whose hash is another fingerprint's is a mismatch unless the
+// record says otherwise: a record that still binds the key to this call's payload (or to none the
+// holder's takeover would replace) makes the holder the attempt that mismatches — it is about to be
+// told so — and the call is in flight, not refused. Only a call with a fingerprint reads, and only when
+// the Locker names a holder without a hash or with another payload's.
 func (cl *Claim) heldForOtherPayload(holder, fingerprint string) bool {
-	if other, known := holderOtherPayload(holder, fingerprint); known || fingerprint == "" || holder == "" {
+	other, known := holderOtherPayload(holder, fingerprint)
+	if known && !other || fingerprint == "" || holder == "" {
 		return other
 	}
 	cur, err := cl.readOutside()
 	if err != nil {
-		return false
+		// No record (the holder writes the key's first), or none could be read: the token tells.
+		return other
 	}
-	return judge(cur, fingerprint, cl.mode, cl.g.opts.Now()) == verdictMismatch
+	now := cl.g.opts.Now()
+	v := judge(cur, fingerprint, cl.mode, now)
+	if known {
+		// The holder's payload binds the key when it takes the record over: expired, or one bound to
+		// no payload yet.
+		return v == verdictMismatch || v == verdictTakeover && (cur.Expired(now) || cur.Fingerprint == "")
+	}
+	return v == verdictMismatch
 }
 
 // begin opens a call and claims its record in st: insert-first, reading only on a conflict.

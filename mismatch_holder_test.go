@@ -1,0 +1,111 @@
+package idemkit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/memory"
+	"github.com/idemkit/idemkit/record"
+)
+
+// gatedGetStore is a Store whose next Get, once armed, waits at the gate: an attempt holding the lock
+// while it reads the record it met.
+type gatedGetStore struct {
+	idemkit.Store
+	mu      sync.Mutex
+	armed   bool
+	reached chan struct{}
+	open    chan struct{}
+}
+
+func (s *gatedGetStore) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	s.mu.Lock()
+	armed := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if armed {
+		close(s.reached)
+		<-s.open
+	}
+	return s.Store.Get(ctx, scope, key)
+}
+
+// TestHolderOfAnotherPayloadDoesNotRefuseTheKeysOwnPayload: a key finished for payload A and not in
+// the cache (CacheTTL off here; a record settled by a reconciler, or Redis restarted, is the same) is
+// met by an attempt with payload B, which takes the lock — its token carries B's hash — and reads the
+// record, to end in ErrPayloadMismatch. A retry of the original request (payload A) arriving meanwhile
+// met that lock and was answered ErrPayloadMismatch too (HTTP 422, not to be retried): the lock's hash
+// was taken for the key's payload, although the record binds the key to A and the holder is the one
+// that mismatches. The record answers it now: in flight (or its replay), never a mismatch.
+func TestHolderOfAnotherPayloadDoesNotRefuseTheKeysOwnPayload(t *testing.T) {
+	backends := map[string]func(t *testing.T) (idemkit.Store, idemkit.Locker){
+		"Memory": func(*testing.T) (idemkit.Store, idemkit.Locker) {
+			return memory.NewStore(), memory.NewLocker(nil)
+		},
+		"MariaDB+Redis": func(t *testing.T) (idemkit.Store, idemkit.Locker) {
+			db := testsvc.MySQL(t, nil)
+			name := testsvc.Name("h1_holder_fp_")
+			testsvc.DropTable(t, db, name)
+			st, err := record.New(db, &record.Options{Table: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.CreateTable(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			rdb := testsvc.Redis(t)
+			prefix := name + ":"
+			testsvc.CleanRedis(t, rdb, prefix)
+			return st, lock.New(rdb, &lock.Options{Prefix: prefix})
+		},
+	}
+	for name, newBackend := range backends {
+		t.Run(name, func(t *testing.T) {
+			base, lk := newBackend(t)
+			st := &gatedGetStore{Store: base}
+			g, err := idemkit.New(st, &idemkit.Options{Locker: lk, CacheTTL: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			key := testsvc.Name("k")
+			call := func(fp string) idemkit.Call { return idemkit.Call{Scope: "pay", Key: key, Fingerprint: fp} }
+			if _, err := g.Do(ctx, call("fp-a"), func(context.Context) ([]byte, error) { return []byte("paid"), nil }); err != nil {
+				t.Fatal(err)
+			}
+
+			ran := func(context.Context) ([]byte, error) { t.Error("a duplicate ran"); return nil, nil }
+			st.reached, st.open = make(chan struct{}), make(chan struct{})
+			st.mu.Lock()
+			st.armed = true
+			st.mu.Unlock()
+			other := make(chan error, 1)
+			go func() {
+				_, err := g.Do(ctx, call("fp-b"), ran)
+				other <- err
+			}()
+			<-st.reached // the attempt with payload B holds the lock and reads the record
+			res, errSame := g.Do(ctx, call("fp-a"), ran)
+			close(st.open)
+			if err := <-other; !errors.Is(err, idemkit.ErrPayloadMismatch) {
+				t.Errorf("payload B: %v, want ErrPayloadMismatch", err)
+			}
+			switch {
+			case errors.Is(errSame, idemkit.ErrPayloadMismatch):
+				t.Errorf("payload A, the key's own, while payload B holds the lock: %v, want ErrInFlight or the replay", errSame)
+			case errSame == nil && (!res.Replayed || string(res.Value) != "paid"):
+				t.Errorf("payload A: %+v, want the replay of paid", res)
+			case errSame != nil && !errors.Is(errSame, idemkit.ErrInFlight):
+				t.Errorf("payload A: %v, want ErrInFlight or the replay", errSame)
+			}
+			if res, err := g.Do(ctx, call("fp-a"), ran); err != nil || !res.Replayed || string(res.Value) != "paid" {
+				t.Errorf("payload A afterwards: %+v, %v, want the replay of paid", res, err)
+			}
+		})
+	}
+}
