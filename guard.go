@@ -533,10 +533,11 @@ func (cl *Claim) rerun(err error) bool {
 	return true
 }
 
-// abandoned follows up a claim write (an insert, or a takeover of the record at prev) that failed
-// because the caller left: its context ended before the answer. The statement may still land (one
-// waiting on a row lock does, once the lock is free), leaving a claim nobody holds: in flight until
-// its lease runs out, or, for a mark, the key marked done although its function never ran. A
+// abandoned follows up a claim write (an insert, or a takeover of the record at prev) that failed:
+// the caller left (its context ended before the answer), or the reply was lost while it waited (a
+// connection reset after the server ran the statement). The statement may still land (one waiting
+// on a row lock does, once the lock is free), or have landed, leaving a claim nobody holds: in flight
+// until its lease runs out, or, for a mark, the key marked done although its function never ran. A
 // goroutine watches for it and releases it — finished FAILED, the key free for a retry, which takes
 // it over at the next fence (a mark too: deleted, it would let the next claim start again at fence
 // 1, below the fences a failed attempt before it may have conditioned writes on) — for as long as
@@ -548,19 +549,25 @@ func (cl *Claim) rerun(err error) bool {
 // and each watch reads it): a claim abandoned beyond that is left to its lease. late, when not nil,
 // is the call's own claim at prev, one that landed late and that the failed takeover was making
 // again (see Claim.landed): it is released too when the watch finds it, and the takeover, conditional
-// on it, can no longer land. As the function does not run on it, it is released whether or not the
-// caller left — a mark, which has no lease, would otherwise refuse every retry as a duplicate until it
-// expired — and, for a caller still waiting, a first time before the call answers.
+// on it, can no longer land. As the function does not run on any of them, each is released whether
+// or not the caller left — a mark, which has no lease, would otherwise refuse every retry as a
+// duplicate until it expired — and, for a caller still waiting, a first time before the call answers
+// (that look bounded by Options.FinishTimeout).
 func (cl *Claim) abandoned(prev *Version, late *Record) {
 	g := cl.g
-	if (cl.ctx.Err() == nil && late == nil) || cl.callerTx {
+	if cl.callerTx {
 		return
 	}
 	release := cl.releaser(prev, late)
-	if late != nil && cl.ctx.Err() == nil && release(cl.ctx) {
+	if cl.ctx.Err() == nil {
 		// Released before the caller, still waiting, hears of the failure: its retry, however soon,
 		// finds the key free (a mark still standing would answer it ErrDuplicate, for good).
-		return
+		ctx, cancel := context.WithTimeout(cl.ctx, g.opts.FinishTimeout)
+		over := release(ctx)
+		cancel()
+		if over {
+			return
+		}
 	}
 	g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; !release(ctx); wait = min(2*wait, time.Second) {
@@ -576,6 +583,9 @@ func (cl *Claim) abandoned(prev *Version, late *Record) {
 func (cl *Claim) releaser(prev *Version, late *Record) func(ctx context.Context) (over bool) {
 	g, st, mine := cl.g, cl.st, cl.rec
 	why := "idemkit: the caller left before its claim was written"
+	if cl.ctx.Err() == nil {
+		why = "idemkit: the claim's write failed (its reply lost); its function did not run"
+	}
 	if late != nil {
 		why = "idemkit: the claim was written late and could not be made again; its function did not run"
 	}
