@@ -50,6 +50,10 @@ type ClaimRecoverer interface {
 	RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error)
 }
 
+// maxReleaseFailures is how many lock releases in a row may fail before a recover_stale run of
+// [RecordTasksWithLocker] stops releasing.
+const maxReleaseFailures = 3
+
 // RecordTasks returns the tasks for a record store: "delete_expired" and "recover_stale". A recovered
 // claim's holder may still hold its lock (a Guard whose LockTTL is longer than its Lease): its key then
 // answers in flight until the lock expires; [RecordTasksWithLocker] releases it.
@@ -64,8 +68,10 @@ func RecordTasks(t Target) []Task {
 // record is recovered nothing names its holder any more (idemctl cannot release it). A lock another
 // attempt holds is left alone. The recovery counts even when a release fails (the lock then expires by
 // itself): the task reports the failure as its error after releasing the others, and as for any task
-// error the pass leaves the rest of recover_stale to the next one. With a nil lk, or a t that is no
-// ClaimRecoverer, it returns RecordTasks(t).
+// error the pass leaves the rest of recover_stale to the next one. After 3 failed releases in a row
+// (a Locker that hangs makes each wait for its client's timeout) it releases no more in that run: the
+// remaining locks expire by themselves. With a nil lk, or a t that is no ClaimRecoverer, it returns
+// RecordTasks(t).
 func RecordTasksWithLocker(t Target, lk idemkit.Locker) []Task {
 	cr, ok := t.(ClaimRecoverer)
 	if lk == nil || !ok {
@@ -74,13 +80,23 @@ func RecordTasksWithLocker(t Target, lk idemkit.Locker) []Task {
 	recoverStale := func(ctx context.Context, now time.Time, limit int) (int, error) {
 		recs, err := cr.RecoverStaleClaims(ctx, now, limit)
 		var errs []error
-		for _, r := range recs {
+		failed := 0 // releases in a row the Locker failed
+		for i, r := range recs {
 			if r.Owner == "" {
 				continue
 			}
+			if failed == maxReleaseFailures {
+				// A Locker that hangs makes every release wait for its client's timeout: the pass
+				// would be held for that long per recovered claim. The rest expire by themselves.
+				errs = append(errs, fmt.Errorf("sweep: the Locker failed %d lock releases in a row: the locks of the other %d recovered claims were not released (they expire by themselves)",
+					failed, len(recs)-i))
+				break
+			}
 			switch rerr := lk.Release(ctx, idemkit.LockKey(r.Scope, r.Key), r.Owner, nil, 0); {
 			case rerr == nil, errors.Is(rerr, idemkit.ErrLockNotHeld):
+				failed = 0
 			default:
+				failed++
 				errs = append(errs, fmt.Errorf("releasing the lock of the recovered claim on %q / %q: %w", r.Scope, r.Key, rerr))
 			}
 		}
