@@ -53,7 +53,7 @@ type Reconciler struct {
 	// no evidence — the barrier sweeper (barrier.Gorm.DeleteOlder) may have deleted the row of a local
 	// transaction that committed, and DTM forgotten the message it delivered (its Redis store drops a
 	// finished transaction a day after it ended) — so such a record is reported (an error of RunOnce)
-	// and left PROCESSING for an operator (idemctl release), as hooks.Reconciler does. Defaults to
+	// and left PROCESSING for an operator (idemctl release --force), as hooks.Reconciler does. Defaults to
 	// hooks.DefaultFenceWithin (12h); keep it below the barrier rows' retention. Negative is refused.
 	FenceWithin time.Duration
 	// Logger receives a line per record that could not be settled. Defaults to discarding.
@@ -155,7 +155,7 @@ func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Re
 		case txstatus.Unknown:
 			return txstatus.Unknown, fmt.Errorf("dtmmsg: DTM has no record of message %s, claimed %v ago (more than FenceWithin, %v): "+
 				"not back-checked, left PROCESSING — its local transaction may have committed and the message been delivered, "+
-				"its barrier row swept since; the key answers in flight until an operator who knows it was not published releases it (idemctl release)",
+				"its barrier row swept since; the key answers in flight until an operator who knows it was not published releases it (idemctl release --force SCOPE KEY: release refuses a claim with a gid without it)",
 				gid, now.Sub(rec.CreatedAt).Round(time.Second), within)
 		case txstatus.Prepared:
 			return txstatus.Unknown, fmt.Errorf("dtmmsg: DTM still holds message %s prepared, claimed %v ago (more than FenceWithin, %v): "+

@@ -54,6 +54,10 @@ func TestReconcilerDoesNotFenceAnOldClaim(t *testing.T) {
 			if n != 0 || err == nil || !strings.Contains(err.Error(), "g-old") || !strings.Contains(err.Error(), "not fenced") {
 				t.Fatalf("RunOnce = %d, %v; want 0 and an error naming the gid", n, err)
 			}
+			// The operator it sends to idemctl must be told to force: release refuses a claim with a gid.
+			if !strings.Contains(err.Error(), "idemctl release --force") {
+				t.Fatalf("RunOnce error %q does not give the release that works on a claim with a gid", err)
+			}
 			if len(m.fenced) != 0 || rec.Status != idemkit.StatusProcessing || len(b.j.list()) != before {
 				t.Fatalf("fenced %q, record %s, hooks %q: want nothing done", m.fenced, rec.Status, b.j.list()[before:])
 			}

@@ -205,7 +205,7 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEve
 			// a transaction that ran: failing it could run the business twice. An operator decides.
 			ev.Err = fmt.Errorf("hooks: the transaction manager has no record of %s, claimed %v ago (more than FenceWithin, %v): "+
 				"not fenced, left PROCESSING — it may have forgotten a finished transaction (DTM's Redis store drops one a day after it "+
-				"ends); the key answers in flight until an operator who knows the transaction did not run releases it (idemctl release)",
+				"ends); the key answers in flight until an operator who knows the transaction did not run releases it (idemctl release --force SCOPE KEY: release refuses a claim with a gid without it)",
 				rec.GID, now.Sub(rec.CreatedAt).Round(time.Second), within)
 			if r.Logger != nil {
 				r.Logger.ErrorContext(ctx, "idemkit reconcile: not fencing an old pending transaction the manager has no record of",
