@@ -201,15 +201,23 @@ var errNotConfirmed = errors.New("not confirmed: nothing changed (--yes skips th
 // errNotFound marks a not-found outcome that is no idemkit error (an unknown gid).
 var errNotFound = errors.New("not found")
 
+// isHelp reports whether arg names the help command or asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
 func runEnv(ctx context.Context, a args) int {
 	if len(a.argv) == 0 {
 		fmt.Fprint(a.stderr, usageText)
 		return exitUsage
 	}
 	name, rest := a.argv[0], a.argv[1:]
-	switch name {
-	case "help", "-h", "-help", "--help":
-		if len(rest) > 0 {
+	if isHelp(name) {
+		if len(rest) > 0 && !isHelp(rest[0]) { // help's own help is this text
 			if cmd := findCommand(rest[0]); cmd != nil {
 				printCommandHelp(a.stdout, cmd)
 				return exitOK
