@@ -50,6 +50,11 @@ func TestBadInput(t *testing.T) {
 			{"unreachable Redis", nil, []string{"inspect", "--redis", "127.0.0.1:1", scopeA, s.ok}, exitError, []string{"connecting to Redis"}},
 			{"Redis URL without a host", nil, []string{"list", "--redis", "redis://"}, exitUsage, []string{"--redis redis://", "no host"}},
 			{"Redis URL with a port but no host", map[string]string{"IDEMCTL_REDIS": "rediss://:6380/0"}, []string{"inspect", scopeA, s.ok}, exitUsage, []string{"--redis rediss://:6380/0", "no host"}},
+			// An unset variable in "$REDIS_HOST:6379" leaves ":6379", which go-redis dials on localhost:
+			// another Redis than the application's, read and cleared as if it were.
+			{"Redis address with a port but no host", map[string]string{"IDEMCTL_REDIS": ":6379"}, []string{"inspect", scopeA, s.ok}, exitUsage, []string{"--redis :6379", "no host"}},
+			{"Redis Cluster seed without a host", nil, []string{"release", "--yes", "--redis", "10.0.0.1:6379,:6379", scopeA, s.stuck}, exitUsage, []string{"--redis 10.0.0.1:6379,:6379", "no host"}},
+			{"Redis address without a port", nil, []string{"purge", "--yes", "--redis", "redis-host", scopeA, s.failed}, exitUsage, []string{"--redis redis-host", "want host:port"}},
 			{"Redis prefix with a brace", nil, []string{"list", "--redis-prefix", "a{b"}, exitUsage, []string{"must not contain"}},
 			{"unknown status", nil, []string{"list", "--status", "DONE"}, exitUsage, []string{`--status "DONE"`}},
 			{"stuck with another status", nil, []string{"list", "--stuck", "--status", "FAILED"}, exitUsage, []string{"conflicts with --status FAILED"}},

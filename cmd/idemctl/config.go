@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -354,6 +355,9 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 			if a == "" || strings.Contains(a, "://") {
 				return nil, usagef("--redis %s: a Redis Cluster is given as host:port,host:port,... (its seed nodes)", redact(spec))
 			}
+			if err := checkRedisAddr(spec, a); err != nil {
+				return nil, err
+			}
 			addrs = append(addrs, a)
 		}
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -361,7 +365,11 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 		}), nil
 	}
 	ro := &redis.Options{Addr: spec}
-	if strings.Contains(spec, "://") {
+	if !strings.Contains(spec, "://") {
+		if err := checkRedisAddr(spec, spec); err != nil {
+			return nil, err
+		}
+	} else {
 		var err error
 		if ro, err = redis.ParseURL(spec); err != nil {
 			return nil, usagef("--redis %s: %v", redact(spec), err)
@@ -376,6 +384,20 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 	ro.DialTimeout = dial
 	ro.MaxRetries = retries
 	return redis.NewClient(ro), nil
+}
+
+// checkRedisAddr returns a usage error when addr, given in --redis spec, is not host:port. go-redis
+// dials an address without a host (":6379", an unset variable in "$REDIS_HOST:6379") on localhost,
+// another Redis than the application's, which idemctl would then read and clear as if it were.
+func checkRedisAddr(spec, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil || port == "":
+		return usagef("--redis %s: %q: want host:port", redact(spec), addr)
+	case host == "":
+		return usagef("--redis %s: no host in %q: want host:port", redact(spec), addr)
+	}
+	return nil
 }
 
 func (c *cli) close() {
