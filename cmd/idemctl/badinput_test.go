@@ -41,6 +41,8 @@ func TestBadInput(t *testing.T) {
 			{"DSN without scheme", map[string]string{"IDEMCTL_DB": "root:pw@tcp(127.0.0.1:3306)/x"}, []string{"list"}, exitUsage, []string{"want mysql://"}},
 			{"unknown DSN scheme", map[string]string{"IDEMCTL_DB": "oracle://scott:tiger@db/x"}, []string{"list"}, exitUsage, []string{`unknown scheme "oracle"`, "scott:****@"}},
 			{"malformed MySQL DSN", nil, []string{"list", "--db", "mysql://root@127.0.0.1/x"}, exitUsage, []string{"--db mysql://root@127.0.0.1/x: default addr"}},
+			// An unset variable in "tcp(${DB_HOST}:3306)": go-sql-driver dials ":3306" on localhost.
+			{"MySQL DSN with a port but no host", nil, []string{"purge", "--yes", "--db", "mysql://root:pw@tcp(:3306)/x", scopeA, s.failed}, exitUsage, []string{"--db mysql://root:****@tcp(:3306)/x", "no host"}},
 			{"malformed PostgreSQL URL", nil, []string{"list", "--db", "postgres://u:p@h:notaport/db"}, exitUsage, []string{"--db postgres://u:****@h:notaport/db"}},
 			{"unreachable database", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:1)/x", "--timeout", "5s"}, exitError, []string{"opening mysql://root:****@tcp(127.0.0.1:1)/x", "connection refused"}},
 			{"missing SQLite file", nil, []string{"list", "--db", "sqlite://" + filepath.Join(t.TempDir(), "none.db")}, exitError, []string{"no such file", "opens an existing database only"}},

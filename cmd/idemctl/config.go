@@ -234,6 +234,11 @@ func dialector(dsn string) (gorm.Dialector, error) {
 		if err != nil {
 			return nil, usagef("--db %s: %v", redact(dsn), err)
 		}
+		// go-sql-driver dials "tcp(:3306)" (an unset variable in "tcp(${DB_HOST}:3306)") on localhost:
+		// another database than the application's.
+		if host, _, err := net.SplitHostPort(cfg.Addr); cfg.Net == "tcp" && err == nil && host == "" {
+			return nil, usagef("--db %s: no host in tcp(%s): want tcp(host:port)", redact(dsn), cfg.Addr)
+		}
 		if cfg.Timeout == 0 {
 			cfg.Timeout = 5 * time.Second
 		}
