@@ -18,6 +18,10 @@ import (
 // RedisState is what Redis holds for one record: nothing, the lock of a running attempt, or a cached
 // result (one Redis key holds either).
 type RedisState struct {
+	// Key is the Redis key that holds the record's lock or cached result: the record's
+	// idemkit.LockKey as the Locker names it in Redis (its prefix, a hash tag; lock.Locker.Key),
+	// what redis-cli reads.
+	Key string
 	// Locked: an attempt holds the lock; LockToken is its token (the record's Owner when that
 	// attempt is the record's claim) and LockTTL how long the lock still lives.
 	Locked    bool
@@ -45,14 +49,15 @@ func (a *Admin) Redis(ctx context.Context, storedScope, storedKey string) (*Redi
 	if a.lk == nil {
 		return nil, errors.New("admin: no Redis client configured")
 	}
-	s, err := a.lk.State(ctx, idemkit.LockKey(storedScope, storedKey))
+	key := idemkit.LockKey(storedScope, storedKey)
+	s, err := a.lk.State(ctx, key)
 	if errors.Is(err, lock.ErrDamagedLock) {
-		return &RedisState{Damaged: true, DamagedTTL: s.TTL}, nil
+		return &RedisState{Key: a.lk.Key(key), Damaged: true, DamagedTTL: s.TTL}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("admin: reading Redis: %w", err)
 	}
-	st := &RedisState{}
+	st := &RedisState{Key: a.lk.Key(key)}
 	switch {
 	case s.Locked:
 		st.Locked, st.LockToken, st.LockTTL = true, s.Token, s.TTL

@@ -16,7 +16,7 @@ type inspectJSON struct {
 	Key         string      `json:"key"`
 	StoredScope string      `json:"stored_scope"`
 	StoredKey   string      `json:"stored_key"`
-	LockKey     string      `json:"lock_key"`
+	LockKey     string      `json:"lock_key"` // the Guard's lock key (idemkit.LockKey); Redis names it redis.key
 	Found       bool        `json:"found"`
 	Record      *recordJSON `json:"record,omitempty"`
 	Redis       *redisJSON  `json:"redis,omitempty"`
@@ -25,6 +25,8 @@ type inspectJSON struct {
 
 // redisJSON is what Redis holds for the record, times in milliseconds.
 type redisJSON struct {
+	// Key is the Redis key holding the lock or the cached result (admin.RedisState.Key).
+	Key        string `json:"key"`
 	Locked     bool   `json:"locked"`
 	LockToken  string `json:"lock_token,omitempty"`
 	LockTTLMS  int64  `json:"lock_ttl_ms,omitempty"`
@@ -71,7 +73,7 @@ func (c *cli) inspect(ctx context.Context, pos []string) error {
 		out := inspectJSON{Scope: scope, Key: key, StoredScope: ad.Scope, StoredKey: ad.Key, LockKey: ad.LockKey,
 			Found: rec != nil, Next: next}
 		if rs != nil {
-			out.Redis = &redisJSON{Locked: rs.Locked, LockToken: rs.LockToken, LockTTLMS: rs.LockTTL.Milliseconds(),
+			out.Redis = &redisJSON{Key: rs.Key, Locked: rs.Locked, LockToken: rs.LockToken, LockTTLMS: rs.LockTTL.Milliseconds(),
 				Cached: rs.Cached, CachedSize: rs.CachedSize, CacheTTLMS: rs.CacheTTL.Milliseconds(),
 				Damaged: rs.Damaged, DamagedTTLMS: rs.DamagedTTL.Milliseconds()}
 		}
