@@ -130,7 +130,7 @@ func (c *cli) printInspect(scope, key string, ad idemkit.Address, rec *idemkit.R
 		case rec.Status == idemkit.StatusProcessing && rec.LeaseExpired(now):
 			status += " (stuck: its lease ran out)"
 		}
-		if rec.Expired(now) && (rec.Status != idemkit.StatusProcessing || rec.GID == "" && rec.LeaseExpired(now)) {
+		if countsAsAbsent(rec, now) {
 			status += " (expired: counts as absent)"
 		}
 		t.row("status", status)

@@ -170,7 +170,7 @@ func (c *cli) recordJSON(r *idemkit.Record, size int64, now time.Time) recordJSO
 		Error: r.Error, LeaseUntil: utc(r.LeaseUntil), ExpiresAt: utc(r.ExpiresAt), CreatedAt: utc(r.CreatedAt),
 		UpdatedAt: utc(r.UpdatedAt),
 		Stuck:     r.Status == idemkit.StatusProcessing && r.LeaseExpired(now),
-		Expired:   r.Expired(now) && !(r.Status == idemkit.StatusProcessing && r.GID != ""),
+		Expired:   countsAsAbsent(r, now),
 	}
 }
 
@@ -231,4 +231,10 @@ func (c *cli) timed() context.Context {
 	ctx, cancel := context.WithTimeout(c.base, c.o.timeout)
 	c.cancels = append(c.cancels, cancel)
 	return ctx
+}
+
+// countsAsAbsent reports whether r's expiry makes it count as absent, as the Guard judges it: not a
+// claim tied to a global transaction, nor one whose lease is still live (renewed past its expiry).
+func countsAsAbsent(r *idemkit.Record, now time.Time) bool {
+	return r.Expired(now) && (r.Status != idemkit.StatusProcessing || r.GID == "" && r.LeaseExpired(now))
 }
