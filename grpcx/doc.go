@@ -46,8 +46,8 @@
 //	Options.Principal returned an error                   PERMISSION_DENIED, or the code of the status
 //	                                                        error it returned (the handler does not run)
 //	record store or lock unavailable                      UNAVAILABLE (nothing ran)
-//	the Guard's watchdog cancelled the handler (MaxHold   UNAVAILABLE (not stored: a retry runs again)
-//	  ran out, the lock was lost)
+//	the Guard's watchdog cancelled the handler (MaxHold   UNAVAILABLE (not stored: a retry runs again),
+//	  ran out, the lock was lost)                           without the handler's header and trailer
 //	Tx mode: the transaction could not begin or commit,   UNAVAILABLE (nothing took effect)
 //	  or the record could not be written after the
 //	  handler (its writes rolled back)

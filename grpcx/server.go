@@ -74,6 +74,16 @@ func (st *call) err() error {
 	return unmarked(st.herr)
 }
 
+// flushOwn sends the header and trailer the handler set, with its own answer: not when the Guard's
+// watchdog cancelled it (st.lost), whose UNAVAILABLE says nothing was done and to retry — metadata
+// set for the answer the handler meant to give would contradict it (as httpx's 503 in that case
+// carries none of the handler's header fields).
+func (st *call) flushOwn() {
+	if st.lost == nil {
+		st.md.flush()
+	}
+}
+
 // unmarked is err without the idemkit.Permanent and idemkit.Retryable marks around it. They add no
 // text, but gRPC answers a wrapped status with the wrapper's whole text for its message ("rpc error:
 // code = Internal desc = card declined"): unmarked, the status goes out as the handler made it.
@@ -171,7 +181,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			// recorded REJECTED without it: this call is answered as its retries are.
 			return nil, status.Error(codes.Unknown, err.Error())
 		}
-		st.md.flush()
+		st.flushOwn()
 		return st.resp, st.err()
 	}
 
@@ -249,7 +259,7 @@ func (s *server) txAnswer(ctx context.Context, method string, st *call, res idem
 		if st.herr == nil {
 			return nil, statusOf(err).Err() // the response could not be encoded for storage
 		}
-		st.md.flush()
+		st.flushOwn()
 		return nil, st.err()
 	case storedRejected(err):
 		// Its outcome does not fit the record (a response too large): the writes were rolled back

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -58,6 +60,44 @@ func TestWatchdogCancellationIsUnavailable(t *testing.T) {
 		}
 		if n := biz.runs.Load(); n != 2 {
 			t.Fatalf("Tx %v: handler ran %d times, want 2 (nothing stored)", tx, n)
+		}
+	}
+}
+
+// marksThenOutlivesItsHold sets header and trailer metadata for the answer it means to give, then
+// outlives its hold as outlivesItsHold does.
+type marksThenOutlivesItsHold struct{ outlivesItsHold }
+
+func (m *marksThenOutlivesItsHold) Charge(ctx context.Context, req *structpb.Struct) (*structpb.Struct, error) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-ledger-entry", "42"))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-charged", "yes"))
+	return m.outlivesItsHold.Charge(ctx, req)
+}
+
+// TestWatchdogUnavailableCarriesNoHandlerMetadata: the UNAVAILABLE answering a handler the Guard's
+// watchdog cancelled (nothing stored, a retry runs again) went out with the header and trailer the
+// handler had set for the answer it never gave — metadata saying something was done, on an answer
+// saying to retry. As httpx's 503 in the same case, it carries none of it (found by a defect hunt).
+func TestWatchdogUnavailableCarriesNoHandlerMetadata(t *testing.T) {
+	for _, tx := range []bool{false, true} {
+		store := memory.NewStore()
+		guard, err := idemkit.New(store, &idemkit.Options{Watchdog: true, MaxHold: 50 * time.Millisecond, Lease: 150 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := &grpcx.Options{}
+		if tx {
+			opts.Tx = store
+		}
+		cc := mustClient(t, serveGuardedWith(t, guard, opts, &marksThenOutlivesItsHold{}))
+		ctx := grpcx.WithKey(context.Background(), "k-hold-md")
+		var header, trailer metadata.MD
+		_, err = chaosrpc.Charge(ctx, cc, charge(map[string]any{"amount": 1}), grpc.Header(&header), grpc.Trailer(&trailer))
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("Tx %v: %v, want UNAVAILABLE", tx, err)
+		}
+		if len(header.Get("x-ledger-entry")) > 0 || len(trailer.Get("x-charged")) > 0 {
+			t.Fatalf("Tx %v: UNAVAILABLE carried the handler's metadata: header %v trailer %v", tx, header, trailer)
 		}
 	}
 }
