@@ -264,7 +264,10 @@ func (c *cli) purgeMany(ctx context.Context) error {
 			warnings = append(warnings, err)
 		default:
 			p.stop()
-			return fmt.Errorf("after deleting %d record(s): %w", deleted, err)
+			// The failed delete may have landed all the same (its reply lost to the timeout):
+			// the count is a floor, and a listing tells what is left.
+			return fmt.Errorf("after deleting %d record(s), and perhaps the one that failed (%s / %s; list tells what is left): %w",
+				deleted, c.adm.DisplayScope(e.Scope), e.Key, err)
 		}
 		p.set(i + 1)
 	}
