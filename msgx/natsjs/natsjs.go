@@ -280,8 +280,8 @@ func (s *settler) unhandled(jm jetstream.Msg) {
 
 // deadLettersComeBack returns an error wrapping msgx.ErrMisconfigured when subject, the dead-letter
 // subject, is captured by the consumer's own stream and passes its filter: every dead letter would
-// be delivered to the consumer again as a new message — its own Nats-Msg-Id a new key — run by the
-// handler (a poison message included) and dead-lettered anew, without end. A stream it cannot read
+// be delivered to the consumer again as a new message, answered as its original was (a poison or
+// rejected one dead-lettered anew) or run again, without end. A stream it cannot read
 // (a user allowed to consume, not to read stream info) is logged and not checked.
 func deadLettersComeBack(ctx context.Context, js jetstream.JetStream, info *jetstream.ConsumerInfo, subject string, log *slog.Logger) error {
 	if subject == "" {
@@ -356,11 +356,13 @@ func publishable(subject string) bool {
 	return !strings.ContainsAny(subject, " \t\r\n") && !slices.Contains(strings.Split(subject, "."), "")
 }
 
-// Message converts a JetStream message to a msgx.Message: ID from the Nats-Msg-Id header, Queue
-// "<stream>/<consumer>", Attempt from the delivery count.
+// Message converts a JetStream message to a msgx.Message: ID from the Nats-Msg-Id header — on a dead
+// letter published back to a stream (an operator's replay: a message with an Idemkit-Outcome
+// header), from Idemkit-Orig-Msg-Id, the original's id ("" when it had none), so that the replay
+// keeps its message's key —, Queue "<stream>/<consumer>", Attempt from the delivery count.
 func Message(jm jetstream.Msg) *msgx.Message {
 	m := &msgx.Message{
-		ID:      jm.Headers().Get(jetstream.MsgIDHeader),
+		ID:      messageID(jm.Headers()),
 		Subject: jm.Subject(),
 		Header:  msgx.Header(jm.Headers()),
 		Data:    jm.Data(),
@@ -373,6 +375,17 @@ func Message(jm jetstream.Msg) *msgx.Message {
 	}
 	m.Redelivered = m.Attempt > 1
 	return m
+}
+
+// messageID returns the publisher's message id of a message with headers h: its Nats-Msg-Id, or, on
+// a dead letter published back (see Message), the original's. The dead letter's own Nats-Msg-Id
+// names the dead-lettering, not the message: as a key it would run again a message that took
+// effect, or one dead-lettered for having no id.
+func messageID(h nats.Header) string {
+	if h.Get(HeaderOutcome) != "" {
+		return h.Get(HeaderOriginalPrefix + "Msg-Id")
+	}
+	return h.Get(jetstream.MsgIDHeader)
 }
 
 type settler struct {
