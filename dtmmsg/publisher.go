@@ -102,6 +102,10 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //
 // A failed submit after the local commit (refused, unanswered) is not an error: DTM's back-check finds
 // the commit and publishes the message; the Outcome's Reason carries the submit error.
+//
+// A panic in Steps or Local (dtmcli's Msg.Add panics on a payload it cannot marshal) goes on once the
+// publication is settled as a retryable failure would be: nothing is published, the local transaction
+// rolled back and fenced, the message aborted and the record FAILED, the key free again.
 func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcome, error) {
 	if p.Server == "" || p.DB == nil || p.Barrier == nil || p.Lifecycle == nil || p.QueryPrepared == "" ||
 		pp.Steps == nil || pp.Local == nil {
@@ -124,7 +128,16 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	// its default client has no timeout, and it cannot tell a DTM that could not be reached from one
 	// whose answer was lost.
 	m := dtmcli.NewMsg(p.Server, gid)
+	inSteps := true
+	defer func() {
+		if inSteps { // Steps panicked (dtmcli's Add panics on a payload it cannot marshal): nothing was sent
+			sctx, cancel := background.Settling(ctx)
+			defer cancel()
+			_ = p.Lifecycle.Rollback(sctx, t, idemkit.Retryable(fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, errPanicked)))
+		}
+	}()
 	pp.Steps(m)
+	inSteps = false
 	m.QueryPrepared = p.QueryPrepared
 	if perr := status.Call(ctx, "prepare", gid, &m.TransBase); perr != nil {
 		out.Reason = perr
@@ -157,6 +170,12 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 
 	var localErr error // Local's own error: any other is the barrier's or the database's
+	inLocal := true
+	defer func() {
+		if inLocal { // Local panicked, its transaction rolled back (the panic goes on): settled as its error would be
+			p.unpublished(ctx, status, t, m, errPanicked)
+		}
+	}()
 	// On a connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is
 	// never returned to the pool with the transaction still open on the server.
 	lerr := ownedtx.Transaction(ctx, p.DB, func(tx *gorm.DB) error {
@@ -170,6 +189,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		localErr = pp.Local(ctx, tx, gid)
 		return localErr
 	})
+	inLocal = false
 	if lerr != nil && localErr == nil {
 		// The barrier's refusal or the database's failure (a commit), not the business's: retryable
 		// whatever the Guard's Options.IsPermanent says.
@@ -242,6 +262,27 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		return out, nil // a Reconciler settled the record first, from the same outcome
 	}
 	return out, err
+}
+
+// errPanicked is the rollback reason of a publication whose Steps or Local panicked: retryable,
+// whatever the Guard's Options.IsPermanent says.
+var errPanicked = idemkit.Retryable(errors.New("dtmmsg: panic in Steps or Local"))
+
+// unpublished settles the publication t of message m, whose local transaction did not commit (it
+// panicked): the barrier fences it for good, DTM is told to abort (best effort) and the record is
+// rolled back with reason — or left PROCESSING for the Reconciler when the fence could not be written.
+func (p *Publisher) unpublished(ctx context.Context, status *txstatus.Client, t *hooks.Txn, m *dtmcli.Msg, reason error) {
+	qctx, qcancel := outlive(ctx, max(p.Wait, txstatus.DefaultTimeout))
+	qerr := p.Barrier.QueryPrepared(qctx, m.Gid)
+	qcancel()
+	sctx, cancel := background.Settling(ctx)
+	defer cancel()
+	if !errors.Is(qerr, barrier.ErrMsgRolledBack) {
+		p.Lifecycle.Detach(sctx, t)
+		return
+	}
+	_ = p.call(sctx, status, "abort", m)
+	_ = p.Lifecycle.Rollback(sctx, t, idemkit.Retryable(fmt.Errorf("%w: %w", hooks.ErrRolledBack, reason)))
 }
 
 // call posts op (the submit, or an abort, once the local transaction's outcome is known) for m through
