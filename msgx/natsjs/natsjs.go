@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -507,7 +508,11 @@ func (s *settler) deadLetterOf(m *msgx.Message, at *place, d msgx.Decision) (out
 	}
 	out = nats.NewMsg(s.opts.DeadLetterSubject)
 	out.Data = m.Data
-	for k, v := range m.Header {
+	// In order of name: on a dead letter published back and dead-lettered again, the original's
+	// Idemkit-Orig-Msg-Id comes before the first dead letter's Nats-Msg-Id renamed onto it, and stays
+	// the message's id (see Message).
+	for _, k := range slices.Sorted(maps.Keys(m.Header)) {
+		v := m.Header[k]
 		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
 			k = HeaderOriginalPrefix + k[5:]
 		}
