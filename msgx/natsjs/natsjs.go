@@ -138,7 +138,8 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // Consume (published while none of the consumer's processes was connected — after a pull by another
 // client, say — or lost with a connection) leaves its message dropped, as before.
 //
-// It returns ErrAckPolicy when cons does not use explicit acks, an error for invalid options, and one
+// It returns ErrAckPolicy when cons does not use explicit acks, an error when it is a push consumer
+// (one with a DeliverSubject, which cannot be pulled from), an error for invalid options, and one
 // wrapping msgx.ErrMisconfigured, before pulling, when Options.DeadLetterSubject would be delivered
 // to cons itself.
 func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, h msgx.HandleFunc, opts *Options) error {
@@ -155,6 +156,11 @@ func Consume(ctx context.Context, js jetstream.JetStream, cons jetstream.Consume
 	}
 	if info.Config.AckPolicy != jetstream.AckExplicitPolicy {
 		return fmt.Errorf("%w (consumer %s has %s)", ErrAckPolicy, info.Name, info.Config.AckPolicy)
+	}
+	if info.Config.DeliverSubject != "" {
+		// Every pull would fail ("Consumer is push based"), and be retried until ctx ends.
+		return fmt.Errorf("natsjs: consumer %s is a push consumer (DeliverSubject %q): Consume pulls, it needs a pull consumer (no DeliverSubject)",
+			info.Name, info.Config.DeliverSubject)
 	}
 	if err := deadLettersComeBack(ctx, js, info, o.DeadLetterSubject, o.Logger); err != nil {
 		return err
