@@ -26,8 +26,11 @@ func TestDeadLetterOfAReplayKeepsTheOriginalIDFirst(t *testing.T) {
 		if len(ids) != 2 || ids[0] != "order-1" {
 			t.Fatalf("the dead letter of a replayed dead letter keeps Idemkit-Orig-Msg-Id %q, want the original's id first", ids)
 		}
-		if got := messageID(out.Header); got != "order-1" {
+		if got := messageID(out.Header, "ORDERS/billing"); got != "order-1" {
 			t.Fatalf("its id is %q, want order-1", got)
+		}
+		if got := messageID(out.Header, "DLQ/alerts"); got != out.Header.Get("Nats-Msg-Id") {
+			t.Fatalf("its id on a consumer of the dead letters is %q, want its own Nats-Msg-Id", got)
 		}
 	}
 }

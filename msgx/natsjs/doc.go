@@ -24,7 +24,7 @@
 // dead-lettering — consumer, stream sequence, stored time, outcome — so that the dead-letter stream
 // deduplicates a publish repeated after a lost ack and nothing else; a duplicate ack is taken for the
 // stored dead letter only when the message under that id is the same dead-lettering. A dead letter
-// published back to the stream as it is (a replay) is keyed by its Idemkit-Orig-Msg-Id: see Message.
+// published back to its consumer as it is (a replay) is keyed by its Idemkit-Orig-Msg-Id: see Message.
 //
 // The consumer must use AckPolicy explicit; its AckWait must exceed the handler's longest run plus the
 // time a message waits in the client's buffer (Options.MaxMessages), or the server redelivers it while

@@ -138,7 +138,7 @@ func (s *settler) dropped(ctx context.Context, msg *nats.Msg) {
 		lost("it could not be read from the stream to dead-letter it", err)
 		return
 	}
-	m := &msgx.Message{ID: messageID(raw.Header), Queue: s.queue, Subject: raw.Subject,
+	m := &msgx.Message{ID: messageID(raw.Header, s.queue), Queue: s.queue, Subject: raw.Subject,
 		Header: msgx.Header(raw.Header), Data: raw.Data, Attempt: max(int(adv.Deliveries), 1), Raw: raw}
 	m.Redelivered = m.Attempt > 1
 	d := s.recorded(ctx, m)

@@ -364,12 +364,12 @@ func publishable(subject string) bool {
 }
 
 // Message converts a JetStream message to a msgx.Message: ID from the Nats-Msg-Id header — on a dead
-// letter published back to a stream (an operator's replay: a message with an Idemkit-Outcome
-// header), from Idemkit-Orig-Msg-Id, the original's id ("" when it had none), so that the replay
-// keeps its message's key —, Queue "<stream>/<consumer>", Attempt from the delivery count.
+// letter published back to the consumer it was dead-lettered from (an operator's replay: a message
+// whose Idemkit-Outcome header is set and whose Idemkit-Queue names its queue), from
+// Idemkit-Orig-Msg-Id, the original's id ("" when it had none), so that the replay keeps its
+// message's key —, Queue "<stream>/<consumer>", Attempt from the delivery count.
 func Message(jm jetstream.Msg) *msgx.Message {
 	m := &msgx.Message{
-		ID:      messageID(jm.Headers()),
 		Subject: jm.Subject(),
 		Header:  msgx.Header(jm.Headers()),
 		Data:    jm.Data(),
@@ -380,16 +380,18 @@ func Message(jm jetstream.Msg) *msgx.Message {
 		m.Queue = md.Stream + "/" + md.Consumer
 		m.Attempt = max(int(md.NumDelivered), 1)
 	}
+	m.ID = messageID(jm.Headers(), m.Queue)
 	m.Redelivered = m.Attempt > 1
 	return m
 }
 
-// messageID returns the publisher's message id of a message with headers h: its Nats-Msg-Id, or, on
-// a dead letter published back (see Message), the original's. The dead letter's own Nats-Msg-Id
-// names the dead-lettering, not the message: as a key it would run again a message that took
-// effect, or one dead-lettered for having no id.
-func messageID(h nats.Header) string {
-	if h.Get(HeaderOutcome) != "" {
+// messageID returns the publisher's message id of a message with headers h consumed from queue: its
+// Nats-Msg-Id, or, on a dead letter published back to queue (see Message), the original's. The dead
+// letter's own Nats-Msg-Id names the dead-lettering, not the message: as a key it would run again a
+// message that took effect, or one dead-lettered for having no id. Elsewhere (a consumer of the
+// dead letters) it stays the key: one per dead-lettering.
+func messageID(h nats.Header, queue string) string {
+	if h.Get(HeaderOutcome) != "" && h.Get(HeaderQueue) == queue {
 		return h.Get(HeaderOriginalPrefix + "Msg-Id")
 	}
 	return h.Get(jetstream.MsgIDHeader)
@@ -424,6 +426,7 @@ func (s *settler) message(jm jetstream.Msg) *msgx.Message {
 	m := Message(jm)
 	if m.Queue == "" {
 		m.Queue = s.queue
+		m.ID = messageID(jm.Headers(), m.Queue)
 	}
 	return m
 }
