@@ -33,6 +33,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := records.CreateTable(ctx); err != nil { // at start-up: creates the table if it is missing
+		log.Fatal(err)
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	guard, err := idemkit.New(records, &idemkit.Options{Locker: lock.New(rdb, nil), FailOpen: true})
 	if err != nil {
