@@ -123,6 +123,11 @@ type RunParams struct {
 // prepare and its abort, and "succeeded" with none of the saga's steps) is not taken for a success: the
 // record is rolled back (never started) and the Outcome is Failed.
 //
+// A panic in Start is settled as a start whose outcome is unknown (the manager is asked whether the
+// transaction exists, and Run follows its status or leaves the record to the Reconciler), then goes on
+// with its value. A Start that panics before sending anything should rather return an error matching
+// txstatus.ErrRefused, and panic once Run returned, as saga.Initiator and tcc.Global do.
+//
 // A transaction that rolled back because of an error Start returned and the Guard classifies as
 // permanent (a TCC try's idemkit.Permanent error) leaves the record REJECTED, and Run returns, beside
 // the Outcome with Status Failed, the error a replay returns: errors.As finds an *idemkit.RejectedError
@@ -201,7 +206,12 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 					ErrRolledBack, txstatus.ErrRefused, gid, st)))
 		}
 	}
-	startErr := p.Start(ctx, gid)
+	panicked, startErr := startOf(ctx, p.Start, gid)
+	if panicked != nil {
+		// Settled as a start whose outcome is unknown (the manager is asked, and followed or left to
+		// the Reconciler), then the panic goes on with its value.
+		defer panic(panicked.value)
+	}
 	out.Status = txstatus.Submitted
 	var info txstatus.Info
 	if startErr != nil {
@@ -296,6 +306,21 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		l.Detach(ctx, t)
 	}
 	return l.ended(ctx, call, gid, out, err)
+}
+
+// startPanic is the value Start panicked with.
+type startPanic struct{ value any }
+
+// startOf calls start, and returns the panic it raised, if any, with an error standing for it: a
+// start whose outcome is unknown (it may have reached the manager before it panicked), retryable.
+func startOf(ctx context.Context, start func(context.Context, string) error, gid string) (panicked *startPanic, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = &startPanic{value: v}
+			err = idemkit.Retryable(fmt.Errorf("hooks: Start panicked: %v", v))
+		}
+	}()
+	return nil, start(ctx, gid)
 }
 
 // neverStarted ends Run for a transaction that did not start: the record is rolled back with reason

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dtm-labs/client/dtmcli"
@@ -58,7 +59,8 @@ type SubmitParams struct {
 // FAILED, on the first call as on a replay (a step's failure is never REJECTED: a retry with the key
 // runs a new saga). A saga whose Steps add no step is not submitted: the record is rolled back, its
 // reason a *txstatus.RefusedError with Local set ("txstatus: idemkit refused submit of …"), matching
-// txstatus.ErrRefused.
+// txstatus.ErrRefused. So is a saga whose Steps panic (dtmcli's Add panics on a payload it cannot
+// marshal): nothing is submitted, the record is rolled back, then the panic goes on with its value.
 //
 // A submit that lands on the gid after a Reconciler fenced it — between the fence's prepare and abort,
 // when DTM v1.19 accepts it onto the fence's empty transaction and reports it succeeded without running
@@ -69,7 +71,8 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 		return hooks.Outcome{}, errors.New("saga: Initiator needs Server and Lifecycle, SubmitParams needs Steps")
 	}
 	status := cmp.Or(i.Status, &txstatus.Client{Server: i.Server})
-	return i.Lifecycle.Run(ctx, hooks.RunParams{
+	var panicked *stepsPanic // Steps panicked: nothing was sent
+	out, err := i.Lifecycle.Run(ctx, hooks.RunParams{
 		TransType: "saga",
 		Call:      p.Call,
 		Status:    status,
@@ -78,7 +81,11 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 		GID:       p.GID,
 		Start: func(ctx context.Context, gid string) error {
 			s := dtmcli.NewSaga(i.Server, gid)
-			p.Steps(s)
+			if panicked = addSteps(p.Steps, s); panicked != nil {
+				// Nothing was sent: the record is rolled back, the key free again, before the panic
+				// goes on.
+				return idemkit.Retryable(&txstatus.RefusedError{Op: "submit", GID: gid, Message: fmt.Sprintf("saga: Steps panicked, nothing was submitted: %v", panicked.value), Local: true})
+			}
 			if len(s.Steps) == 0 {
 				// Nothing to run; and a saga that succeeded without a branch is how DTM reports a submit
 				// that landed on a fence's empty transaction (see txstatus.Info.RanNothingFor).
@@ -94,4 +101,23 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 			return idemkit.Retryable(status.Call(ctx, "submit", gid, &s.TransBase))
 		},
 	})
+	if panicked != nil {
+		panic(panicked.value)
+	}
+	return out, err
+}
+
+// stepsPanic is the value SubmitParams.Steps panicked with.
+type stepsPanic struct{ value any }
+
+// addSteps calls steps on s and returns the panic it raised, if any (dtmcli's Saga.Add panics on a
+// payload it cannot marshal).
+func addSteps(steps func(*dtmcli.Saga), s *dtmcli.Saga) (panicked *stepsPanic) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = &stepsPanic{value: v}
+		}
+	}()
+	steps(s)
+	return nil
 }

@@ -64,13 +64,16 @@ type RunParams struct {
 // IsPermanent): the record is REJECTED, and Run returns, beside the
 // Outcome with Status Failed, the error every replay of the key returns — errors.As finds an
 // *idemkit.RejectedError (see [hooks.Lifecycle.Run]). A Reconciler that settles the record instead
-// (Wait ran out first) records it REJECTED too.
+// (Wait ran out first) records it REJECTED too. A panic in Tries aborts the transaction, which the
+// record follows, and one in Options rolls the record back (nothing was prepared); then the panic goes
+// on with its value.
 func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
 	}
 	status := cmp.Or(g.Status, &txstatus.Client{Server: g.Server})
-	return g.Lifecycle.Run(ctx, hooks.RunParams{
+	var panicked *optionsPanic // Options panicked: nothing was sent
+	out, err := g.Lifecycle.Run(ctx, hooks.RunParams{
 		TransType: "tcc",
 		Call:      p.Call,
 		Status:    status,
@@ -81,12 +84,36 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 			// dtmcli registers the branches at Server+"/registerBranch": without the trailing slash
 			// txstatus tolerates, or DTM answers 404 to ".../api/dtmsvr//registerBranch".
 			t := &dtmcli.Tcc{TransBase: *dtmimp.NewTransBase(gid, "tcc", strings.TrimSuffix(g.Server, "/"), "")}
-			if p.Options != nil {
-				p.Options(t)
+			if panicked = setOptions(p.Options, t); panicked != nil {
+				// Nothing was sent: the record is rolled back, the key free again, before the panic
+				// goes on. (A panic in Tries, after the prepare, aborts the transaction, which the
+				// record follows: see hooks.Lifecycle.Run.)
+				return idemkit.Retryable(&txstatus.RefusedError{Op: "prepare", GID: gid, Message: fmt.Sprintf("tcc: Options panicked, nothing was prepared: %v", panicked.value), Local: true})
 			}
 			return start(ctx, status, t, p.Tries, g.Lifecycle.IsPermanent)
 		},
 	})
+	if panicked != nil {
+		panic(panicked.value)
+	}
+	return out, err
+}
+
+// optionsPanic is the value RunParams.Options panicked with.
+type optionsPanic struct{ value any }
+
+// setOptions calls options (when set) on t and returns the panic it raised, if any.
+func setOptions(options func(*dtmcli.Tcc), t *dtmcli.Tcc) (panicked *optionsPanic) {
+	if options == nil {
+		return nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = &optionsPanic{value: v}
+		}
+	}()
+	options(t)
+	return nil
 }
 
 // start prepares t, runs the tries and submits it, or aborts it when a try failed or panicked (the
