@@ -95,6 +95,9 @@ func (q *queries) interpretError(doing string, err error) error {
 	if isGaleraNotReady(q.dialect, err) {
 		return fmt.Errorf("record: %s %s: the Galera node does not accept queries (not synced with its cluster, or cut off from the primary component): use another node: %w", doing, q.name, err)
 	}
+	if q.dialect == dialectPostgres && hasSQLState(err, postgresTxAborted) {
+		return fmt.Errorf("record: %s %s: the transaction is aborted: an earlier statement in it failed, and PostgreSQL ignores every statement after that until the rollback (a function guarded in Tx mode must return its statements' errors): %w", doing, q.name, err)
+	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("record: %s %s: the transaction had already ended (a function guarded by Store.SQLTx must not commit or roll back its *sql.Tx, nor a caller end the transaction it bound with WithSQLTx or WithTx before DoTx returns): %w", doing, q.name, err)
 	}
@@ -109,7 +112,8 @@ const (
 	mysqlPacketTooLarge    = 1153 // ER_NET_PACKET_TOO_LARGE
 	postgresDataException  = "22" // class 22: data_exception (string too long, bad encoding, NUL)
 	postgresLimitExceeded  = "54000"
-	sqliteTooBig           = 18 // SQLITE_TOOBIG
+	postgresTxAborted      = "25P02" // in_failed_sql_transaction
+	sqliteTooBig           = 18      // SQLITE_TOOBIG
 )
 
 // isDataError reports whether err says the database refused one of the values it was given, as
@@ -201,4 +205,11 @@ func rolledBackAlone(dialect string, err error) bool {
 		}
 	}
 	return false
+}
+
+// hasSQLState reports whether err is a PostgreSQL error (pgx or lib/pq: anything with SQLState)
+// with the SQLSTATE code.
+func hasSQLState(err error, code string) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && e.SQLState() == code
 }
