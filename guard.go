@@ -207,12 +207,12 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 // whose token does not carry a fingerprint's hash — a call without a fingerprint, which keeps the
 // fingerprint of a record it takes over within the record's lifetime (see takeOver), so the key stays
 // bound to that payload — is judged by the record, read outside any transaction of the caller's, as a
-// call meeting it would be (the record said before the takeover what it says after); a read that
-// fails tells nothing: in flight. One whose hash is another fingerprint's is a mismatch unless the
-// record says otherwise: a record that still binds the key to this call's payload (or to none the
-// holder's takeover would replace) makes the holder the attempt that mismatches — it is about to be
-// told so — and the call is in flight, not refused. Only a call with a fingerprint reads, and only when
-// the Locker names a holder without a hash or with another payload's.
+// call meeting it would be (the record said before the takeover what it says after). One whose hash
+// is another fingerprint's is a mismatch unless the record says otherwise: a record that still binds
+// the key to this call's payload (or to none the holder's takeover would replace) makes the holder
+// the attempt that mismatches — it is about to be told so — and the call is in flight, not refused.
+// Either way a read that fails tells nothing: in flight. Only a call with a fingerprint reads, and
+// only when the Locker names a holder without a hash or with another payload's.
 func (cl *Claim) heldForOtherPayload(holder, fingerprint string) bool {
 	other, known := holderOtherPayload(holder, fingerprint)
 	if known && !other || fingerprint == "" || holder == "" {
@@ -220,8 +220,10 @@ func (cl *Claim) heldForOtherPayload(holder, fingerprint string) bool {
 	}
 	cur, err := cl.readOutside()
 	if err != nil {
-		// No record (the holder writes the key's first), or none could be read: the token tells.
-		return other
+		// No record: the holder writes the key's first, for its payload. One that could not be read
+		// tells nothing — the token says only that the holder's payload is not this call's, not which
+		// of the two the key is bound to —: in flight, retryable, rather than a final mismatch.
+		return other && errors.Is(err, ErrNotFound)
 	}
 	now := cl.g.opts.Now()
 	v := judge(cur, fingerprint, cl.mode, now)
