@@ -17,6 +17,11 @@ type Guard struct {
 	opts  Options
 	// watches run the watches for abandoned claims (see Claim.abandoned).
 	watches background.Limit
+	// failed run the watches for claims whose write failed while the caller still waited (see
+	// Claim.abandoned): apart from watches, which a database refusing connections would fill (every
+	// call fails at once, its claim never sent), so that a claim whose caller left, and which lands
+	// afterwards, still gets its watch.
+	failed background.Limit
 	// forgets run the releases of locks whose Acquire failed (see Claim.forgetLock).
 	forgets background.Limit
 	// retries run the retries of releases that failed (see Claim.retryRelease): apart from forgets,
@@ -47,8 +52,9 @@ func New(store Store, opts *Options) (*Guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, forgets: background.Limit{Max: maxWatches},
-		retries: background.Limit{Max: maxWatches}, rewrites: background.Limit{Max: maxWatches}}, nil
+	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, failed: background.Limit{Max: maxWatches},
+		forgets: background.Limit{Max: maxWatches}, retries: background.Limit{Max: maxWatches},
+		rewrites: background.Limit{Max: maxWatches}}, nil
 }
 
 // Call names one guarded operation.
@@ -548,10 +554,12 @@ func (cl *Claim) rerun(err error) bool {
 // lease, for Options.Lease; never shorter than Options.FinishTimeout, never longer than maxWatch.
 // It polls with a backoff (10 ms doubling, up to a second), and tries a release that failed again.
 // At most maxWatches watch at once per Guard (a store that stalls makes callers leave by the hundred,
-// and each watch reads it): a claim abandoned beyond that is left to its lease. late, when not nil,
-// is the call's own claim at prev, one that landed late and that the failed takeover was making
-// again (see Claim.landed): it is released too when the watch finds it, and the takeover, conditional
-// on it, can no longer land. As the function does not run on any of them, each is released whether
+// and each watch reads it): a claim abandoned beyond that is left to its lease. Claims whose write
+// failed while their callers waited have maxWatches of their own: a database refusing connections
+// fails every call so, and they would otherwise take the watches of the claims whose callers left,
+// which land when the stall ends. late, when not nil, is the call's own claim at prev, one that
+// landed late and that the failed takeover was making again (see Claim.landed): it is released too
+// when the watch finds it, and the takeover, conditional on it, can no longer land. As the function does not run on any of them, each is released whether
 // or not the caller left — a mark, which has no lease, would otherwise refuse every retry as a
 // duplicate until it expired — and, for a caller still waiting, a first time before the call answers
 // (that look bounded by Options.FinishTimeout).
@@ -561,6 +569,10 @@ func (cl *Claim) abandoned(prev *Version, late *Record) {
 		return
 	}
 	release := cl.releaser(prev, late)
+	watches := &g.watches
+	if cl.ctx.Err() == nil && late == nil {
+		watches = &g.failed
+	}
 	if cl.ctx.Err() == nil {
 		// Released before the caller, still waiting, hears of the failure: its retry, however soon,
 		// finds the key free (a mark still standing would answer it ErrDuplicate, for good).
@@ -571,7 +583,7 @@ func (cl *Claim) abandoned(prev *Version, late *Record) {
 			return
 		}
 	}
-	g.watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
+	watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
 		for wait := 10 * time.Millisecond; !release(ctx); wait = min(2*wait, time.Second) {
 			if !background.Sleep(ctx, wait) {
 				return
