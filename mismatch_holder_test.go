@@ -52,24 +52,8 @@ func TestHolderOfAnotherPayloadDoesNotRefuseTheKeysOwnPayload(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx := context.Background()
-			key := testsvc.Name("k")
-			call := func(fp string) idemkit.Call { return idemkit.Call{Scope: "pay", Key: key, Fingerprint: fp} }
-			if _, err := g.Do(ctx, call("fp-a"), func(context.Context) ([]byte, error) { return []byte("paid"), nil }); err != nil {
-				t.Fatal(err)
-			}
-
-			ran := func(context.Context) ([]byte, error) { t.Error("a duplicate ran"); return nil, nil }
-			st.reached, st.open = make(chan struct{}), make(chan struct{})
-			st.mu.Lock()
-			st.armed = true
-			st.mu.Unlock()
-			other := make(chan error, 1)
-			go func() {
-				_, err := g.Do(ctx, call("fp-b"), ran)
-				other <- err
-			}()
-			<-st.reached // the attempt with payload B holds the lock and reads the record
+			ctx, call, ran := context.Background(), payCall(testsvc.Name("k")), noDuplicateRun(t)
+			other := heldByPayloadB(t, g, st, call, ran)
 			res, errSame := g.Do(ctx, call("fp-a"), ran)
 			close(st.open)
 			if err := <-other; !errors.Is(err, idemkit.ErrPayloadMismatch) {
@@ -119,24 +103,8 @@ func TestHolderOfAnotherPayloadUnreadIsNoMismatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx := context.Background()
-			key := testsvc.Name("k")
-			call := func(fp string) idemkit.Call { return idemkit.Call{Scope: "pay", Key: key, Fingerprint: fp} }
-			if _, err := g.Do(ctx, call("fp-a"), func(context.Context) ([]byte, error) { return []byte("paid"), nil }); err != nil {
-				t.Fatal(err)
-			}
-
-			ran := func(context.Context) ([]byte, error) { t.Error("a duplicate ran"); return nil, nil }
-			st.reached, st.open = make(chan struct{}), make(chan struct{})
-			st.mu.Lock()
-			st.armed = true
-			st.mu.Unlock()
-			other := make(chan error, 1)
-			go func() {
-				_, err := g.Do(ctx, call("fp-b"), ran)
-				other <- err
-			}()
-			<-st.reached // the attempt with payload B holds the lock and reads the record
+			ctx, call, ran := context.Background(), payCall(testsvc.Name("k")), noDuplicateRun(t)
+			other := heldByPayloadB(t, g, st.gatedGetStore, call, ran)
 			st.fail.Store(true)
 			_, errSame := g.Do(ctx, call("fp-a"), ran)
 			st.fail.Store(false)
@@ -152,6 +120,38 @@ func TestHolderOfAnotherPayloadUnreadIsNoMismatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// payCall returns the calls for key with a payload's fingerprint.
+func payCall(key string) func(fp string) idemkit.Call {
+	return func(fp string) idemkit.Call { return idemkit.Call{Scope: "pay", Key: key, Fingerprint: fp} }
+}
+
+// noDuplicateRun is a function no duplicate may run.
+func noDuplicateRun(t *testing.T) func(context.Context) ([]byte, error) {
+	return func(context.Context) ([]byte, error) { t.Error("a duplicate ran"); return nil, nil }
+}
+
+// heldByPayloadB finishes the key of call with payload A ("paid", fingerprint fp-a), then starts a
+// call with payload B (fp-b) and returns once it holds the lock and waits in its read of the record,
+// at st's gate (closing st.open lets it go on): its answer comes on the channel returned.
+func heldByPayloadB(t *testing.T, g *idemkit.Guard, st *gatedGetStore, call func(string) idemkit.Call, ran func(context.Context) ([]byte, error)) <-chan error {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := g.Do(ctx, call("fp-a"), func(context.Context) ([]byte, error) { return []byte("paid"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	st.reached, st.open = make(chan struct{}), make(chan struct{})
+	st.mu.Lock()
+	st.armed = true
+	st.mu.Unlock()
+	other := make(chan error, 1)
+	go func() {
+		_, err := g.Do(ctx, call("fp-b"), ran)
+		other <- err
+	}()
+	<-st.reached // the attempt with payload B holds the lock and reads the record
+	return other
 }
 
 // holderBackends are the Stores and Lockers the holder tests run on: memory, and MariaDB with Redis.
