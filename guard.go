@@ -559,10 +559,10 @@ func (cl *Claim) rerun(err error) bool {
 // fails every call so, and they would otherwise take the watches of the claims whose callers left,
 // which land when the stall ends. late, when not nil, is the call's own claim at prev, one that
 // landed late and that the failed takeover was making again (see Claim.landed): it is released too
-// when the watch finds it, and the takeover, conditional on it, can no longer land. As the function does not run on any of them, each is released whether
-// or not the caller left — a mark, which has no lease, would otherwise refuse every retry as a
-// duplicate until it expired — and, for a caller still waiting, a first time before the call answers
-// (that look bounded by Options.FinishTimeout).
+// when the watch finds it, and the takeover, conditional on it, can no longer land. As the function
+// does not run on any of them, each is released whether or not the caller left — a mark, which has no
+// lease, would otherwise refuse every retry as a duplicate until it expired — and, for a caller still
+// waiting, a first time before the call answers (that look bounded by Options.FinishTimeout).
 func (cl *Claim) abandoned(prev *Version, late *Record) {
 	g := cl.g
 	if cl.callerTx {
