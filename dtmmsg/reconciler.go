@@ -58,6 +58,11 @@ type Reconciler struct {
 	FenceWithin time.Duration
 	// Logger receives a line per record that could not be settled. Defaults to discarding.
 	Logger *slog.Logger
+	// Observe, when set, is called once per message record looked at, as hooks.Reconciler.Observe
+	// is (the same event: Status is DTM's answer, Settled set when this pass settled the record, Err
+	// the error met; Fenced is never set: a message is back-checked, not fenced), e.g. to count in a
+	// metric the records an operator must look at. It must not block.
+	Observe func(ctx context.Context, e *hooks.ReconcileEvent)
 
 	cursor reconcile.Cursor // where the next RunOnce goes on listing
 }
@@ -93,42 +98,62 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		silence.Note(err == nil)
 		return st, err
 	}
+	names := reconcile.ScopeNames(g, r.Scopes)
 	settled, err := r.cursor.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) {
 		if !strings.HasPrefix(rec.GID, GIDPrefix) {
 			return false, false
 		}
-		st, err := r.outcome(ctx, now, rec, status)
-		if err != nil {
-			errs = append(errs, err)
-			if silence.Stop() {
-				// DTM is down or hangs: every other record would wait for the client's timeout in
-				// turn, holding the sweeper's pass for hours. The next pass goes on after this one.
-				errs = append(errs, silence.Err("dtmmsg", "DTM"))
-				return false, true
-			}
-			return false, false
+		ev := hooks.ReconcileEvent{Record: *rec, Scope: rec.Scope}
+		if name, ok := names[rec.Scope]; ok {
+			ev.Scope = name
 		}
-		if !st.Final() {
-			return false, false
+		r.settle(ctx, now, &ev, status)
+		stop := false
+		if ev.Err != nil {
+			errs = append(errs, ev.Err)
+			stop = silence.Stop() // the error is DTM's silence (a store's or a hook's leaves it at 0)
 		}
-		t := &hooks.Txn{TransType: TransType, GID: rec.GID, Record: *rec}
-		switch err := r.Lifecycle.Conclude(ctx, t, st, rec.Response); { // the result stored with the claim
-		case err == nil:
-			return true, false
-		case errors.Is(err, idemkit.ErrFenced):
-			// settled by its initiator meanwhile
-		default:
-			errs = append(errs, err)
-			if r.Logger != nil {
-				r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "gid", rec.GID, "error", err)
-			}
+		if r.Observe != nil {
+			r.Observe(ctx, &ev)
 		}
-		return false, false
+		if stop {
+			// DTM is down or hangs: every other record would wait for the client's timeout in
+			// turn, holding the sweeper's pass for hours. The next pass goes on after this one.
+			errs = append(errs, silence.Err("dtmmsg", "DTM"))
+		}
+		return ev.Settled, stop
 	})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("dtmmsg: listing pending records: %w", err))
 	}
 	return settled, errors.Join(errs...)
+}
+
+// settle brings one message record to its outcome, filling ev. status asks DTM (r.Status, counted by
+// RunOnce).
+func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *hooks.ReconcileEvent, status func(context.Context, string) (txstatus.Status, error)) {
+	rec := &ev.Record
+	st, err := r.outcome(ctx, now, rec, status)
+	ev.Status = st
+	if err != nil {
+		ev.Err = err
+		return
+	}
+	if !st.Final() {
+		return
+	}
+	t := &hooks.Txn{TransType: TransType, GID: rec.GID, Record: *rec}
+	switch err := r.Lifecycle.Conclude(ctx, t, st, rec.Response); { // the result stored with the claim
+	case err == nil:
+		ev.Settled = true
+	case errors.Is(err, idemkit.ErrFenced):
+		// settled by its initiator meanwhile
+	default:
+		ev.Err = err
+		if r.Logger != nil {
+			r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "gid", rec.GID, "error", err)
+		}
+	}
 }
 
 // outcome is Failed when the local transaction did not commit (and now never will), DTM's status

@@ -141,7 +141,7 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	if r.FenceWithin < 0 {
 		return 0, fmt.Errorf("hooks: Reconciler.FenceWithin %v is negative", r.FenceWithin)
 	}
-	names := r.scopeNames()
+	names := reconcile.ScopeNames(g, r.Scopes)
 	var errs []error
 	var silence reconcile.Silence // records in a row the manager did not answer about
 	settled, err := r.cursor.WalkUntil(ctx, list, pageable, limit, func(rec *idemkit.Record) (bool, bool) {
@@ -174,20 +174,6 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		errs = append(errs, fmt.Errorf("hooks: listing pending records: %w", err))
 	}
 	return settled, errors.Join(errs...)
-}
-
-// scopeNames maps the stored form of each of r.Scopes (namespace applied) to the name given.
-func (r *Reconciler) scopeNames() map[string]string {
-	if r.Lifecycle == nil || r.Lifecycle.Guard == nil || len(r.Scopes) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(r.Scopes))
-	for _, s := range r.Scopes {
-		if a, err := r.Lifecycle.Guard.Address(s, "-"); err == nil {
-			m[a.Scope] = s
-		}
-	}
-	return m
 }
 
 // settle brings one record to its transaction's outcome, filling ev. It reports whether the manager

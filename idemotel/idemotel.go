@@ -395,7 +395,7 @@ func (o *Observer) Task(t sweep.Task) sweep.Task {
 }
 
 // Reconciled counts what a transaction reconciler did with one record: pass it as
-// hooks.Reconciler.Observe (or call it from yours). Settled records add to idemkit.reconcile.settled
+// hooks.Reconciler.Observe and dtmmsg.Reconciler.Observe (or call it from yours). Settled records add to idemkit.reconcile.settled
 // (labelled with the transaction's outcome), fenced gids to idemkit.reconcile.fenced, failures to
 // idemkit.reconcile.errors, each labelled with the event's scope. Without a MeterProvider it does
 // nothing.

@@ -127,3 +127,18 @@ func Source(now time.Time, pending func(ctx context.Context, now time.Time, limi
 	}
 	return nil, false
 }
+
+// ScopeNames maps the stored form of each of scopes (g's namespace applied) to the name given, for a
+// reconciler's events; nil without g or scopes.
+func ScopeNames(g *idemkit.Guard, scopes []string) map[string]string {
+	if g == nil || len(scopes) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(scopes))
+	for _, s := range scopes {
+		if a, err := g.Address(s, "-"); err == nil {
+			m[a.Scope] = s
+		}
+	}
+	return m
+}
