@@ -64,6 +64,13 @@ func (c *cli) sweep(ctx context.Context, _ []string) error {
 func (c *cli) sweepNow(ctx context.Context) error {
 	q := fmt.Sprintf("Run a sweeper pass over table %s: delete up to %d expired records and recover up to %d stuck claims?",
 		c.adm.Table(), c.o.filter.Limit, c.o.filter.Limit)
+	// Without Redis the dead holders' locks stay, and nothing can delete them later: a recovered
+	// record names no owner, and a lock is only ever deleted by its holder's token.
+	locksKept := ""
+	if c.rdb == nil {
+		locksKept = "without --redis the locks the recovered claims' holders may still hold stay until they expire (the application's LockTTL): until then their retries are answered as in flight, and idemctl cannot delete them afterwards"
+		q += " W" + locksKept[1:] + "; answer no and give --redis to delete them with the recovery."
+	}
 	ctx, err := c.confirm(q) // a fresh --timeout for what follows
 	if err != nil {
 		return err
@@ -71,13 +78,20 @@ func (c *cli) sweepNow(ctx context.Context) error {
 	deleted, recovered, err := c.adm.Sweep(ctx, c.o.filter.Limit)
 	limitReached := deleted == c.o.filter.Limit || recovered == c.o.filter.Limit // more may be left
 	if c.o.json {
-		c.writeJSON(map[string]any{"deleted": deleted, "recovered": recovered, "error": errString(err), "limit_reached": limitReached})
+		warning := ""
+		if recovered > 0 {
+			warning = locksKept
+		}
+		c.writeJSON(map[string]any{"deleted": deleted, "recovered": recovered, "error": errString(err), "warning": warning, "limit_reached": limitReached})
 	} else {
 		more := ""
 		if limitReached {
 			more = fmt.Sprintf(" (--limit %d reached: more may be left; run it again or raise --limit)", c.o.filter.Limit)
 		}
 		fmt.Fprintf(c.stdout, "deleted %d expired record(s), recovered %d stuck claim(s)%s\n", deleted, recovered, more)
+		if locksKept != "" && recovered > 0 {
+			fmt.Fprintf(c.stdout, "note: %s\n", locksKept)
+		}
 	}
 	return err
 }
