@@ -55,19 +55,18 @@ func IsConflict(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrConflict) {
-		return true
-	}
+	return errors.Is(err, ErrConflict) || driverConflict(err)
+}
+
+// driverConflict reports whether err is a driver's error of a deadlock (MySQL/MariaDB 1213,
+// PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001).
+func driverConflict(err error) bool {
 	var my *mysql.MySQLError
 	if errors.As(err, &my) {
 		return my.Number == mysqlDeadlock
 	}
-	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) {
-		c := pg.SQLState()
-		return c == postgresDeadlock || c == postgresSerialization
-	}
-	return false
+	c := sqlState(err)
+	return c == postgresDeadlock || c == postgresSerialization
 }
 
 // interpretError translates a backend error: a unique violation becomes idemkit.ErrExists; a
@@ -95,7 +94,7 @@ func (q *queries) interpretError(doing string, err error) error {
 	if isGaleraNotReady(q.dialect, err) {
 		return fmt.Errorf("record: %s %s: the Galera node does not accept queries (not synced with its cluster, or cut off from the primary component): use another node: %w", doing, q.name, err)
 	}
-	if q.dialect == dialectPostgres && hasSQLState(err, postgresTxAborted) {
+	if q.dialect == dialectPostgres && sqlState(err) == postgresTxAborted {
 		return fmt.Errorf("record: %s %s: the transaction is aborted: an earlier statement in it failed, and PostgreSQL ignores every statement after that until the rollback (a function guarded in Tx mode must return its statements' errors): %w", doing, q.name, err)
 	}
 	if errors.Is(err, sql.ErrTxDone) {
@@ -132,11 +131,8 @@ func isDataError(dialect string, err error) bool {
 			}
 		}
 	case dialectPostgres:
-		var e interface{ SQLState() string }
-		if errors.As(err, &e) {
-			st := e.SQLState()
-			return strings.HasPrefix(st, postgresDataException) || st == postgresLimitExceeded
-		}
+		st := sqlState(err)
+		return strings.HasPrefix(st, postgresDataException) || st == postgresLimitExceeded
 	case dialectSQLite:
 		var e interface{ Code() int }
 		return errors.As(err, &e) && e.Code() == sqliteTooBig
@@ -156,8 +152,7 @@ func isUniqueViolation(dialect string, err error) bool {
 		var e *mysql.MySQLError
 		return errors.As(err, &e) && e.Number == mysqlDupEntry
 	case dialectPostgres:
-		var e interface{ SQLState() string }
-		return errors.As(err, &e) && e.SQLState() == postgresUniqueViolation
+		return sqlState(err) == postgresUniqueViolation
 	case dialectSQLite:
 		var e interface{ Code() int }
 		if errors.As(err, &e) {
@@ -193,23 +188,15 @@ func isGaleraNotReady(dialect string, err error) bool {
 // serialization failure (a REPEATABLE READ or SERIALIZABLE statement that waited for a row committed
 // after its snapshot).
 func rolledBackAlone(dialect string, err error) bool {
-	switch dialect {
-	case dialectMySQL:
-		var e *mysql.MySQLError
-		return errors.As(err, &e) && e.Number == mysqlDeadlock
-	case dialectPostgres:
-		var e interface{ SQLState() string }
-		if errors.As(err, &e) {
-			c := e.SQLState()
-			return c == postgresDeadlock || c == postgresSerialization
-		}
-	}
-	return false
+	return (dialect == dialectMySQL || dialect == dialectPostgres) && driverConflict(err)
 }
 
-// hasSQLState reports whether err is a PostgreSQL error (pgx or lib/pq: anything with SQLState)
-// with the SQLSTATE code.
-func hasSQLState(err error, code string) bool {
+// sqlState returns the SQLSTATE code of a PostgreSQL error (pgx or lib/pq: anything with SQLState),
+// "" for any other error.
+func sqlState(err error) string {
 	var e interface{ SQLState() string }
-	return errors.As(err, &e) && e.SQLState() == code
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
 }
