@@ -164,7 +164,7 @@ var (
 )
 
 // renderDDL returns the statements of the barrier DDL file of package sql for dialect name, renamed
-// for the table of parts: the file is the single source of the schema (DTM's, column for column).
+// for the table of parts: the file is the single source of the schema (DTM's columns; see the file).
 // The schema statement is dropped for an unqualified table; column names such as barrier_id are word
 // matches apart and never renamed.
 func renderDDL(name string, parts []string) ([]string, error) {

@@ -55,8 +55,9 @@ func NewGorm(db *gorm.DB, opts *GormOptions) (*Gorm, error) {
 }
 
 // CreateTable creates the barrier table (and its database on MySQL or schema on PostgreSQL when the name
-// is qualified) if it does not exist, with DTM's schema. The sql/ directory holds the same DDL. Several
-// processes may run it at once (the replicas of a service starting together), and on a table that
+// is qualified) if it does not exist, with DTM's schema (on MySQL/MariaDB the unique key's columns are
+// VARBINARY, so gids compare byte for byte, as everywhere else). The sql/ directory holds the same
+// DDL. Several processes may run it at once (the replicas of a service starting together), and on a table that
 // exists it waits for no branch transaction open on it: on PostgreSQL the index is looked for before
 // it is created, since CREATE INDEX IF NOT EXISTS locks the table (and every later insert behind it)
 // first.
