@@ -47,7 +47,9 @@
 // replay none.
 //
 // A MySQL DSN with clientFoundRows=true is refused by New: under it a duplicate insert reports one row,
-// like a new one.
+// like a new one. So is one whose connections use another character set than utf8mb4 or binary
+// (charset=utf8, latin1): the server converts the text it reads back to it, altering fingerprints,
+// gids and stored errors.
 //
 // # Multi-statement packets
 //

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -112,7 +113,9 @@ type Store struct {
 // It returns an error when db is nil, not initialized (what a failed gorm.Open returns with its error)
 // or in DryRun mode, its dialect is not supported, Options.Table is invalid or Options.BatchTimeout
 // negative, or a MySQL DSN sets clientFoundRows=true (a duplicate insert would then look like a new
-// one).
+// one) or a connection character set other than utf8mb4 or binary (charset=utf8, the 3-byte utf8mb3,
+// or latin1, or such a collation: the server converts the utf8mb4 text it reads back to it, and a
+// fingerprint that comes back altered no longer matches its own duplicates).
 func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if db == nil || db.Config == nil || db.Dialector == nil {
 		return nil, errors.New("record: nil gorm.DB")
@@ -145,6 +148,9 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 			// A duplicate under ON DUPLICATE KEY UPDATE would then report one row, like an insert, and
 			// the plain INSERT alternative deadlocks under concurrent duplicates.
 			return nil, errors.New("record: " + errClientFoundRows)
+		}
+		if cs := foreignCharset(cfg); cs != "" {
+			return nil, errors.New("record: " + errForeignCharset(cs))
 		}
 		prepare = cfg == nil || !cfg.InterpolateParams
 		// Multi-statement packets when the DSN allows them, or may (a dialector on an existing
@@ -199,6 +205,35 @@ func mysqlConfig(d gorm.Dialector) *mysql.Config {
 	return nil
 }
 
+// errForeignCharset says why a MySQL connection in character set cs (see foreignCharset) is refused.
+func errForeignCharset(cs string) string {
+	return "the MySQL DSN makes the connections' character set " + cs + ": the record table is utf8mb4, and the " +
+		"server converts the text it reads back to the connection's character set, so a fingerprint, gid or stored " +
+		"error holding a character " + cs + " lacks would come back altered (a duplicate would get ErrPayloadMismatch " +
+		"instead of its answer); set charset=utf8mb4, or leave charset and collation out (the driver's default)"
+}
+
+// foreignCharset returns the character set a MySQL DSN has its connections read text in (the first
+// of its charset parameter's choices, else its collation's) when that is another than utf8mb4 or
+// binary (which reads the bytes stored), or "" (also for a DSN that sets neither: the driver's
+// default is utf8mb4).
+func foreignCharset(cfg *mysql.Config) string {
+	if cfg == nil {
+		return ""
+	}
+	var cs string
+	if v, ok := cfg.Params["charset"]; ok {
+		cs, _, _ = strings.Cut(v, ",")
+	} else {
+		cs, _, _ = strings.Cut(cfg.Collation, "_")
+	}
+	cs = strings.ToLower(strings.TrimSpace(cs))
+	if cs == "" || cs == "utf8mb4" || cs == "binary" {
+		return ""
+	}
+	return cs
+}
+
 // clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
 // duplicate left unchanged by ON DUPLICATE KEY UPDATE as one row, like an insert.
 func clientFoundRows(d gorm.Dialector) bool {
@@ -218,7 +253,7 @@ func (s *Store) Dialect() string { return s.q.dialect }
 // writes. Get locks the row it reads (SELECT ... FOR UPDATE on MySQL and PostgreSQL) so that a record
 // committed by another transaction after tx began is seen. The returned Store never commits or rolls
 // back tx; its statements fail when tx is nil, of another dialect, or on a MySQL DSN that sets
-// clientFoundRows (see [New]).
+// clientFoundRows or a character set other than utf8mb4 (see [New]).
 func (s *Store) WithTx(tx *gorm.DB) *Store {
 	b := &Store{q: s.q, inTx: true, gdb: tx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
 	switch {
@@ -228,6 +263,8 @@ func (s *Store) WithTx(tx *gorm.DB) *Store {
 		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
 	case tx.Dialector.Name() == dialectMySQL && clientFoundRows(tx.Dialector):
 		b.c = errConn{errors.New("record: WithTx: " + errClientFoundRows)}
+	case tx.Dialector.Name() == dialectMySQL && foreignCharset(mysqlConfig(tx.Dialector)) != "":
+		b.c = errConn{errors.New("record: WithTx: " + errForeignCharset(foreignCharset(mysqlConfig(tx.Dialector))))}
 	default:
 		b.c = s.connOf(tx)
 	}
@@ -257,8 +294,8 @@ func (s *Store) connOf(tx *gorm.DB) conn {
 }
 
 // WithSQLTx returns a Store that runs every statement in tx, a database/sql transaction on the same
-// kind of database as s. On MySQL its connection must not set clientFoundRows (see [New]); nothing can
-// check that here. Like [Store.WithTx] it reads with row locks and never commits or rolls back tx; its
+// kind of database as s. On MySQL its connection must not set clientFoundRows nor a character set
+// other than utf8mb4 (see [New]); nothing can check that here. Like [Store.WithTx] it reads with row locks and never commits or rolls back tx; its
 // statements fail when tx is nil.
 func (s *Store) WithSQLTx(tx *sql.Tx) *Store {
 	b := &Store{q: s.q, c: txConn{tx: tx}, inTx: true, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
