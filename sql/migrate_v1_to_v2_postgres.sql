@@ -11,7 +11,9 @@
 -- Locks: the CONCURRENTLY statements build and drop indexes without blocking reads or writes; the
 -- DO block swaps the primary key in one short transaction that holds an ACCESS EXCLUSIVE lock for
 -- the time of a few catalog updates (no table scan or rewrite: the new primary key's index exists,
--- its columns are NOT NULL, and DROP COLUMN only marks the column dropped). record.Store.Migrate runs
+-- its columns are NOT NULL, and DROP COLUMN only marks the column dropped). Getting that lock waits
+-- for every transaction open on the table, 10s at most, with every later statement on the table
+-- queued behind the wait; the block then fails and can be run again. record.Store.Migrate runs
 -- this file for record.Options.Table and does nothing on a v2 table.
 DO $$ -- a failed run (a CREATE INDEX CONCURRENTLY cancelled or timed out) leaves its index INVALID,
      -- which IF NOT EXISTS below would keep and the swap could not use: drop it, to build it again
