@@ -2,6 +2,7 @@ package barrier
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"gorm.io/gorm"
@@ -14,7 +15,8 @@ import (
 // gids byte for byte, and so does the record table). The MySQL barrier table of sql/barrier_mysql.sql
 // took the server's default collation (utf8mb4_general_ci: case- and accent-insensitive, PAD SPACE),
 // so the second transaction's branch found the first one's row, was taken for a duplicate
-// delivery, and its business never ran.
+// delivery, and its business never ran; and a 2-phase message's back-check found another message's
+// committed row and answered that its own local transaction had committed.
 func TestGormGidsDifferingInCaseAreDistinct(t *testing.T) {
 	eachDialect(t, func(t *testing.T, db *gorm.DB) {
 		ctx := context.Background()
@@ -34,6 +36,19 @@ func TestGormGidsDifferingInCaseAreDistinct(t *testing.T) {
 				if err != nil || !ran {
 					t.Fatalf("gid %q (after %q): ran=%v, %v; want its action run: another transaction's branch", gid, pair[0], ran, err)
 				}
+			}
+			// A 2-phase message's back-check: the first gid's local transaction committed, the
+			// second's never ran. Its back-check must answer rolled back, not the first's commit
+			// (DTM would then deliver a message whose local transaction never happened).
+			first, err := MsgBranch("msg-" + pair[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Transaction(ctx, first, func(*gorm.DB) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.QueryPrepared(ctx, "msg-"+pair[1]); !errors.Is(err, ErrMsgRolledBack) {
+				t.Fatalf("back-check of msg gid %q (after %q committed): %v; want ErrMsgRolledBack", "msg-"+pair[1], "msg-"+pair[0], err)
 			}
 		}
 	})
