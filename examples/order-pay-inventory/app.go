@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,9 @@ type Services struct {
 	dtm     *dtm
 	sweeper *sweep.Sweeper
 	server  *http.Server
-	serveCh chan error
+	serveCh chan error    // the HTTP server's end, or the DTM child process's
+	closing chan struct{} // closed by Close: the DTM child's exit is then no failure
+	closed  sync.Once
 	orders  *orders
 	inv     *inventory
 	pay     *payment
@@ -140,7 +143,8 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 		cfg.PublicURL = s.URL
 	}
 	s.Cfg = cfg
-	s.serveCh = make(chan error, 1)
+	s.serveCh = make(chan error, 2) // room for both senders: Serve's goroutine and watchDTM's
+	s.closing = make(chan struct{})
 	pending := ln // closed on error, until Serve owns it
 	defer func() {
 		if pending != nil {
@@ -272,6 +276,9 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	s.sweeper.Start(context.WithoutCancel(ctx))
 	pending = nil
 	go func() { s.serveCh <- s.server.Serve(ln) }()
+	if s.dtm.child != nil {
+		go s.watchDTM()
+	}
 	logger.Info("services started", "url", s.URL, "public_url", cfg.PublicURL, "database", s.db.where,
 		"lock", s.lockDescription(), "dtm", s.dtm.describe())
 	return s, nil
@@ -302,12 +309,33 @@ func (s *Services) DTMLog() string {
 	return s.dtm.log()
 }
 
-// Done delivers the HTTP server's error if it stops serving before Close.
+// Done delivers the HTTP server's error if it stops serving before Close, or an error naming the DTM
+// child process if it exits before Close: without it no order can start or settle, and restarting the
+// services on the same data directory resumes its transactions.
 func (s *Services) Done() <-chan error { return s.serveCh }
+
+// watchDTM reports on serveCh a DTM child process that exits before Close.
+func (s *Services) watchDTM() {
+	child := s.dtm.child
+	select {
+	case <-s.closing:
+	case <-child.Done():
+		select {
+		case <-s.closing: // Close stopped it
+		default:
+			s.serveCh <- fmt.Errorf("the DTM child process exited (%v): no order can start or settle without it; "+
+				"restart the services on the same data directory (%s) to resume its transactions\n%s",
+				child.ExitErr(), s.Cfg.DataDir, lastLines(s.dtm.log(), 20))
+		}
+	}
+}
 
 // Close stops the HTTP server (letting requests in progress finish, up to 10s), the sweeper and a DTM
 // child process, and closes the database and Redis clients. It returns the errors met, joined.
 func (s *Services) Close() error {
+	if s.closing != nil {
+		s.closed.Do(func() { close(s.closing) })
+	}
 	var errs []error
 	if s.server != nil && s.server.Handler != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

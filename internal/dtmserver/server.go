@@ -304,6 +304,21 @@ func (s *Server) end(graceful bool) error {
 	return s.stopErr
 }
 
+// Done returns a channel closed when the server process has exited (after Stop or Kill, or on its
+// own); [Server.ExitErr] then says how it ended.
+func (s *Server) Done() <-chan struct{} { return s.exited }
+
+// ExitErr returns how the server process ended (exec.Cmd.Wait's error: nil for a clean exit) once it
+// has exited, and nil while it runs.
+func (s *Server) ExitErr() error {
+	select {
+	case <-s.exited:
+		return s.waitErr
+	default:
+		return nil
+	}
+}
+
 // Exited reports whether the server process has exited (after Stop or Kill, or on its own).
 func (s *Server) Exited() bool {
 	select {
