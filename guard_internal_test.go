@@ -97,3 +97,22 @@ func TestOptionsValidation(t *testing.T) {
 		t.Error("New(nil store) succeeded")
 	}
 }
+
+// TestInvalidLeaseNamesOnlyLease: LockTTL defaults to Lease, and an invalid Lease was reported twice,
+// the second time as "LockTTL must not be negative" — an option the caller never set, sending them
+// to look for it (found by a defect hunt). A LockTTL set to an invalid value is still named.
+func TestInvalidLeaseNamesOnlyLease(t *testing.T) {
+	for _, lease := range []time.Duration{-time.Second, time.Microsecond} {
+		_, err := New(nopStore{}, &Options{Lease: lease})
+		if err == nil || !strings.Contains(err.Error(), "Lease") {
+			t.Fatalf("Lease %s: New returned %v, want an error naming Lease", lease, err)
+		}
+		if strings.Contains(err.Error(), "LockTTL") {
+			t.Errorf("Lease %s: the error names LockTTL, which was not set: %v", lease, err)
+		}
+	}
+	_, err := New(nopStore{}, &Options{Lease: -time.Second, LockTTL: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "LockTTL") {
+		t.Errorf("an invalid LockTTL set with an invalid Lease is not named: %v", err)
+	}
+}

@@ -104,6 +104,7 @@ func (o *Options) withDefaults() (Options, error) {
 	if o != nil {
 		c = *o
 	}
+	lockTTLSet := c.LockTTL != 0 // else it is Lease, checked (and named) as Lease
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.LockTTL = cmp.Or(c.LockTTL, c.Lease)
 	c.TTL = cmp.Or(c.TTL, DefaultTTL)
@@ -122,9 +123,13 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	var errs []error
 	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"Lease", c.Lease}, {"LockTTL", c.LockTTL}, {"TTL", c.TTL}, {"MaxHold", c.MaxHold}, {"FinishTimeout", c.FinishTimeout}} {
+		name  string
+		v     time.Duration
+		check bool
+	}{{"Lease", c.Lease, true}, {"LockTTL", c.LockTTL, lockTTLSet}, {"TTL", c.TTL, true}, {"MaxHold", c.MaxHold, true}, {"FinishTimeout", c.FinishTimeout, true}} {
+		if !d.check {
+			continue
+		}
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", d.name, d.v))
 		} else if d.v < time.Millisecond {
