@@ -191,9 +191,7 @@ func (c *Config) flagSet(name string, tour bool, keep *bool) *flag.FlagSet {
 		if s := os.Getenv(envPrefix + env); s != "" {
 			if d, err := time.ParseDuration(s); err == nil {
 				v = d
-			} else {
-				fmt.Fprintf(os.Stderr, "ignoring %s%s=%q: %v\n", envPrefix, env, s, err)
-			}
+			} // else refused by envErrors unless the flag is given
 		}
 		fs.DurationVar(p, flagName, v, usage+" (env "+envPrefix+env+")")
 	}
@@ -219,6 +217,31 @@ func (c *Config) flagSet(name string, tour bool, keep *bool) *flag.FlagSet {
 		fs.BoolVar(keep, "keep", false, "keep the temporary data directory and print its path")
 	}
 	return fs
+}
+
+// envErrors reports the duration variables (IDEMKIT_DEMO_WAIT, ...) that do not parse, of the flags of
+// fs (parsed) not given on the command line: such a variable is refused as its flag would be, rather
+// than leaving the default in effect. The variable of a flag is its name upper-cased, '-' as '_'.
+func envErrors(fs *flag.FlagSet) error {
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		g, ok := f.Value.(flag.Getter)
+		if !ok || given[f.Name] {
+			return
+		}
+		if _, isDuration := g.Get().(time.Duration); !isDuration {
+			return
+		}
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if s := os.Getenv(name); s != "" {
+			if _, err := time.ParseDuration(s); err != nil {
+				errs = append(errs, fmt.Errorf("invalid value %q for %s: %w", s, name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // envOr returns the variable envPrefix+name, or def when it is unset or empty: an empty variable (NAME=

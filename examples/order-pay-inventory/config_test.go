@@ -127,3 +127,21 @@ func TestEmptyEnvironmentVariableIsUnset(t *testing.T) {
 		t.Errorf("serve with empty variables: %v", err)
 	}
 }
+
+// TestMalformedEnvironmentVariableIsRefused: a duration variable that does not parse
+// (IDEMKIT_DEMO_WAIT=5 in a compose file, without its unit) was ignored with a line on stderr and
+// the default used — the services ran with another configuration than the one given, where the same
+// value as a flag is refused. It is refused now, as the flag is (exit 2); a flag given on the command
+// line still wins over its variable, malformed or not (found by a defect hunt).
+func TestMalformedEnvironmentVariableIsRefused(t *testing.T) {
+	t.Setenv("IDEMKIT_DEMO_WAIT", "5")
+	var out bytes.Buffer
+	// -listen bogus: should the variable be taken, serve fails at once on the listener (exit 1).
+	if code := run([]string{"serve", "-listen", "bogus"}, &out, &out); code != 2 || !strings.Contains(out.String(), "IDEMKIT_DEMO_WAIT") {
+		t.Errorf("serve with IDEMKIT_DEMO_WAIT=5 exited %d, want 2 naming the variable, with:\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"serve", "-listen", "bogus", "-wait", "2s"}, &out, &out); code != 1 || strings.Contains(out.String(), "IDEMKIT_DEMO_WAIT") {
+		t.Errorf("serve with -wait given exited %d, want 1 (the bad listen address) and no word of the variable, with:\n%s", code, out.String())
+	}
+}

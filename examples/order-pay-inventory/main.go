@@ -84,6 +84,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "unexpected arguments: %q\n", fs.Args())
 		return 2
 	}
+	if err := envErrors(fs); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
 
 	if cmd == "serve" {
 		return serve(ctx, cfg, RunOptions{BuildProgress: stderr}, stdout, stderr)
