@@ -4,10 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of [Config].
@@ -144,6 +148,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DTM != "" && !strings.HasPrefix(c.DTM, "http://") && !strings.HasPrefix(c.DTM, "https://") {
 		errs = append(errs, fmt.Errorf("dtm %q: want http://host:36789/api/dtmsvr", c.DTM))
 	}
+	if err := checkRedisAddress(c.Redis); err != nil {
+		errs = append(errs, err)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -153,6 +160,25 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return c, nil
+}
+
+// checkRedisAddress refuses a Config.Redis that is neither host:port nor a redis:// (rediss://) URL, which
+// would otherwise be dialled until the start-up timeout, as if Redis were down.
+func checkRedisAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if strings.Contains(addr, "://") {
+		if _, err := redis.ParseURL(addr); err != nil {
+			return fmt.Errorf("redis %q: %w", redactDSN(addr), err)
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("redis %q: want host:port or redis://host:port/db", addr)
+	}
+	return nil
 }
 
 // redactDSN hides the password of a DSN "user:password@...".

@@ -145,3 +145,20 @@ func TestMalformedEnvironmentVariableIsRefused(t *testing.T) {
 		t.Errorf("serve with -wait given exited %d, want 1 (the bad listen address) and no word of the variable, with:\n%s", code, out.String())
 	}
 }
+
+// TestMalformedRedisAddressIsRefused: a -redis value that is neither host:port nor a redis:// URL
+// (`-redis localhost`, without the port) was dialled for Config.StartupTimeout, a minute, before
+// serve gave up with "Redis localhost did not answer within 1m0s" — a configuration error reported
+// as an outage. It is refused at once as invalid configuration (found by a defect hunt).
+func TestMalformedRedisAddressIsRefused(t *testing.T) {
+	for _, addr := range []string{"localhost", "::::", "127.0.0.1:", "127.0.0.1:port", "127.0.0.1:70000"} {
+		if _, err := (Config{DataDir: "d", Redis: addr}).withDefaults(); err == nil || !strings.Contains(err.Error(), "redis") {
+			t.Errorf("redis %q: got %v, want an invalid configuration error about redis", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:6379", "redis:6379", "[::1]:6379", "redis://127.0.0.1:6379/0", "rediss://u:p@h:6380"} {
+		if _, err := (Config{DataDir: "d", Redis: addr}).withDefaults(); err != nil {
+			t.Errorf("redis %q: %v", addr, err)
+		}
+	}
+}
