@@ -167,7 +167,10 @@ type Options struct {
 	// would read as FAILURE, and one of another status gets its problem with that status (a 400,
 	// which DTM retries, stays 400). DTM calls a branch whose payload is empty with GET, which
 	// Methods does not guard by default: list http.MethodGet in Methods on such routes (package
-	// dtmhttp's handlers guard every method DTM uses). Defaults to false.
+	// dtmhttp's handlers guard every method DTM uses). net/http's ServeMux also routes HEAD to a GET
+	// pattern's handler, and HEAD is not guarded unless listed (listed, it is an operation of its own:
+	// its scope and fingerprint name HEAD): refuse HEAD on such routes, or every HEAD runs the handler
+	// again. Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
 	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard
