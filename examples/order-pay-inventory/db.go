@@ -107,6 +107,7 @@ func openDatabase(ctx context.Context, cfg *Config) (*database, error) {
 
 // waitUp calls ping until it succeeds, ctx ends or timeout passes.
 func waitUp(ctx context.Context, timeout time.Duration, what string, ping func(context.Context) error) error {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
@@ -118,6 +119,9 @@ func waitUp(ctx context.Context, timeout time.Duration, what string, ping func(c
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("interrupted while waiting for %s to answer: %w", what, err)
+			}
 			return fmt.Errorf("%s did not answer within %s: %w", what, timeout, err)
 		case <-time.After(500 * time.Millisecond):
 		}
