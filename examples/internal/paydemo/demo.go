@@ -61,8 +61,12 @@ type Demo struct {
 
 // Open connects to MariaDB (and Redis, when c.Redis is set) and creates the run's tables: the record
 // table, three accounts with a balance of 0 and an empty ledger. prefix starts [Demo.Run]. On error,
-// Open closes what it opened and, unless c.Keep, drops the tables again.
+// Open closes what it opened and, unless c.Keep, drops the tables again. It refuses a c.N below 1.
 func Open(ctx context.Context, prefix string, c Config) (_ *Demo, err error) {
+	if c.N < 1 {
+		// With no payment the check has nothing to check, and a negative count it reports as lost.
+		return nil, fmt.Errorf("-n %d: the run publishes at least one payment", c.N)
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	run := prefix + "_" + hex.EncodeToString(b[:])
