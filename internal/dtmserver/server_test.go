@@ -110,7 +110,10 @@ func TestBuildEnvBinary(t *testing.T) {
 }
 
 // TestBuildCancelled: a cancelled context stops Build before it builds anything into the cache.
+// IDEMKIT_DTM_BIN is cleared: with a ready binary Build builds nothing and rightly returns it (the
+// test failed wherever the variable was set, as the README's Testing section suggests).
 func TestBuildCancelled(t *testing.T) {
+	t.Setenv(EnvBinary, "")
 	t.Setenv(EnvCache, t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
