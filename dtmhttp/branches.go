@@ -41,7 +41,11 @@ type Options struct {
 	// concurrent deliveries of one op queue on the barrier row instead of being answered 425.
 	Locker idemkit.Locker
 	// LockTTL is the lock's time to live. Defaults to DefaultLockTTL (10s). Keep it above the
-	// business's longest run; a shorter one is not wrong, only less effective.
+	// business's longest run; a shorter one is not wrong, only less effective. It also bounds the
+	// business of an op that must not fail (a compensate, confirm or cancel) whose call DTM gave up on
+	// (its request timeout): such a business is not cancelled with the request, but goes on until
+	// LockTTL after the call arrived, so that one slower than DTM's timeout commits and DTM's next
+	// delivery finds it done (see the package documentation).
 	LockTTL time.Duration
 	// LockPrefix starts every lock key (see [Branches.LockKey]), so several services can share a
 	// Locker. Defaults to DefaultLockPrefix.
@@ -207,7 +211,12 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 		// no payload. Gorm and Redis let it decide first; a Business written by hand gets no Branch.
 		req.Branch, req.branch, req.payloadErr = nil, br, perr
 	}
-	ctx := context.WithValue(r.Context(), requestKey{}, req)
+	work, done := r.Context(), func() {}
+	if !MayFail(br.TransType, br.Op) {
+		work, done = b.businessContext(r.Context(), start)
+	}
+	defer done()
+	ctx := context.WithValue(work, requestKey{}, req)
 	finished := false
 	defer func() {
 		if finished {
@@ -238,6 +247,36 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 }
 
 var errPanic = errors.New("dtmhttp: panic in branch business")
+
+// businessContext returns the context the business of an op that must not fail runs on, and the
+// function that ends it once the business returned: req's values, and req's cancellation deferred.
+// DTM gives up on a branch call after its request timeout (3 s by default) and calls such an op again
+// later, until it succeeds; a business cancelled then would roll back and run again on every delivery
+// — one slower than the timeout never finishing, its effects outside the transaction repeated each
+// time — where the barrier finds it done once it committed (as dtmcli's barrier, which takes no
+// context, does). So once req ends the business goes on until LockTTL after the delivery started,
+// while its lock keeps the redeliveries away, and is cancelled then.
+//
+// An op that may fail (a saga's action, a TCC's try) keeps req's cancellation: DTM takes an action it
+// gave up on for one that did not run, and a saga that rolls back meanwhile (its TimeoutToFail, a
+// concurrent step's failure) never compensates it, so it must not commit once its caller left.
+func (b *Branches) businessContext(req context.Context, start time.Time) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(req))
+	stop := context.AfterFunc(req, func() {
+		cause := fmt.Errorf("dtmhttp: the branch call ended (%w) and its business ran past LockTTL (%s)", context.Cause(req), b.opts.LockTTL)
+		grace := time.NewTimer(time.Until(start.Add(b.opts.LockTTL)))
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			cancel(cause)
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
 
 // lock takes the branch lock and returns its release function (a no-op without a Locker).
 func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func(), err error) {

@@ -84,7 +84,17 @@
 // nothing to undo for a compensation whose action never ran); the lock is only an efficiency device and
 // correctness never depends on it: without a Locker, or when it fails open, a concurrent redelivery
 // waits on the barrier's unique row and then sees a duplicate. A lock left by a crashed process delays
-// redeliveries of that op by at most [Options.LockTTL] (they are answered 425 meanwhile). The business
-// runs on the request's context, so when DTM gives up on a slow call (its request timeout, 3 s by
-// default) the local transaction is cancelled and rolled back, and the next delivery runs it again.
+// redeliveries of that op by at most [Options.LockTTL] (they are answered 425 meanwhile).
+//
+// The business of an op that may fail (a saga's action, a TCC's try) runs on the request's context:
+// when its caller gives up on a slow call (DTM's request timeout, 3 s by default) the local
+// transaction is cancelled and rolled back, and the next delivery runs it again — DTM takes an action
+// it gave up on for one that did not run, and a saga that rolls back meanwhile never compensates it.
+// Keep such a business well under the caller's timeout (or raise the timeout: dtmcli's
+// RequestTimeout). The business of an op that must not fail (compensate, confirm, cancel, and the
+// others above) is not cancelled with the request: when DTM gives up on the call it goes on and
+// commits, as with dtmcli's barrier, and DTM's next delivery finds it done; it is cancelled only once
+// [Options.LockTTL] passed since the call arrived, so keep LockTTL above its longest run. (Cancelled
+// with the request, one slower than DTM's timeout would roll back and run again on every delivery,
+// never finishing.)
 package dtmhttp
