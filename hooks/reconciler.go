@@ -91,7 +91,11 @@ type Reconciler struct {
 	// TransType is the type of the transactions this Lifecycle starts ("saga" or "tcc"), reported in
 	// the Txn passed to hooks and used to tell the initiator's transaction from one that holds its gid
 	// (see [txstatus.Info.RanNothingFor]). Defaults to "": unknown, and a transaction DTM reports
-	// succeeded with no branch operation is then rolled back as one that ran nothing.
+	// succeeded with no branch operation is then rolled back as one that ran nothing. Leave it empty
+	// when Scopes hold records of both types (one Lifecycle shared by a saga.Initiator and a
+	// tcc.Global): set to one type, the Reconciler takes every succeeded transaction of the other type
+	// for one that is not the initiator's and rolls its record back, and the key's retry runs the
+	// business again.
 	TransType string
 	// FenceWithin bounds the age of the claims whose gid the reconciler fences when the manager has
 	// no record of it: a record claimed longer ago than this (Record.CreatedAt) is not fenced but
