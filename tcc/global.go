@@ -38,6 +38,12 @@ type RunParams struct {
 	Call idemkit.Call
 	// Tries registers and calls the try branches (t.CallBranch(body, try, confirm, cancel)); an
 	// error aborts the transaction, so DTM cancels the tried branches. Required.
+	//
+	// Give CallBranch a body dtmcli encodes as JSON — a struct, a pointer to one, a map — never a
+	// []byte or a string holding JSON: dtmcli sends those to the try as they are, but registers
+	// their JSON encoding (a base64 or quoted string) as the payload DTM sends the confirm and the
+	// cancel, which then cannot decode it (dtmhttp.Decode: ErrMalformedPayload, answered 500, and
+	// retried by DTM for ever, the try's reservation held).
 	Tries func(t *dtmcli.Tcc) error
 	// Options sets the transaction's options before it is prepared (t.TimeoutToFail,
 	// t.RetryInterval...). Optional.
