@@ -89,7 +89,10 @@ func ExampleInitiator() {
 			http.Error(w, out.Reason.Error(), http.StatusConflict)
 		case out.Status == txstatus.Aborting: // rolling back (a compensation still retried): no result
 			http.Error(w, "rolling back: "+out.Reason.Error(), http.StatusConflict)
-		default: // succeeded (or replayed); or still running, settled later by the reconciler
+		case out.Replayed, out.Status == txstatus.Succeed:
+			_, _ = w.Write(out.Result)
+		default: // still running after Wait: not a success yet (it may roll back); the reconciler settles it
+			w.WriteHeader(http.StatusAccepted)
 			_, _ = w.Write(out.Result)
 		}
 	})
