@@ -49,6 +49,8 @@ type RunParams struct {
 	// A gid the manager already holds when Run is called is not stored on the record (its GID stays
 	// empty), so that no Reconciler takes that transaction for this call's, and no hook runs for it
 	// (neither Before nor Rollback): hooks keyed by the gid would write to that transaction's rows.
+	// Nor is one the manager could not be asked about then (unreachable, a gateway's 5xx): the call
+	// starts nothing, runs no hook, and returns an error (an outage: retry later).
 	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
 	// rolled back all the same and Run returns the hook's error: the Reconciler, which follows the
 	// manager's status for the gid, would take another transaction holding it for this call's.
@@ -153,18 +155,24 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		call.Result = p.Result
 	}
 	recordGID, held := gid, txstatus.Unknown
+	var heldErr error // the manager could not be asked whether the chosen gid is free
 	if p.GID != "" {
 		// A gid the manager already holds (reused) is not stored on the record: while the Before hook
 		// runs, the claim's lease may run out, and a Reconciler would follow that other transaction as
 		// this call's — recording its success, none of this call's steps run. The question below, once
-		// the Before hook ran, refuses the start; if the manager cannot be asked now, it is asked then.
-		if st, err := p.Status.Status(ctx, gid); err == nil && st != txstatus.Unknown {
+		// the Before hook ran, refuses the start. A gid the manager cannot be asked about now is not
+		// known to be free: it is not stored and no hook runs under it either, and the call ends below
+		// as an outage — once the claim told whether the key is a replay or in flight.
+		switch st, err := p.Status.Status(ctx, gid); {
+		case err != nil:
+			recordGID, heldErr = "", err
+		case st != txstatus.Unknown:
 			recordGID, held = "", st
 		}
 	}
-	// No hook runs for a gid another transaction holds: hooks are keyed by the gid, and a Before
-	// hook's writes under it, or a Rollback hook's, would be that transaction's.
-	t, res, err := l.begin(ctx, p.TransType, gid, recordGID, call, held == txstatus.Unknown)
+	// No hook runs for a gid another transaction holds, or may hold: hooks are keyed by the gid, and
+	// a Before hook's writes under it, or a Rollback hook's, would be that transaction's.
+	t, res, err := l.begin(ctx, p.TransType, gid, recordGID, call, held == txstatus.Unknown && heldErr == nil)
 	if t == nil {
 		if res.Replayed {
 			return Outcome{Replayed: true, Result: res.Value}, err
@@ -188,8 +196,8 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 		// starts, as DTM refuses one it holds in another state (the reason matches txstatus.ErrRefused
 		// alike). Two calls that reuse one gid at the same moment can still both pass: only DTM could
 		// close that. A fresh gid (NewGID) needs no such question.
-		st, err := held, error(nil)
-		if st == txstatus.Unknown {
+		st, err := held, heldErr
+		if st == txstatus.Unknown && err == nil {
 			st, err = p.Status.Status(ctx, gid)
 		}
 		switch {

@@ -75,19 +75,26 @@ func TestDTMDownBeforeTheStartIsRetryable(t *testing.T) {
 // DTM that is down does.
 func gatewayTo(t *testing.T, dtm string) (string, *atomic.Bool) {
 	t.Helper()
+	down := new(atomic.Bool)
+	return gatewayFailing(t, dtm, func(*http.Request) bool { return down.Load() }), down
+}
+
+// gatewayFailing starts a gateway in front of the DTM server at dtm and returns the URL to reach DTM
+// through it: it answers 502 to the calls fail picks, and forwards the others.
+func gatewayFailing(t *testing.T, dtm string, fail func(*http.Request) bool) string {
+	t.Helper()
 	target, err := url.Parse(dtm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := new(atomic.Bool)
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
+		if fail(r) {
 			http.Error(w, "bad gateway", http.StatusBadGateway)
 			return
 		}
 		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(proxy.Close)
-	return proxy.URL + target.Path, down
+	return proxy.URL + target.Path
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,14 +14,20 @@ import (
 )
 
 // TestNeverStartedOrderIsSettled: an order whose transaction never started (DTM's gateway answered
-// 502 when the initiator asked whether the order's gid was free) and whose Rollback hook failed then
-// (the orders table busy). Package hooks rolls the record back all the same (the gid was chosen up
+// 502 when the initiator asked again, once the Before hook had inserted the order, whether the order's
+// gid was free) and whose Rollback hook failed then (the orders table busy). Package hooks rolls the record back all the same (the gid was chosen up
 // front) and the client gets 503; nothing ever ran the hook again, and the order stayed PENDING for
 // ever. The sweeper's orphan task fences the gid at DTM and leaves the order FAILED.
 func TestNeverStartedOrderIsSettled(t *testing.T) {
 	needDTM(t)
 	srv := dtmserver.StartT(t)
-	dtmURL, down := gatewayTo(t, srv.URL())
+	// The first question whether the gid is free is answered (free: the Before hook inserts the
+	// order), the second, right before the start, meets the gateway's 502 while down is set.
+	var down atomic.Bool
+	var queries atomic.Int32
+	dtmURL := gatewayFailing(t, srv.URL(), func(r *http.Request) bool {
+		return down.Load() && strings.HasSuffix(r.URL.Path, "/query") && queries.Add(1) > 1
+	})
 	cfg := testConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.DTM = dtmURL
