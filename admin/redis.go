@@ -33,7 +33,7 @@ type RedisState struct {
 	CachedSize int64
 	CacheTTL   time.Duration
 	// Damaged: the key holds a damaged lock value, one that starts like a lock but is none the
-	// Locker wrote (lock.ErrDamagedLock). No attempt holds it, yet a Guard's Locker refuses it: the
+	// Locker wrote, or a value of another Redis type (a hash, a list) (lock.ErrDamagedLock). No attempt holds it, yet a Guard's Locker refuses it: the
 	// key's calls fail with idemkit.ErrLockUnavailable (or run without the lock under FailOpen) for
 	// as long as Redis keeps it, DamagedTTL (0: no expiry). [Admin.Purge], [Admin.Release] and
 	// [Admin.ForgetCached] delete it, as lock.Locker.Forget does.

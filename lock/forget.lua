@@ -5,10 +5,18 @@
 --
 -- A lock value is "L" .. deadline (digits) .. ":" .. token: the first ':' ends the deadline. A value
 -- starting with 'L' that is not of that form was not written by the Locker (damaged): no attempt
--- holds it, and it is deleted as a cached result is.
+-- holds it, and it is deleted as a cached result is; so is a value of another type than a string (a
+-- hash, a list), which the Locker never writes either.
 -- Returns 1 when the key was deleted, 0 when it was absent or holds the lock of another token, which
 -- stays (an attempt is running).
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  if string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+    return v -- any other error (a refused command) as it is
+  end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 if not v then
   return 0
 end

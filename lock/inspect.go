@@ -10,9 +10,10 @@ import (
 
 // ErrDamagedLock is what [Locker.State] wraps when the key holds a damaged lock value: one that
 // starts like a lock but is none the Locker wrote (no deadline or no token: a partial copy, an
-// operator's edit). No attempt holds it, since no token can refresh or release it, yet Acquire
-// refuses it, so a Guard failing closed answers the key ErrLockUnavailable for as long as Redis keeps
-// it; [Locker.Forget] deletes it.
+// operator's edit), or a value of another Redis type than a string (a hash, a list: another
+// application sharing the prefix). No attempt holds it, since no token can refresh or release it,
+// yet Acquire refuses it, so a Guard failing closed answers the key ErrLockUnavailable for as long
+// as Redis keeps it; [Locker.Forget] deletes it.
 var ErrDamagedLock = errors.New("malformed lock value")
 
 // State is what the Redis key of one idempotency key holds, as [Locker.State] reads it: nothing, the
@@ -39,9 +40,9 @@ func (l *Locker) Key(key string) string { return l.key(key) }
 
 // State returns what Redis holds for key, read in one atomic step (one Lua script; a cached result
 // is measured, not transferred). It is for operators' tools and tests, not for the Guard's path. It
-// returns ctx's error when ctx is done, an error when the key holds a malformed lock value or a
-// value of another Redis type, and Redis errors wrapped with what was being done. A damaged lock
-// value, which Forget deletes, is an error wrapping [ErrDamagedLock], with the State's TTL set.
+// returns ctx's error when ctx is done, an error when the key holds a malformed lock value, and
+// Redis errors wrapped with what was being done. A damaged lock value or a value of another Redis
+// type, which Forget deletes, is an error wrapping [ErrDamagedLock], with the State's TTL set.
 func (l *Locker) State(ctx context.Context, key string) (State, error) {
 	const doing = "inspecting"
 	if err := ctx.Err(); err != nil {
@@ -88,6 +89,9 @@ func decodeState(doing string, v []any) (State, error) {
 		if !ok1 || !ok2 {
 			return s, unexpectedReply(doing, v)
 		}
+		if n < 0 { // a value of another type than a string
+			return State{TTL: s.TTL}, fmt.Errorf("lock: %s: %w: a value of another type than a string in Redis", doing, ErrDamagedLock)
+		}
 		s.Cached, s.Size = true, n
 		if head == string(markEscaped) {
 			s.Size--
@@ -116,7 +120,8 @@ func damagedLock(v []byte) bool {
 // Forget deletes key's cached result, or its lock when token holds it (an empty token matches no
 // lock), in one Lua script (compare-and-delete); another attempt's lock stays, since that attempt is
 // running. A value that starts like a lock but is none the Locker wrote (damaged: no deadline or no
-// token), which Acquire refuses and no attempt holds, is deleted too. It reports whether it deleted
+// token), or a value of another Redis type than a string, which Acquire refuses and no attempt
+// holds, is deleted too. It reports whether it deleted
 // the key. An operator's tool calls it after deleting a record, so that no duplicate is answered from
 // the cache any more; the Guard never does. Errors are as for [Locker.Acquire].
 func (l *Locker) Forget(ctx context.Context, key, token string) (bool, error) {

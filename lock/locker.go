@@ -293,7 +293,8 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // for cacheTTL (rounded up to a millisecond) in place of whatever the key holds — the lock of token or
 // of another attempt — in one native command (SET ... PX ... GET); otherwise it deletes the lock if
 // token holds it (one Lua script, compare-and-delete). It returns [idemkit.ErrLockNotHeld] when the
-// lock was gone or held by another token (a result is cached all the same). When caching the result
+// lock was gone or held by another token (a result is cached all the same), or the key holds a value
+// of another Redis type (see [ErrDamagedLock]). When caching the result
 // fails — Redis refuses it (larger than its proto-max-bulk-len, or no memory left with
 // maxmemory-policy noeviction), or the connection fails — the lock is released as without a result,
 // and the error says the result is not cached. Other errors are as for [Locker.Acquire]; after one
@@ -354,10 +355,19 @@ func (l *Locker) unlock(ctx context.Context, k, token string) error {
 		return interpretError(ctx, doing, err)
 	}
 	v, err := releaseScript.Run(ctx, l.client, []string{k}, token).Result()
-	if err != nil {
+	switch {
+	case wrongType(err):
+		return idemkit.ErrLockNotHeld // a hash, a list: no lock of ours (Forget deletes it)
+	case err != nil:
 		return interpretError(ctx, doing, err)
 	}
 	return held(doing, v)
+}
+
+// wrongType reports whether err is Redis's refusal of a value of another type than a string: the
+// key holds none of the Locker's values.
+func wrongType(err error) bool {
+	return err != nil && isServerError(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // fill sets k to val for ms and returns what it held (redis.Nil when nothing).
