@@ -53,7 +53,9 @@ type Options struct {
 	// cache can vouch that a key it does not hold is new, and Tx mode ([Guard.Tx]) skips the read
 	// before its function. A shorter CacheTTL bounds Redis memory (about one result per key finished
 	// within it) at the price of that read: one more statement per new key in Tx mode. Negative
-	// disables the cache.
+	// disables the cache. A Redis that evicts results (maxmemory) breaks the vouching: in Tx mode the
+	// next duplicate of an evicted key runs its function (its writes then roll back); set a shorter
+	// CacheTTL when Redis may evict.
 	CacheTTL time.Duration
 	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease (in the Tx
 	// modes, whose records have no lease to renew, of LockTTL) while the function runs, up to
