@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,7 +52,9 @@ type Options struct {
 	// *redis.Client, *redis.ClusterClient or *redis.Ring (what redis.NewUniversalClient returns);
 	// other clients (wrappers) get every command through their Process. Scripts are never batched,
 	// nor is a cached result of 1 MiB or more (a Redis whose proto-max-bulk-len it exceeds closes the
-	// connection, and the commands batched behind it would fail).
+	// connection, and the commands batched behind it would fail), nor the Acquire of a key known to
+	// hold one (cached by this Locker, or answered so once): its reply takes as long as the result
+	// takes to come, and every command waiting for the round trip would wait for it.
 	// On a Redis Cluster the bound is per primary: a command waits for, and leaves with, the commands
 	// for the same primary (as the client's slot map has it), so a node that is slow or down holds up
 	// and fails its own keys' commands only.
@@ -91,6 +94,7 @@ type Locker struct {
 	scripts atomic.Bool // native SET ... GET refused, or Options.Scripts: scripts only
 	lockTTL atomic.Pointer[ttlArg]
 	fillTTL atomic.Pointer[ttlArg]
+	big     bigKeys // keys holding a large cached result: their Acquires are not batched
 }
 
 // ttlArg is a time to live in milliseconds, boxed for go-redis once: a Guard always passes the same
@@ -173,11 +177,22 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 func (l *Locker) acquire(ctx context.Context, k, lockVal string, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
 		cmd := redis.NewStringCmd(ctx, "set", k, lockVal, "nx", "px", boxed(&l.lockTTL, ms), "get")
-		if err := l.process(ctx, cmd); !l.refused(err) {
+		process := l.process
+		if l.batch != nil && l.big.has(k) {
+			// Its reply is long: batched, it would hold up every command waiting for the
+			// round trip to end.
+			process = l.client.Process
+		}
+		err := process(ctx, cmd)
+		if !l.refused(err) {
 			if err != nil {
 				return nil, err
 			}
-			return cmd.Bytes() // aliases the reply: no copy
+			v, err := cmd.Bytes() // aliases the reply: no copy
+			if l.batch != nil {
+				l.big.note(k, len(v) >= soloLen)
+			}
+			return v, err
 		}
 	}
 	s, err := acquireScript.Run(ctx, l.client, []string{k}, lockVal, ms).Text()
@@ -378,9 +393,13 @@ func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]by
 		if len(val) >= soloLen {
 			process = l.client.Process
 		}
-		if err := process(ctx, cmd); !l.refused(err) {
+		err := process(ctx, cmd)
+		if !l.refused(err) {
 			if err != nil {
 				return nil, err
+			}
+			if l.batch != nil {
+				l.big.note(k, len(val) >= soloLen) // the replays to come
 			}
 			return cmd.Bytes()
 		}
@@ -394,8 +413,59 @@ func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]by
 
 // soloLen is the size from which a cached result is sent on its own rather than batched with other
 // callers' commands: Redis's smallest proto-max-bulk-len (1 MiB). Redis answers a longer value with
-// an error and closes the connection, which would fail every command behind it in the pipeline.
+// an error and closes the connection, which would fail every command behind it in the pipeline. The
+// Acquires of a key holding such a result (see bigKeys) go on their own too: the round trip of its
+// replay lasts as long as the result takes to come, and batched, every command waits for it.
 const soloLen = 1 << 20
+
+// maxBigKeys bounds the keys a bigKeys remembers.
+const maxBigKeys = 1024
+
+// bigKeys are the Redis keys known to hold a cached result of soloLen bytes or more: cached by this
+// Locker, or answered so to one of its Acquires. Forgetting one costs a batched replay, which
+// notes it again; remembering one that no longer holds a large result costs one Acquire that is
+// not batched, which forgets it.
+type bigKeys struct {
+	n    atomic.Int32 // len(keys): the common case, none, reads no map
+	mu   sync.RWMutex
+	keys map[string]struct{}
+}
+
+// has reports whether k is known to hold a large cached result.
+func (b *bigKeys) has(k string) bool {
+	if b.n.Load() == 0 {
+		return false
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	_, ok := b.keys[k]
+	return ok
+}
+
+// note records whether k holds a large cached result.
+func (b *bigKeys) note(k string, big bool) {
+	if big == b.has(k) {
+		return // as known: most often, no large result at all
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch _, ok := b.keys[k]; {
+	case big && !ok:
+		if len(b.keys) >= maxBigKeys {
+			for old := range b.keys { // one at random makes room
+				delete(b.keys, old)
+				break
+			}
+		}
+		if b.keys == nil {
+			b.keys = make(map[string]struct{})
+		}
+		b.keys[k] = struct{}{}
+	case !big && ok:
+		delete(b.keys, k)
+	}
+	b.n.Store(int32(len(b.keys)))
+}
 
 // encodeResult is the stored form of a cached result (see [Locker]).
 func encodeResult(result []byte) []byte {
