@@ -46,7 +46,8 @@
 // The lock is an efficiency device, not a guarantee: Redis may lose it (failover, restart, eviction)
 // and the Guard's Store decides who runs. Results are cached under the same prefix; set a maxmemory
 // policy that evicts volatile keys (volatile-lru, volatile-ttl) rather than refusing writes (with
-// noeviction, a full Redis refuses every native Acquire with OOM, replays of cached results too). An evicted result
+// noeviction, a full Redis refuses every new lock with OOM; cached results are still replayed, at
+// the cost of one more command: the native Acquire refused, then its script, which reads first). An evicted result
 // is read from the Store again, except in Tx mode with the default CacheTTL, where the cache vouches
 // for the keys it does not hold: the next duplicate of an evicted key runs its function, whose writes
 // roll back (README, "Guarantees and their limits"). Size Redis for the results of CacheTTL, or set a

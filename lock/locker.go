@@ -85,6 +85,8 @@ type Options struct {
 //
 // On a Redis older than 7.0 the first SET NX GET fails with a syntax error; the Locker then runs Lua
 // scripts doing the same for the rest of its life (see [Locker.Scripts]).
+// A Redis out of memory under the noeviction policy refuses SET ... NX ... GET even for a key holding
+// a cached result; that Acquire then runs the script, which replays it.
 //
 // A Locker is safe for concurrent use.
 type Locker struct {
@@ -184,7 +186,9 @@ func (l *Locker) acquire(ctx context.Context, k, lockVal string, ms int64) ([]by
 			process = l.client.Process
 		}
 		err := process(ctx, cmd)
-		if !l.refused(err) {
+		// A Redis out of memory (maxmemory, noeviction) refuses the SET even where it would write
+		// nothing: the script below reads first, and replays a cached result all the same.
+		if !l.refused(err) && !outOfMemory(err) {
 			if err != nil {
 				return nil, err
 			}
@@ -377,6 +381,12 @@ func (l *Locker) unlock(ctx context.Context, k, token string) error {
 		return interpretError(ctx, doing, err)
 	}
 	return held(doing, v)
+}
+
+// outOfMemory reports whether err is Redis's refusal of a command that may write for want of memory
+// (maxmemory reached under the noeviction policy).
+func outOfMemory(err error) bool {
+	return err != nil && isServerError(err) && strings.HasPrefix(err.Error(), "OOM ")
 }
 
 // wrongType reports whether err is Redis's refusal of a value of another type than a string: the
