@@ -79,6 +79,8 @@
 //	finished with a permanent error and no   409 rejected
 //	  stored response, or with a response
 //	  the record store could not hold
+//	HEAD on a route whose GET is guarded     405 head-not-guarded (Allow: GET), the handler not
+//	  and whose HEAD is not in Methods           run; with Optional and no key it passes
 //	body over Options.MaxBodyBytes           413 body-too-large
 //	same key, different payload              422 payload-mismatch
 //	unexpected error, handler did not run    500 internal

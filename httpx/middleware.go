@@ -63,7 +63,10 @@ type middleware struct {
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	if !m.cfg.methods[r.Method] {
+	// net/http's ServeMux routes HEAD to a GET pattern's handler, as chi's middleware.GetHead does:
+	// on a route whose GET is guarded, an unlisted HEAD would run that handler with no guard.
+	headOfGet := r.Method == http.MethodHead && !m.cfg.methods[r.Method] && m.cfg.methods[http.MethodGet]
+	if !m.cfg.methods[r.Method] && !headOfGet {
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -79,6 +82,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 
+	if headOfGet {
+		m.headOfGet(w, r, st, next)
+		return
+	}
 	call, p, pass := m.identify(r, st)
 	switch {
 	case pass:
@@ -124,6 +131,24 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	m.answer(w, r, st, res, err, next)
+}
+
+// headOfGet answers a HEAD routed to a handler whose GET is guarded, HEAD being unlisted in Methods:
+// with Optional and no key it passes, as the GET would; else it is refused (405, Allow: GET), the
+// handler never reached. Guarded as an operation of its own it would run the handler again for a key
+// its GET finished, and guarded as the GET a HEAD handler's empty body could be stored for the GET's
+// replay: list HEAD in Methods for the former.
+func (m *middleware) headOfGet(w http.ResponseWriter, r *http.Request, st *reqState, next http.Handler) {
+	if m.cfg.Optional {
+		if key, err := m.cfg.Key(r); errors.Is(err, ErrKeyMissing) || err == nil && key == "" {
+			r.Body = st.bodyFor()
+			next.ServeHTTP(w, r)
+			return
+		}
+	}
+	w.Header().Set("Allow", http.MethodGet)
+	m.problem(w, st, problem{Type: ProblemHeadNotGuarded, Status: http.StatusMethodNotAllowed,
+		Detail: "HEAD would run this route's GET handler without the idempotency guard its GET has: send GET."})
 }
 
 // identify works out the Guard call for r: principal, key, scope and fingerprint. It returns a

@@ -110,7 +110,10 @@ type Options struct {
 	// sources with [FirstOf] and [All].
 	Key KeySource
 	// Methods are the guarded methods; others pass through untouched. Defaults to [DefaultMethods]
-	// (POST, PATCH).
+	// (POST, PATCH). One exception: when GET is listed and HEAD is not, a HEAD (which net/http's
+	// ServeMux and chi's middleware.GetHead route to the GET handler) is answered 405
+	// head-not-guarded and the handler does not run, unless Optional lets it pass without a key as
+	// the GET would. Listed, HEAD is an operation of its own: its scope and fingerprint name HEAD.
 	Methods []string
 	// Optional lets guarded requests without a key pass through unguarded instead of failing with
 	// 400. A key given empty (an empty header, or query parameter with [Query]) is no missing key but
@@ -168,9 +171,7 @@ type Options struct {
 	// which DTM retries, stays 400). DTM calls a branch whose payload is empty with GET, which
 	// Methods does not guard by default: list http.MethodGet in Methods on such routes (package
 	// dtmhttp's handlers guard every method DTM uses). net/http's ServeMux also routes HEAD to a GET
-	// pattern's handler, and HEAD is not guarded unless listed (listed, it is an operation of its own:
-	// its scope and fingerprint name HEAD): refuse HEAD on such routes, or every HEAD runs the handler
-	// again. Defaults to false.
+	// pattern's handler: see Methods. Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
 	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard

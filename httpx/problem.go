@@ -19,6 +19,7 @@ const (
 	ProblemTokenInvalid      = "token-invalid"       // 409: one-time token unknown, expired or used
 	ProblemResponseNotStored = "response-not-stored" // 409: finished, but the response was too large to store
 	ProblemRejected          = "rejected"            // 409: finished with a permanent error, or a response the store cannot hold, and no stored response
+	ProblemHeadNotGuarded    = "head-not-guarded"    // 405: HEAD on a route whose GET is guarded and whose HEAD is not
 	ProblemBodyTooLarge      = "body-too-large"      // 413: body over Options.MaxBodyBytes
 	ProblemPayloadMismatch   = "payload-mismatch"    // 422: key reused with another payload
 	ProblemInternal          = "internal"            // 500: unexpected error; the handler did not run
