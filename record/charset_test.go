@@ -44,7 +44,10 @@ func TestNewRefusesANonUTF8MB4Connection(t *testing.T) {
 		}
 		return nil
 	}
-	for _, params := range []string{"&charset=utf8", "&charset=latin1", "&charset=utf8,utf8mb4", "&collation=latin1_swedish_ci"} {
+	for _, params := range []string{"&charset=utf8", "&charset=latin1", "&charset=utf8,utf8mb4", "&collation=latin1_swedish_ci",
+		// The character set variables themselves, which the driver sets from the DSN as it does any
+		// other system variable (found by a defect hunt).
+		"&character_set_results=latin1", "&character_set_client=%27latin1%27", "&collation_connection=latin1_swedish_ci"} {
 		t.Run("refused"+strings.ReplaceAll(params, "&", " "), func(t *testing.T) {
 			db := testsvc.MySQLWith(t, nil, params)
 			s, err := New(db, &Options{Table: testsvc.Name("t_cs_")})
@@ -65,7 +68,8 @@ func TestNewRefusesANonUTF8MB4Connection(t *testing.T) {
 			}
 		})
 	}
-	for _, params := range []string{"", "&charset=utf8mb4", "&charset=utf8mb4,utf8", "&collation=utf8mb4_unicode_ci", "&charset=binary"} {
+	for _, params := range []string{"", "&charset=utf8mb4", "&charset=utf8mb4,utf8", "&collation=utf8mb4_unicode_ci", "&charset=binary",
+		"&character_set_results=utf8mb4", "&character_set_results=NULL", "&collation_connection=%27utf8mb4_bin%27"} {
 		t.Run("accepted"+strings.ReplaceAll(params, "&", " "), func(t *testing.T) {
 			db := testsvc.MySQLWith(t, nil, params)
 			s := newTable(t, db)

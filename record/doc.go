@@ -48,8 +48,9 @@
 //
 // A MySQL DSN with clientFoundRows=true is refused by New: under it a duplicate insert reports one row,
 // like a new one. So is one whose connections use another character set than utf8mb4 or binary
-// (charset=utf8, latin1): the server converts the text it reads back to it, altering fingerprints,
-// gids and stored errors.
+// (charset=utf8, latin1, or a character_set_results, character_set_client, character_set_connection or
+// collation_connection parameter in another one): the server converts the text it reads back to it,
+// altering fingerprints, gids and stored errors.
 //
 // # Multi-statement packets
 //

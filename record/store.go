@@ -210,13 +210,15 @@ func errForeignCharset(cs string) string {
 	return "the MySQL DSN makes the connections' character set " + cs + ": the record table is utf8mb4, and the " +
 		"server converts the text it reads back to the connection's character set, so a fingerprint, gid or stored " +
 		"error holding a character " + cs + " lacks would come back altered (a duplicate would get ErrPayloadMismatch " +
-		"instead of its answer); set charset=utf8mb4, or leave charset and collation out (the driver's default)"
+		"instead of its answer); set charset=utf8mb4, or leave charset and collation out (the driver's default), and " +
+		"no character_set_client, _connection, _results or collation_connection parameter in another character set"
 }
 
 // foreignCharset returns the character set a MySQL DSN has its connections read text in (the first
 // of its charset parameter's choices, else its collation's) when that is another than utf8mb4 or
 // binary (which reads the bytes stored), or "" (also for a DSN that sets neither: the driver's
-// default is utf8mb4).
+// default is utf8mb4). The character set variables the DSN sets itself (the driver sets any
+// parameter it does not know as a system variable: character_set_results=latin1) count too.
 func foreignCharset(cfg *mysql.Config) string {
 	if cfg == nil {
 		return ""
@@ -227,6 +229,25 @@ func foreignCharset(cfg *mysql.Config) string {
 	} else {
 		cs, _, _ = strings.Cut(cfg.Collation, "_")
 	}
+	if cs = foreign(cs); cs != "" {
+		return cs
+	}
+	for _, v := range []string{"character_set_client", "character_set_connection", "character_set_results", "collation_connection"} {
+		if val, ok := cfg.Params[v]; ok {
+			val = strings.Trim(strings.TrimSpace(val), "'\"`")
+			if v == "collation_connection" {
+				val, _, _ = strings.Cut(val, "_")
+			}
+			if cs := foreign(val); cs != "" && cs != "null" {
+				return cs // NULL results: the bytes stored, unconverted
+			}
+		}
+	}
+	return ""
+}
+
+// foreign returns cs lower-cased, or "" when it is empty, utf8mb4 or binary.
+func foreign(cs string) string {
 	cs = strings.ToLower(strings.TrimSpace(cs))
 	if cs == "" || cs == "utf8mb4" || cs == "binary" {
 		return ""
