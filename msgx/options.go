@@ -53,7 +53,8 @@ type Options struct {
 	// remaining lease, kept between RetryDelay and that delay (RetryDelay on a first attempt). Defaults
 	// to DefaultRetryDelay (1s).
 	RetryDelay time.Duration
-	// MaxRetryDelay caps the delay. Defaults to DefaultMaxRetryDelay (1m).
+	// MaxRetryDelay caps the delay. Defaults to DefaultMaxRetryDelay (1m), or to RetryDelay when
+	// that is longer (every delay is then RetryDelay).
 	MaxRetryDelay time.Duration
 	// MaxAttempts dead-letters a message whose handler failed with a retryable error on this
 	// delivery attempt or a later one (Outcome GaveUp). Defaults to 0: no limit here (the broker's
@@ -73,15 +74,18 @@ func (o *Options) withDefaults() (Options, error) {
 		c = *o
 	}
 	c.RetryDelay = cmp.Or(c.RetryDelay, DefaultRetryDelay)
-	c.MaxRetryDelay = cmp.Or(c.MaxRetryDelay, DefaultMaxRetryDelay)
+	c.MaxRetryDelay = cmp.Or(c.MaxRetryDelay, max(DefaultMaxRetryDelay, c.RetryDelay))
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	var errs []error
-	if c.RetryDelay < 0 || c.MaxRetryDelay < 0 {
-		errs = append(errs, fmt.Errorf("RetryDelay (%s) and MaxRetryDelay (%s) must not be negative", c.RetryDelay, c.MaxRetryDelay))
+	if c.RetryDelay < 0 {
+		errs = append(errs, fmt.Errorf("RetryDelay must not be negative, got %s", c.RetryDelay))
 	}
-	if c.MaxRetryDelay < c.RetryDelay {
+	if c.MaxRetryDelay < 0 {
+		errs = append(errs, fmt.Errorf("MaxRetryDelay must not be negative, got %s", c.MaxRetryDelay))
+	}
+	if c.RetryDelay >= 0 && c.MaxRetryDelay >= 0 && c.MaxRetryDelay < c.RetryDelay {
 		errs = append(errs, fmt.Errorf("MaxRetryDelay (%s) must not be shorter than RetryDelay (%s)", c.MaxRetryDelay, c.RetryDelay))
 	}
 	if c.MaxAttempts < 0 {

@@ -150,8 +150,11 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Workers < 1 || c.Prefetch < 1 {
-		return Options{}, fmt.Errorf("amqp: Workers (%d) and Prefetch (%d) must be positive", c.Workers, c.Prefetch)
+	switch {
+	case c.Workers < 1:
+		return Options{}, fmt.Errorf("amqp: Workers must be positive, got %d", c.Workers)
+	case c.Prefetch < 1: // set: a default is Workers, checked above
+		return Options{}, fmt.Errorf("amqp: Prefetch must be positive, got %d", c.Prefetch)
 	}
 	return c, nil
 }

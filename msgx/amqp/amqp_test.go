@@ -3,6 +3,7 @@ package amqp_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,8 +248,15 @@ func TestConsumeReportsAClosedChannel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Consume did not return after the channel closed")
 	}
-	if err := amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), &amqp.Options{Workers: -1}); err == nil {
-		t.Error("negative Workers accepted")
+	// The error names Workers alone: Prefetch, unset, defaults to it (it also named "Prefetch
+	// (-1)"; found by a defect hunt).
+	if err := amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), &amqp.Options{Workers: -1}); err == nil ||
+		!strings.Contains(err.Error(), "Workers") || strings.Contains(err.Error(), "Prefetch") {
+		t.Errorf("negative Workers: %v; want an error naming Workers alone", err)
+	}
+	if err := amqp.Consume(context.Background(), ch, f.topo.Queue, f.handler(), &amqp.Options{Prefetch: -1}); err == nil ||
+		!strings.Contains(err.Error(), "Prefetch") {
+		t.Errorf("negative Prefetch: %v; want an error naming Prefetch", err)
 	}
 	if err := amqp.Consume(context.Background(), nil, f.topo.Queue, f.handler(), nil); err == nil {
 		t.Error("nil channel accepted")

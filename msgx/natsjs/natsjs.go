@@ -343,8 +343,10 @@ func (o *Options) withDefaults(js jetstream.JetStream) (Options, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
-	case c.Workers < 1 || c.MaxMessages < 1:
-		return Options{}, fmt.Errorf("natsjs: Workers (%d) and MaxMessages (%d) must be positive", c.Workers, c.MaxMessages)
+	case c.Workers < 1:
+		return Options{}, fmt.Errorf("natsjs: Workers must be positive, got %d", c.Workers)
+	case c.MaxMessages < 1: // set: a default is Workers, checked above
+		return Options{}, fmt.Errorf("natsjs: MaxMessages must be positive, got %d", c.MaxMessages)
 	case c.PublishTimeout < 0:
 		return Options{}, fmt.Errorf("natsjs: PublishTimeout must not be negative, got %s", c.PublishTimeout)
 	case c.DeadLetterSubject != "" && js == nil:

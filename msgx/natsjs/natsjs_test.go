@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -492,8 +493,15 @@ func TestConsumeValidates(t *testing.T) {
 	if err := natsjs.Consume(ctx, nil, f.cons, f.handler(), &natsjs.Options{DeadLetterSubject: "x"}); err == nil {
 		t.Error("DeadLetterSubject without JetStream accepted")
 	}
-	if err := natsjs.Consume(ctx, f.js, f.cons, f.handler(), &natsjs.Options{Workers: -1}); err == nil {
-		t.Error("negative Workers accepted")
+	// The error names Workers alone: MaxMessages, unset, defaults to it (it also named
+	// "MaxMessages (-1)"; found by a defect hunt).
+	if err := natsjs.Consume(ctx, f.js, f.cons, f.handler(), &natsjs.Options{Workers: -1}); err == nil ||
+		!strings.Contains(err.Error(), "Workers") || strings.Contains(err.Error(), "MaxMessages") {
+		t.Errorf("negative Workers: %v; want an error naming Workers alone", err)
+	}
+	if err := natsjs.Consume(ctx, f.js, f.cons, f.handler(), &natsjs.Options{MaxMessages: -1}); err == nil ||
+		!strings.Contains(err.Error(), "MaxMessages") {
+		t.Errorf("negative MaxMessages: %v; want an error naming MaxMessages", err)
 	}
 	if err := natsjs.Consume(ctx, f.js, f.cons, nil, nil); err == nil {
 		t.Error("nil handler accepted")
