@@ -354,8 +354,9 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 		writeProblem(w, http.StatusUnprocessableEntity, "rejected", err.Error())
 		return
 	case d.inserted && err != nil && (!d.started || errors.Is(err, txstatus.ErrNotSent)):
-		// The order was inserted, but its transaction never started (DTM could not be asked whether
-		// the gid is free, the claim was lost before the start, or the submit — the TCC's prepare —
+		// The order was inserted, but its transaction never started (DTM could not be asked a second
+		// time whether the gid is free — a first failure runs no hook, so no order is inserted —, the
+		// claim was lost before the start, or the submit — the TCC's prepare —
 		// could not even connect to DTM): the Rollback hook marks it FAILED
 		// now or, through the sweeper (the reconciler, or the orphan task when the hook failed with
 		// the record rolled back: see orphanTask), soon, and the key is free again for the initiator. An
