@@ -57,6 +57,31 @@ func New(store Store, opts *Options) (*Guard, error) {
 		rewrites: background.Limit{Max: maxWatches}}, nil
 }
 
+// Wait waits until the work the Guard runs in the background after its calls answered has ended, or
+// ctx ends (its error returned): a finish or a failed mark's release written again after its write
+// failed, a lock released again after its release failed, a claim that landed after its caller left
+// watched and released. Each lasts until it succeeds or its claim's lease ends (a minute at most). Call
+// it at a graceful shutdown, once the Guard's calls have returned, before the process exits (and
+// before closing the Store's database and the Locker's client): the process would otherwise cut that
+// work short, and a key whose outcome was not written would run again once its lease ran out. Calls
+// made while it waits may add work it then waits for too. The Guard stays usable.
+func (g *Guard) Wait(ctx context.Context) error {
+	all := []*background.Limit{&g.rewrites, &g.retries, &g.watches, &g.failed, &g.forgets}
+	for busy := true; busy; { // until a pass finds none running: one piece of work may start another
+		busy = false
+		for _, l := range all {
+			if l.Running() == 0 {
+				continue
+			}
+			busy = true
+			if err := l.Wait(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Call names one guarded operation.
 type Call struct {
 	// Scope is the business type: a route pattern, a queue name, a saga step. Required.

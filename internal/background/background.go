@@ -5,6 +5,7 @@ package background
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,6 +15,10 @@ import (
 type Limit struct {
 	Max     int32
 	running atomic.Int32
+
+	mu   sync.Mutex
+	n    int           // goroutines started and not yet returned
+	idle chan struct{} // closed when n last fell to zero; nil before anything ran
 }
 
 // Go runs f on a goroutine with a context that keeps parent's values, not its cancellation, and
@@ -24,12 +29,51 @@ func (l *Limit) Go(parent context.Context, d time.Duration, f func(ctx context.C
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
+	l.mu.Lock()
+	if l.n++; l.n == 1 {
+		l.idle = make(chan struct{})
+	}
+	l.mu.Unlock()
 	go func() {
-		defer l.running.Add(-1)
+		defer l.ended()
 		defer cancel()
 		f(ctx)
 	}()
 	return true
+}
+
+// ended notes that a goroutine started by Go returned.
+func (l *Limit) ended() {
+	l.running.Add(-1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n--; l.n == 0 {
+		close(l.idle)
+	}
+}
+
+// Running returns the number of goroutines started by Go that have not returned.
+func (l *Limit) Running() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// Wait waits until none of the goroutines started by Go runs, or ctx ends (its error returned). Work
+// started while it waits is waited for too, unless all of it ended at some moment in between.
+func (l *Limit) Wait(ctx context.Context) error {
+	l.mu.Lock()
+	n, idle := l.n, l.idle
+	l.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Retry runs f as Go does, after a pause of 10 ms and then again after pauses that double up to a

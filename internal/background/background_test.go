@@ -2,6 +2,8 @@ package background
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -77,5 +79,26 @@ func TestRetryEndsAfterD(t *testing.T) {
 	l.Retry(context.Background(), 50*time.Millisecond, func(context.Context) bool { return false })
 	for l.running.Load() != 0 {
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestWaitForTheGoroutines(t *testing.T) {
+	l := &Limit{Max: 2}
+	if err := l.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait with nothing running: %v", err)
+	}
+	release := make(chan struct{})
+	var ended atomic.Int32
+	for range 2 {
+		l.Go(context.Background(), time.Minute, func(context.Context) { <-release; ended.Add(1) })
+	}
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait while they run: %v, want its context's deadline", err)
+	}
+	close(release)
+	if err := l.Wait(context.Background()); err != nil || ended.Load() != 2 || l.Running() != 0 {
+		t.Fatalf("Wait: %v with %d ended, %d running; want both ended", err, ended.Load(), l.Running())
 	}
 }
