@@ -74,8 +74,10 @@
 //
 // Create the client with ContextTimeoutEnabled: true. Without it go-redis does not let context
 // deadlines bound socket reads and writes, and a call on an unresponsive Redis waits for the client's
-// ReadTimeout/WriteTimeout (5s by default in go-redis v9.23) instead of the caller's deadline. The
-// Guard releases locks on a context of its own, bounded by its FinishTimeout.
+// ReadTimeout/WriteTimeout (5s by default in go-redis v9.23) instead of the caller's deadline. Even
+// with it, only a deadline bounds them: a context cancelled without one (an HTTP request whose client
+// went away) does not end a command out on a Redis that stopped answering, which waits for the read
+// timeout. The Guard releases locks on a context of its own, bounded by its FinishTimeout.
 //
 // # Errors
 //
