@@ -3,6 +3,9 @@ package idemkit_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,5 +64,65 @@ func TestWaitLetsAGracefulShutdownWriteTheOutcome(t *testing.T) {
 	defer cancel2()
 	if err := g.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait with the store down: %v, want the context's deadline", err)
+	}
+}
+
+// failingStore fails every write, as a database that went away; reads find nothing.
+type failingStore struct{ *memory.Store }
+
+func (failingStore) Insert(context.Context, *idemkit.Record) error {
+	return errors.New("connection refused")
+}
+func (failingStore) Update(context.Context, *idemkit.Record, idemkit.Version) error {
+	return errors.New("connection refused")
+}
+
+// TestWaitLeavesNoGoroutines: a storm of calls, many of whose callers leave at once, on a Store that
+// fails every write and on one that works, with a Locker and the watchdog: once Wait returned, every
+// goroutine the Guard started has ended.
+func TestWaitLeavesNoGoroutines(t *testing.T) {
+	base := runtime.NumGoroutine()
+	for _, st := range []idemkit.Store{failingStore{memory.NewStore()}, &slowFinishStore{Store: memory.NewStore()}} {
+		g, err := idemkit.New(st, &idemkit.Options{Locker: memory.NewLocker(nil), Watchdog: true, Lease: 300 * time.Millisecond,
+			FinishTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := st.(*slowFinishStore); ok {
+			s.failing.Store(200)
+		}
+		var wg sync.WaitGroup
+		for i := range 600 {
+			wg.Go(func() {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%2 == 0 {
+					cancel() // the caller left before the call
+				}
+				defer cancel()
+				c := idemkit.Call{Scope: "s", Key: strconv.Itoa(i % 100)}
+				switch i % 3 {
+				case 0:
+					_, _ = g.Do(ctx, c, func(context.Context) ([]byte, error) { return []byte("v"), nil })
+				case 1:
+					_ = g.Mark(ctx, c, func(context.Context) error { return errors.New("failed") })
+				case 2:
+					_, _ = g.Do(ctx, c, func(context.Context) ([]byte, error) { cancel(); return nil, nil })
+				}
+			})
+		}
+		wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := g.Wait(ctx); err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		cancel()
+	}
+	// Wait returns once the last of them said it ended: give them a moment to return.
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines once Wait returned, %d before the calls:\n%s", n, base, buf[:runtime.Stack(buf, true)])
 	}
 }
