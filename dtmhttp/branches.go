@@ -323,6 +323,28 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 	}, nil
 }
 
+// Wait waits until the releases the Branches run in the background after their handlers answered
+// have ended, or ctx ends (its error returned): a lock released again after its release failed, or
+// after its Acquire's reply was lost. Each lasts until Redis answers, DefaultReleaseTimeout at most.
+// Call it at a graceful shutdown, once the handlers have returned, before closing the Redis client:
+// a lock left behind answers DTM's retries of its branch 425 until LockTTL runs out. Handlers
+// answering while it waits may add releases it then waits for too.
+func (b *Branches) Wait(ctx context.Context) error {
+	for busy := true; busy; {
+		busy = false
+		for _, l := range []*background.Limit{&b.retries, &b.forgets} {
+			if l.Running() == 0 {
+				continue
+			}
+			busy = true
+			if err := l.Wait(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // maxForgets bounds the background releases of Branches.releaseLater running at once, of each kind.
 const maxForgets = 64
 
