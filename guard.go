@@ -66,20 +66,7 @@ func New(store Store, opts *Options) (*Guard, error) {
 // work short, and a key whose outcome was not written would run again once its lease ran out. Calls
 // made while it waits may add work it then waits for too. The Guard stays usable.
 func (g *Guard) Wait(ctx context.Context) error {
-	all := []*background.Limit{&g.rewrites, &g.retries, &g.watches, &g.failed, &g.forgets}
-	for busy := true; busy; { // until a pass finds none running: one piece of work may start another
-		busy = false
-		for _, l := range all {
-			if l.Running() == 0 {
-				continue
-			}
-			busy = true
-			if err := l.Wait(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return background.WaitAll(ctx, &g.rewrites, &g.retries, &g.watches, &g.failed, &g.forgets)
 }
 
 // Call names one guarded operation.

@@ -330,19 +330,7 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 // a lock left behind answers DTM's retries of its branch 425 until LockTTL runs out. Handlers
 // answering while it waits may add releases it then waits for too.
 func (b *Branches) Wait(ctx context.Context) error {
-	for busy := true; busy; {
-		busy = false
-		for _, l := range []*background.Limit{&b.retries, &b.forgets} {
-			if l.Running() == 0 {
-				continue
-			}
-			busy = true
-			if err := l.Wait(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return background.WaitAll(ctx, &b.retries, &b.forgets)
 }
 
 // maxForgets bounds the background releases of Branches.releaseLater running at once, of each kind.

@@ -76,6 +76,24 @@ func (l *Limit) Wait(ctx context.Context) error {
 	}
 }
 
+// WaitAll waits until none of the goroutines of ls runs, or ctx ends (its error returned): it waits
+// for each in turn, until a pass finds all idle, since the work of one may start another's.
+func WaitAll(ctx context.Context, ls ...*Limit) error {
+	for busy := true; busy; {
+		busy = false
+		for _, l := range ls {
+			if l.Running() == 0 {
+				continue
+			}
+			busy = true
+			if err := l.Wait(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Retry runs f as Go does, after a pause of 10 ms and then again after pauses that double up to a
 // second, until f reports that it is done or d is over: the retry of a write that failed (a lock
 // release on a connection Redis dropped, a record's finish the database was too slow for), which
