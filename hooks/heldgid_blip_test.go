@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,27 +19,8 @@ import (
 // the Rollback hook (which marked the other transaction's order FAILED while it ran on and succeeded).
 func TestHeldGIDAfterAManagerBlipRunsNoHook(t *testing.T) {
 	b := setup(t)
-	var mu sync.Mutex
-	type order struct{ gid, status string }
-	orders := []*order{{"held", "PENDING"}} // the other transaction's order, still running
-	set := func(gid, status string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, o := range orders {
-			if o.gid == gid && o.status == "PENDING" {
-				o.status = status
-			}
-		}
-	}
-	lc := *b.lc
-	lc.Before = hooks.BeforeTransactionFunc(func(_ context.Context, t *hooks.Txn) error {
-		mu.Lock()
-		defer mu.Unlock()
-		orders = append(orders, &order{t.GID, "PENDING"})
-		return nil
-	})
-	lc.OnCommit = hooks.CommitFunc(func(_ context.Context, t *hooks.Txn, _ []byte) error { set(t.GID, "PAID"); return nil })
-	lc.OnRollback = hooks.RollbackFunc(func(_ context.Context, t *hooks.Txn, _ error) error { set(t.GID, "FAILED"); return nil })
+	orders := newHeldOrders()
+	lc := orders.lifecycle(*b.lc)
 
 	var queries atomic.Int32
 	dtm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -60,14 +40,6 @@ func TestHeldGIDAfterAManagerBlipRunsNoHook(t *testing.T) {
 	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed || rec.GID != "" {
 		t.Fatalf("record %s gid %q; want FAILED without the held gid", rec.Status, rec.GID)
 	}
-	set("held", "PAID") // the other transaction succeeds
-	mu.Lock()
-	defer mu.Unlock()
-	if len(orders) != 1 || orders[0].status != "PAID" {
-		var got []order
-		for _, o := range orders {
-			got = append(got, *o)
-		}
-		t.Fatalf("orders %+v; want only the other transaction's, PAID", got)
-	}
+	orders.set("held", "PAID") // the other transaction succeeds
+	orders.onlyTheHeldPaid(t)
 }

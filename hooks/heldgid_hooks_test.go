@@ -19,28 +19,8 @@ import (
 // and succeeded: its Commit hook then found no PENDING order, and a paid order stayed FAILED.
 func TestHeldGIDRunsNoHook(t *testing.T) {
 	b := setup(t)
-	// The orders table of the README's example: rows keyed by gid, moved out of PENDING once.
-	var mu sync.Mutex
-	type order struct{ gid, status string }
-	orders := []*order{{"held", "PENDING"}} // the other transaction's order, still running
-	set := func(gid, status string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, o := range orders {
-			if o.gid == gid && o.status == "PENDING" {
-				o.status = status
-			}
-		}
-	}
-	lc := *b.lc
-	lc.Before = hooks.BeforeTransactionFunc(func(_ context.Context, t *hooks.Txn) error {
-		mu.Lock()
-		defer mu.Unlock()
-		orders = append(orders, &order{t.GID, "PENDING"})
-		return nil
-	})
-	lc.OnCommit = hooks.CommitFunc(func(_ context.Context, t *hooks.Txn, _ []byte) error { set(t.GID, "PAID"); return nil })
-	lc.OnRollback = hooks.RollbackFunc(func(_ context.Context, t *hooks.Txn, _ error) error { set(t.GID, "FAILED"); return nil })
+	orders := newHeldOrders()
+	lc := orders.lifecycle(*b.lc)
 
 	status := dtmAnswering(t, `{"branches":[{"op":"compensate"},{"op":"action"}],"transaction":{"status":"submitted","trans_type":"saga"}}`)
 	out, err := lc.Run(ctxb, hooks.RunParams{TransType: "saga", Call: call("k"), Status: status, GID: "held", Wait: time.Second,
@@ -51,14 +31,55 @@ func TestHeldGIDRunsNoHook(t *testing.T) {
 	if rec := b.status(t, "k"); rec.Status != idemkit.StatusFailed {
 		t.Fatalf("record %s %q; want FAILED", rec.Status, rec.Error)
 	}
-	// The other transaction succeeds: its order is PAID.
-	set("held", "PAID")
-	mu.Lock()
-	defer mu.Unlock()
-	if len(orders) != 1 || orders[0].status != "PAID" {
-		var got []order
-		for _, o := range orders {
-			got = append(got, *o)
+	orders.set("held", "PAID") // the other transaction succeeds
+	orders.onlyTheHeldPaid(t)
+}
+
+// heldOrders is the orders table of the README's example: rows keyed by gid, moved out of PENDING
+// once, holding the order of another transaction, gid "held", still running.
+type heldOrders struct {
+	mu   sync.Mutex
+	rows []*heldOrder
+}
+
+type heldOrder struct{ gid, status string }
+
+func newHeldOrders() *heldOrders { return &heldOrders{rows: []*heldOrder{{"held", "PENDING"}}} }
+
+// set moves the PENDING order of gid to status.
+func (o *heldOrders) set(gid, status string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range o.rows {
+		if r.gid == gid && r.status == "PENDING" {
+			r.status = status
+		}
+	}
+}
+
+// lifecycle returns lc with the example's hooks on the table: Before inserts a PENDING order, Commit
+// pays it, Rollback fails it.
+func (o *heldOrders) lifecycle(lc hooks.Lifecycle) hooks.Lifecycle {
+	lc.Before = hooks.BeforeTransactionFunc(func(_ context.Context, t *hooks.Txn) error {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.rows = append(o.rows, &heldOrder{t.GID, "PENDING"})
+		return nil
+	})
+	lc.OnCommit = hooks.CommitFunc(func(_ context.Context, t *hooks.Txn, _ []byte) error { o.set(t.GID, "PAID"); return nil })
+	lc.OnRollback = hooks.RollbackFunc(func(_ context.Context, t *hooks.Txn, _ error) error { o.set(t.GID, "FAILED"); return nil })
+	return lc
+}
+
+// onlyTheHeldPaid fails t unless the table holds the other transaction's order alone, PAID.
+func (o *heldOrders) onlyTheHeldPaid(t *testing.T) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.rows) != 1 || o.rows[0].status != "PAID" {
+		var got []heldOrder
+		for _, r := range o.rows {
+			got = append(got, *r)
 		}
 		t.Fatalf("orders %+v; want only the other transaction's, PAID", got)
 	}
