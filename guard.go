@@ -131,7 +131,8 @@ func (g *Guard) Do(ctx context.Context, c Call, fn Func) (Result, error) {
 // ErrDuplicate and nothing is stored or replayed. A retryable error from fn finishes the mark FAILED,
 // so a retry takes it over at the next fence and runs (fn's effects stand, and a write conditioned on
 // the failed attempt's fence must not refuse the retry's); a permanent one keeps it (REJECTED). Mark
-// costs one write on success, but a crash while fn runs leaves the key marked: use Do or DoTx when
+// costs one write on success, but a crash while fn runs (or after the mark's write and before fn, or
+// after fn failed and before the mark is finished FAILED) leaves the key marked: use Do or DoTx when
 // that matters.
 func (g *Guard) Mark(ctx context.Context, c Call, fn func(ctx context.Context) error) error {
 	if fn == nil {
