@@ -25,7 +25,9 @@ import (
 // outcome — recorded REJECTED (permanent) or rolled back with nothing recorded (retryable). herr is
 // nil when fn did not run, succeeded, or when its outcome is not the answer: another delivery's
 // record was replayed instead, or fn's writes were rolled back without its outcome being recorded
-// (the Guard's error then says why: store unavailable, in flight, payload mismatch).
+// (the Guard's error then says why: store unavailable, in flight, payload mismatch) — except when the
+// record could not be written because fn ignored a failed statement's error (record.ErrTxAborted):
+// herr is then that error, marked retryable, fn's failure.
 func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *record.Store, call idemkit.Call,
 	fn func(ctx context.Context, tx *gorm.DB) error) (res idemkit.Result, herr, err error) {
 	res, err = guard.Tx(ctx, gormBeginner{Store: records, db: db}, call, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
@@ -36,6 +38,13 @@ func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *reco
 		// The Guard returns fn's error as it is only when that error is the outcome (stored as
 		// REJECTED, or retryable and rolled back); anything it replaced or joined was not recorded.
 		herr = nil
+	}
+	if herr == nil && !res.Replayed && errors.Is(err, record.ErrTxAborted) {
+		// fn returned nil after ignoring a failed statement's error (PostgreSQL aborted the
+		// transaction, so its record could not follow): fn's failure, which every delivery repeats,
+		// not a store outage — counted against Options.MaxAttempts, retryable whatever
+		// IsPermanent says of it.
+		herr = idemkit.Retryable(err)
 	}
 	return res, herr, err
 }

@@ -95,13 +95,22 @@ func (q *queries) interpretError(doing string, err error) error {
 		return fmt.Errorf("record: %s %s: the Galera node does not accept queries (not synced with its cluster, or cut off from the primary component): use another node: %w", doing, q.name, err)
 	}
 	if q.dialect == dialectPostgres && sqlState(err) == postgresTxAborted {
-		return fmt.Errorf("record: %s %s: the transaction is aborted: an earlier statement in it failed, and PostgreSQL ignores every statement after that until the rollback (a function guarded in Tx mode must return its statements' errors): %w", doing, q.name, err)
+		return fmt.Errorf("record: %s %s: %w: %w", doing, q.name, ErrTxAborted, err)
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("record: %s %s: the transaction had already ended (a function guarded by Store.SQLTx must not commit or roll back its *sql.Tx, nor a caller end the transaction it bound with WithSQLTx or WithTx before DoTx returns): %w", doing, q.name, err)
 	}
 	return fmt.Errorf("record: %s %s: %w", doing, q.name, err)
 }
+
+// ErrTxAborted is wrapped (with the driver's error) in the error of a statement of a transaction that
+// an earlier statement's failure aborted (PostgreSQL 25P02, in_failed_sql_transaction): the record's
+// write after a function guarded in Tx mode ignored a failed statement's error and returned nil.
+// Nothing of the transaction commits. It is the function's fault, not the database's: every run of
+// the same function on the same input fails the same way (msgx counts it against
+// Options.MaxAttempts as the handler's failure). The Guard's error still matches
+// idemkit.ErrStoreUnavailable (nothing was written, the call may be retried).
+var ErrTxAborted = errors.New("the transaction is aborted: an earlier statement in it failed, and PostgreSQL ignores every statement after that until the rollback (a function guarded in Tx mode must return its statements' errors)")
 
 // Data-error codes: the database refused a value itself (too long, not valid in its encoding).
 const (
