@@ -89,7 +89,8 @@ func (b gormBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("msgx: beginning the Tx-mode transaction: %w", err)
 	}
-	return &gormTx{Store: b.Store.WithTx(otx.Gorm), tx: otx, biz: record.Sealed(otx.Gorm)}, nil
+	st, biz := b.Store.WithSealedTx(otx.Gorm)
+	return &gormTx{Store: st, tx: otx, biz: biz}, nil
 }
 
 // gormTx is a gorm transaction gormBeginner began, with the record Store bound to it.

@@ -104,13 +104,14 @@ func (q *queries) interpretError(doing string, err error) error {
 }
 
 // ErrTxAborted is wrapped (with the driver's error) in the error of a statement of a transaction that
-// an earlier statement's failure aborted (PostgreSQL 25P02, in_failed_sql_transaction): the record's
-// write after a function guarded in Tx mode ignored a failed statement's error and returned nil.
+// an earlier statement's failure aborted (PostgreSQL 25P02, in_failed_sql_transaction), or ended (a
+// MySQL/MariaDB deadlock, see [Store.WithSealedTx]): the record's write after a function guarded in
+// Tx mode ignored a failed statement's error and returned nil.
 // Nothing of the transaction commits. It is the function's fault, not the database's: every run of
 // the same function on the same input fails the same way (msgx counts it against
 // Options.MaxAttempts as the handler's failure). The Guard's error still matches
 // idemkit.ErrStoreUnavailable (nothing was written, the call may be retried).
-var ErrTxAborted = errors.New("the transaction is aborted: an earlier statement in it failed, and PostgreSQL ignores every statement after that until the rollback (a function guarded in Tx mode must return its statements' errors)")
+var ErrTxAborted = errors.New("the transaction is aborted: an earlier statement in it failed, and the database runs no statement after that in it (a function guarded in Tx mode must return its statements' errors)")
 
 // Data-error codes: the database refused a value itself (too long, not valid in its encoding).
 const (

@@ -324,6 +324,7 @@ type multiTx struct {
 	done     bool            // the connection was returned or closed
 	leadArgs bool            // a statement with arguments may carry START TRANSACTION
 	begun    atomic.Bool     // START TRANSACTION ran
+	lost     txLost          // a statement's error ended the transaction (see Store.WithSealedTx)
 	first    sync.Mutex      // held while the first statement runs (statements of a transaction may come concurrently)
 }
 
@@ -338,6 +339,17 @@ const beginPrefix = "START TRANSACTION; "
 // transaction has not begun and the statement can carry it: nargs is its number of arguments, or
 // negative for a statement that cannot (a prepare).
 func lead[R any](t *multiTx, ctx context.Context, query string, nargs int, run func(query string) (R, error)) (R, error) {
+	if err := t.lost.check(); err != nil {
+		// A deadlock ended the transaction and its error was ignored: run nothing more outside it.
+		var zero R
+		return zero, err
+	}
+	r, err := leadRun(t, ctx, query, nargs, run)
+	return r, t.lost.saw(err)
+}
+
+// leadRun is lead once the transaction is known not lost.
+func leadRun[R any](t *multiTx, ctx context.Context, query string, nargs int, run func(query string) (R, error)) (R, error) {
 	if t.begun.Load() {
 		return run(query)
 	}
@@ -446,6 +458,9 @@ func (t *multiTx) Rollback() error { return errGuardOwned }
 func (t *multiTx) end(ctx context.Context, stmt string) error {
 	if t.done {
 		return sql.ErrTxDone
+	}
+	if err := t.lost.check(); err != nil && stmt != "ROLLBACK" {
+		return err // nothing of the transaction is left to commit, nor may the record follow alone
 	}
 	if !t.begun.Load() {
 		stmt = beginPrefix + stmt

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
@@ -108,17 +109,88 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	}
 	// The business's session refuses Commit and Rollback, as on a multi-statement pool: the Guard
 	// ends the transaction, after writing the record in it.
-	return &txStore{Store: s.WithTx(otx.Gorm), gtx: otx.Gorm, biz: Sealed(otx.Gorm), tx: otx}, nil
+	st, biz := s.WithSealedTx(otx.Gorm)
+	return &txStore{Store: st, gtx: otx.Gorm, biz: biz, tx: otx}, nil
 }
 
 // Sealed returns a session of the gorm transaction tx that runs its statements in tx — a nested
 // db.Transaction is a savepoint — but refuses db.Commit() and db.Rollback(): the session to hand to
 // business code in a transaction whose end is not the business's to decide (the Guard's, which
 // writes the record in it first). Adapters that begin such transactions themselves use it.
-func Sealed(tx *gorm.DB) *gorm.DB {
+func Sealed(tx *gorm.DB) *gorm.DB { return sealed(tx, nil) }
+
+// sealed is Sealed, its statements watched by lost when not nil (see txLost).
+func sealed(tx *gorm.DB, lost *txLost) *gorm.DB {
 	biz := tx.Session(&gorm.Session{Context: tx.Statement.Context, NewDB: true})
-	biz.Statement.ConnPool = &guardedPool{tx.Statement.ConnPool}
+	biz.Statement.ConnPool = &guardedPool{ConnPool: tx.Statement.ConnPool, lost: lost}
 	return biz
+}
+
+// WithSealedTx returns [Store.WithTx] of tx and [Sealed] of tx, for an adapter that begins a
+// transaction, hands the business the sealed session and writes the record with the Store. They share
+// what the business's statements reported: on MySQL and MariaDB a deadlock (error 1213, also a Galera
+// conflict) rolls the whole transaction back and leaves the connection outside any transaction, so
+// after a business that ignored that error the record, and the business's later writes, would each
+// commit on their own — the message or request answered as done without its effect. Once the
+// business's session has seen such an error, it and the Store refuse every statement with an error
+// wrapping [ErrTxAborted], as PostgreSQL does with an aborted transaction.
+func (s *Store) WithSealedTx(tx *gorm.DB) (*Store, *gorm.DB) {
+	lost := &txLost{}
+	st := s.WithTx(tx)
+	st.c = lostConn{st.c, lost}
+	return st, sealed(tx, lost)
+}
+
+// txLost records the error of a statement after which the database no longer runs the rest of the
+// transaction in it: a MySQL/MariaDB deadlock (1213), which rolled it back.
+type txLost struct{ err atomic.Pointer[error] }
+
+// saw records err when it ended the transaction, and returns it.
+func (l *txLost) saw(err error) error {
+	if l != nil && mysqlRolledBack(err) {
+		l.err.CompareAndSwap(nil, &err)
+	}
+	return err
+}
+
+// check returns the error refusing a statement after the transaction was lost, or nil.
+func (l *txLost) check() error {
+	if l == nil {
+		return nil
+	}
+	if p := l.err.Load(); p != nil {
+		return fmt.Errorf("%w: the database rolled it back at: %v", ErrTxAborted, *p)
+	}
+	return nil
+}
+
+// mysqlRolledBack reports whether err is a MySQL/MariaDB error after which the transaction it was
+// sent in is over (rolled back by the server): a deadlock victim's, or Galera's conflict.
+func mysqlRolledBack(err error) bool {
+	var my *mysql.MySQLError
+	return errors.As(err, &my) && my.Number == mysqlDeadlock
+}
+
+// lostConn is a transaction's conn that refuses every statement once lost says the transaction is over.
+type lostConn struct {
+	conn
+	lost *txLost
+}
+
+func (c lostConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if err := c.lost.check(); err != nil {
+		return 0, err
+	}
+	n, err := c.conn.exec(ctx, query, args...)
+	return n, c.lost.saw(err)
+}
+
+func (c lostConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := c.lost.check(); err != nil {
+		return nil, err
+	}
+	rows, err := c.conn.query(ctx, query, args...)
+	return rows, c.lost.saw(err)
 }
 
 // GormTx returns the gorm transaction of tx when tx is a transaction [Store.BeginTx] began — what
@@ -214,7 +286,34 @@ func (t *txStore) Rollback() error {
 // Being a gorm.TxCommitter keeps a nested db.Transaction a savepoint; being a full gorm.Tx (with
 // StmtContext) keeps a PrepareStmt session of it on the transaction — without, gorm prepares on the
 // whole database and such a session's writes commit outside the transaction.
-type guardedPool struct{ gorm.ConnPool }
+type guardedPool struct {
+	gorm.ConnPool
+	lost *txLost // nil, or shared with the transaction's Store (see WithSealedTx)
+}
+
+func (p *guardedPool) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	if err := p.lost.check(); err != nil {
+		return nil, err
+	}
+	st, err := p.ConnPool.PrepareContext(ctx, query)
+	return st, p.lost.saw(err)
+}
+
+func (p *guardedPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := p.lost.check(); err != nil {
+		return nil, err
+	}
+	res, err := p.ConnPool.ExecContext(ctx, query, args...)
+	return res, p.lost.saw(err)
+}
+
+func (p *guardedPool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := p.lost.check(); err != nil {
+		return nil, err
+	}
+	rows, err := p.ConnPool.QueryContext(ctx, query, args...)
+	return rows, p.lost.saw(err)
+}
 
 var _ gorm.Tx = (*guardedPool)(nil)
 

@@ -1,0 +1,104 @@
+package msgx_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/msgx"
+	"github.com/idemkit/idemkit/record"
+)
+
+// TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect: on MySQL/MariaDB a deadlock rolls the victim's
+// whole transaction back and leaves its connection outside any transaction, so a Tx-mode handler that
+// ignores the deadlock's error had its later statements, and the message's record, commit one by one:
+// the message was acknowledged as processed, its effect lost (found by a defect hunt). The business's
+// session and the record's Store now refuse every statement after the deadlock, as PostgreSQL does in
+// an aborted transaction: the delivery is Failed (the handler's failure, record.ErrTxAborted) and
+// the redelivery runs it again.
+func TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect(t *testing.T) {
+	for _, multi := range []bool{false, true} {
+		t.Run(fmt.Sprintf("multi=%v", multi), func(t *testing.T) {
+			db := testsvc.MySQL(t, nil)
+			if multi {
+				db = testsvc.MySQLMulti(t, nil)
+			}
+			f := newTx(t, db, nil, nil)
+			rows := testsvc.Name("t_rows_")
+			testsvc.DropTable(t, f.db, rows)
+			if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := f.db.Exec("INSERT INTO " + rows + " VALUES (1, 0), (2, 0)").Error; err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			sqlDB, err := f.db.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var deadlocked error
+			h := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
+				if err := tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 10).Error; err != nil {
+					return err
+				}
+				if err := tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 1").Error; err != nil {
+					return err
+				}
+				// Another transaction, heavier (the victim is the lighter one), holds row 2 and waits for row 1.
+				other, err := sqlDB.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer other.Rollback()
+				for i := range 20 {
+					if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
+						return err
+					}
+				}
+				if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
+					return err
+				}
+				waited := make(chan error, 1)
+				go func() {
+					_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
+					waited <- err
+				}()
+				time.Sleep(200 * time.Millisecond)                                           // the other transaction waits for row 1
+				deadlocked = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error // ignored: the handler's bug
+				if err := <-waited; err != nil {
+					return fmt.Errorf("the other transaction: %w", err)
+				}
+				_ = tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 20).Error // would commit on its own
+				return nil
+			})
+			d := h(ctx, msg("dl1"))
+			t.Logf("deadlock: %v; decision %v", deadlocked, d)
+			if deadlocked == nil {
+				t.Fatal("no deadlock: the handler was not the victim")
+			}
+			n, s := f.effectsOf(t, "dl1"), f.status(t, "dl1")
+			if d.Action == msgx.Ack && n != 1 {
+				t.Fatalf("decision %v with %d effects and record %q: the message was acknowledged without its effect", d, n, s)
+			}
+			if d.Action != msgx.Ack && (n != 0 || s != "") {
+				t.Fatalf("decision %v with %d effects and record %q: want neither", d, n, s)
+			}
+			if !errors.Is(d.Err, record.ErrTxAborted) {
+				t.Fatalf("decision %v: its error does not match record.ErrTxAborted", d)
+			}
+			// The redelivery runs the handler again, once, in a new transaction.
+			redelivered := msg("dl1")
+			redelivered.Attempt = 2
+			want(t, f.handler(nil)(ctx, redelivered), msgx.Ack, msgx.Processed)
+			if n := f.effectsOf(t, "dl1"); n != 1 {
+				t.Fatalf("%d effects after the redelivery, want 1", n)
+			}
+		})
+	}
+}
