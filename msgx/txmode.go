@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"gorm.io/gorm"
 
@@ -26,8 +27,9 @@ import (
 // nil when fn did not run, succeeded, or when its outcome is not the answer: another delivery's
 // record was replayed instead, or fn's writes were rolled back without its outcome being recorded
 // (the Guard's error then says why: store unavailable, in flight, payload mismatch) — except when the
-// record could not be written because fn ignored a failed statement's error (record.ErrTxAborted):
-// herr is then that error, marked retryable, fn's failure.
+// record could not be written because fn ignored a failed statement's error (record.ErrTxAborted), or
+// the COMMIT refused fn's writes (a deferred constraint): herr is then that error, marked retryable,
+// fn's failure.
 func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *record.Store, call idemkit.Call,
 	fn func(ctx context.Context, tx *gorm.DB) error) (res idemkit.Result, herr, err error) {
 	res, err = guard.Tx(ctx, gormBeginner{Store: records, db: db}, call, func(ctx context.Context, tx idemkit.TxStore) ([]byte, error) {
@@ -39,11 +41,13 @@ func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *reco
 		// REJECTED, or retryable and rolled back); anything it replaced or joined was not recorded.
 		herr = nil
 	}
-	if herr == nil && !res.Replayed && errors.Is(err, record.ErrTxAborted) {
-		// fn returned nil after ignoring a failed statement's error (PostgreSQL aborted the
-		// transaction, so its record could not follow): fn's failure, which every delivery repeats,
-		// not a store outage — counted against Options.MaxAttempts, retryable whatever
-		// IsPermanent says of it.
+	var refused *commitRefusedError
+	if herr == nil && !res.Replayed && (errors.Is(err, record.ErrTxAborted) || errors.As(err, &refused)) {
+		// fn returned nil after ignoring a failed statement's error (the database aborted or
+		// ended the transaction, so its record could not follow), or its writes broke a deferred
+		// constraint, refused at COMMIT: fn's failure, which every delivery repeats, not a store
+		// outage — counted against Options.MaxAttempts, retryable whatever IsPermanent says of it
+		// (nothing is recorded: no rejection could be replayed).
 		herr = idemkit.Retryable(err)
 	}
 	return res, herr, err
@@ -103,9 +107,28 @@ type gormTx struct {
 // Commit implements idemkit.TxStore.
 func (t *gormTx) Commit() error {
 	if err := t.tx.Commit(); err != nil {
+		if refusedData(err) {
+			return &commitRefusedError{err}
+		}
 		return fmt.Errorf("msgx: committing: %w", err)
 	}
 	return nil
+}
+
+// commitRefusedError is a COMMIT the database refused for the handler's data: the transaction rolled
+// back, and every delivery of the message fails the same way (see refusedData).
+type commitRefusedError struct{ err error }
+
+func (e *commitRefusedError) Error() string {
+	return "msgx: committing: the database refused the handler's writes (a deferred constraint): " + e.err.Error()
+}
+func (e *commitRefusedError) Unwrap() error { return e.err }
+
+// refusedData reports whether err, a COMMIT's, is PostgreSQL's refusal of a deferred constraint
+// (SQLSTATE class 23, integrity constraint violation): the server rolled the transaction back.
+func refusedData(err error) bool {
+	var e interface{ SQLState() string }
+	return errors.As(err, &e) && strings.HasPrefix(e.SQLState(), "23")
 }
 
 // Rollback implements idemkit.TxStore.
