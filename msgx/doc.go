@@ -37,8 +37,10 @@
 //	                                                      OnReject = AckRejected)
 //	key already REJECTED                      Rejected    same as above, not run   unchanged
 //	another delivery holds the key            InFlight    Retry after a delay      unchanged
-//	retryable error, panic, cancellation      Failed      Retry after backoff      FAILED (Execute) /
-//	                                                                               none (Tx: rolled back)
+//	retryable error, panic, cancellation;     Failed      Retry after backoff      FAILED (Execute) /
+//	  Tx: a failed statement's error ignored                                       none (Tx: rolled back)
+//	  (record.ErrTxAborted), a COMMIT
+//	  refusing a deferred constraint
 //	  ... at Attempt >= MaxAttempts            GaveUp      DeadLetter               as Failed
 //	store or lock unavailable, claim taken    Failed      Retry after backoff      not recorded
 //	  over (idemkit.ErrFenced), commit failed
@@ -53,7 +55,11 @@
 // A failure is Rejected or GaveUp only when the handler's error was recorded (REJECTED, FAILED): when
 // the outcome's write fails — the store unavailable, a deadline on a hung database, the claim fenced
 // — the delivery is Failed and retried, whatever the handler returned. A handler's own error that is
-// recorded is its outcome, even when it wraps one of those errors (an inner guarded call's).
+// recorded is its outcome, even when it wraps one of those errors (an inner guarded call's). In Tx
+// mode a handler that returned nil after ignoring a failed statement's error (the database aborted or
+// ended its transaction, so the record could not follow: record.ErrTxAborted), or whose writes a
+// deferred constraint refused at COMMIT, failed itself: every delivery fails the same way, so it
+// counts against Options.MaxAttempts like a retryable error.
 // Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
 // process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
 // as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to
