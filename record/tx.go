@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
@@ -292,7 +293,7 @@ type guardedPool struct {
 }
 
 func (p *guardedPool) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	if err := p.lost.check(); err != nil {
+	if err := p.refuses(query); err != nil {
 		return nil, err
 	}
 	st, err := p.ConnPool.PrepareContext(ctx, query)
@@ -300,7 +301,7 @@ func (p *guardedPool) PrepareContext(ctx context.Context, query string) (*sql.St
 }
 
 func (p *guardedPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := p.lost.check(); err != nil {
+	if err := p.refuses(query); err != nil {
 		return nil, err
 	}
 	res, err := p.ConnPool.ExecContext(ctx, query, args...)
@@ -308,7 +309,7 @@ func (p *guardedPool) ExecContext(ctx context.Context, query string, args ...any
 }
 
 func (p *guardedPool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if err := p.lost.check(); err != nil {
+	if err := p.refuses(query); err != nil {
 		return nil, err
 	}
 	rows, err := p.ConnPool.QueryContext(ctx, query, args...)
@@ -319,6 +320,52 @@ var _ gorm.Tx = (*guardedPool)(nil)
 
 func (*guardedPool) Commit() error   { return errGuardOwned }
 func (*guardedPool) Rollback() error { return errGuardOwned }
+
+// refuses returns why query must not run in the transaction: it would end it (see endsTx), or the
+// transaction is lost (see txLost). nil when it may run.
+func (p *guardedPool) refuses(query string) error {
+	if endsTx(query) {
+		return errGuardOwned
+	}
+	return p.lost.check()
+}
+
+// endsTx reports whether query is a statement that ends (or, on MySQL, implicitly commits and
+// replaces) the transaction it is sent in: COMMIT, END, ROLLBACK (not ROLLBACK TO a savepoint), ABORT,
+// BEGIN, START TRANSACTION. Sent by the business as raw SQL (tx.Exec("ROLLBACK")), the session's
+// refusal of db.Commit() and db.Rollback() would not see it: the business's writes would end apart
+// from the record, which would then commit on its own — a message acknowledged, or a request
+// answered, without its effect.
+func endsTx(query string) bool {
+	word, rest := firstWord(query)
+	switch strings.ToUpper(word) {
+	case "COMMIT", "END", "ABORT":
+		return true
+	case "BEGIN":
+		next, _ := firstWord(rest)
+		return !strings.EqualFold(next, "NOT") // MariaDB's compound statement: BEGIN NOT ATOMIC ... END
+	case "ROLLBACK":
+		next, _ := firstWord(rest)
+		if strings.EqualFold(next, "WORK") {
+			next, _ = firstWord(strings.TrimSpace(rest)[len(next):])
+		}
+		return !strings.EqualFold(next, "TO")
+	case "START":
+		next, _ := firstWord(rest)
+		return strings.EqualFold(next, "TRANSACTION")
+	}
+	return false
+}
+
+// firstWord returns the first word of s (letters only, after spaces and semicolons) and what follows it.
+func firstWord(s string) (string, string) {
+	s = strings.TrimLeft(s, " \t\r\n;")
+	i := 0
+	for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z') {
+		i++
+	}
+	return s[:i], s[i:]
+}
 
 // GetDBConn names the transaction's database handle to gorm (gorm.GetDBConnector), so that the
 // business's tx.DB() answers as in a gorm transaction of its own.
