@@ -115,7 +115,9 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 }
 
 // Sealed returns a session of the gorm transaction tx that runs its statements in tx — a nested
-// db.Transaction is a savepoint — but refuses db.Commit() and db.Rollback(): the session to hand to
+// db.Transaction is a savepoint — but refuses db.Commit() and db.Rollback(), and raw statements that
+// would end the transaction (COMMIT, ROLLBACK but not ROLLBACK TO, END, ABORT, BEGIN, START
+// TRANSACTION): the session to hand to
 // business code in a transaction whose end is not the business's to decide (the Guard's, which
 // writes the record in it first). Adapters that begin such transactions themselves use it.
 func Sealed(tx *gorm.DB) *gorm.DB { return sealed(tx, nil) }
