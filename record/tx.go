@@ -339,20 +339,20 @@ func (p *guardedPool) refuses(query string) error {
 // from the record, which would then commit on its own — a message acknowledged, or a request
 // answered, without its effect.
 func endsTx(query string) bool {
-	word, rest := firstWord(query)
-	switch strings.ToUpper(word) {
-	case "COMMIT", "END", "ABORT":
+	word, rest := firstWord(query) // compared without strings.ToUpper: every business statement passes here
+	switch {
+	case strings.EqualFold(word, "COMMIT"), strings.EqualFold(word, "END"), strings.EqualFold(word, "ABORT"):
 		return true
-	case "BEGIN":
+	case strings.EqualFold(word, "BEGIN"):
 		next, _ := firstWord(rest)
 		return !strings.EqualFold(next, "NOT") // MariaDB's compound statement: BEGIN NOT ATOMIC ... END
-	case "ROLLBACK":
-		next, _ := firstWord(rest)
+	case strings.EqualFold(word, "ROLLBACK"):
+		next, after := firstWord(rest)
 		if strings.EqualFold(next, "WORK") {
-			next, _ = firstWord(strings.TrimSpace(rest)[len(next):])
+			next, _ = firstWord(after)
 		}
 		return !strings.EqualFold(next, "TO")
-	case "START":
+	case strings.EqualFold(word, "START"):
 		next, _ := firstWord(rest)
 		return strings.EqualFold(next, "TRANSACTION")
 	}
