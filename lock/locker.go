@@ -179,13 +179,14 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 func (l *Locker) acquire(ctx context.Context, k, lockVal string, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
 		cmd := redis.NewStringCmd(ctx, "set", k, lockVal, "nx", "px", boxed(&l.lockTTL, ms), "get")
-		process := l.process
+		var err error
 		if l.batch != nil && l.big.has(k) {
 			// Its reply is long: batched, it would hold up every command waiting for the
 			// round trip to end.
-			process = l.client.Process
+			err = l.client.Process(ctx, cmd)
+		} else {
+			err = l.process(ctx, cmd) // called, not kept in a func value: no allocation
 		}
-		err := process(ctx, cmd)
 		// A Redis out of memory (maxmemory, noeviction) refuses the SET even where it would write
 		// nothing: the script below reads first, and replays a cached result all the same.
 		if !l.refused(err) && !outOfMemory(err) {
@@ -284,6 +285,9 @@ func (l *Locker) refused(err error) bool {
 // isServerError reports whether err is an error reply of the server (apart so that refused, on the
 // hot path, allocates nothing for the common nil error).
 func isServerError(err error) bool {
+	if _, ok := err.(redis.Error); ok { // as go-redis returns them, redis.Nil too: no allocation
+		return true
+	}
 	var rerr redis.Error
 	return errors.As(err, &rerr)
 }
@@ -399,11 +403,12 @@ func wrongType(err error) bool {
 func (l *Locker) fill(ctx context.Context, k string, val []byte, ms int64) ([]byte, error) {
 	if !l.scripts.Load() {
 		cmd := redis.NewStringCmd(ctx, "set", k, val, "px", boxed(&l.fillTTL, ms), "get")
-		process := l.process
+		var err error
 		if len(val) >= soloLen {
-			process = l.client.Process
+			err = l.client.Process(ctx, cmd)
+		} else {
+			err = l.process(ctx, cmd)
 		}
-		err := process(ctx, cmd)
 		if !l.refused(err) {
 			if err != nil {
 				return nil, err

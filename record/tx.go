@@ -150,8 +150,12 @@ type txLost struct{ err atomic.Pointer[error] }
 
 // saw records err when it ended the transaction, and returns it.
 func (l *txLost) saw(err error) error {
-	if l != nil && mysqlRolledBack(err) {
-		l.err.CompareAndSwap(nil, &err)
+	if err == nil || l == nil { // most calls: nothing escapes to the heap
+		return err
+	}
+	if mysqlRolledBack(err) {
+		lost := err
+		l.err.CompareAndSwap(nil, &lost)
 	}
 	return err
 }
