@@ -42,7 +42,7 @@ func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *reco
 		herr = nil
 	}
 	var refused *commitRefusedError
-	if herr == nil && !res.Replayed && (errors.Is(err, record.ErrTxAborted) || errors.As(err, &refused)) {
+	if herr == nil && err != nil && !res.Replayed && (errors.Is(err, record.ErrTxAborted) || errors.As(err, &refused)) {
 		// fn returned nil after ignoring a failed statement's error (the database aborted or
 		// ended the transaction, so its record could not follow), or its writes broke a deferred
 		// constraint, refused at COMMIT: fn's failure, which every delivery repeats, not a store
