@@ -14,7 +14,6 @@ import (
 	"github.com/idemkit/idemkit/internal/testsvc/testbroker"
 	"github.com/idemkit/idemkit/msgx"
 	"github.com/idemkit/idemkit/msgx/amqp"
-	"github.com/idemkit/idemkit/record"
 )
 
 // TestTxConcurrentCopiesOnTwoConsumers: copies of one message published several times to a quorum
@@ -24,20 +23,8 @@ import (
 func TestTxConcurrentCopiesOnTwoConsumers(t *testing.T) {
 	f := setup(t, &msgx.Options{RetryDelay: 10 * time.Millisecond}, amqp091.Table{"x-queue-type": "quorum"})
 	db := testsvc.MySQL(t, nil)
-	table := testsvc.Name("t_rec_")
-	testsvc.DropTable(t, db, table)
-	records, err := record.New(db, &record.Options{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := records.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	effects := testsvc.Name("t_eff_")
-	testsvc.DropTable(t, db, effects)
-	if err := db.Exec("CREATE TABLE " + effects + " (msg_id VARCHAR(64) NOT NULL)").Error; err != nil {
-		t.Fatal(err)
-	}
+	records, effects := testbroker.TxTables(t, db)
+	var err error
 	if f.guard, err = idemkit.New(records, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/internal/testsvc/testbroker"
 	"github.com/idemkit/idemkit/msgx"
 	"github.com/idemkit/idemkit/msgx/natsjs"
-	"github.com/idemkit/idemkit/record"
 )
 
 // TestTxIgnoredFailedStatementIsDeadLettered: end to end on JetStream and PostgreSQL, a Tx-mode
@@ -21,20 +21,8 @@ import (
 func TestTxIgnoredFailedStatementIsDeadLettered(t *testing.T) {
 	f := setup(t, nil)
 	db := testsvc.Postgres(t, nil)
-	table := testsvc.Name("t_rec_")
-	testsvc.DropTable(t, db, table)
-	records, err := record.New(db, &record.Options{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := records.CreateTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	effects := testsvc.Name("t_eff_")
-	testsvc.DropTable(t, db, effects)
-	if err := db.Exec("CREATE TABLE " + effects + " (msg_id TEXT NOT NULL)").Error; err != nil {
-		t.Fatal(err)
-	}
+	records, effects := testbroker.TxTables(t, db)
+	var err error
 	if f.guard, err = idemkit.New(records, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/record"
 )
 
 // NATSURL is the test NATS server.
@@ -93,4 +95,26 @@ func Channel(t testing.TB, conn *amqp.Connection) *amqp.Channel {
 	}
 	t.Cleanup(func() { _ = ch.Close() })
 	return ch
+}
+
+// TxTables creates on db, for a consumer's Tx-mode test, a record table and an effects table
+// (msg_id) of their own, both dropped when t ends, and returns the record Store and the effects
+// table's name.
+func TxTables(t *testing.T, db *gorm.DB) (*record.Store, string) {
+	t.Helper()
+	table := testsvc.Name("t_rec_")
+	testsvc.DropTable(t, db, table)
+	records, err := record.New(db, &record.Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := records.CreateTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	effects := testsvc.Name("t_eff_")
+	testsvc.DropTable(t, db, effects)
+	if err := db.Exec("CREATE TABLE " + effects + " (msg_id VARCHAR(64) NOT NULL)").Error; err != nil {
+		t.Fatal(err)
+	}
+	return records, effects
 }
