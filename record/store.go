@@ -144,13 +144,8 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 	switch name := db.Dialector.Name(); name {
 	case dialectMySQL:
 		cfg := mysqlConfig(db.Dialector)
-		if cfg != nil && cfg.ClientFoundRows {
-			// A duplicate under ON DUPLICATE KEY UPDATE would then report one row, like an insert, and
-			// the plain INSERT alternative deadlocks under concurrent duplicates.
-			return nil, errors.New("record: " + errClientFoundRows)
-		}
-		if cs := foreignCharset(cfg); cs != "" {
-			return nil, errors.New("record: " + errForeignCharset(cs))
+		if why := mysqlRefusal(cfg); why != "" {
+			return nil, errors.New("record: " + why)
 		}
 		prepare = cfg == nil || !cfg.InterpolateParams
 		// Multi-statement packets when the DSN allows them, or may (a dialector on an existing
@@ -255,11 +250,18 @@ func foreign(cs string) string {
 	return cs
 }
 
-// clientFoundRows reports whether a MySQL DSN sets clientFoundRows, under which rows-affected counts a
-// duplicate left unchanged by ON DUPLICATE KEY UPDATE as one row, like an insert.
-func clientFoundRows(d gorm.Dialector) bool {
-	cfg := mysqlConfig(d)
-	return cfg != nil && cfg.ClientFoundRows
+// mysqlRefusal says why the Store refuses connections of the MySQL DSN cfg, or returns "": under
+// clientFoundRows a duplicate left unchanged by ON DUPLICATE KEY UPDATE reports one row, like an
+// insert (and the plain INSERT alternative deadlocks under concurrent duplicates); in another
+// character set than utf8mb4 text reads back altered (see foreignCharset).
+func mysqlRefusal(cfg *mysql.Config) string {
+	if cfg != nil && cfg.ClientFoundRows {
+		return errClientFoundRows
+	}
+	if cs := foreignCharset(cfg); cs != "" {
+		return errForeignCharset(cs)
+	}
+	return ""
 }
 
 // Table returns the configured table name.
@@ -282,12 +284,17 @@ func (s *Store) WithTx(tx *gorm.DB) *Store {
 		b.c = errConn{errors.New("record: WithTx: nil transaction")}
 	case tx.Dialector.Name() != s.q.dialect:
 		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
-	case tx.Dialector.Name() == dialectMySQL && clientFoundRows(tx.Dialector):
-		b.c = errConn{errors.New("record: WithTx: " + errClientFoundRows)}
-	case tx.Dialector.Name() == dialectMySQL && foreignCharset(mysqlConfig(tx.Dialector)) != "":
-		b.c = errConn{errors.New("record: WithTx: " + errForeignCharset(foreignCharset(mysqlConfig(tx.Dialector))))}
 	default:
 		b.c = s.connOf(tx)
+		// A transaction of the Store's own gorm.DB shares its DSN's parsed config, checked by New:
+		// the Guard-owned Tx modes pass here on every call.
+		if tx.Dialector.Name() == dialectMySQL {
+			if cfg := mysqlConfig(tx.Dialector); cfg != nil && (s.gdb == nil || s.gdb.Dialector == nil || cfg != mysqlConfig(s.gdb.Dialector)) {
+				if why := mysqlRefusal(cfg); why != "" {
+					b.c = errConn{errors.New("record: WithTx: " + why)}
+				}
+			}
+		}
 	}
 	return b
 }
