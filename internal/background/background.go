@@ -6,34 +6,32 @@ package background
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // Limit runs such work on goroutines of its own, at most Max at once; more is dropped. The zero value
 // is not usable: set Max.
 type Limit struct {
-	Max     int32
-	running atomic.Int32
+	Max int32
 
 	mu   sync.Mutex
-	n    int           // goroutines started and not yet returned
+	n    int32         // goroutines started and not yet returned
 	idle chan struct{} // closed when n last fell to zero; nil before anything ran
 }
 
 // Go runs f on a goroutine with a context that keeps parent's values, not its cancellation, and
 // ends after d, and reports whether it did: false when Max goroutines already run.
 func (l *Limit) Go(parent context.Context, d time.Duration, f func(ctx context.Context)) bool {
-	if l.running.Add(1) > l.Max {
-		l.running.Add(-1)
+	l.mu.Lock()
+	if l.n >= l.Max {
+		l.mu.Unlock()
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
-	l.mu.Lock()
 	if l.n++; l.n == 1 {
 		l.idle = make(chan struct{})
 	}
 	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), d)
 	go func() {
 		defer l.ended()
 		defer cancel()
@@ -44,7 +42,6 @@ func (l *Limit) Go(parent context.Context, d time.Duration, f func(ctx context.C
 
 // ended notes that a goroutine started by Go returned.
 func (l *Limit) ended() {
-	l.running.Add(-1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n--; l.n == 0 {
@@ -56,7 +53,7 @@ func (l *Limit) ended() {
 func (l *Limit) Running() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.n
+	return int(l.n)
 }
 
 // Wait waits until none of the goroutines started by Go runs, or ctx ends (its error returned). Work

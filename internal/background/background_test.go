@@ -25,7 +25,7 @@ func TestLimitDropsBeyondMax(t *testing.T) {
 	close(release)
 	<-done
 	<-done
-	for l.running.Load() != 0 { // the slots free up once the goroutines return
+	for l.Running() != 0 { // the slots free up once the goroutines return
 		time.Sleep(time.Millisecond)
 	}
 	if !l.Go(context.Background(), time.Minute, func(context.Context) {}) {
@@ -66,7 +66,7 @@ func TestRetryUntilDone(t *testing.T) {
 			t.Fatalf("call %d, want %d", got, want)
 		}
 	}
-	for l.running.Load() != 0 { // it stops once f is done
+	for l.Running() != 0 { // it stops once f is done
 		time.Sleep(time.Millisecond)
 	}
 	if len(calls) != 0 {
@@ -77,7 +77,7 @@ func TestRetryUntilDone(t *testing.T) {
 func TestRetryEndsAfterD(t *testing.T) {
 	l := &Limit{Max: 1}
 	l.Retry(context.Background(), 50*time.Millisecond, func(context.Context) bool { return false })
-	for l.running.Load() != 0 {
+	for l.Running() != 0 {
 		time.Sleep(time.Millisecond)
 	}
 }
