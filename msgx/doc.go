@@ -32,7 +32,9 @@
 //	key already SUCCEEDED (a duplicate)       Duplicate   Ack, handler not run     unchanged
 //	Tx: key finished by another delivery      Duplicate   Ack, handler's writes    unchanged
 //	  while the handler ran (Rejected when                rolled back
-//	  that delivery's outcome was a rejection)
+//	  that delivery's outcome was a rejection;
+//	  also when its commit made this one's
+//	  COMMIT fail on a write conflict: Galera)
 //	idemkit.Permanent(err) / Guard classifier Rejected    DeadLetter (or Ack with  REJECTED
 //	                                                      OnReject = AckRejected)
 //	key already REJECTED                      Rejected    same as above, not run   unchanged
@@ -44,6 +46,8 @@
 //	  ... at Attempt >= MaxAttempts            GaveUp      DeadLetter               as Failed
 //	store or lock unavailable, claim taken    Failed      Retry after backoff      not recorded
 //	  over (idemkit.ErrFenced), commit failed
+//	  (Tx: a COMMIT refused on a write
+//	  conflict no record answers)
 //	no key, key invalid or too long           Poison      DeadLetter, not run      none
 //	  (or Options.Key / Fingerprint panicked)
 //	key reused with another payload           Poison      DeadLetter, not run      unchanged
@@ -103,9 +107,11 @@
 //     Keep TTL above the broker's longest redelivery horizon and the publishers' retry horizon.
 //   - Tx mode without a Locker: concurrent deliveries of one key may all run the handler; the
 //     first to commit wins, the others' record INSERT waits for it, finds the record, rolls their
-//     writes back and ends with the stored outcome (Duplicate). Nothing is applied twice, but the
-//     handler's work is wasted and a handler's own writes may still deadlock with each other (the
-//     database picks a victim: Failed, retried). A Locker (Redis) turns them away as InFlight first.
+//     writes back and ends with the stored outcome (Duplicate); on a Galera cluster, through other
+//     nodes, their COMMIT fails certification instead, and they end the same way. Nothing is
+//     applied twice, but the handler's work is wasted and a handler's own writes may still
+//     deadlock with each other (the database picks a victim: Failed, retried). A Locker (Redis)
+//     turns them away as InFlight first.
 //   - A handler runs inside the claim's lease: set idemkit Options.Lease above the handler's longest
 //     run (or use the Watchdog), and the broker's redelivery timeout (JetStream AckWait) above it too.
 //

@@ -104,10 +104,19 @@ type gormTx struct {
 	biz *gorm.DB // the handler's session of tx: it refuses Commit and Rollback (the Guard ends tx)
 }
 
-// Commit implements idemkit.TxStore.
+// Commit implements idemkit.TxStore. A COMMIT the database refused on a write conflict wraps
+// record.ErrConflict, as the record Store's own transactions' COMMIT does: on Galera, the
+// certification failure (or brute-force abort) of a duplicate delivery whose copy committed through
+// another node. Nothing of the transaction committed, and the Guard answers from the record of the
+// attempt that won (a Duplicate), or, when there is none (a conflict over the handler's other rows),
+// fails the call as a commit that did not happen: Failed, retried, not counted against
+// Options.MaxAttempts (a run again may commit; the handler did nothing every delivery repeats).
 func (t *gormTx) Commit() error {
 	if err := t.tx.Commit(); err != nil {
-		if refusedData(err) {
+		switch {
+		case record.IsConflict(err):
+			return fmt.Errorf("msgx: committing: %w: %w", record.ErrConflict, err)
+		case refusedData(err):
 			return &commitRefusedError{err}
 		}
 		return fmt.Errorf("msgx: committing: %w", err)

@@ -92,7 +92,8 @@ func wsrepCounters(t *testing.T, g *cluster.Galera) (certFailures, bfAborts int6
 // restarted and rejoins by incremental state transfer; and the same transfers through Guard.Tx,
 // whose own COMMIT fails on certification, two of the three nodes' pools allowing multi-statement
 // packets (which the record Store must not use on Galera); the error of a Guard.Tx whose COMMIT
-// failed certification; and record.Store.Migrate of a v1 table with a transaction open on it through
+// failed certification; msgx's Tx mode, one JetStream message consumed through two nodes at once,
+// one COMMIT failing certification; and record.Store.Migrate of a v1 table with a transaction open on it through
 // another node. Each storm is checked afterwards by an
 // independent conservation check on every node.
 func TestGalera(t *testing.T) {
@@ -135,6 +136,7 @@ func TestGalera(t *testing.T) {
 
 	t.Run("MigrateV1ToV2", func(t *testing.T) { testGaleraMigrate(t, g) })
 	t.Run("GuardTxCommitConflict", func(t *testing.T) { testGaleraCommitConflict(t, g) })
+	t.Run("MsgxTxCommitConflict", func(t *testing.T) { testGaleraMsgxCommitConflict(t, g) })
 	t.Run("TxStormNodeKilled", func(t *testing.T) { testGaleraTxStorm(t, g, sc, false) })
 	t.Run("GuardTxStorm", func(t *testing.T) { testGaleraTxStorm(t, g, sc, true) })
 	t.Run("SurvivorStalledAfterKill", func(t *testing.T) { testGaleraSurvivorStalled(t, g) })
