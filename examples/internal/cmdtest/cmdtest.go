@@ -1,0 +1,71 @@
+// Package cmdtest tests an example's command line as a newcomer meets it: the test binary runs the
+// example's own main function in a child process, with the arguments given, and the test reads its
+// exit code and output. main runs for real — flag parsing, os.Exit and all — so a flag the example
+// ignores shows up as the example running instead of refusing it.
+//
+// A test file of the example calls [Main] from TestMain and [Run] from a test:
+//
+//	func TestMain(m *testing.M) { cmdtest.Main(m, main) }
+//
+//	res := cmdtest.Run(t, "-h")
+package cmdtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// envMain, set to "1", makes a test binary run the example's main instead of its tests.
+const envMain = "IDEMKIT_EXAMPLE_MAIN"
+
+// Timeout bounds a child run of [Run]: an example that runs its whole tour instead of refusing its
+// command line must not hold the test for ever.
+const Timeout = 3 * time.Minute
+
+// Main runs main, the example's main function, when the test binary was started by [Run], and the
+// tests (m.Run) otherwise. It does not return. Call it from the example's TestMain.
+func Main(m *testing.M, main func()) {
+	if os.Getenv(envMain) == "1" {
+		main()
+		os.Exit(0) // main returned: exit 0, as the program would
+	}
+	os.Exit(m.Run())
+}
+
+// Result is what a child run of the example's main did.
+type Result struct {
+	Code           int // the exit code
+	Stdout, Stderr string
+}
+
+// Run runs the example's main in a child process with args as its command line (os.Args[1:]) and
+// returns its exit code and output. It fails t when the child could not be started or did not end
+// within [Timeout].
+func Run(t *testing.T, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	// The arguments follow the binary's name unchanged: the testing package parses the command line
+	// only in m.Run, which the child never reaches.
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envMain+"=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := Result{Stdout: stdout.String(), Stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("%q did not end within %s\nstdout:\n%s\nstderr:\n%s", args, Timeout, res.Stdout, res.Stderr)
+	case errors.As(err, &exit):
+		res.Code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("run %q: %v", args, err)
+	}
+	return res
+}
