@@ -4,6 +4,7 @@
 //
 //	go run ./examples/amqp-consumer                    # RabbitMQ 127.0.0.1:5672, MariaDB 127.0.0.1:3306, Redis 127.0.0.1:6379
 //	go run ./examples/amqp-consumer -n 200 -workers 8 -keep
+//	go run ./examples/amqp-consumer -h                 # the flags; any argument or bad value is refused (exit 2)
 //
 // The database is idemkit_test, which must exist: ./scripts/services.sh creates it, or run
 // mysql -uroot -e 'CREATE DATABASE idemkit_test', or name another with -mysql.
@@ -20,6 +21,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,16 +45,42 @@ type Config struct {
 }
 
 func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `Usage: go run ./examples/amqp-consumer [flags]
+
+Publishes payments to a RabbitMQ quorum queue (a third of them twice with the same message-id, one
+without an id, one invalid) and consumes them with msgx in Tx mode, each payment crediting an
+account in MariaDB once. It prints what happened and exits 0 when every payment took effect exactly
+once, 1 otherwise. It needs RabbitMQ, MariaDB (the database must exist: mysql -uroot -e 'CREATE
+DATABASE idemkit_test') and, unless -redis "", Redis. The queues, the exchange and the tables it
+creates are removed at the end unless -keep.
+
+Flags:
+`
+
+// cli is main with its command line (without the program name) and its output given, returning the
+// exit code: 0 after -h or a run whose checks held, 2 for a command line it refuses, 1 otherwise.
+func cli(args []string, stdout, stderr io.Writer) int {
 	var c Config
-	flag.StringVar(&c.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ server")
-	c.RegisterFlags(flag.CommandLine, "keep the queues, the exchange and the tables")
-	flag.Parse()
+	fs := flag.NewFlagSet("amqp-consumer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ server")
+	c.RegisterFlags(fs, "keep the queues, the exchange and the tables")
+	if err := c.Parse(fs, args, usage); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2 // Parse printed why, and the usage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := Run(ctx, c, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "amqp-consumer:", err)
-		os.Exit(1)
+	if err := Run(ctx, c, stdout); err != nil {
+		fmt.Fprintln(stderr, "amqp-consumer:", err)
+		return 1
 	}
+	return 0
 }
 
 // Run runs the example and returns an error when something failed or a check did not hold.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +40,41 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, keepUsage string) {
 	fs.IntVar(&c.N, "n", 60, "payments to publish")
 	fs.IntVar(&c.Workers, "workers", 4, "messages handled at once")
 	fs.BoolVar(&c.Keep, "keep", false, keepUsage)
+}
+
+// Parse parses args, a command line without the program's name, with fs, whose flags include c's
+// ([Config.RegisterFlags]) and whose errors and usage go to fs.Output(), and checks what c received:
+// no argument may follow the flags, -n and -workers must be at least 1 and -redis, when set, must be
+// host:port. usage heads the flags' list that -h and every refusal print. Parse returns
+// flag.ErrHelp after -h (exit 0), and any other error for a command line it refused (exit 2),
+// having printed the error and the usage.
+func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err // printed by fs, with the usage
+	}
+	var err error
+	switch {
+	case fs.NArg() > 0:
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case c.N < 1:
+		err = fmt.Errorf("-n %d: the run publishes at least one payment", c.N)
+	case c.Workers < 1:
+		err = fmt.Errorf("-workers %d: at least one worker handles the messages", c.Workers)
+	case c.Redis != "":
+		// A malformed address would not fail the run: the Guard fails open, and runs without a lock.
+		if host, port, serr := net.SplitHostPort(c.Redis); serr != nil || host == "" || port == "" {
+			err = fmt.Errorf("-redis %q: want host:port, or \"\" for no Redis", c.Redis)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "%v\n\n", err)
+		fs.Usage()
+	}
+	return err
 }
 
 // errInvalidAmount rejects a payment whose amount is not positive.
