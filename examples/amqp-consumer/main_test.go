@@ -13,7 +13,7 @@ import (
 
 // TestExample runs the example end to end against this machine's RabbitMQ, MariaDB and Redis.
 func TestExample(t *testing.T) {
-	testbroker.NATS(t)    // fail or skip when NATS is missing
+	testbroker.AMQP(t)    // fail or skip when RabbitMQ is missing
 	testsvc.MySQL(t, nil) // ... MariaDB, creating idemkit_test
 	testsvc.Redis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
