@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,8 +61,10 @@ func (b *Branches) judge(ev *Event, err error) verdict {
 		return verdict{status: http.StatusTooEarly, result: resultOngoing, retryAfter: inflight.RetryAfter}
 	case errors.Is(err, idemkit.ErrInFlight):
 		return verdict{status: http.StatusTooEarly, result: resultOngoing}
-	case errors.Is(err, barrier.ErrInvalidBranch), errors.Is(err, ErrWrongOp):
+	case errors.Is(err, ErrWrongOp):
 		return verdict{status: http.StatusBadRequest}
+	case errors.Is(err, barrier.ErrInvalidBranch):
+		return invalidBranch(ev)
 	case errors.Is(err, dtmimp.ErrFailure):
 		return failure()
 	case errors.Is(err, dtmimp.ErrOngoing):
@@ -73,6 +76,35 @@ func (b *Branches) judge(ev *Event, err error) verdict {
 		return failure()
 	default:
 		return verdict{status: http.StatusInternalServerError}
+	}
+}
+
+// invalidBranch is the answer to a branch the barrier cannot store (barrier.ErrInvalidBranch): a gid
+// longer than 128 characters, say, which DTM v1.19 takes from an initiator that does not check it (its
+// default store, boltdb, has no limit) and sends to every branch. DTM sends a transaction's fields
+// unchanged on every call, so every call of the branch is refused alike, and:
+//   - an op that may fail (MayFail) answers 409 FAILURE: nothing ran; the saga rolls back, the TCC
+//     aborts;
+//   - a compensating op (compensate, cancel, rollback) answers 200: the op it undoes was refused too,
+//     so it has nothing to undo, as the barrier decides for a compensation whose op left no row in its
+//     table. A late action is refused in turn;
+//   - any other op DTM sends (a confirm, a commit, the action of a msg transaction) must take effect
+//     and cannot, nor fail: 400, retried by DTM until an operator steps in, logged at error level.
+//
+// A call whose query lacks a field was not sent by DTM as it stands (a proxy dropping the query
+// string, a request made by hand): nothing says what it belongs to, and it answers 400.
+func invalidBranch(ev *Event) verdict {
+	switch {
+	case ev.TransType == "" || ev.GID == "" || ev.BranchID == "" || ev.Op == "":
+		return verdict{status: http.StatusBadRequest}
+	case MayFail(ev.TransType, ev.Op):
+		return verdict{status: http.StatusConflict, result: resultFailure}
+	case barrier.OriginOp(ev.Op) != "":
+		return verdict{status: http.StatusOK, result: resultSuccess}
+	case slices.Contains(servedOps, ev.Op):
+		return verdict{status: http.StatusBadRequest, stuck: true}
+	default:
+		return verdict{status: http.StatusBadRequest}
 	}
 }
 
@@ -95,8 +127,14 @@ func (b *Branches) answer(w http.ResponseWriter, r *http.Request, ev *Event, sta
 	ctx := r.Context()
 	attrs := branchAttrs(ev)
 	switch {
+	case v.stuck && errors.Is(err, barrier.ErrInvalidBranch):
+		b.opts.Logger.ErrorContext(ctx, "dtmhttp: invalid branch: a "+ev.Op+" can neither run nor fail; DTM retries it until it succeeds", attrs...)
 	case v.stuck:
 		b.opts.Logger.ErrorContext(ctx, "dtmhttp: a "+ev.Op+" must not fail permanently; DTM retries it until it succeeds", attrs...)
+	case errors.Is(err, barrier.ErrInvalidBranch) && v.status == http.StatusOK:
+		b.opts.Logger.WarnContext(ctx, "dtmhttp: invalid branch: its "+ev.Op+" has nothing to undo, answered as a null compensation", attrs...)
+	case errors.Is(err, barrier.ErrInvalidBranch) && v.status == http.StatusConflict:
+		b.opts.Logger.WarnContext(ctx, "dtmhttp: invalid branch: its "+ev.Op+" is refused as a permanent failure", attrs...)
 	case v.status >= http.StatusInternalServerError || v.status == http.StatusBadRequest:
 		b.opts.Logger.WarnContext(ctx, "dtmhttp: branch call failed", attrs...)
 	default:

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dtm-labs/client/dtmcli/dtmimp"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/internal/background"
@@ -79,14 +81,17 @@ type Options struct {
 
 // Event describes one answered branch call, for [Options.Observe].
 type Event struct {
-	// TransType, GID, BranchID and Op identify the call; empty when the query string lacked them.
+	// TransType, GID, BranchID and Op identify the call, as its query string gave them (also when
+	// they were refused: barrier.ErrInvalidBranch); empty when it lacked them.
 	TransType, GID, BranchID, Op string
 	// Outcome is the barrier's decision, or 0 when the business did not reach the barrier (in flight,
 	// malformed request, panic) or reported none.
 	Outcome barrier.Outcome
 	// Status is the HTTP status answered.
 	Status int
-	// Err is why the call did not succeed (nil for 200).
+	// Err is why the call did not succeed: nil for 200, except for the 200 of a compensating op of a
+	// branch the barrier cannot store, which carries why it was refused (see the package
+	// documentation).
 	Err error
 	// Duration is the time from the start of the request's handling to the answer.
 	Duration time.Duration
@@ -185,6 +190,10 @@ func (b *Branches) serve(w http.ResponseWriter, r *http.Request, op string, run 
 	start := time.Now()
 	br, err := barrier.FromRequest(r)
 	if err != nil {
+		// The fields as barrier.FromQuery read them: the answer to an invalid branch depends on its op.
+		q := r.URL.Query()
+		ev.TransType, ev.GID = dtmimp.EscapeGet(q, "trans_type"), dtmimp.EscapeGet(q, "gid")
+		ev.BranchID, ev.Op = dtmimp.EscapeGet(q, "branch_id"), dtmimp.EscapeGet(q, "op")
 		b.answer(w, r, ev, start, err)
 		return
 	}

@@ -28,8 +28,10 @@
 //	permanent failure of any other op (see below)          500     {"message":...}
 //	infrastructure error (database, Redis, lock)           500     {"message":...}
 //	panic in the business                                  500     {"message":"..."}, then the panic goes on
-//	no or invalid branch in the query, or an op the        400     {"message":...}
-//	  handler does not serve
+//	no branch in the query (a field missing), or an op     400     {"message":...}
+//	  the handler does not serve
+//	a branch the barrier cannot store (a gid over 128      409 / 200 / 400, by op: see below
+//	  characters, ...: barrier.ErrInvalidBranch)
 //
 // Errors are matched with errors.Is, so wrapped ones count: a business written for dtmcli that returns
 // fmt.Errorf("...: %w", dtmcli.ErrFailure) or dtmcli.ErrOngoing is answered as dtmcli.Result2HttpJSON
@@ -50,6 +52,22 @@
 // rollback to trigger), logs it at error level on [Options.Logger] and reports it to [Options.Observe];
 // DTM keeps retrying with backoff until the business is fixed. A malformed payload of such an op is
 // handled the same way once the barrier lets the call through (see "Malformed payloads").
+//
+// # Branches the barrier cannot store
+//
+// DTM v1.19 takes a gid longer than the barrier table's 128 characters from an initiator that does
+// not check it (dtmcli, a client in another language; saga and tcc choose valid gids) on its default
+// store, boltdb, and calls every branch with it; barrier.NewBranch refuses such a branch (also one
+// whose branch_id is too long, or whose fields are not valid UTF-8), before the lock, the payload or
+// the business. DTM sends the same fields on every call, so every call of the branch is refused
+// alike, and the answer depends on the op. An op that may fail answers 409 FAILURE, with nothing
+// run: the saga rolls back, the TCC aborts. A compensate, cancel or rollback answers 200: the op it
+// undoes was refused the same way and has nothing to undo — the barrier's own decision for a
+// compensation whose op left no row in its table. A confirm, a commit or the action of a msg
+// transaction must take effect and cannot, nor fail: it answers 400 and is logged at error level,
+// and DTM retries it until an operator steps in (only an initiator that got a refused try's 409 and
+// did not abort, or a branch served elsewhere, leads there). Every one of these answers is logged, at
+// warning level at least.
 //
 // # Malformed payloads
 //
