@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/idemkit/idemkit/examples/internal/cmdtest"
+	"github.com/idemkit/idemkit/internal/dtmserver"
+	"github.com/idemkit/idemkit/internal/testsvc"
 )
 
 func TestMain(m *testing.M) { cmdtest.Main(m, main) }
@@ -31,5 +35,28 @@ func TestCommandLine(t *testing.T) {
 				t.Errorf("exit %d, want %d with %q on stderr and nothing started; stdout:\n%s\nstderr:\n%s", res.Code, tc.code, tc.stderr, res.Stdout, res.Stderr)
 			}
 		})
+	}
+}
+
+// TestInterruptCleansUp: Ctrl-C during the tour killed the program where it stood, leaving its SQLite
+// files and the DTM server's store in their temporary directories. It ends the tour now, removes both
+// and exits 130, as the order-pay-inventory tour does.
+func TestInterruptCleansUp(t *testing.T) {
+	if _, err := dtmserver.Build(context.Background(), nil); err != nil {
+		testsvc.Unavailable(t, "DTM server", err)
+	}
+	tmp := t.TempDir()
+	res := cmdtest.Interrupt(t, "4. a publisher commits its order", []string{"TMPDIR=" + tmp})
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	if res.Code != 130 || len(names) > 0 || !strings.Contains(res.Stderr, "interrupted") {
+		t.Errorf("interrupted: exit %d, want 130 saying so, and left %q in its temporary directory, want nothing; stdout:\n%s\nstderr:\n%s",
+			res.Code, names, res.Stdout, res.Stderr)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/dtmserver"
@@ -34,7 +36,8 @@ with its local transaction, once per client key, and shows each documented case 
 replayed, a local transaction that fails, a publisher that dies before or after its commit). It
 builds a DTM server on first use (a few minutes, then cached; IDEMKIT_DTM_BIN names a ready binary
 instead) and runs it as a child process; its data are SQLite files in a temporary directory. It
-exits 0 when every step behaved as documented, 1 otherwise. It takes no flags or arguments.
+exits 0 when every step behaved as documented, 1 otherwise, 130 when interrupted (Ctrl-C), having
+removed its files and stopped the DTM server. It takes no flags or arguments.
 `
 
 // cli is main with its command line (without the program name) and its output given, returning the
@@ -53,18 +56,27 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "unexpected argument %q\n\n%s", fs.Arg(0), usage)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// Ctrl-C ends the tour: its temporary files and the DTM server go with it.
+	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(interrupted, 20*time.Minute)
 	defer cancel()
-	fmt.Fprintln(stdout, "Starting a DTM server (built on first use: a few minutes, then cached)...")
-	srv, err := dtmserver.Start(ctx, &dtmserver.Options{BuildProgress: stderr})
-	if err != nil {
+	fail := func(err error) int {
+		if interrupted.Err() != nil {
+			fmt.Fprintln(stderr, "dtm-msg: interrupted")
+			return 130
+		}
 		fmt.Fprintln(stderr, "dtm-msg:", err)
 		return 1
 	}
+	fmt.Fprintln(stdout, "Starting a DTM server (built on first use: a few minutes, then cached)...")
+	srv, err := dtmserver.Start(ctx, &dtmserver.Options{BuildProgress: stderr})
+	if err != nil {
+		return fail(err)
+	}
 	defer srv.Stop()
 	if err := run(ctx, srv.URL(), stdout); err != nil {
-		fmt.Fprintln(stderr, "dtm-msg:", err)
-		return 1
+		return fail(err)
 	}
 	return 0
 }

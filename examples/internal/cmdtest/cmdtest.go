@@ -11,11 +11,13 @@
 package cmdtest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,6 +43,47 @@ func Main(m *testing.M, main func()) {
 type Result struct {
 	Code           int // the exit code
 	Stdout, Stderr string
+}
+
+// Interrupt runs the example's main in a child process like [Run], with env added to its
+// environment, sends it SIGINT (Ctrl-C) once a line of its stdout contains after, and returns what it
+// did. It fails t when after never appeared.
+func Interrupt(t *testing.T, after string, env []string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), envMain+"=1"), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("run %q: %v", args, err)
+	}
+	var stdout strings.Builder
+	sc := bufio.NewScanner(out)
+	sent := false
+	for sc.Scan() {
+		stdout.WriteString(sc.Text() + "\n")
+		if !sent && strings.Contains(sc.Text(), after) {
+			sent = true
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Errorf("interrupt: %v", err)
+			}
+		}
+	}
+	err = cmd.Wait()
+	res := Result{Code: cmd.ProcessState.ExitCode(), Stdout: stdout.String(), Stderr: stderr.String()}
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("%q did not end within %s\nstdout:\n%s\nstderr:\n%s", args, Timeout, res.Stdout, res.Stderr)
+	case !sent:
+		t.Fatalf("%q never printed %q (%v)\nstdout:\n%s\nstderr:\n%s", args, after, err, res.Stdout, res.Stderr)
+	}
+	return res
 }
 
 // Run runs the example's main in a child process with args as its command line (os.Args[1:]) and
