@@ -620,8 +620,12 @@ func (cl *Claim) releaseLock(ctx context.Context, result []byte, ttl time.Durati
 // as time passes (it ends at until, where the first release's would have), so it never outlives its
 // record, and once none is left only the lock is released. At most maxWatches run at once per Guard.
 func (cl *Claim) retryRelease(result []byte, until time.Time) {
-	g, key, token := cl.g, cl.id.lockKey, cl.token
-	g.retries.Retry(cl.ctx, g.opts.FinishTimeout, func(ctx context.Context) bool {
+	cl.g.retryRelease(cl.ctx, cl.id.lockKey, cl.token, result, until)
+}
+
+// retryRelease is Claim.retryRelease for the lock key held by token, with ctx's values.
+func (g *Guard) retryRelease(ctx context.Context, key, token string, result []byte, until time.Time) {
+	g.retries.Retry(ctx, g.opts.FinishTimeout, func(ctx context.Context) bool {
 		res, left := result, until.Sub(g.opts.Now())
 		if left <= 0 {
 			res = nil

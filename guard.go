@@ -576,38 +576,114 @@ func (cl *Claim) rerun(err error) bool {
 // does not run on any of them, each is released whether or not the caller left — a mark, which has no
 // lease, would otherwise refuse every retry as a duplicate until it expired — and, for a caller still
 // waiting, a first time before the call answers (that look bounded by Options.FinishTimeout).
+//
+// The call's lock, when it holds one, goes to the watch until a look of the watch has seen that no
+// claim of the call stands (released, never landed, or the record another's) or the watch ends:
+// released as the call answers, it let a retry in before the watch's next look, and a retry meeting
+// the call's mark — SUCCEEDED from its write on — got ErrDuplicate, final, for a function that never
+// ran. It is in flight instead, retryable. The watch renews the lock every third of LockTTL between
+// its looks (a look that hangs longer lets it lapse).
 func (cl *Claim) abandoned(prev *Version, late *Record) {
 	g := cl.g
 	if cl.callerTx {
 		return
 	}
-	release := cl.releaser(prev, late)
+	look := cl.releaser(prev, late)
 	watches := &g.watches
 	if cl.ctx.Err() == nil && late == nil {
 		watches = &g.failed
 	}
+	hold := cl.locked
 	if cl.ctx.Err() == nil {
 		// Released before the caller, still waiting, hears of the failure: its retry, however soon,
 		// finds the key free (a mark still standing would answer it ErrDuplicate, for good).
 		ctx, cancel := context.WithTimeout(cl.ctx, g.opts.FinishTimeout)
-		over := release(ctx)
+		over, free := look(ctx)
 		cancel()
 		if over {
 			return
 		}
+		hold = hold && !free
 	}
-	watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
-		for wait := 10 * time.Millisecond; !release(ctx); wait = min(2*wait, time.Second) {
-			if !background.Sleep(ctx, wait) {
+	var held *heldLock
+	if hold {
+		held = &heldLock{g: g, key: cl.id.lockKey, token: cl.token}
+	}
+	started := watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
+		defer held.release(ctx)
+		next, wait := time.Now(), 10*time.Millisecond // the next look, and the pause after it
+		for {
+			if !time.Now().Before(next) {
+				over, free := look(ctx)
+				if free {
+					held.release(ctx)
+				}
+				if over {
+					return
+				}
+				next, wait = time.Now().Add(wait), min(2*wait, time.Second)
+			}
+			if !background.Sleep(ctx, min(time.Until(next), held.renew(ctx))) {
 				return
 			}
 		}
 	})
+	if started && hold {
+		cl.locked = false // the watch's to release now
+	}
+}
+
+// heldLock is a call's lock that an abandoned-claim watch holds (see Claim.abandoned). Its methods do
+// nothing on a nil heldLock (the call held no lock, or the watch need not keep it). It is used by the
+// watch's goroutine only.
+type heldLock struct {
+	g          *Guard
+	key, token string
+	renewed    time.Time // when the watch last renewed it; zero before the first renewal
+	gone       bool      // released, or found no longer held
+}
+
+// renew extends the lock to LockTTL when a third of that has passed since the watch last did (the
+// first time at once: the lock was taken before the claim's write, which may have taken long), and
+// returns how long until it is due again (maxWatch when the watch holds no lock).
+func (h *heldLock) renew(ctx context.Context) time.Duration {
+	if h == nil || h.gone {
+		return maxWatch
+	}
+	period := h.g.opts.LockTTL / 3
+	if !h.renewed.IsZero() && time.Since(h.renewed) < period {
+		return period - time.Since(h.renewed)
+	}
+	err := h.g.opts.Locker.Refresh(ctx, h.key, h.token, h.g.opts.LockTTL)
+	switch {
+	case err == nil:
+		h.renewed = time.Now()
+	case errors.Is(err, ErrLockNotHeld):
+		h.gone = true // expired, or taken since: nothing to keep
+		return maxWatch
+	}
+	return period // renewed, or Redis failed: again a period from now
+}
+
+// release releases the lock, once, on a context that survives ctx's end, bounded by FinishTimeout; a
+// release that fails is tried again as a finished call's is (see Claim.retryRelease).
+func (h *heldLock) release(ctx context.Context) {
+	if h == nil || h.gone {
+		return
+	}
+	h.gone = true
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.g.opts.FinishTimeout)
+	defer cancel()
+	if err := h.g.opts.Locker.Release(rctx, h.key, h.token, nil, 0); err != nil && !errors.Is(err, ErrLockNotHeld) {
+		h.g.retryRelease(ctx, h.key, h.token, nil, time.Time{})
+	}
 }
 
 // releaser returns one look of abandoned's watch (prev and late as there) at the claim as it is now,
-// which releases it when it is still the claim's and reports whether the watch is over.
-func (cl *Claim) releaser(prev *Version, late *Record) func(ctx context.Context) (over bool) {
+// which releases it when it is still the claim's. It reports whether the watch is over, and whether
+// no claim of the call stands as the look found the record (released by it, absent, another's): a
+// look that could not read the record, or failed to release the claim it found, is not free.
+func (cl *Claim) releaser(prev *Version, late *Record) func(ctx context.Context) (over, free bool) {
 	g, st, mine := cl.g, cl.st, cl.rec
 	why := "idemkit: the caller left before its claim was written"
 	if cl.ctx.Err() == nil {
@@ -616,7 +692,7 @@ func (cl *Claim) releaser(prev *Version, late *Record) func(ctx context.Context)
 	if late != nil {
 		why = "idemkit: the claim was written late and could not be made again; its function did not run"
 	}
-	return func(ctx context.Context) bool {
+	return func(ctx context.Context) (over, free bool) {
 		cur, err := st.Get(ctx, mine.Scope, mine.Key)
 		switch {
 		case err == nil && (cur.Version() == mine.Version() || late != nil && cur.Version() == late.Version()):
@@ -626,14 +702,15 @@ func (cl *Claim) releaser(prev *Version, late *Record) func(ctx context.Context)
 			// Fenced on the late claim: it was made again in between, release that one; failed (the
 			// Store that failed the claim's write): try again.
 			err := st.Update(ctx, &next, cur.Version())
-			return err == nil || errors.Is(err, ErrFenced) && cur.Version() == mine.Version()
+			over = err == nil || errors.Is(err, ErrFenced) && cur.Version() == mine.Version()
+			return over, over
 		case err == nil && prev != nil && cur.Version() != *prev:
 			// The takeover is conditional on prev, which is gone for good (fences only grow,
 			// owners are never reused). An insert can still land once another record is deleted
 			// (the sweeper's DELETE it waited behind): it is watched until the end.
-			return true
+			return true, true
 		}
-		return false
+		return false, err == nil || errors.Is(err, ErrNotFound)
 	}
 }
 
