@@ -393,6 +393,21 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			}
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "reading record", err))
 		}
+		if cur.Version() == rec.Version() {
+			// The call's own claim (the owner token is this attempt's): a Store that retried its
+			// write after a lost reply met it — ErrExists for the insert, ErrFenced for the takeover
+			// that restarted here. It landed: as written, the call goes on with it.
+			cl.ev.Conflict = false
+			*rec = *cur
+			if again, err := cl.landed(attempt); again {
+				cl.restart(c)
+				continue
+			} else if err != nil {
+				return cl.notLanded(err)
+			}
+			cl.claimed()
+			return cl, Result{}, nil
+		}
 		now = g.opts.Now()
 		if v := judge(cur, c.Fingerprint, mode, now); v != verdictTakeover {
 			return cl.met(v, cur, c)

@@ -699,6 +699,12 @@ func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error)
 		if err != nil {
 			return nil, err
 		}
+		if cur.Version() == rec.Version() {
+			// The call's own record (the owner token is this attempt's): a Store that retried its
+			// write after a lost reply met it. Written.
+			cl.ev.Conflict = false
+			return nil, nil
+		}
 		if attempt >= 2 {
 			return nil, &InFlightError{RetryAfter: g.opts.Lease}
 		}
