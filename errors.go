@@ -70,7 +70,8 @@ type InFlightError struct {
 	// Holder is the token the key is held with, when the Locker tells it (both of idemkit's do, from
 	// Acquire): the Guard reads from it whether the holder runs another payload (from the record
 	// when the token carries no fingerprint hash), and answers ErrPayloadMismatch then rather than in
-	// flight.
+	// flight (in the Tx modes, whose records are written at commit, only when a record binds the key
+	// to another payload).
 	Holder string
 }
 

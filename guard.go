@@ -232,6 +232,14 @@ func judge(cur *Record, fingerprint string, mode Mode, now time.Time) verdict {
 // the attempt that mismatches — it is about to be told so — and the call is in flight, not refused.
 // Either way a read that fails tells nothing: in flight. Only a call with a fingerprint reads, and
 // only when the Locker names a holder without a hash or with another payload's.
+//
+// In the Tx modes (mode.atCommit) only a record that binds the key to another payload is a mismatch:
+// their records are written at commit, so no record — or one the holder's takeover would replace —
+// says nothing of which payload the key is going to be bound to. The holder has written nothing yet,
+// and an earlier attempt of this call's payload may be running uncommitted (one that outlived LockTTL
+// without a watchdog, whose retry this call may be): whichever commits first binds the key, and a
+// 422 here, final, would refuse the key's own payload should that attempt win. In flight, retryable:
+// the retry meets the record.
 func (cl *Claim) heldForOtherPayload(holder, fingerprint string) bool {
 	other, known := holderOtherPayload(holder, fingerprint)
 	if known && !other || fingerprint == "" || holder == "" {
@@ -239,14 +247,15 @@ func (cl *Claim) heldForOtherPayload(holder, fingerprint string) bool {
 	}
 	cur, err := cl.readOutside()
 	if err != nil {
-		// No record: the holder writes the key's first, for its payload. One that could not be read
-		// tells nothing — the token says only that the holder's payload is not this call's, not which
-		// of the two the key is bound to —: in flight, retryable, rather than a final mismatch.
-		return other && errors.Is(err, ErrNotFound)
+		// No record: the holder writes the key's first, for its payload (not so in the Tx modes,
+		// see above). One that could not be read tells nothing — the token says only that the
+		// holder's payload is not this call's, not which of the two the key is bound to —: in
+		// flight, retryable, rather than a final mismatch.
+		return other && errors.Is(err, ErrNotFound) && !cl.mode.atCommit()
 	}
 	now := cl.g.opts.Now()
 	v := judge(cur, fingerprint, cl.mode, now)
-	if known {
+	if known && !cl.mode.atCommit() {
 		// The holder's payload binds the key when it takes the record over: expired, or one bound to
 		// no payload yet.
 		return v == verdictMismatch || v == verdictTakeover && (cur.Expired(now) || cur.Fingerprint == "")

@@ -22,6 +22,10 @@ const (
 // marks reports whether m only marks keys (no stored result).
 func (m Mode) marks() bool { return m == ModeMark || m == ModeMarkTx }
 
+// atCommit reports whether m writes its record in a transaction (the Tx modes): a record read outside
+// it shows nothing of an attempt in flight until that attempt commits.
+func (m Mode) atCommit() bool { return m == ModeTx || m == ModeMarkTx }
+
 func (m Mode) String() string {
 	switch m {
 	case ModeExecute:
