@@ -56,6 +56,7 @@ func Example_prometheus() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer obs.Close() // unregisters the claims callback from the provider
 	guard, err := idemkit.New(store, &idemkit.Options{Observer: obs})
 	if err != nil {
 		log.Fatal(err)

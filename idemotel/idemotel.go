@@ -7,6 +7,7 @@
 //	obs, err := idemotel.New(&idemotel.Options{TracerProvider: tp, MeterProvider: mp})
 //	guard, err := idemkit.New(store, &idemkit.Options{Observer: obs})
 //	sweeper, err := sweep.New(opts, obs.Tasks(sweep.RecordTasks(store)...)...)
+//	defer obs.Close() // unregisters the claims callback (Options.Claims) from the MeterProvider
 //
 // # Metrics
 //
@@ -108,9 +109,11 @@ type ClaimStats struct {
 	Oldest time.Duration
 }
 
-// Observer is an [idemkit.Observer] on OpenTelemetry. It is safe for concurrent use.
+// Observer is an [idemkit.Observer] on OpenTelemetry. It is safe for concurrent use. One given
+// Options.Claims holds a callback registered with the MeterProvider until [Observer.Close].
 type Observer struct {
 	tracer     trace.Tracer
+	claims     metric.Registration // the claims gauges' callback; nil without Options.Claims
 	scopes     scopeSet
 	calls      metric.Int64Counter
 	newKeys    metric.Int64Counter
@@ -185,9 +188,26 @@ func New(opts *Options) (*Observer, error) {
 		errs = append(errs, obs.registerClaims(m, o.Claims, cmp.Or(o.ClaimsTimeout, DefaultClaimsTimeout)))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("idemotel: creating instruments: %w", err)
+		return nil, errors.Join(fmt.Errorf("idemotel: creating instruments: %w", err), obs.Close())
 	}
 	return obs, nil
+}
+
+// Close unregisters the callback that reads Options.Claims at every metrics collection: the
+// MeterProvider holds it, and with it the Observer and what Claims reads, until then, whether or not
+// the Observer is still used — close an Observer that is dropped before its MeterProvider shuts down
+// (one per test, per tenant). After Close the claims gauges are no longer reported by this Observer (a
+// collection already running may still read Claims once); its other instruments and its spans keep
+// working for a Guard that still uses it. Close returns the MeterProvider's error, if any; calling it
+// again, or on an Observer without Claims, does nothing. It is safe for concurrent use.
+func (o *Observer) Close() error {
+	if o.claims == nil {
+		return nil
+	}
+	if err := o.claims.Unregister(); err != nil { // idempotent, by the metric API's contract
+		return fmt.Errorf("idemotel: unregistering the claims callback: %w", err)
+	}
+	return nil
 }
 
 // registerClaims creates the gauges of PROCESSING records and their callback, which reads them within
@@ -202,7 +222,7 @@ func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err
 	}
-	_, err := m.RegisterCallback(func(ctx context.Context, ob metric.Observer) error {
+	reg, err := m.RegisterCallback(func(ctx context.Context, ob metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		stats, err := read(ctx)
@@ -233,6 +253,7 @@ func (o *Observer) registerClaims(m metric.Meter, read func(context.Context) ([]
 		}
 		return nil
 	}, processing, stuck, oldest)
+	o.claims = reg
 	return err
 }
 

@@ -662,3 +662,66 @@ func TestNegativeClaimsTimeoutIsRefused(t *testing.T) {
 		t.Fatalf("New with a negative ClaimsTimeout: %v, want an error naming it", err)
 	}
 }
+
+// TestCloseUnregistersTheClaimsCallback: an Observer given Claims registers a callback with the
+// MeterProvider that nothing unregistered: an Observer dropped (one per test, per tenant) went on being
+// read at every collection, reporting the gauges of state nobody watched any more, one more callback
+// per Observer created. Close unregisters it; the Observer's other instruments keep working.
+func TestCloseUnregistersTheClaimsCallback(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	reads := map[string]int{}
+	observer := func(scope string) *idemotel.Observer {
+		obs, err := idemotel.New(&idemotel.Options{MeterProvider: mp, Claims: func(context.Context) ([]idemotel.ClaimStats, error) {
+			reads[scope]++
+			return []idemotel.ClaimStats{{Scope: scope, Processing: 1}}, nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obs
+	}
+	dropped := observer("dropped")
+	observer("kept") // another Observer on the provider, left open
+	if got := collect(t, reader, map[string]string{idemotel.AttrScope: "dropped"}); got["idemkit.records.processing"] != 1 {
+		t.Fatalf("before Close: %v, want the dropped Observer's gauge", got)
+	}
+	if err := dropped.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dropped.Close(); err != nil { // idempotent
+		t.Fatalf("second Close: %v", err)
+	}
+	before := reads["dropped"]
+	if got := collect(t, reader, map[string]string{idemotel.AttrScope: "dropped"}); got["idemkit.records.processing"] != 0 {
+		t.Errorf("after Close the dropped Observer's gauge is still reported: %v", got)
+	}
+	if reads["dropped"] != before {
+		t.Errorf("after Close the dropped Observer's Claims was read %d more times", reads["dropped"]-before)
+	}
+	if got := collect(t, reader, map[string]string{idemotel.AttrScope: "kept"}); got["idemkit.records.processing"] != 1 {
+		t.Errorf("the other Observer's gauge: %v, want it reported still", got)
+	}
+	// A closed Observer still counts the calls of a Guard that uses it: Close only ends the callback.
+	g, err := idemkit.New(memory.NewStore(), &idemkit.Options{Observer: dropped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Do(context.Background(), idemkit.Call{Scope: "late", Key: "k"}, func(context.Context) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(t, reader, map[string]string{idemotel.AttrScope: "late"}); got["idemkit.calls"] != 1 {
+		t.Errorf("a call through the closed Observer: %v, want it counted", got)
+	}
+	// Without Claims, or without a MeterProvider, there is nothing to unregister.
+	for _, o := range []*idemotel.Options{nil, {MeterProvider: mp}} {
+		obs, err := idemotel.New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := obs.Close(); err != nil {
+			t.Errorf("Close of an Observer without a callback: %v", err)
+		}
+	}
+}
