@@ -25,6 +25,8 @@ const (
 	DefaultBatchSize  = 500
 	DefaultMaxBatches = 100
 	DefaultLockKey    = "sweep"
+	// DefaultLockTimeout is the default of Options.LockTimeout.
+	DefaultLockTimeout = time.Second
 )
 
 // Target is a record store the sweeper can clean: record.Store and memory.Store implement it.
@@ -121,6 +123,12 @@ type Options struct {
 	Locker idemkit.Locker
 	// LockKey names the lock. Defaults to DefaultLockKey.
 	LockKey string
+	// LockTimeout bounds each call to the Locker: taking, refreshing and releasing the sweeper lock. A
+	// call that runs out of it counts as a Locker that cannot be reached (a pass then sweeps without
+	// the lock). Only a deadline ends a go-redis command on a Redis that stopped answering (with
+	// ContextTimeoutEnabled, as package lock asks for; a cancellation does not), so LockTimeout is also
+	// what bounds [Sweeper.Close] then. Defaults to DefaultLockTimeout (1s); negative is an error.
+	LockTimeout time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives a line per pass that did something, and errors. Defaults to discarding.
@@ -153,6 +161,7 @@ func New(opts *Options, tasks ...Task) (*Sweeper, error) {
 	o.BatchSize = cmp.Or(o.BatchSize, DefaultBatchSize)
 	o.MaxBatches = cmp.Or(o.MaxBatches, DefaultMaxBatches)
 	o.LockKey = cmp.Or(o.LockKey, DefaultLockKey)
+	o.LockTimeout = cmp.Or(o.LockTimeout, DefaultLockTimeout)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -166,6 +175,8 @@ func New(opts *Options, tasks ...Task) (*Sweeper, error) {
 		return nil, fmt.Errorf("sweep: Interval must be at least 1ms, got %s", o.Interval)
 	case o.BatchSize < 1 || o.MaxBatches < 1:
 		return nil, fmt.Errorf("sweep: BatchSize and MaxBatches must be positive, got %d and %d", o.BatchSize, o.MaxBatches)
+	case o.LockTimeout < 0:
+		return nil, fmt.Errorf("sweep: LockTimeout must not be negative, got %s", o.LockTimeout)
 	}
 	for _, t := range tasks {
 		if t.Name == "" || t.Run == nil {
@@ -180,13 +191,20 @@ var ErrSkipped = errors.New("sweep: another instance is sweeping")
 
 // RunOnce runs one pass now: every task in batches until a batch comes back short or MaxBatches is
 // reached. It returns what each task did, ErrSkipped when another instance holds the lock, or the
-// tasks' errors joined (a failing task does not stop the others).
+// tasks' errors joined (a failing task does not stop the others). On a context already ended it
+// returns its error and does nothing.
 func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sweep: %w", err)
+	}
 	if lk := s.opts.Locker; lk != nil {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
 		token := hex.EncodeToString(b[:])
-		switch _, err := lk.Acquire(ctx, s.opts.LockKey, token, s.opts.Interval); {
+		actx, cancel := context.WithTimeout(ctx, s.opts.LockTimeout)
+		_, err := lk.Acquire(actx, s.opts.LockKey, token, s.opts.Interval)
+		cancel()
+		switch {
 		case errors.Is(err, idemkit.ErrLocked):
 			return nil, ErrSkipped
 		case err != nil && ctx.Err() != nil:
@@ -240,7 +258,10 @@ func (s *Sweeper) keep(ctx context.Context, lk idemkit.Locker, token string) (st
 				return
 			case <-t.C:
 			}
-			if err := lk.Refresh(ctx, s.opts.LockKey, token, s.opts.Interval); err != nil && ctx.Err() == nil {
+			rctx, rcancel := context.WithTimeout(ctx, s.opts.LockTimeout)
+			err := lk.Refresh(rctx, s.opts.LockKey, token, s.opts.Interval)
+			rcancel()
+			if err != nil && ctx.Err() == nil {
 				s.opts.Logger.WarnContext(ctx, "idemkit sweep: could not keep the sweeper lock", "error", err)
 				if errors.Is(err, idemkit.ErrLockNotHeld) {
 					return
@@ -254,9 +275,9 @@ func (s *Sweeper) keep(ctx context.Context, lk idemkit.Locker, token string) (st
 	}
 }
 
-// release frees the sweeper lock token may hold, on a context that outlives ctx by a few seconds.
+// release frees the sweeper lock token may hold, on a context that outlives ctx by LockTimeout.
 func (s *Sweeper) release(ctx context.Context, lk idemkit.Locker, token string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.LockTimeout)
 	defer cancel()
 	_ = lk.Release(rctx, s.opts.LockKey, token, nil, 0)
 }
@@ -301,11 +322,19 @@ func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if ctx.Err() != nil { // both were ready: select picks at random
+				return
+			}
 		}
 	}
 }
 
 // Close stops the goroutine started by Start and waits for it. It is safe to call more than once.
+//
+// A pass under way is cancelled: Close waits for its task to return on its cancelled context and, with
+// a Locker, for at most twice Options.LockTimeout more (the call to the Locker under way, then the
+// release of the sweeper lock) — 2 s by default on a Redis that stopped answering, where a
+// cancellation alone ends no go-redis command. It leaves no goroutine behind.
 func (s *Sweeper) Close() error {
 	s.mu.Lock()
 	cancel, done := s.cancel, s.done

@@ -135,6 +135,9 @@ func TestNewValidates(t *testing.T) {
 	if _, err := sweep.New(&sweep.Options{BatchSize: -1}, sweep.Task{Name: "x", Run: func(context.Context, time.Time, int) (int, error) { return 0, nil }}); err == nil {
 		t.Fatal("negative batch accepted")
 	}
+	if _, err := sweep.New(&sweep.Options{LockTimeout: -time.Second}, sweep.Task{Name: "x", Run: func(context.Context, time.Time, int) (int, error) { return 0, nil }}); err == nil {
+		t.Fatal("negative LockTimeout accepted")
+	}
 }
 
 // TestStartAfterContextEnded: a Sweeper whose context was cancelled starts again (issue 11, item 9);

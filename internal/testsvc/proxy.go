@@ -7,16 +7,18 @@ import (
 	"testing"
 )
 
-// Proxy forwards loopback TCP connections to a target and can cut them, to play a database or Redis
-// that becomes unreachable mid-test without touching the shared server.
+// Proxy forwards loopback TCP connections to a target and can cut them, to play a database, Redis or
+// broker that becomes unreachable mid-test without touching the shared server, or stall them, to play
+// one that stopped answering.
 type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	down    bool
+	stalled bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // StartProxy listens on a free loopback port and forwards to target until t ends.
@@ -46,11 +48,29 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore accepts connections again.
+// Stall makes the proxy a black hole, as a network that drops every packet or a server process that
+// was stopped (SIGSTOP): open connections stay open but carry nothing more either way (what arrives is
+// discarded), and new ones are accepted and never answered. Nothing is closed, so only the peers'
+// own timeouts end their calls. Cut ends it (closing every connection); Restore after Cut forwards
+// again.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = true
+}
+
+// Restore accepts connections again and ends a Stall (connections cut or stalled stay so: a stream that
+// lost bytes cannot be resumed).
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.down = false
+	p.down, p.stalled = false, false
+}
+
+func (p *Proxy) isStalled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stalled
 }
 
 func (p *Proxy) track(c net.Conn) bool {
@@ -80,6 +100,16 @@ func (p *Proxy) serve() {
 			_ = client.Close()
 			continue
 		}
+		if p.isStalled() { // accepted, never answered
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				_, _ = io.Copy(io.Discard, client)
+				_ = client.Close()
+				p.untrack(client)
+			}()
+			continue
+		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil || !p.track(server) {
 			_ = client.Close()
@@ -92,7 +122,7 @@ func (p *Proxy) serve() {
 		p.wg.Add(2)
 		pipe := func(dst, src net.Conn) {
 			defer p.wg.Done()
-			_, _ = io.Copy(dst, src)
+			p.forward(dst, src)
 			_ = dst.Close()
 			_ = src.Close()
 			p.untrack(dst)
@@ -100,6 +130,22 @@ func (p *Proxy) serve() {
 		}
 		go pipe(server, client)
 		go pipe(client, server)
+	}
+}
+
+// forward copies src to dst until either fails, discarding what arrives while the proxy is stalled.
+func (p *Proxy) forward(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isStalled() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
