@@ -19,6 +19,9 @@ import (
 // DefaultWorkers is the default of Options.Workers.
 const DefaultWorkers = 1
 
+// DefaultCancelTimeout is the default of Options.CancelTimeout.
+const DefaultCancelTimeout = 2 * time.Second
+
 // Options configure [Consume]. The zero value works: one worker, a prefetch of one, a generated
 // consumer tag.
 type Options struct {
@@ -32,6 +35,13 @@ type Options struct {
 	Prefetch int
 	// ConsumerTag names the consumer. Defaults to "idemkit-" and random hex.
 	ConsumerTag string
+	// CancelTimeout bounds the wait, once Consume's context ends, for the broker to confirm the
+	// consumer's cancellation (basic.cancel-ok). A broker that stopped answering (a frozen process, a
+	// connection silently black-holed) would otherwise hold Consume until the client library gives the
+	// connection up on its heartbeat deadline (15 s with amqp091's default heartbeat). After it,
+	// Consume stops taking deliveries and returns ErrCancelUnconfirmed. Defaults to
+	// DefaultCancelTimeout (2s); negative is an error.
+	CancelTimeout time.Duration
 	// Observe, when set, is called with every decision after the outcome is durable and before the
 	// broker is told (metrics, tests). It runs on the worker and must be safe for concurrent use.
 	Observe func(m *msgx.Message, d msgx.Decision)
@@ -42,6 +52,14 @@ type Options struct {
 // ErrChannelClosed: the channel or its connection closed while consuming. Open a new channel and
 // call Consume again; unacknowledged deliveries were requeued by the broker.
 var ErrChannelClosed = errors.New("amqp: channel closed while consuming")
+
+// ErrCancelUnconfirmed: Consume's context ended and the broker did not confirm the consumer's
+// cancellation within Options.CancelTimeout, so Consume stopped waiting for it. Deliveries the broker
+// had sent that no handler took are left unacknowledged, as is the acknowledgement of any delivery
+// that may not have reached the broker: the broker requeues them all when the channel or its
+// connection closes. A broker that stopped answering answers a channel's Close no more than the
+// cancellation: end the connection with a deadline, [amqp091.Connection.CloseDeadline].
+var ErrCancelUnconfirmed = errors.New("amqp: the broker did not confirm the consumer's cancellation")
 
 // ErrConsumerCancelled: the broker cancelled the consumer while the channel stayed open (the queue
 // was deleted, or, for a replicated queue, the node holding it went away). Unacknowledged deliveries
@@ -58,14 +76,20 @@ var ErrConsumerCancelled = errors.New("amqp: the broker cancelled the consumer")
 //
 // It blocks until ctx is done or the channel closes. On ctx's end it cancels the consumer, requeues
 // deliveries not yet handled and those waiting out a delay, waits for running handlers (their
-// context is ctx) and returns nil; it returns an error wrapping ErrChannelClosed when the channel
+// context is ctx) and returns nil. When the broker does not confirm the cancellation within
+// Options.CancelTimeout (it stopped answering), Consume stops there: it takes no more deliveries,
+// waits for running handlers, requeues those waiting out a delay and returns ErrCancelUnconfirmed
+// — at most CancelTimeout after ctx's end beyond the running handlers' own time; the broker requeues
+// what was left unacknowledged once the connection ends (the call that cancels the consumer returns
+// then too). It returns an error wrapping ErrChannelClosed when the channel
 // closed first, or ErrConsumerCancelled when the broker cancelled the consumer. A decision whose
 // error wraps msgx.ErrMisconfigured (the queue cannot be the record's scope;
 // msgx.Options.MaxAttempts above 2 on a classic queue, which keeps no delivery count — see the
 // package doc) stops it the same way, the delivery requeued, and Consume returns that error. It
 // returns an error at once for an empty queue name. It sets the channel's prefetch (basic.qos). ch
 // must not be used by another consumer; close it after Consume returns, so that the broker requeues
-// any delivery the client library had buffered when the consumer was cancelled.
+// any delivery the client library had buffered when the consumer was cancelled (after
+// ErrCancelUnconfirmed, close its connection with a deadline instead: see the package doc, "Stopping").
 func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.HandleFunc, opts *Options) error {
 	if ch == nil || h == nil {
 		return errors.New("amqp: nil channel or handler")
@@ -90,17 +114,40 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 	stopping, misconfigured := context.WithCancelCause(ctx)
 	defer misconfigured(nil)
 	cancelled := make(chan struct{})
+	unconfirmed := make(chan struct{}) // closed when the broker did not confirm the cancellation in time
 	stop := context.AfterFunc(stopping, func() {
 		defer close(cancelled)
-		if err := ch.Cancel(o.ConsumerTag, false); err != nil {
-			o.Logger.Warn("amqp: cancelling consumer", "queue", queue, "error", err)
+		// Cancel waits for the broker's cancel-ok, or for the channel to close: a broker that stopped
+		// answering holds it until the connection is given up. It returns into answer, read or not.
+		answer := make(chan error, 1)
+		go func() { answer <- ch.Cancel(o.ConsumerTag, false) }()
+		t := time.NewTimer(o.CancelTimeout)
+		defer t.Stop()
+		select {
+		case err := <-answer:
+			if err != nil {
+				o.Logger.Warn("amqp: cancelling consumer", "queue", queue, "error", err)
+			}
+		case <-t.C:
+			o.Logger.Warn("amqp: the broker did not confirm the consumer's cancellation; giving up on it",
+				"queue", queue, "cancel_timeout", o.CancelTimeout)
+			close(unconfirmed)
 		}
 	})
 
 	var workers sync.WaitGroup
 	for range o.Workers {
 		workers.Go(func() {
-			for d := range deliveries {
+			for {
+				var d amqp091.Delivery
+				var ok bool
+				select {
+				case d, ok = <-deliveries:
+				case <-unconfirmed: // what is still buffered stays unacknowledged: requeued by the broker
+				}
+				if !ok {
+					return
+				}
 				if stopping.Err() != nil { // stopping: give it back at once
 					c.nack(&d, true)
 					continue
@@ -132,6 +179,11 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 	if err := context.Cause(stopping); errors.Is(err, msgx.ErrMisconfigured) {
 		return err
 	}
+	select {
+	case <-unconfirmed:
+		return fmt.Errorf("%w within %s (queue %s)", ErrCancelUnconfirmed, o.CancelTimeout, queue)
+	default:
+	}
 	return nil
 }
 
@@ -142,6 +194,7 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.Prefetch = cmp.Or(c.Prefetch, c.Workers)
+	c.CancelTimeout = cmp.Or(c.CancelTimeout, DefaultCancelTimeout)
 	if c.ConsumerTag == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -155,6 +208,8 @@ func (o *Options) withDefaults() (Options, error) {
 		return Options{}, fmt.Errorf("amqp: Workers must be positive, got %d", c.Workers)
 	case c.Prefetch < 1: // set: a default is Workers, checked above
 		return Options{}, fmt.Errorf("amqp: Prefetch must be positive, got %d", c.Prefetch)
+	case c.CancelTimeout < 0:
+		return Options{}, fmt.Errorf("amqp: CancelTimeout must not be negative, got %s", c.CancelTimeout)
 	}
 	return c, nil
 }

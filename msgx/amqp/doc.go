@@ -37,6 +37,16 @@
 // delivery (InFlight: a concurrent copy, or a consumer that crashed holding it until its lease runs
 // out), which RabbitMQ counts too.
 //
+// # Stopping
+//
+// Ending Consume's context cancels the consumer and waits for the broker's confirmation, the running
+// handlers and the requeue of deliveries waiting out a retry delay. A broker that stopped answering
+// never confirms: after Options.CancelTimeout (DefaultCancelTimeout, 2s) Consume gives up waiting and
+// returns [ErrCancelUnconfirmed]. Nothing is acknowledged that was not handled, and nothing is lost:
+// what the broker did not see acknowledged it requeues when the connection ends. Close that connection
+// with a deadline (amqp091's Connection.CloseDeadline): Channel.Close and Connection.Close wait for the
+// broker's answer too, until amqp091 gives the connection up (15 s with its default heartbeat).
+//
 // A queue without a dead-letter exchange drops what is dead-lettered; [Declare] sets one up, and
 // declares a quorum queue with at-least-once dead-lettering (x-dead-letter-strategy at-least-once,
 // x-overflow reject-publish): a dead letter stays in the queue until the dead-letter queue has it. A
