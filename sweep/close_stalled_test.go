@@ -11,8 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/idemtest"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/memory"
 	"github.com/idemkit/idemkit/sweep"
 )
 
@@ -102,4 +104,68 @@ func sweeperGoroutines() string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// releaseSignal closes entered when its Locker's Release is first called.
+type releaseSignal struct {
+	idemkit.Locker
+	entered chan struct{}
+	once    atomic.Bool
+}
+
+func (l *releaseSignal) Release(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	if l.once.CompareAndSwap(false, true) {
+		close(l.entered)
+	}
+	return l.Locker.Release(ctx, key, token, result, ttl)
+}
+
+// TestCloseDuringRecoveryWithRedisStalled: RecordTasksWithLocker's recover_stale releases the locks of
+// the claims it recovers on the pass's context. With Redis stalled, a release under way when Close
+// cancelled that context waited for the client's read timeout (here 30 s, a client configured for slow
+// commands), and Close with it. Each release now has a deadline (DefaultLockTimeout).
+func TestCloseDuringRecoveryWithRedisStalled(t *testing.T) {
+	srv := testsvc.StartRedis(t)
+	px := testsvc.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true, ReadTimeout: 30 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lk := &releaseSignal{Locker: lock.New(rdb, &lock.Options{Prefix: testsvc.Name("idemkit-test-") + ":"}), entered: make(chan struct{})}
+	clk := idemtest.NewClock()
+	store := memory.NewStore()
+	g, err := idemkit.New(store, &idemkit.Options{Locker: lk, Lease: time.Second, LockTTL: time.Hour, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"dead-1", "dead-2", "dead-3"} { // holders that died holding their locks
+		if _, _, err := g.Begin(context.Background(), idemkit.Call{Scope: "s", Key: k}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	sw, err := sweep.New(&sweep.Options{Now: clk.Now, Interval: time.Hour}, sweep.RecordTasksWithLocker(store, lk)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.Stall()
+	sw.Start(context.Background())
+	select {
+	case <-lk.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("recover_stale released no lock in 10s")
+	}
+	time.Sleep(50 * time.Millisecond) // let it reach the socket
+	closed := make(chan error, 1)
+	go func() { closed <- sw.Close() }()
+	// The bound: far above DefaultLockTimeout (1 s), far below the client's 30 s read timeout.
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close has not returned 5s after it was called, a lock release out on a stalled Redis")
+	}
+	if left := sweeperGoroutines(); left != "" {
+		t.Fatalf("a goroutine of the Sweeper outlived Close:\n%s", left)
+	}
 }

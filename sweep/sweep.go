@@ -70,10 +70,11 @@ func RecordTasks(t Target) []Task {
 // record is recovered nothing names its holder any more (idemctl cannot release it). A lock another
 // attempt holds is left alone. The recovery counts even when a release fails (the lock then expires by
 // itself): the task reports the failure as its error after releasing the others, and as for any task
-// error the pass leaves the rest of recover_stale to the next one. After 3 failed releases in a row
-// (a Locker that hangs makes each wait for its client's timeout) it releases no more in that run: the
-// remaining locks expire by themselves. With a nil lk, or a t that is no ClaimRecoverer, it returns
-// RecordTasks(t).
+// error the pass leaves the rest of recover_stale to the next one. Each release has a deadline,
+// DefaultLockTimeout (1s): a cancellation alone does not end a go-redis command on a Redis that
+// stopped answering, and [Sweeper.Close] cancels a pass. After 3 failed releases in a row it releases
+// no more in that run: the remaining locks expire by themselves. With a nil lk, or a t that is no
+// ClaimRecoverer, it returns RecordTasks(t).
 func RecordTasksWithLocker(t Target, lk idemkit.Locker) []Task {
 	cr, ok := t.(ClaimRecoverer)
 	if lk == nil || !ok {
@@ -88,13 +89,16 @@ func RecordTasksWithLocker(t Target, lk idemkit.Locker) []Task {
 				continue
 			}
 			if failed == maxReleaseFailures {
-				// A Locker that hangs makes every release wait for its client's timeout: the pass
-				// would be held for that long per recovered claim. The rest expire by themselves.
+				// A Locker that hangs makes every release wait for its deadline: the pass would be
+				// held for that long per recovered claim. The rest expire by themselves.
 				errs = append(errs, fmt.Errorf("sweep: the Locker failed %d lock releases in a row: the locks of the other %d recovered claims were not released (they expire by themselves)",
 					failed, len(recs)-i))
 				break
 			}
-			switch rerr := lk.Release(ctx, idemkit.LockKey(r.Scope, r.Key), r.Owner, nil, 0); {
+			rctx, cancel := context.WithTimeout(ctx, DefaultLockTimeout)
+			rerr := lk.Release(rctx, idemkit.LockKey(r.Scope, r.Key), r.Owner, nil, 0)
+			cancel()
+			switch {
 			case rerr == nil, errors.Is(rerr, idemkit.ErrLockNotHeld):
 				failed = 0
 			default:
