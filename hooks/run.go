@@ -69,7 +69,8 @@ type RunParams struct {
 	// error (an outage: retry later). Start must therefore not let a refusal, or a failure to connect,
 	// of a later call (a TCC's submit or abort after its tries, on a transaction that exists) match
 	// ErrRefused or ErrNotSent. Any other error is an unknown outcome — the request may have reached
-	// DTM — which Run never takes for a refusal.
+	// DTM — which Run never takes for a refusal. A Start that aborted its transaction for a reason
+	// (a TCC try's error) and whose abort was not acknowledged returns an *AbortError.
 	Start func(ctx context.Context, gid string) error
 	// Status asks the transaction manager. Required.
 	Status *txstatus.Client
@@ -316,6 +317,22 @@ func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	return l.ended(ctx, call, gid, out, err)
 }
 
+// AbortError is the error of a Start that failed for Reason (a TCC try's error) and whose abort — which
+// gives the manager Reason as the transaction's rollback reason — was not acknowledged, with Err: the
+// manager may never have received it, and then rolls the transaction back on its own later (its
+// timeout), with a reason of its own. When the transaction rolls back, Run records it as Reason's,
+// as it does when the abort got through: FAILED with Reason's message, or REJECTED when Reason is
+// permanent — not the lost abort's message, nor the manager's timeout. It matches both Reason and Err.
+type AbortError struct {
+	// Reason is why the transaction was aborted.
+	Reason error
+	// Err is the abort's error.
+	Err error
+}
+
+func (e *AbortError) Error() string   { return fmt.Sprintf("%v (and aborting: %v)", e.Reason, e.Err) }
+func (e *AbortError) Unwrap() []error { return []error{e.Reason, e.Err} }
+
 // startPanic is the value Start panicked with.
 type startPanic struct{ value any }
 
@@ -456,7 +473,8 @@ func startedElsewhere(gid, transType string, info txstatus.Info) error {
 }
 
 // rollbackReason says why gid rolled back: the initiator's own error when it is the reason — a
-// permanent one (a TCC try's), or the one it gave DTM as the rollback reason — returned as it is so
+// permanent one (a TCC try's), or the one it gave DTM as the rollback reason, or meant to give it with
+// an abort that was not acknowledged (an *AbortError's Reason) — returned as it is so
 // that its identity and its classification survive; else DTM's rollback reason, the one a Reconciler
 // records (a start error that is not the reason, such as a lost answer to a submit DTM accepted, is
 // not reported); the initiator's error when DTM gives none; else just ErrRolledBack.
@@ -464,6 +482,14 @@ func startedElsewhere(gid, transType string, info txstatus.Info) error {
 // info is what the manager last said of gid; it is asked again only when that is not a final status
 // (the reason may come with it).
 func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid string, info txstatus.Info, startErr error) error {
+	var lost *AbortError
+	given := false // startErr is the reason the initiator gave, whatever the manager holds
+	if errors.As(startErr, &lost) && lost.Reason != nil {
+		// The abort that gives the manager the reason was not acknowledged, and the manager holds it,
+		// its own (a timeout) or none: the rollback is the reason's, as it would be had the abort been
+		// acknowledged — the try's message, not the lost abort's or the manager's timeout.
+		startErr, given = lost.Reason, true
+	}
 	if startErr != nil && l.IsPermanent(startErr) {
 		return fmt.Errorf("%w: %w", ErrRolledBack, startErr)
 	}
@@ -474,7 +500,7 @@ func (l *Lifecycle) rollbackReason(ctx context.Context, c *txstatus.Client, gid 
 	}
 	reason := info.RollbackReason
 	switch {
-	case startErr != nil && (reason == "" || givenAsReason(startErr, reason)):
+	case startErr != nil && (reason == "" || given || givenAsReason(startErr, reason)):
 		// Not permanent by the rule above: retryable, whatever Options.IsPermanent says of the wrapping.
 		return idemkit.Retryable(fmt.Errorf("%w: %w", ErrRolledBack, startErr))
 	case reason != "":

@@ -70,9 +70,13 @@ type RunParams struct {
 // IsPermanent): the record is REJECTED, and Run returns, beside the
 // Outcome with Status Failed, the error every replay of the key returns — errors.As finds an
 // *idemkit.RejectedError (see [hooks.Lifecycle.Run]). A Reconciler that settles the record instead
-// (Wait ran out first) records it REJECTED too. A panic in Tries aborts the transaction, which the
-// record follows, and one in Options rolls the record back (nothing was prepared); then the panic goes
-// on with its value.
+// (Wait ran out first) records it REJECTED too, from DTM's rollback reason: an abort DTM does not
+// answer is posted again for up to 5 s. One that never reached it (DTM unreachable for longer) leaves
+// the TCC prepared until DTM aborts it at its TimeoutToFail, with a reason of its own: Run, if it
+// still waits then, records the try's error all the same, FAILED or REJECTED as above (see
+// hooks.AbortError), while a Reconciler records DTM's reason (FAILED). A panic in Tries aborts the
+// transaction, which the record follows, and one in Options rolls the record back (nothing was
+// prepared); then the panic goes on with its value.
 func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
@@ -134,7 +138,9 @@ func setOptions(options func(*dtmcli.Tcc), t *dtmcli.Tcc) (panicked *optionsPani
 // could not be sent, is returned without either, so the caller follows the transaction's status. A try error
 // permanent by the Lifecycle's rule (permanent: idemkit.Permanent, or the Guard's IsPermanent) is
 // given to DTM as a rollback reason starting with hooks.PermanentReason, so a Reconciler that settles
-// the record records it REJECTED as the initiator does.
+// the record records it REJECTED as the initiator does. A try error whose abort DTM did not
+// acknowledge (see abort) is returned in a *hooks.AbortError, marked idemkit.Retryable unless it is
+// permanent.
 func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error, permanent func(error) bool) (err error) {
 	// DTM's answers (or a gateway's) are never the business's: they are returned marked
 	// idemkit.Retryable, so that the Guard's Options.IsPermanent does not record the key REJECTED
@@ -177,15 +183,41 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 		t.RollbackReason = hooks.PermanentReason + tryErr.Error()
 	}
 	t.RollbackReason = fitReason(t.RollbackReason)
-	if err := status.Call(ctx, "abort", t.Gid, &t.TransBase); err != nil {
-		// DTM aborts a TCC left prepared past its TimeoutToFail anyway.
-		err = fmt.Errorf("%w (and aborting: %w)", tryErr, exists("aborting", t.Gid, err))
+	if err := abort(ctx, status, t); err != nil {
+		// DTM aborts a TCC left prepared past its TimeoutToFail anyway, with a reason of its own: the
+		// try's error is the rollback's, as when the abort got through (see hooks.AbortError).
+		var lost error = &hooks.AbortError{Reason: tryErr, Err: exists("aborting", t.Gid, err)}
 		if !perm {
-			err = idemkit.Retryable(err)
+			lost = idemkit.Retryable(lost)
 		}
-		return err
+		return lost
 	}
 	return tryErr
+}
+
+// abortPatience bounds how long abort posts again an abort DTM did not answer.
+const abortPatience = txstatus.DefaultTimeout
+
+// abort posts t's abort, which carries its rollback reason to DTM. An abort DTM did not answer — it
+// could not be reached, a gateway answered for it, the answer timed out — is posted again, the pause
+// growing from Status's PollInterval to a second, for up to abortPatience: DTM stores the reason (a
+// permanent one marked with hooks.PermanentReason, which a Reconciler reads) and cancels the tried
+// branches only once an abort reaches it; without one it aborts the TCC at its TimeoutToFail with a
+// reason of its own. DTM's refusal ends it at once. It returns the last error.
+func abort(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc) error {
+	deadline := time.Now().Add(abortPatience)
+	pause := status.PollInterval
+	if pause <= 0 {
+		pause = txstatus.DefaultPollInterval
+	}
+	for {
+		err := status.Call(ctx, "abort", t.Gid, &t.TransBase)
+		if err == nil || errors.Is(err, txstatus.ErrRefused) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		time.Sleep(pause) // ctx outlives the caller (see start): nothing to cancel the pause
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // maxRollbackReason is the size of DTM's rollback_reason column (varchar(1024) in its SQL stores), in
