@@ -16,8 +16,10 @@ var errInsufficient = errors.New("insufficient funds")
 
 // TestTryErrorKeptWhenAbortAnswerLost: a TCC try fails (a retryable error of the business),
 // the initiator aborts with it as the rollback reason, and the abort's answer is lost (a gateway's
-// 502 after DTM took it). tcc's start then returns "<try error> (and aborting: ...)", whose text is
-// not DTM's rollback reason (the try error's text): rollbackReason takes DTM's string, and the
+// 502 after DTM took it). A Start that then returns "<try error> (and aborting: ...)" as a plain
+// wrapped error (tcc's start did before it returned a *hooks.AbortError; a hand-written Start still
+// may), whose text is not DTM's rollback reason (the try error's text): rollbackReason takes DTM's
+// string, and the
 // Outcome's Reason no longer matches the try's error (errors.Is), as it did before and as it does
 // when the abort's answer arrived.
 func TestTryErrorKeptWhenAbortAnswerLost(t *testing.T) {
