@@ -31,17 +31,8 @@ const fingerprintVersion = "idemkit-httpx-fp/1"
 // the error matches ErrDuplicateMember.
 func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (string, error) {
 	h := sha256.New()
-	var arr [128]byte
-	buf := arr[:0]
-	field := func(s string) {
-		buf = appendString(buf[:0], s) // length-safe framing: a JSON string per field
-		h.Write(buf)
-	}
-	field(fingerprintVersion)
-	field(r.Method)
-	field(scope)
-	field(r.URL.EscapedPath())
-	field(canonicalQuery(r.URL.RawQuery, st.cfg.noise))
+	var arr [256]byte
+	h.Write(appendTarget(arr[:0], r, scope, st))
 	content, encoded := st.payload(r, body)
 	if encoded {
 		// A gzip body is its content: two compressions of one document differ in their bytes (the
@@ -53,6 +44,27 @@ func fingerprint(r *http.Request, scope string, body []byte, st *reqState) (stri
 		canon, err := st.canonical()
 		return canon, st.canonLossy, err
 	})
+}
+
+// targetFingerprint is the fingerprint of a request whose payload is not checked
+// (Options.NoFingerprint): its method, scope, escaped path and query as in fingerprint, and a mark
+// standing for the body left out. The scope is usually a pattern: without the path, the same key
+// sent to /orders/2/pay would replay the response of /orders/1/pay.
+func targetFingerprint(r *http.Request, scope string, st *reqState) string {
+	var arr [256]byte
+	sum := sha256.Sum256(append(appendTarget(arr[:0], r, scope, st), 'n'))
+	return hex.EncodeToString(sum[:])
+}
+
+// appendTarget appends to buf what every fingerprint starts with, each field framed as a JSON
+// string (length-safe): the version, the method, the scope, the escaped path and the canonical
+// query.
+func appendTarget(buf []byte, r *http.Request, scope string, st *reqState) []byte {
+	buf = appendString(buf, fingerprintVersion)
+	buf = appendString(buf, r.Method)
+	buf = appendString(buf, scope)
+	buf = appendString(buf, r.URL.EscapedPath())
+	return appendString(buf, canonicalQuery(r.URL.RawQuery, st.cfg.noise))
 }
 
 // appendBody writes body to h — canonical JSON (from canonical) when the content type is JSON or

@@ -202,7 +202,9 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 		scope = idemkit.HashedForm(scope)
 	}
 	call = idemkit.Call{Scope: scope, Key: key}
-	if !cfg.NoFingerprint {
+	if cfg.NoFingerprint {
+		call.Fingerprint = targetFingerprint(r, scope, st) // another target is still another request
+	} else {
 		body, err := st.loadBody(r)
 		if err != nil {
 			return call, m.errorProblem(st, err, ProblemBadBody, http.StatusBadRequest), false

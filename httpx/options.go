@@ -132,7 +132,9 @@ type Options struct {
 	// path ("meta.sentAt") matches from the root of the JSON body, through arrays. Defaults to none.
 	Noise []string
 	// NoFingerprint turns the payload check off: a reused key with another body is replayed rather
-	// than refused with 422, and the body is read only when a key source needs it. Defaults to false.
+	// than refused with 422, and the body is read only when a key source needs it. The target is
+	// still checked: the key sent with another path (another order of the route's pattern) or
+	// another query (noise parameters aside) gets 422. Defaults to false.
 	NoFingerprint bool
 	// MaxKeyLen is the longest key accepted from a client, in bytes; longer keys get 400. It bounds
 	// what clients send, not the keys the middleware derives (JSONFields, All, Tokens.Key: hashed or
