@@ -173,7 +173,10 @@ type Options struct {
 	// which DTM retries, stays 400). DTM calls a branch whose payload is empty with GET, which
 	// Methods does not guard by default: list http.MethodGet in Methods on such routes (package
 	// dtmhttp's handlers guard every method DTM uses). net/http's ServeMux also routes HEAD to a GET
-	// pattern's handler: see Methods. Defaults to false.
+	// pattern's handler: see Methods. A handler's answer whose body (within MaxResponseBytes)
+	// contains ONGOING, which DTM reads as "ongoing" whatever the status (200
+	// {"dtm_result":"ONGOING"}), is not stored, as a 425 is not: DTM's retry runs the handler again.
+	// Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
 	// an in-flight answer. The hint is the time the holder may still hold the key when the Guard

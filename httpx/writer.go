@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -426,7 +427,9 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 	}
 	cw.settleType()
 	cw.header = cw.trailers(cw.header)
-	if !cw.cfg.StorePolicy(cw.status) {
+	if !cw.cfg.StorePolicy(cw.status) || cw.cfg.DTM && bytes.Contains(cw.body, []byte(dtmOngoing)) {
+		// DTM reads a body saying ONGOING as "ask again later", whatever its status: a stored one
+		// would answer every retry DTM makes alike, and the branch would never run again.
 		return nil, idemkit.Retryable(&errNotStored{cw.status})
 	}
 	if cw.cut() && !cw.overflow {
@@ -447,6 +450,10 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 	}
 	return s.encode(), nil
 }
+
+// dtmOngoing is the word DTM looks for in a branch's answer to mean "ongoing, ask again later"
+// (dtmcli.ResultOngoing), whatever the answer's status.
+const dtmOngoing = "ONGOING"
 
 // sentValue renders a header field value as net/http writes it: CR and LF each become a space, and
 // the value is trimmed (see http.Header.Write). Values are stored so: the stored response is what
