@@ -176,6 +176,8 @@ type Options struct {
 	// pattern's handler: see Methods. A handler's answer whose body (within MaxResponseBytes)
 	// contains ONGOING, which DTM reads as "ongoing" whatever the status (200
 	// {"dtm_result":"ONGOING"}), is not stored, as a 425 is not: DTM's retry runs the handler again.
+	// A 2xx whose body contains FAILURE, which DTM reads as a failure, is recorded as a 409 when its
+	// body is not stored (Duplicates is Reject), so its duplicates get 409, never 200 SUCCESS.
 	// Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of

@@ -446,6 +446,11 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 		s.omitted = true
 	}
 	if cw.overflow || cw.encoded || s.omitted || cw.cfg.Duplicates == Reject {
+		if cw.cfg.DTM && s.status >= 200 && s.status < 300 && bytes.Contains(cw.body, []byte(dtmFailure)) {
+			// DTM read this answer as FAILURE: without its body, its duplicates would get 200
+			// SUCCESS (see middleware.replay). Recorded as the failure it was, they get 409.
+			s.status = http.StatusConflict
+		}
 		s.body, s.omitted, s.encoded, s.size = nil, true, cw.encoded, cw.size
 	}
 	return s.encode(), nil
@@ -454,6 +459,10 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 // dtmOngoing is the word DTM looks for in a branch's answer to mean "ongoing, ask again later"
 // (dtmcli.ResultOngoing), whatever the answer's status.
 const dtmOngoing = "ONGOING"
+
+// dtmFailure is the word DTM looks for in a branch's answer to mean FAILURE (dtmcli.ResultFailure),
+// whatever the answer's status.
+const dtmFailure = "FAILURE"
 
 // sentValue renders a header field value as net/http writes it: CR and LF each become a space, and
 // the value is trimmed (see http.Header.Write). Values are stored so: the stored response is what
