@@ -231,7 +231,9 @@ func (cl *Claim) abort() {
 // operator, deleted, settled by another; the error says which as far as a read of the record tells
 // (the outcome was not stored), or ErrStoreUnavailable when the write failed (outside a caller's
 // transaction the outcome is then written again in the background, fenced on the claim, until it
-// lands or the claim's lease ends, a minute at most), joined with err if any. When
+// lands or the claim's lease ends, a minute at most, and the call's lock is held until then, so that
+// a retry meanwhile is in flight rather than meeting the record as the claim left it), joined with
+// err if any. When
 // the Store refuses the outcome's values (ErrUnstorable: a result too large for its column), the
 // record is finished REJECTED — FAILED for a retryable err — without a result and with an error saying
 // why, so the work is never run again, and Finish returns ErrUnstorable joined with err.

@@ -657,13 +657,13 @@ func (cl *Claim) abandoned(prev *Version, late *Record) {
 	}
 }
 
-// heldLock is a call's lock that an abandoned-claim watch holds (see Claim.abandoned). Its methods do
-// nothing on a nil heldLock (the call held no lock, or the watch need not keep it). It is used by the
-// watch's goroutine only.
+// heldLock is a call's lock that an abandoned-claim watch (see Claim.abandoned) or the rewrite of an
+// unwritten finish (see Claim.unwritten) holds. Its methods do nothing on a nil heldLock (the call
+// held no lock, or the watch need not keep it). It is used by that goroutine only.
 type heldLock struct {
 	g          *Guard
 	key, token string
-	renewed    time.Time // when the watch last renewed it; zero before the first renewal
+	renewed    time.Time // when it was last renewed; zero before the first renewal
 	gone       bool      // released, or found no longer held
 }
 
@@ -687,6 +687,20 @@ func (h *heldLock) renew(ctx context.Context) time.Duration {
 		return maxWatch
 	}
 	return period // renewed, or Redis failed: again a period from now
+}
+
+// sleep waits d, renewing the lock when it is due meanwhile (see renew), or until ctx ends; it reports
+// whether it waited d.
+func (h *heldLock) sleep(ctx context.Context, d time.Duration) bool {
+	for until := time.Now().Add(d); ; {
+		left := time.Until(until)
+		if left <= 0 {
+			return true
+		}
+		if !background.Sleep(ctx, min(left, h.renew(ctx))) {
+			return false
+		}
+	}
 }
 
 // release releases the lock, once, on a context that survives ctx's end, bounded by FinishTimeout; a
@@ -761,11 +775,31 @@ func (cl *Claim) watchFor() time.Duration {
 // maxWatches run at once per Guard, apart from the abandoned-claim watches (a stalled store makes
 // both by the dozen, and neither may crowd the other out); beyond that, the record is left to its
 // lease.
+//
+// The call's lock, when it holds one, goes to the rewrite until the write landed (or was fenced off)
+// or its tries end, renewed every third of LockTTL between them (see heldLock): released as the call
+// answered, it let a retry in while the record still stood as the claim left it — a mark whose
+// function failed still SUCCEEDED, refusing the retry with ErrDuplicate, final (a msgx Mark consumer
+// acknowledged a message whose function had failed); a claim whose function outlasted its lease taken
+// over, its work run again although its outcome was known. The retry is in flight instead, retryable,
+// and meets the outcome once written.
 func (cl *Claim) unwritten(write func(context.Context) error) {
-	cl.g.rewrites.Retry(cl.ctx, cl.watchFor(), func(ctx context.Context) bool {
-		err := write(ctx)
-		return err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound)
+	g := cl.g
+	var held *heldLock
+	if cl.locked {
+		held = &heldLock{g: g, key: cl.id.lockKey, token: cl.token}
+	}
+	started := g.rewrites.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
+		defer held.release(ctx)
+		for wait := 10 * time.Millisecond; held.sleep(ctx, wait); wait = min(2*wait, time.Second) {
+			if err := write(ctx); err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
+				return
+			}
+		}
 	})
+	if started && held != nil {
+		cl.locked = false // the rewrite's to release now
+	}
 }
 
 // forgetLock releases, in the background, the lock an Acquire that failed may have taken all the
