@@ -1,6 +1,7 @@
 package idemkit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -268,6 +269,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 
 	var werr, note error
 	var write func(context.Context) error // the finish's write, should it have to be tried again
+	var want *Record                      // what the write wrote, when it was the record's update
 	switch {
 	case cl.mode.marks() && err == nil:
 		// The mark written by the claim already says SUCCEEDED. In a caller's transaction (MarkTx)
@@ -278,9 +280,9 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 			werr = cl.keepMark(wctx, cl.st)
 			next.ExpiresAt = cl.rec.ExpiresAt
 		case outlived:
-			want, prev := next, cl.rec.Version()
-			write = func(ctx context.Context) error { n := want; return cl.st.Update(ctx, &n, prev) }
-			werr = write(wctx)
+			moved, prev := next, cl.rec.Version()
+			write = func(ctx context.Context) error { n := moved; return cl.st.Update(ctx, &n, prev) }
+			werr, want = write(wctx), &next
 		}
 	case cl.mode.marks() && !permanent && cl.callerTx:
 		// In a transaction (MarkTx, TxMark) the mark rolls back with the function's writes; deleting
@@ -292,9 +294,17 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		write = func(ctx context.Context) error { return cl.st.Delete(ctx, mine.Scope, mine.Key, mine.Version()) }
 		werr = write(wctx)
 	default:
-		want, prev := next, cl.rec.Version()
-		write = func(ctx context.Context) error { n := want; _, err := writeOutcome(ctx, cl.st, &n, prev); return err }
+		out, prev := next, cl.rec.Version()
+		write = func(ctx context.Context) error { n := out; _, err := writeOutcome(ctx, cl.st, &n, prev); return err }
 		note, werr = writeOutcome(wctx, cl.st, &next, prev)
+		want = &next
+	}
+	fenced := errors.Is(werr, ErrFenced)
+	if fenced {
+		// Nil when the read finds the record as this write left it: a Store that retried it after
+		// its reply was lost met it.
+		werr = fencedWhy(wctx, cl.st, &cl.rec, want)
+		fenced = werr != nil
 	}
 
 	cl.ev.Outcome, cl.ev.Fence, cl.ev.Status = OutcomeExecuted, next.Fence, next.Status
@@ -309,10 +319,10 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 			}
 			cached, ttl = g.cacheEntry(&next, now)
 		}
-	case errors.Is(werr, ErrFenced):
+	case fenced:
 		cl.ev.Fenced = true
 		cl.ev.Status = "" // the outcome was not written, and the record is no longer the claim's
-		werr = fmt.Errorf("%w; this outcome was not recorded", fencedWhy(wctx, cl.st, &cl.rec))
+		werr = fmt.Errorf("%w; this outcome was not recorded", werr)
 	default:
 		// Finish's caller is the one waiting for the answer (Begin's may have left long ago).
 		werr = storeErr(ctx, "finishing record", werr)
@@ -415,9 +425,6 @@ func (cl *Claim) Extend(ctx context.Context) error {
 		}
 	}
 	if err := cl.renew(ctx, lockLost); err != nil {
-		if errors.Is(err, ErrFenced) {
-			return fencedWhy(ctx, cl.st, &cl.rec)
-		}
 		return err
 	}
 	if lockLost {
@@ -462,7 +469,8 @@ func (cl *Claim) relock(ctx context.Context, notHeld error) error {
 }
 
 // renew renews the claim's record (see Extend); confirm writes it even when nothing needs moving, to
-// learn whether it is still the claim's.
+// learn whether it is still the claim's. A fenced renewal returns ErrFenced saying why (see
+// fencedWhy).
 func (cl *Claim) renew(ctx context.Context, confirm bool) error {
 	g := cl.g
 	next := cl.rec
@@ -480,11 +488,7 @@ func (cl *Claim) renew(ctx context.Context, confirm bool) error {
 			until = next.ExpiresAt
 		}
 		next.ExpiresAt, next.UpdatedAt = until, g.opts.Now()
-		if err := cl.st.Update(ctx, &next, cl.rec.Version()); err != nil {
-			return err
-		}
-		cl.rec = next
-		return nil
+		return cl.renewTo(ctx, &next)
 	default:
 		return nil
 	}
@@ -495,10 +499,20 @@ func (cl *Claim) renew(ctx context.Context, confirm bool) error {
 		// its lease is alive: the sweeper would delete it and a duplicate would take it over.
 		next.ExpiresAt = next.LeaseUntil
 	}
-	if err := cl.st.Update(ctx, &next, cl.rec.Version()); err != nil {
+	return cl.renewTo(ctx, &next)
+}
+
+// renewTo writes next, the claim's record renewed, fenced on the claim: ErrFenced saying why (see
+// fencedWhy) when the record is no longer the claim's.
+func (cl *Claim) renewTo(ctx context.Context, next *Record) error {
+	err := cl.st.Update(ctx, next, cl.rec.Version())
+	if errors.Is(err, ErrFenced) {
+		err = fencedWhy(ctx, cl.st, &cl.rec, next)
+	}
+	if err != nil {
 		return err
 	}
-	cl.rec = next
+	cl.rec = *next
 	return nil
 }
 
@@ -686,7 +700,8 @@ func errorText(err error) string {
 // (ErrUnstorable: a result too large for its column...), leaving the record PROCESSING would let it be
 // taken over and its work run a second time: it stores instead what the Store can hold — no result, a
 // short error saying why, REJECTED for a success or a permanent failure (the work ran and must not
-// run again), FAILED for a retryable failure — updates next to it, and returns a note saying so.
+// run again), FAILED for a retryable failure — updates next to it, and returns a note saying so (also
+// with that write's error).
 func writeOutcome(ctx context.Context, st Store, next *Record, prev Version) (note, err error) {
 	err = st.Update(ctx, next, prev)
 	if !errors.Is(err, ErrUnstorable) {
@@ -698,10 +713,12 @@ func writeOutcome(ctx context.Context, st Store, next *Record, prev Version) (no
 	}
 	next.Response = nil
 	next.Error = errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", refused))
+	note = fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, next.Status, refused)
 	if err = st.Update(ctx, next, prev); err != nil {
-		return nil, errors.Join(refused, err)
+		// The note too: a fenced write the caller finds was its own (see fencedWhy) did record it.
+		return note, errors.Join(refused, err)
 	}
-	return fmt.Errorf("%w: recorded as %s without its result: %w", ErrUnstorable, next.Status, refused), nil
+	return note, nil
 }
 
 // Settle writes the outcome of a record left PROCESSING by a detached claim, once that outcome is
@@ -730,14 +747,17 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	outcome(&next, value, err, g.IsPermanent(err))
 	g.outlived(rec, &next, now) // settled after TTL (a transaction unsettled for long): counts from now
 	note, werr := writeOutcome(ctx, g.store, &next, rec.Version())
-	switch {
-	case werr == nil:
-		g.releaseHolder(ctx, rec)
-		return note
-	case errors.Is(werr, ErrFenced):
-		return fencedWhy(ctx, g.store, rec)
+	if errors.Is(werr, ErrFenced) {
+		// Nil when the read finds the record as this settlement left it (see fencedWhy).
+		if werr = fencedWhy(ctx, g.store, rec, &next); werr != nil {
+			return werr
+		}
 	}
-	return storeErr(ctx, "settling record", werr)
+	if werr != nil {
+		return storeErr(ctx, "settling record", werr)
+	}
+	g.releaseHolder(ctx, rec)
+	return note
 }
 
 // releaseHolder releases the lock that rec's holder (its owner's token) may still hold, once another
@@ -754,14 +774,19 @@ func (g *Guard) releaseHolder(ctx context.Context, rec *Record) {
 	}
 }
 
-// fencedWhy returns ErrFenced for a write fenced off the record mine (as its writer last had it),
-// saying what became of the record as far as a read of it can tell: deleted, deleted and claimed
-// anew, taken over by another attempt, ended by a sweeper or an operator (the error they wrote), or
-// finished by another writer with the same claim (a reconciler's Settle).
-func fencedWhy(ctx context.Context, st Store, mine *Record) error {
+// fencedWhy returns ErrFenced for a write of want (nil: one it cannot tell) fenced off the record
+// mine (as its writer last had it), saying what became of the record as far as a read of it can
+// tell: deleted, deleted and claimed anew, taken over by another attempt, ended by a sweeper or an
+// operator (the error they wrote), or finished by another writer with the same claim (a reconciler's
+// Settle). It returns nil when the record read is want (see wrote): a Store that retries an UPDATE
+// whose reply was lost (record.Store checks its own) meets the write its first try made and answers
+// ErrFenced, although the write landed.
+func fencedWhy(ctx context.Context, st Store, mine, want *Record) error {
 	cur, err := st.Get(ctx, mine.Scope, mine.Key)
 	var why string
 	switch {
+	case err == nil && want != nil && wrote(cur, want):
+		return nil
 	case errors.Is(err, ErrNotFound):
 		why = "the record was deleted (purged, or expired and swept)"
 	case err != nil:
@@ -776,4 +801,24 @@ func fencedWhy(ctx context.Context, st Store, mine *Record) error {
 		why = fmt.Sprintf("the record was deleted and claimed again by another attempt (fence %d)", cur.Fence)
 	}
 	return fmt.Errorf("%w: %s", ErrFenced, why)
+}
+
+// wrote reports whether cur, a record read, is the claim's own write of want (a finish, a renewal, a
+// settlement, which keep its fence and owner): it has want's version — a fence and an owner token
+// another writer never reuses, a status another's settlement or takeover changes — and the values
+// want wrote, its times to the millisecond (no Store keeps less).
+func wrote(cur, want *Record) bool {
+	return cur.Version() == want.Version() && cur.Error == want.Error && bytes.Equal(cur.Response, want.Response) &&
+		sameMilli(cur.LeaseUntil, want.LeaseUntil) && sameMilli(cur.ExpiresAt, want.ExpiresAt) &&
+		sameMilli(cur.UpdatedAt, want.UpdatedAt)
+}
+
+// sameMilli reports whether a and b are the same instant as a Store with millisecond precision keeps
+// them (truncated or rounded), or both unset.
+func sameMilli(a, b time.Time) bool {
+	if a.IsZero() || b.IsZero() {
+		return a.IsZero() == b.IsZero()
+	}
+	d := a.Sub(b)
+	return d > -time.Millisecond && d < time.Millisecond
 }
