@@ -494,7 +494,9 @@ func (cl *Claim) landed(attempt int) (again bool, err error) {
 	case err == nil:
 		return false, nil
 	case errors.Is(err, ErrFenced) && attempt < 2:
-		cl.rec = was
+		// Started over at the fence of the claim made again: a Store that retried that write after
+		// its reply was lost answers ErrFenced although it landed, and the insert's read then
+		// recognises it as the call's own (see claim). Another's record is met as it is.
 		return true, nil
 	case errors.Is(err, ErrFenced):
 		cl.rec = was

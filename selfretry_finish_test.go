@@ -158,3 +158,43 @@ func TestStoreRetryingItsOwnFinishIsNotFenced(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreRetryingItsOwnLateClaimRenewal: a claim whose write landed late is made again before its
+// function runs (see TestClaimLandedAfterItsLeaseIsRenewed), a takeover at the next fence; a Store
+// that retries that UPDATE after a lost reply answers ErrFenced although it landed. The call started
+// over from the insert and met the claim made again as another attempt's: a Mark ErrDuplicate for a
+// function that never ran (the mark standing for its TTL), a Do ErrInFlight until its lease ran out.
+// The claim started over carries the fence of the write it made, and the read after the insert's
+// conflict recognises it as the call's own (as TestStoreRetryingItsOwnWriteIsNotADuplicate).
+func TestStoreRetryingItsOwnLateClaimRenewal(t *testing.T) {
+	const lease = time.Minute
+	for name, base := range lateClaimStores(t) {
+		for _, mode := range []string{"Mark", "Do"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				clk := idemtest.NewClock()
+				retrying := &selfRetryingStore{Store: base}
+				st := slowClaimStore{Store: retrying, took: func() { clk.Advance(lease) }}
+				g, err := idemkit.New(st, &idemkit.Options{Lease: lease, Now: clk.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				call := idemkit.Call{Scope: "s", Key: testsvc.Name("selflate-")}
+				var runs atomic.Int32
+				run := func() (idemkit.Result, error) {
+					if mode == "Mark" {
+						return idemkit.Result{}, g.Mark(ctxb, call, func(context.Context) error { runs.Add(1); return nil })
+					}
+					return g.Do(ctxb, call, func(context.Context) ([]byte, error) { runs.Add(1); return []byte("v"), nil })
+				}
+				retrying.armedTakeover.Store(true)
+				if res, err := run(); err != nil || runs.Load() != 1 || mode == "Do" && (res.Replayed || string(res.Value) != "v") {
+					rec, gerr := g.Get(ctxb, call.Scope, call.Key)
+					t.Fatalf("late claim whose Store retried its renewal: %+v, %v after %d runs (record %+v, %v); want the function run once", res, err, runs.Load(), rec, gerr)
+				}
+				if _, err := run(); runs.Load() != 1 || mode == "Mark" && !errors.Is(err, idemkit.ErrDuplicate) || mode == "Do" && err != nil {
+					t.Fatalf("duplicate: %v after %d runs, want the first answer", err, runs.Load())
+				}
+			})
+		}
+	}
+}
