@@ -365,14 +365,10 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 	for attempt := 0; ; attempt++ {
 		err := st.Insert(ctx, rec)
 		if err == nil {
-			if again, err := cl.landed(attempt); again {
-				cl.restart(c)
-				continue
-			} else if err != nil {
-				return cl.notLanded(err)
+			if again, k, res, err := cl.written(c, attempt); !again {
+				return k, res, err
 			}
-			cl.claimed()
-			return cl, Result{}, nil
+			continue
 		}
 		if errors.Is(err, ErrUnstorable) {
 			// The call's own values do not fit the Store (a fingerprint or gid too long): bad input.
@@ -408,14 +404,10 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			// that restarted here. It landed: as written, the call goes on with it.
 			cl.ev.Conflict = false
 			*rec = *cur
-			if again, err := cl.landed(attempt); again {
-				cl.restart(c)
-				continue
-			} else if err != nil {
-				return cl.notLanded(err)
+			if again, k, res, err := cl.written(c, attempt); !again {
+				return k, res, err
 			}
-			cl.claimed()
-			return cl, Result{}, nil
+			continue
 		}
 		now = g.opts.Now()
 		if v := judge(cur, c.Fingerprint, mode, now); v != verdictTakeover {
@@ -426,14 +418,10 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 		switch {
 		case err == nil:
 			cl.ev.Takeover = true
-			if again, err := cl.landed(attempt); again {
-				cl.restart(c)
-				continue
-			} else if err != nil {
-				return cl.notLanded(err)
+			if again, k, res, err := cl.written(c, attempt); !again {
+				return k, res, err
 			}
-			cl.claimed()
-			return cl, Result{}, nil
+			continue
 		case errors.Is(err, ErrFenced) && attempt < 2:
 			// Changed or deleted since the read (another attempt's takeover, the sweeper, a Mark
 			// release, a purge): start over from the insert, which meets whatever is there now.
@@ -456,6 +444,21 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "taking over record", err))
 		}
 	}
+}
+
+// written goes on with the claim of c the call's attempt-th write put in place (an insert, a takeover,
+// or its own claim met after a Store retried that write): it returns claim's answer, or again when the
+// claim must be written anew from the insert (see landed).
+func (cl *Claim) written(c *Call, attempt int) (again bool, _ *Claim, _ Result, _ error) {
+	if again, err := cl.landed(attempt); again {
+		cl.restart(c)
+		return true, nil, Result{}, nil
+	} else if err != nil {
+		k, res, err := cl.notLanded(err)
+		return false, k, res, err
+	}
+	cl.claimed()
+	return false, cl, Result{}, nil
 }
 
 // restart readies the claim of c to be written again from the insert, which meets whatever record
