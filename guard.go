@@ -611,7 +611,10 @@ func (cl *Claim) rerun(err error) bool {
 // released as the call answers, it let a retry in before the watch's next look, and a retry meeting
 // the call's mark — SUCCEEDED from its write on — got ErrDuplicate, final, for a function that never
 // ran. It is in flight instead, retryable. The watch renews the lock every third of LockTTL between
-// its looks (a look that hangs longer lets it lapse).
+// its looks (a look that hangs longer lets it lapse). Only a mark's watch keeps the lock: a claim of
+// the other modes is PROCESSING with a lease, which answers a retry in flight by itself while the
+// store answers, and while it does not the retry is the store's outage (503, or run unguarded where
+// the caller chose that: httpx's RunUnguardedOnOutage), not in flight for as long as the watch lasts.
 func (cl *Claim) abandoned(prev *Version, late *Record) {
 	g := cl.g
 	if cl.callerTx {
@@ -622,7 +625,7 @@ func (cl *Claim) abandoned(prev *Version, late *Record) {
 	if cl.ctx.Err() == nil && late == nil {
 		watches = &g.failed
 	}
-	hold := cl.locked
+	hold := cl.locked && cl.mode.marks()
 	if cl.ctx.Err() == nil {
 		// Released before the caller, still waiting, hears of the failure: its retry, however soon,
 		// finds the key free (a mark still standing would answer it ErrDuplicate, for good).
