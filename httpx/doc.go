@@ -81,7 +81,9 @@
 //	  the record store could not hold
 //	HEAD on a route whose GET is guarded     405 head-not-guarded (Allow: GET), the handler not
 //	  and whose HEAD is not in Methods           run; with Optional and no key it passes
-//	body over Options.MaxBodyBytes           413 body-too-large
+//	body over Options.MaxBodyBytes           413 body-too-large (with Options.DTM, by the branch's
+//	                                             op: an action or try 409, a compensate, cancel or
+//	                                             rollback 200 SUCCESS; see Options.DTM)
 //	same key, different payload              422 payload-mismatch
 //	unexpected error, handler did not run    500 internal
 //	record store or lock unavailable         503 unavailable (or the handler runs unguarded with

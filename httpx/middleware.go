@@ -92,6 +92,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		r.Body = st.bodyFor()
 		next.ServeHTTP(w, r)
 		return
+	case p.Status != 0 && p.Type == ProblemBodyTooLarge && m.cfg.DTM:
+		m.dtmBodyTooLarge(w, r, st, p)
+		return
 	case p.Status != 0:
 		m.problem(w, st, p)
 		return
@@ -331,11 +334,8 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState
 			Detail: "The request was processed before, but its stored response cannot be read."})
 	case m.cfg.DTM && (m.cfg.Duplicates == Reject || s.omitted) && s.status >= 200 && s.status < 300:
 		// DTM reads 409 as FAILURE and would roll back a branch that succeeded: tell it so.
-		h := w.Header()
-		h.Set("Content-Type", "application/json")
-		h.Set(ReplayedHeader, "true")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte(`{"dtm_result":"SUCCESS"}`))
+		w.Header().Set(ReplayedHeader, "true")
+		writeDTMSuccess(w)
 	case m.cfg.Duplicates == Reject:
 		m.problem(w, st, problem{Type: ProblemDuplicate, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was already processed."})

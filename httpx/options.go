@@ -178,6 +178,13 @@ type Options struct {
 	// {"dtm_result":"ONGOING"}), is not stored, as a 425 is not: DTM's retry runs the handler again.
 	// A 2xx whose body contains FAILURE, which DTM reads as a failure, is recorded as a 409 when its
 	// body is not stored (Duplicates is Reject), so its duplicates get 409, never 200 SUCCESS.
+	// A body over MaxBodyBytes, which DTM sends unchanged on every call of the branch, is answered
+	// by the op DTM names in the query (as package dtmhttp answers a payload over its MaxBody): a
+	// saga's action or a TCC's try fails (409: the saga rolls back, the TCC aborts), a compensate,
+	// cancel or rollback has nothing to undo (200 {"dtm_result":"SUCCESS"}: the op it undoes carried
+	// the same payload and was refused alike — give the routes of a branch's ops the same
+	// MaxBodyBytes), a confirm, commit or msg action stays 413, logged at error level (DTM retries
+	// it). A request whose query does not name its trans_type, gid, branch_id and op gets 413.
 	// Defaults to false.
 	DTM bool
 	// InFlightRetryAfter bounds the Retry-After header (and the problem's retryAfter member) of
