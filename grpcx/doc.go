@@ -78,6 +78,16 @@
 // it must not be retried as is. Both codes are non-retryable for gRPC clients; the
 // PreconditionFailure detail names the violation for programs. (The HTTP middleware answers 422.)
 //
+// # DTM
+//
+// These codes are not DTM's, and grpcx has no DTM mode (package httpx's Options.DTM has no gRPC
+// counterpart): DTM reads a gRPC branch's ABORTED as FAILURE and its FAILED_PRECONDITION as ONGOING,
+// so behind this interceptor a DTM branch answered in flight would be rolled back while it still
+// runs, and one whose key is reused with another request retried for ever — guard a DTM gRPC branch
+// with package barrier instead (barrier.NewBranch from the TransType, Gid, BranchID and Op of
+// dtmgrpc.BarrierFromGrpc(ctx), the business run in the barrier's Call), answering codes.Aborted for
+// its failure and codes.FailedPrecondition for "ongoing", as dtmgrpc.DtmError2GrpcError does.
+//
 // # Modes
 //
 // By default a call runs in Execute mode (Guard.Do): the claim and the finish are written in their own
