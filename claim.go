@@ -328,7 +328,7 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		werr = storeErr(ctx, "finishing record", werr)
 		cl.ev.Status = cl.rec.Status // the outcome was not written: the record stays as it was
 		if !cl.callerTx {
-			cl.unwritten(write)
+			cl.unwritten(func(ctx context.Context) (*Record, error) { return nil, write(ctx) })
 		}
 	}
 	if cl.locked {

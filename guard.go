@@ -343,14 +343,17 @@ func (cl *Claim) newRecord(c *Call, now time.Time) {
 // Within the record's lifetime the payload it was first used with still binds the key, even when
 // this call gives none.
 func (cl *Claim) takeOver(cur *Record, now time.Time) {
-	g := cl.g
-	rec := &cl.rec
+	cl.g.takeOver(&cl.rec, cur, cl.mode, now)
+}
+
+// takeOver turns rec, a record of mode, into a claim replacing cur at now (see Claim.takeOver).
+func (g *Guard) takeOver(rec, cur *Record, mode Mode, now time.Time) {
 	rec.Fence = cur.Fence + 1
 	if rec.Fingerprint == "" && !cur.Expired(now) {
 		rec.Fingerprint = cur.Fingerprint
 	}
 	rec.LeaseUntil, rec.ExpiresAt, rec.CreatedAt, rec.UpdatedAt = now.Add(g.opts.Lease), now.Add(g.opts.TTL), now, now
-	if cl.mode.marks() {
+	if mode.marks() {
 		rec.LeaseUntil = now
 	}
 }
@@ -673,6 +676,9 @@ type heldLock struct {
 	key, token string
 	renewed    time.Time // when it was last renewed; zero before the first renewal
 	gone       bool      // released, or found no longer held
+	// result is cached by the release until until (see Claim.releaseLock), when set.
+	result []byte
+	until  time.Time
 }
 
 // renew extends the lock to LockTTL when a third of that has passed since the watch last did (the
@@ -720,8 +726,24 @@ func (h *heldLock) release(ctx context.Context) {
 	h.gone = true
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.g.opts.FinishTimeout)
 	defer cancel()
-	if err := h.g.opts.Locker.Release(rctx, h.key, h.token, nil, 0); err != nil && !errors.Is(err, ErrLockNotHeld) {
-		h.g.retryRelease(ctx, h.key, h.token, nil, time.Time{})
+	result, ttl := h.result, h.until.Sub(h.g.opts.Now())
+	if ttl <= 0 {
+		result, ttl = nil, 0
+	}
+	if err := h.g.opts.Locker.Release(rctx, h.key, h.token, result, ttl); err != nil && !errors.Is(err, ErrLockNotHeld) {
+		h.g.retryRelease(ctx, h.key, h.token, result, h.until)
+	}
+}
+
+// cache has the release cache r, the record the holder wrote, as a finished call's release does
+// (see Claim.finished): a Tx-mode call trusts the cache to hold every key finished (see vouched).
+func (h *heldLock) cache(r *Record) {
+	if h == nil || r == nil {
+		return
+	}
+	var ttl time.Duration
+	if h.result, ttl = h.g.cacheEntry(r, h.g.opts.Now()); h.result != nil {
+		h.until = h.g.opts.Now().Add(ttl)
 	}
 }
 
@@ -790,8 +812,9 @@ func (cl *Claim) watchFor() time.Duration {
 // function failed still SUCCEEDED, refusing the retry with ErrDuplicate, final (a msgx Mark consumer
 // acknowledged a message whose function had failed); a claim whose function outlasted its lease taken
 // over, its work run again although its outcome was known. The retry is in flight instead, retryable,
-// and meets the outcome once written.
-func (cl *Claim) unwritten(write func(context.Context) error) {
+// and meets the outcome once written. write returns the record it wrote when the release is to cache
+// it (Guard.Tx's rejection: see Claim.rewriteRejection), else nil.
+func (cl *Claim) unwritten(write func(context.Context) (*Record, error)) {
 	g := cl.g
 	var held *heldLock
 	if cl.locked {
@@ -800,7 +823,9 @@ func (cl *Claim) unwritten(write func(context.Context) error) {
 	started := g.rewrites.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
 		defer held.release(ctx)
 		for wait := 10 * time.Millisecond; held.sleep(ctx, wait); wait = min(2*wait, time.Second) {
-			if err := write(ctx); err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
+			rec, err := write(ctx)
+			if err == nil || errors.Is(err, ErrFenced) || errors.Is(err, ErrNotFound) {
+				held.cache(rec)
 				return
 			}
 		}

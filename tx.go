@@ -97,7 +97,10 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 // replayed instead of fn's error (a second debit failing for lack of funds still gets the first
 // one's answer), and a record of another payload answers ErrPayloadMismatch. Otherwise a retryable
 // error is returned and nothing is stored (the key is free); a permanent one (Options.IsPermanent) is
-// stored REJECTED in its own write and replayed.
+// stored REJECTED in its own write and replayed. When that write fails, the call returns
+// ErrStoreUnavailable with fn's error, and the rejection is written again in the background as a
+// finish whose write failed is ([Claim.Finish]), the lock kept until it lands: a retry meanwhile is in
+// flight, then gets the rejection replayed — never a run of fn answered differently.
 //
 // After the commit the lock is released and the result cached. Results and errors are those of
 // [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
@@ -524,20 +527,26 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	} else {
 		outcome(&next, val, ferr, true)
 	}
-	stored, err := cl.put(storeCtx{db, dctx}, c, &next, prev, nil)
+	stored, over, err := cl.putOver(storeCtx{db, dctx}, c, &next, prev, nil)
 	switch {
 	case stored != nil:
 		return ended(cl.replay(stored, c.Fingerprint))
 	case errors.Is(err, ErrUnstorable):
 		// Even the rejection does not fit (an error text the database refuses): store the reason.
-		next.Response, next.Error = nil, errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", err))
-		if stored, err = cl.put(storeCtx{db, dctx}, c, &next, prev, nil); stored != nil {
+		unfit(&next, err)
+		if stored, over, err = cl.putOver(storeCtx{db, dctx}, c, &next, over, nil); stored != nil {
 			return ended(cl.replay(stored, c.Fingerprint))
 		}
 	}
 	if err != nil {
 		cl.ev.Outcome, cl.ev.Status = OutcomeExecuted, "" // the outcome was not written
 		werr := cl.classify(err)
+		if !errors.Is(err, ErrInFlight) && !errors.Is(err, ErrPayloadMismatch) {
+			// The store failed: write the rejection again in the background, keeping the lock
+			// until it lands (see Claim.unwritten). Released now, a retry would run fn again, and
+			// could succeed where this call was told its request was rejected.
+			cl.unwritten(cl.rewriteRejection(db, c, next, over))
+		}
 		cl.releaseLock(dctx, nil, 0)
 		cl.done = true
 		cl.ev.Err = errors.Join(werr, unrecorded)
@@ -545,6 +554,65 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 		return Result{}, cl.ev.Err
 	}
 	return cl.finished(&next, val, ferr, true)
+}
+
+// unfit turns rec, a rejection the Store refused (refused: its error), into one that says why,
+// without a result.
+func unfit(rec *Record, refused error) {
+	rec.Response, rec.Error = nil, errorText(fmt.Errorf("idemkit: the outcome could not be stored: %w", refused))
+}
+
+// rewriteRejection returns the write of rec, a rejection Guard.Tx could not store after its
+// rollback, to be made again through db (see Claim.unwritten): an INSERT, or an UPDATE of the record
+// at over it was taking over. A record met instead is judged as put judges it: one it would take
+// over (failed, expired) is taken over; the call's own write, which landed after all, or another
+// attempt's finished or in-flight one ends it (ErrFenced): that record answers the key now. A
+// rejection the Store refuses is written saying why, as the call would have. It returns the record it
+// wrote, for the lock's release to cache.
+func (cl *Claim) rewriteRejection(db Store, c *Call, rec Record, over *Version) func(context.Context) (*Record, error) {
+	g, fingerprint, began := cl.g, c.Fingerprint, cl.began
+	return func(ctx context.Context) (*Record, error) {
+		for attempt := 0; ; attempt++ {
+			n := rec
+			var err error
+			if over == nil {
+				err = db.Insert(ctx, &n)
+			} else {
+				err = db.Update(ctx, &n, *over)
+			}
+			switch {
+			case err == nil:
+				return &n, nil
+			case errors.Is(err, ErrUnstorable) && rec.Response != nil:
+				unfit(&rec, err)
+				continue
+			case !errors.Is(err, ErrExists) && !errors.Is(err, ErrFenced):
+				return nil, err
+			}
+			cur, err := db.Get(ctx, rec.Scope, rec.Key)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				over = nil // deleted meanwhile: insert again
+				continue
+			case err != nil:
+				return nil, err
+			case cur.Version() == rec.Version():
+				return cur, nil // landed after all
+			}
+			now := g.opts.Now()
+			if cur.Status.Terminal() && cur.Expired(now) && !cur.Expired(began) {
+				now = began // as judgeMet: still the answer the call began under
+			}
+			if attempt >= 2 || judge(cur, fingerprint, ModeTx, now) != verdictTakeover {
+				return nil, ErrFenced
+			}
+			v := cur.Version()
+			over = &v
+			status, resp, text := rec.Status, rec.Response, rec.Error
+			g.takeOver(&rec, cur, ModeTx, g.opts.Now())
+			rec.Status, rec.Response, rec.Error = status, resp, text
+		}
+	}
 }
 
 // runDoTx is Guard.DoTx after the lock.
@@ -677,6 +745,13 @@ func (cl *Claim) replayRollback(r *Record, c *Call) (Result, error) {
 // first, when not nil, is the outcome of an INSERT of rec already made (InsertCommit's): it is not
 // made again.
 func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error) (*Record, error) {
+	stored, _, err := cl.putOver(st, c, rec, prev, first)
+	return stored, err
+}
+
+// putOver is put, which also returns the version the last write was conditioned on (nil for an
+// INSERT): the record it took over, when it met one, for a write to be made again.
+func (cl *Claim) putOver(st Store, c *Call, rec *Record, prev *Version, first error) (*Record, *Version, error) {
 	g := cl.g
 	for attempt := 0; ; attempt++ {
 		var err error
@@ -688,7 +763,7 @@ func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error)
 			err = st.Update(cl.ctx, rec, *prev)
 		}
 		if err == nil || (!errors.Is(err, ErrExists) && !errors.Is(err, ErrFenced)) {
-			return nil, err
+			return nil, prev, err
 		}
 		cl.ev.Conflict = true
 		cur, err := st.Get(cl.ctx, rec.Scope, rec.Key)
@@ -697,25 +772,25 @@ func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, prev, err
 		}
 		if cur.Version() == rec.Version() {
 			// The call's own record (the owner token is this attempt's): a Store that retried its
 			// write after a lost reply met it. Written.
 			cl.ev.Conflict = false
-			return nil, nil
+			return nil, prev, nil
 		}
 		if attempt >= 2 {
-			return nil, &InFlightError{RetryAfter: g.opts.Lease}
+			return nil, prev, &InFlightError{RetryAfter: g.opts.Lease}
 		}
 		now := g.opts.Now()
 		switch cl.judgeMet(cur, c.Fingerprint, now) {
 		case verdictReplay:
-			return cur, nil
+			return cur, prev, nil
 		case verdictMismatch:
-			return nil, ErrPayloadMismatch
+			return nil, prev, ErrPayloadMismatch
 		case verdictInFlight:
-			return nil, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}
+			return nil, prev, &InFlightError{RetryAfter: max(cur.LeaseUntil.Sub(now), 0)}
 		}
 		v := cur.Version()
 		prev = &v
