@@ -9,9 +9,10 @@ import (
 
 // watch keeps the claim alive while its function runs: every third of the shorter of LockTTL and Lease
 // it calls Extend, until Options.MaxHold has passed since the claim. When the claim is lost, or the hold
-// is about to lapse (renewals failing, or MaxHold passed), the returned context is cancelled with
-// ErrLockLost as its cause — half a period before the lease the last renewal gave runs out, so that
-// the function learns it lost its claim while duplicates are still turned away. The renewals go on
+// is about to lapse (renewals failing, MaxHold passed, or a tick that came too late to renew), the
+// returned context is cancelled with ErrLockLost as its cause, saying which — half a period before the
+// lease the last renewal gave runs out, so that the function learns it lost its claim while
+// duplicates are still turned away. The renewals go on
 // until stop, even once parent ended: a function that goes on after its caller left (finishing what it
 // started) would otherwise lose its claim to the caller's retry, which would run the work again beside
 // it. stop ends the watchdog and waits for it, so nothing is renewed after it returns.
@@ -54,10 +55,16 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 			ticked, now := time.Now(), g.opts.Now()
 			left := giveUp.Sub(now)
 			if left <= 0 {
-				if failing != nil {
+				switch {
+				case failing != nil:
 					cancel(fmt.Errorf("%w: renewal failing: %w", ErrLockLost, failing))
-				} else {
+				case now.Sub(started) >= g.opts.MaxHold:
 					cancel(fmt.Errorf("%w: held longer than MaxHold (%s)", ErrLockLost, g.opts.MaxHold))
+				default:
+					// No renewal failed and MaxHold is not reached: this tick came too late to renew
+					// (the process starved the watchdog, the clock jumped, the claim's write took long).
+					cancel(fmt.Errorf("%w: not renewed in time: the watchdog ran %s past its time to give the claim up (the process stalled, or the clock jumped)",
+						ErrLockLost, -left))
 				}
 				return
 			}
