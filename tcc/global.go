@@ -75,8 +75,8 @@ type RunParams struct {
 // the TCC prepared until DTM aborts it at its TimeoutToFail, with a reason of its own: Run, if it
 // still waits then, records the try's error all the same, FAILED or REJECTED as above (see
 // hooks.AbortError), while a Reconciler records DTM's reason (FAILED). A panic in Tries aborts the
-// transaction, which the record follows, and one in Options rolls the record back (nothing was
-// prepared); then the panic goes on with its value.
+// transaction (the abort posted again as a failed try's is), which the record follows, and one in
+// Options rolls the record back (nothing was prepared); then the panic goes on with its value.
 func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
@@ -155,8 +155,11 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	panicked := true
 	defer func() {
 		if panicked {
+			// Aborted as after a failed try (posted again while DTM does not answer), then the panic
+			// goes on with its value: posted once and lost, the abort left the TCC prepared, its
+			// branches' reservations held, until DTM timed it out with a reason of its own.
 			t.RollbackReason = "panic in the tries"
-			_ = status.Call(ctx, "abort", t.Gid, &t.TransBase)
+			_ = abort(ctx, status, t)
 		}
 	}()
 	tryErr := tries(t)
