@@ -244,12 +244,20 @@ func dialector(dsn string) (gorm.Dialector, error) {
 		}
 		return mysql.New(mysql.Config{DSNConfig: cfg}), nil
 	case "postgres", "postgresql":
-		u, err := url.Parse(dsn)
-		if err == nil && !u.Query().Has("connect_timeout") {
-			q := u.Query()
-			q.Set("connect_timeout", "5")
-			u.RawQuery = q.Encode()
-			dsn = u.String()
+		// Appended to the URL as given: re-encoding it (url.URL.String) drops the "//" of a URL
+		// without host, user or path (postgres://?host=db&dbname=shop), which pgx then reads as
+		// keyword=value pairs.
+		if u, err := url.Parse(dsn); err == nil && !u.Query().Has("connect_timeout") {
+			base, fragment, hasFragment := strings.Cut(dsn, "#")
+			sep := "&"
+			if u.RawQuery == "" {
+				sep = "?"
+				base = strings.TrimSuffix(base, "?")
+			}
+			dsn = base + sep + "connect_timeout=5"
+			if hasFragment {
+				dsn += "#" + fragment
+			}
 		}
 		if _, err := pgx.ParseConfig(dsn); err != nil {
 			return nil, usagef("--db %s: %s", redact(dsn), hideQueryPassword(err.Error())) // pgx quotes the URL
