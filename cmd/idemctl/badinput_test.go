@@ -77,6 +77,9 @@ func TestBadInput(t *testing.T) {
 			{"invalid UTF-8 gid filter", nil, []string{"list", "--gid", "g\xff"}, exitUsage, []string{"--gid", "not valid UTF-8"}},
 			{"gid filter over 128 bytes", nil, []string{"purge", "--yes", "--gid", strings.Repeat("g", 129)}, exitUsage, []string{"--gid", "longer than 128"}},
 			{"invalid UTF-8 gid", map[string]string{"IDEMCTL_DTM": "http://127.0.0.1:1/api/dtmsvr"}, []string{"dtm", "g\xff"}, exitUsage, []string{"GID", "not valid UTF-8"}},
+			// An empty GID was sent to DTM, which answered HTTP 500 "no gid specified": exit 1, as if
+			// DTM had failed.
+			{"empty gid", map[string]string{"IDEMCTL_DTM": "http://127.0.0.1:1/api/dtmsvr"}, []string{"dtm", ""}, exitUsage, []string{"GID", "empty"}},
 			{"dtm without a server", nil, []string{"dtm", s.gid}, exitUsage, []string{"--dtm or IDEMCTL_DTM"}},
 			{"dtm with a bad URL", map[string]string{"IDEMCTL_DTM": "dtm:36789"}, []string{"dtm", s.gid}, exitUsage, []string{"want http://"}},
 			{"dtm unreachable", map[string]string{"IDEMCTL_DTM": "http://127.0.0.1:1/api/dtmsvr"}, []string{"dtm", s.gid}, exitError, []string{"txstatus"}},

@@ -161,6 +161,9 @@ func (c *cli) validate(cmd *command, pos []string) error {
 		}
 	}
 	if cmd.name == "dtm" && len(pos) == 1 {
+		if pos[0] == "" { // a record's empty gid means none; DTM knows no such transaction
+			return usagef("GID: empty")
+		}
 		if err := admin.CheckGID(pos[0]); err != nil {
 			return usagef("GID: %v", err)
 		}
