@@ -41,7 +41,9 @@ const (
 	HeaderStreamSeq = "Idemkit-Stream-Seq" // its sequence in the stream
 	HeaderQueue     = "Idemkit-Queue"      // "<stream>/<consumer>"
 	// HeaderOriginalPrefix replaces the "Nats-" of the original's Nats-* headers on the copy:
-	// Nats-Msg-Id becomes Idemkit-Orig-Msg-Id, Nats-Expected-Stream Idemkit-Orig-Expected-Stream.
+	// Nats-Msg-Id becomes Idemkit-Orig-Msg-Id, Nats-Expected-Stream Idemkit-Orig-Expected-Stream
+	// (except the Nats-Msg-Id of a dead letter published back, which names that dead-lettering: its
+	// copy keeps the original's Idemkit-Orig-Msg-Id, or none).
 	// JetStream acts on Nats-* headers when a message is published (Nats-Msg-Id,
 	// Nats-Expected-Stream, Nats-Expected-Last-Sequence, Nats-Rollup, Nats-TTL, …): copied as they
 	// are they would make the dead-letter stream refuse or deduplicate the copy, or act on its other
@@ -393,10 +395,16 @@ func Message(jm jetstream.Msg) *msgx.Message {
 // message that took effect, or one dead-lettered for having no id. Elsewhere (a consumer of the
 // dead letters) it stays the key: one per dead-lettering.
 func messageID(h nats.Header, queue string) string {
-	if h.Get(HeaderOutcome) != "" && h.Get(HeaderQueue) == queue {
+	if publishedBack(h, queue) {
 		return h.Get(HeaderOriginalPrefix + "Msg-Id")
 	}
 	return h.Get(jetstream.MsgIDHeader)
+}
+
+// publishedBack reports whether a message with headers h consumed from queue is a dead letter of
+// queue published back to it.
+func publishedBack(h nats.Header, queue string) bool {
+	return h.Get(HeaderOutcome) != "" && h.Get(HeaderQueue) == queue
 }
 
 type settler struct {
@@ -519,12 +527,18 @@ func (s *settler) deadLetterOf(m *msgx.Message, at *place, d msgx.Decision) (out
 	}
 	out = nats.NewMsg(s.opts.DeadLetterSubject)
 	out.Data = m.Data
-	// In order of name: on a dead letter published back and dead-lettered again, the original's
-	// Idemkit-Orig-Msg-Id comes before the first dead letter's Nats-Msg-Id renamed onto it, and stays
-	// the message's id (see Message).
+	// A dead letter published back and dead-lettered again keeps the original's Idemkit-Orig-Msg-Id
+	// (none when it had no id), the message's id (see Message); its own Nats-Msg-Id, which names the
+	// earlier dead-lettering, is left out: renamed onto Idemkit-Orig-Msg-Id it would give a message
+	// without an id one, under which its next replay would run. Its other Nats-* headers come after
+	// the original's, in order of name.
+	replay := publishedBack(nats.Header(m.Header), m.Queue)
 	for _, k := range slices.Sorted(maps.Keys(m.Header)) {
 		v := m.Header[k]
 		if len(k) >= 5 && strings.EqualFold(k[:5], "Nats-") {
+			if replay && strings.EqualFold(k, jetstream.MsgIDHeader) {
+				continue
+			}
 			k = HeaderOriginalPrefix + k[5:]
 		}
 		k = publishableKey(k)
