@@ -19,23 +19,12 @@ func TestMain(m *testing.M) { cmdtest.Main(m, main) }
 // refused with exit 2, before anything starts. (TestTour runs the tour.)
 func TestCommandLine(t *testing.T) {
 	const started = "Starting a DTM server" // the first line of a run
-	for _, tc := range []struct {
-		args   []string
-		code   int
-		stderr string
-	}{
-		{[]string{"-h"}, 0, "Usage: go run ./examples/dtm-msg"},
-		{[]string{"-help"}, 0, "Usage: go run ./examples/dtm-msg"},
-		{[]string{"-dtm", "http://127.0.0.1:36789/api/dtmsvr"}, 2, "flag provided but not defined: -dtm"},
-		{[]string{"extra"}, 2, `unexpected argument "extra"`},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			res := cmdtest.Run(t, tc.args...)
-			if res.Code != tc.code || !strings.Contains(res.Stderr, tc.stderr) || strings.Contains(res.Stdout+res.Stderr, started) {
-				t.Errorf("exit %d, want %d with %q on stderr and nothing started; stdout:\n%s\nstderr:\n%s", res.Code, tc.code, tc.stderr, res.Stdout, res.Stderr)
-			}
-		})
-	}
+	cmdtest.CommandLine(t, started, []cmdtest.Case{
+		{Args: []string{"-h"}, Code: 0, Stderr: "Usage: go run ./examples/dtm-msg"},
+		{Args: []string{"-help"}, Code: 0, Stderr: "Usage: go run ./examples/dtm-msg"},
+		{Args: []string{"-dtm", "http://127.0.0.1:36789/api/dtmsvr"}, Code: 2, Stderr: "flag provided but not defined: -dtm"},
+		{Args: []string{"extra"}, Code: 2, Stderr: `unexpected argument "extra"`},
+	})
 }
 
 // TestInterruptCleansUp: Ctrl-C during the tour killed the program where it stood, leaving its SQLite

@@ -14,23 +14,12 @@ func TestMain(m *testing.M) { cmdtest.Main(m, main) }
 // unknown flag or an argument is refused with exit 2, before anything runs.
 func TestCommandLine(t *testing.T) {
 	const ran = "1. charge 30" // the tour's first line
-	for _, tc := range []struct {
-		args   []string
-		code   int
-		stderr string
-	}{
-		{[]string{"-h"}, 0, "Usage: go run ./examples/grpc-payments"},
-		{[]string{"--help"}, 0, "Usage: go run ./examples/grpc-payments"},
-		{[]string{"-keep"}, 2, "flag provided but not defined: -keep"},
-		{[]string{"extra"}, 2, `unexpected argument "extra"`},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			res := cmdtest.Run(t, tc.args...)
-			if res.Code != tc.code || !strings.Contains(res.Stderr, tc.stderr) || strings.Contains(res.Stdout, ran) {
-				t.Errorf("exit %d, want %d with %q on stderr and no tour; stdout:\n%s\nstderr:\n%s", res.Code, tc.code, tc.stderr, res.Stdout, res.Stderr)
-			}
-		})
-	}
+	cmdtest.CommandLine(t, ran, []cmdtest.Case{
+		{Args: []string{"-h"}, Code: 0, Stderr: "Usage: go run ./examples/grpc-payments"},
+		{Args: []string{"--help"}, Code: 0, Stderr: "Usage: go run ./examples/grpc-payments"},
+		{Args: []string{"-keep"}, Code: 2, Stderr: "flag provided but not defined: -keep"},
+		{Args: []string{"extra"}, Code: 2, Stderr: `unexpected argument "extra"`},
+	})
 	res := cmdtest.Run(t)
 	if res.Code != 0 || !strings.Contains(res.Stdout, "All 5 steps behaved as expected.") {
 		t.Errorf("without arguments: exit %d, want 0 and the tour; stdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)

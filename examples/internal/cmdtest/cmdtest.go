@@ -3,7 +3,8 @@
 // exit code and output. main runs for real — flag parsing, os.Exit and all — so a flag the example
 // ignores shows up as the example running instead of refusing it.
 //
-// A test file of the example calls [Main] from TestMain and [Run] from a test:
+// A test file of the example calls [Main] from TestMain and [Run] (or [CommandLine], for a table of
+// command lines the example must refuse or answer without running) from a test:
 //
 //	func TestMain(m *testing.M) { cmdtest.Main(m, main) }
 //
@@ -111,4 +112,32 @@ func Run(t *testing.T, args ...string) Result {
 		t.Fatalf("run %q: %v", args, err)
 	}
 	return res
+}
+
+// Case is a command line and the example's expected answer to it: the exit code, and a part of its
+// standard error.
+type Case struct {
+	Args   []string
+	Code   int
+	Stderr string
+}
+
+// CommandLine runs each case (see [Run]) as a subtest and fails it when the exit code or the standard
+// error is not the expected one, or when the example ran anyway: its output holds ran, the first line
+// of a run (ran empty: anything on its standard output).
+func CommandLine(t *testing.T, ran string, cases []Case) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.Args, " "), func(t *testing.T) {
+			res := Run(t, tc.Args...)
+			didRun := res.Stdout != ""
+			if ran != "" {
+				didRun = strings.Contains(res.Stdout+res.Stderr, ran)
+			}
+			if res.Code != tc.Code || !strings.Contains(res.Stderr, tc.Stderr) || didRun {
+				t.Errorf("exit %d, want %d with %q on stderr and nothing run; stdout:\n%s\nstderr:\n%s",
+					res.Code, tc.Code, tc.Stderr, res.Stdout, res.Stderr)
+			}
+		})
+	}
 }
