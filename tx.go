@@ -572,45 +572,23 @@ func unfit(rec *Record, refused error) {
 func (cl *Claim) rewriteRejection(db Store, c *Call, rec Record, over *Version) func(context.Context) (*Record, error) {
 	g, fingerprint, began := cl.g, c.Fingerprint, cl.began
 	return func(ctx context.Context) (*Record, error) {
-		for attempt := 0; ; attempt++ {
-			n := rec
-			var err error
-			if over == nil {
-				err = db.Insert(ctx, &n)
-			} else {
-				err = db.Update(ctx, &n, *over)
-			}
+		for {
+			var ev Event // the call's answered: nothing to report
+			stored, at, err := g.putAt(ctx, db, ModeTx, fingerprint, began, &rec, over, nil, &ev, nil)
+			over = at // the next write starts where this one stopped: over what it took over
 			switch {
-			case err == nil:
-				return &n, nil
 			case errors.Is(err, ErrUnstorable) && rec.Response != nil:
 				unfit(&rec, err)
 				continue
-			case !errors.Is(err, ErrExists) && !errors.Is(err, ErrFenced):
-				return nil, err
-			}
-			cur, err := db.Get(ctx, rec.Scope, rec.Key)
-			switch {
 			case errors.Is(err, ErrNotFound):
-				over = nil // deleted meanwhile: insert again
-				continue
-			case err != nil:
-				return nil, err
-			case cur.Version() == rec.Version():
-				return cur, nil // landed after all
+				continue // deleted again and again meanwhile: insert again
+			case err == nil && stored == nil:
+				written := rec
+				return &written, nil // written, or the call's own write met: it landed after all
+			case err == nil || errors.Is(err, ErrInFlight) || errors.Is(err, ErrPayloadMismatch):
+				return nil, ErrFenced // another attempt's record answers the key now
 			}
-			now := g.opts.Now()
-			if cur.Status.Terminal() && cur.Expired(now) && !cur.Expired(began) {
-				now = began // as judgeMet: still the answer the call began under
-			}
-			if attempt >= 2 || judge(cur, fingerprint, ModeTx, now) != verdictTakeover {
-				return nil, ErrFenced
-			}
-			v := cur.Version()
-			over = &v
-			status, resp, text := rec.Status, rec.Response, rec.Error
-			g.takeOver(&rec, cur, ModeTx, g.opts.Now())
-			rec.Status, rec.Response, rec.Error = status, resp, text
+			return nil, err // the Store failed: written again later
 		}
 	}
 }
@@ -752,21 +730,29 @@ func (cl *Claim) put(st Store, c *Call, rec *Record, prev *Version, first error)
 // putOver is put, which also returns the version the last write was conditioned on (nil for an
 // INSERT): the record it took over, when it met one, for a write to be made again.
 func (cl *Claim) putOver(st Store, c *Call, rec *Record, prev *Version, first error) (*Record, *Version, error) {
-	g := cl.g
+	return cl.g.putAt(cl.ctx, st, cl.mode, c.Fingerprint, cl.began, rec, prev, first, &cl.ev, func(r *Record) { cl.rec = *r })
+}
+
+// putAt is putOver for a call of mode with fingerprint that began at began (zero: not known), its
+// Store calls on ctx: it marks ev's Conflict and Takeover, and gives took each record it takes over.
+// Guard.Tx's rejection written again in the background (see Claim.rewriteRejection) runs it apart
+// from its Claim.
+func (g *Guard) putAt(ctx context.Context, st Store, mode Mode, fingerprint string, began time.Time, rec *Record,
+	prev *Version, first error, ev *Event, took func(*Record)) (*Record, *Version, error) {
 	for attempt := 0; ; attempt++ {
 		var err error
 		if attempt == 0 && first != nil {
 			err = first
 		} else if prev == nil {
-			err = st.Insert(cl.ctx, rec)
+			err = st.Insert(ctx, rec)
 		} else {
-			err = st.Update(cl.ctx, rec, *prev)
+			err = st.Update(ctx, rec, *prev)
 		}
 		if err == nil || (!errors.Is(err, ErrExists) && !errors.Is(err, ErrFenced)) {
 			return nil, prev, err
 		}
-		cl.ev.Conflict = true
-		cur, err := st.Get(cl.ctx, rec.Scope, rec.Key)
+		ev.Conflict = true
+		cur, err := st.Get(ctx, rec.Scope, rec.Key)
 		if errors.Is(err, ErrNotFound) && attempt < 2 {
 			prev = nil // deleted meanwhile (sweeper, a released mark): insert again
 			continue
@@ -777,14 +763,14 @@ func (cl *Claim) putOver(st Store, c *Call, rec *Record, prev *Version, first er
 		if cur.Version() == rec.Version() {
 			// The call's own record (the owner token is this attempt's): a Store that retried its
 			// write after a lost reply met it. Written.
-			cl.ev.Conflict = false
+			ev.Conflict = false
 			return nil, prev, nil
 		}
 		if attempt >= 2 {
 			return nil, prev, &InFlightError{RetryAfter: g.opts.Lease}
 		}
 		now := g.opts.Now()
-		switch cl.judgeMet(cur, c.Fingerprint, now) {
+		switch judgeMetAt(began, cur, fingerprint, now) {
 		case verdictReplay:
 			return cur, prev, nil
 		case verdictMismatch:
@@ -794,12 +780,11 @@ func (cl *Claim) putOver(st Store, c *Call, rec *Record, prev *Version, first er
 		}
 		v := cur.Version()
 		prev = &v
-		status, resp, text := rec.Status, rec.Response, rec.Error
-		cl.rec = *rec
-		cl.takeOver(cur, now)
-		*rec = cl.rec
-		rec.Status, rec.Response, rec.Error = status, resp, text
-		cl.ev.Takeover = true
+		g.takeOver(rec, cur, mode, now) // its status, result and error stay the outcome's
+		if took != nil {
+			took(rec)
+		}
+		ev.Takeover = true
 	}
 }
 
@@ -808,8 +793,13 @@ func (cl *Claim) putOver(st Store, c *Call, rec *Record, prev *Version, first er
 // while the function ran: the call is its duplicate, as a read before the function (or the cache)
 // would have told, and taking the record over would commit the business a second time.
 func (cl *Claim) judgeMet(cur *Record, fingerprint string, now time.Time) verdict {
-	if cur.Status.Terminal() && cur.Expired(now) && !cl.began.IsZero() && !cur.Expired(cl.began) {
-		now = cl.began
+	return judgeMetAt(cl.began, cur, fingerprint, now)
+}
+
+// judgeMetAt is judgeMet for a call that began at began (zero: not known).
+func judgeMetAt(began time.Time, cur *Record, fingerprint string, now time.Time) verdict {
+	if cur.Status.Terminal() && cur.Expired(now) && !began.IsZero() && !cur.Expired(began) {
+		now = began
 	}
 	return judge(cur, fingerprint, ModeTx, now)
 }
