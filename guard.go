@@ -646,19 +646,12 @@ func (cl *Claim) abandoned(prev *Version, late *Record) {
 	}
 	started := watches.Go(cl.ctx, cl.watchFor(), func(ctx context.Context) {
 		defer held.release(ctx)
-		next, wait := time.Now(), 10*time.Millisecond // the next look, and the pause after it
-		for {
-			if !time.Now().Before(next) {
-				over, free := look(ctx)
-				if free {
-					held.release(ctx)
-				}
-				if over {
-					return
-				}
-				next, wait = time.Now().Add(wait), min(2*wait, time.Second)
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			over, free := look(ctx)
+			if free {
+				held.release(ctx)
 			}
-			if !background.Sleep(ctx, min(time.Until(next), held.renew(ctx))) {
+			if over || !held.sleep(ctx, wait) {
 				return
 			}
 		}
