@@ -82,3 +82,47 @@ func TestGormCallRetryWithTheSameBranch(t *testing.T) {
 		})
 	}
 }
+
+// TestGormCallRetryAfterAFailedCommit: a transaction holding Call fails at its COMMIT (here a deferred
+// constraint on PostgreSQL; a serialization failure in SERIALIZABLE, or a Galera certification
+// conflict, fail there too) after Call returned nil, so the call counted its barrier id. Run again with
+// b restored as it was before the transaction, as Gorm.Enter's documentation says, the retry writes
+// the first id's rows, and a redelivery (a new Branch) is a Duplicate. Run again with b as it was
+// left, the retry committed under the next id and the redelivery ran the business a second time.
+func TestGormCallRetryAfterAFailedCommit(t *testing.T) {
+	ctx := context.Background()
+	db := testsvc.Postgres(t, nil)
+	g := newGormTable(t, db)
+	effects := testsvc.Name("effects_")
+	testsvc.DropTable(t, db, effects)
+	if err := db.Exec("CREATE TABLE " + effects + " (id int, CONSTRAINT " + effects + "_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("INSERT INTO " + effects + " VALUES (1)").Error; err != nil { // makes the first COMMIT fail
+		t.Fatal(err)
+	}
+	gid := testsvc.Name("gid-")
+	runs := 0
+	business := func(tx *gorm.DB) error {
+		runs++
+		return tx.Exec("INSERT INTO " + effects + " VALUES (1)").Error
+	}
+	b, _ := NewBranch(TransSaga, gid, "01", OpAction)
+	saved := *b
+	err := db.Transaction(func(tx *gorm.DB) error { return g.Call(ctx, tx, b, business) })
+	if err == nil {
+		t.Fatal("the first transaction committed; want its COMMIT to fail on the deferred constraint")
+	}
+	if err := db.Exec("DELETE FROM " + effects).Error; err != nil {
+		t.Fatal(err)
+	}
+	*b = saved
+	if err := db.Transaction(func(tx *gorm.DB) error { return g.Call(ctx, tx, b, business) }); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	redelivery, _ := NewBranch(TransSaga, gid, "01", OpAction)
+	out, err := g.TransactionOutcome(ctx, redelivery, business)
+	if err != nil || out != Duplicate || runs != 2 {
+		t.Fatalf("redelivery after the retried transaction: %s, %v, business ran %d times; want Duplicate, twice (the failed COMMIT and its retry)", out, err, runs)
+	}
+}

@@ -152,6 +152,14 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // after [Gorm.TransactionOutcome]: a caller that rolls tx back and retries with the same b (a deadlock,
 // PostgreSQL's serialization failure in REPEATABLE READ or SERIALIZABLE) uses the same barrier id, so
 // its rows meet the delivery that made the call fail, and a later redelivery meets its rows.
+//
+// A call that returned without an error has counted its id, also when tx fails after it — at a later
+// statement, or at its COMMIT (PostgreSQL's serialization failure in SERIALIZABLE or a deferred
+// constraint, a Galera certification conflict, a lost connection) — and Enter cannot tell the retry of
+// that transaction from the handler's next one. Restore b before running tx again: copy it before
+// tx (saved := *b) and set it back before the retry (*b = saved). Run again with b as it was left,
+// the retry commits its rows under the next id, and a redelivery (a new Branch, from the first id)
+// runs the business a second time. [Gorm.TransactionOutcome] restores b itself.
 func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (_ Outcome, err error) {
 	if err := g.validate(b); err != nil {
 		return 0, err
@@ -245,7 +253,8 @@ func (g *Gorm) insert(ctx context.Context, pool gorm.ConnPool, b *Branch, op, bi
 //
 // Call returns nil without running fn for a duplicate, hanging or null-compensation delivery, fn's
 // error, or the errors of [Gorm.Enter]. When it returns an error, b's barrier count is as it was before
-// the call (see [Gorm.Enter]), so a retry of tx with the same b uses the same barrier id.
+// the call (see [Gorm.Enter]), so a retry of tx with the same b uses the same barrier id. When tx fails
+// after Call returned nil (at its COMMIT, say), restore b before the retry: see [Gorm.Enter].
 func (g *Gorm) Call(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) error {
 	_, err := g.CallOutcome(ctx, tx, b, fn)
 	return err
