@@ -77,6 +77,13 @@ type RedisOptions struct {
 	Prefix string
 	// TTL is how long barrier keys live; keep it longer than a global transaction may take. Defaults to
 	// DefaultRedisTTL.
+	//
+	// The keys are the barrier's only memory: a key gone — past its TTL, or lost by Redis (a restart
+	// without persistence, a failover that lost the last writes, an eviction) — makes a redelivered
+	// op run again, a compensation skip its undo as a null compensation, and a late try or action run
+	// after its compensation. Keep them on a Redis whose maxmemory-policy is noeviction: under the
+	// volatile-* policies the barrier keys, which expire, are evicted before the business keys they
+	// guard, which usually do not.
 	TTL time.Duration
 }
 
