@@ -7,9 +7,19 @@
 #   ./scripts/bench.sh profile      CPU and allocation profiles of the hot paths → docs/profiles/
 #   ./scripts/bench.sh prepare      gorm PrepareStmt on/off, DSN interpolateParams on/off, multiStatements off → docs/bench-*.md
 #   ./scripts/bench.sh -- FLAGS...  idembench with these flags (see go run ./cmd/idembench -h)
+#   ./scripts/bench.sh --help       this text
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+# Answer a request for help, or an argument it does not know, before bringing up the services
+# (which may install them) and building the benchmark.
+case "${1:-full}" in
+full | quick | profile | prepare | --) ;;
+-h | --help | help) usage; exit 0 ;;
+*) echo "bench: unknown argument $1" >&2; usage >&2; exit 2 ;;
+esac
+
+cd "$(dirname "$0")/.."
 ./scripts/services.sh
 mkdir -p docs/profiles
 bin=$(mktemp -d)/idembench
@@ -49,9 +59,5 @@ prepare)
 --)
   shift
   "$bin" "$@"
-  ;;
-*)
-  echo "usage: $0 [full|quick|profile|prepare|-- FLAGS...]" >&2
-  exit 2
   ;;
 esac

@@ -1,0 +1,67 @@
+package docs
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchScriptUsage runs ./scripts/bench.sh the way a newcomer asks it what it does (--help, -h,
+// help) and with an argument it does not know: it must answer with its usage at once, before it
+// brings up the services (which may install packages with apt-get) or builds the benchmark. The
+// script runs from a copy of scripts/ whose services.sh only records that it was called.
+func TestBenchScriptUsage(t *testing.T) {
+	root := setup(t).root
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	src, err := os.ReadFile(filepath.Join(root, "scripts", "bench.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		arg  string
+		exit int
+	}{{"--help", 0}, {"-h", 0}, {"help", 0}, {"--bogus", 2}} {
+		t.Run(c.arg, func(t *testing.T) {
+			dir := t.TempDir()
+			scripts := filepath.Join(dir, "scripts")
+			marker := filepath.Join(dir, "services-ran")
+			if err := os.MkdirAll(scripts, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(scripts, "bench.sh"), src, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			stub := "#!/usr/bin/env bash\ntouch " + marker + "\nexit 1\n"
+			if err := os.WriteFile(filepath.Join(scripts, "services.sh"), []byte(stub), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("bash", filepath.Join(scripts, "bench.sh"), c.arg)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			code := 0
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("bench.sh %s brought up the services before answering", c.arg)
+			}
+			if code != c.exit {
+				t.Errorf("bench.sh %s exited %d, want %d; output:\n%s", c.arg, code, c.exit, out.String())
+			}
+			for _, want := range []string{"./scripts/bench.sh quick", "./scripts/bench.sh -- FLAGS"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("bench.sh %s: the output does not show %q:\n%s", c.arg, want, out.String())
+				}
+			}
+		})
+	}
+}
