@@ -43,6 +43,10 @@ func TestBadInput(t *testing.T) {
 			{"malformed MySQL DSN", nil, []string{"list", "--db", "mysql://root@127.0.0.1/x"}, exitUsage, []string{"--db mysql://root@127.0.0.1/x: default addr"}},
 			// An unset variable in "tcp(${DB_HOST}:3306)": go-sql-driver dials ":3306" on localhost.
 			{"MySQL DSN with a port but no host", nil, []string{"purge", "--yes", "--db", "mysql://root:pw@tcp(:3306)/x", scopeA, s.failed}, exitUsage, []string{"--db mysql://root:****@tcp(:3306)/x", "no host"}},
+			// A port out of range or not a number was dialled, and the dial's error exited 1, as an
+			// unreachable database does (the same mistake in a PostgreSQL URL exits 2).
+			{"MySQL DSN with a port out of range", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:99999)/x"}, exitUsage, []string{"--db mysql://root:****@tcp(127.0.0.1:99999)/x", "port"}},
+			{"MySQL DSN with a port that is no number", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:abc)/x"}, exitUsage, []string{"--db mysql://root:****@tcp(127.0.0.1:abc)/x", "port"}},
 			{"malformed PostgreSQL URL", nil, []string{"list", "--db", "postgres://u:p@h:notaport/db"}, exitUsage, []string{"--db postgres://u:****@h:notaport/db"}},
 			{"unreachable database", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:1)/x", "--timeout", "5s"}, exitError, []string{"opening mysql://root:****@tcp(127.0.0.1:1)/x", "connection refused"}},
 			{"missing SQLite file", nil, []string{"list", "--db", "sqlite://" + filepath.Join(t.TempDir(), "none.db")}, exitError, []string{"no such file", "opens an existing database only"}},
@@ -56,6 +60,9 @@ func TestBadInput(t *testing.T) {
 			// another Redis than the application's, read and cleared as if it were.
 			{"Redis address with a port but no host", map[string]string{"IDEMCTL_REDIS": ":6379"}, []string{"inspect", scopeA, s.ok}, exitUsage, []string{"--redis :6379", "no host"}},
 			{"Redis Cluster seed without a host", nil, []string{"release", "--yes", "--redis", "10.0.0.1:6379,:6379", scopeA, s.stuck}, exitUsage, []string{"--redis 10.0.0.1:6379,:6379", "no host"}},
+			// As for --db: exit 1, "connecting to Redis", where a redis:// URL with the same port exits 2.
+			{"Redis address with a port out of range", nil, []string{"inspect", "--redis", "127.0.0.1:99999", scopeA, s.ok}, exitUsage, []string{"--redis 127.0.0.1:99999", "port"}},
+			{"Redis Cluster seed with a port that is no number", nil, []string{"inspect", "--redis", "10.0.0.1:6379,10.0.0.2:abc", scopeA, s.ok}, exitUsage, []string{"--redis 10.0.0.1:6379,10.0.0.2:abc", "port"}},
 			{"Redis address without a port", nil, []string{"purge", "--yes", "--redis", "redis-host", scopeA, s.failed}, exitUsage, []string{"--redis redis-host", "want host:port"}},
 			{"Redis prefix with a brace", nil, []string{"list", "--redis-prefix", "a{b"}, exitUsage, []string{"must not contain"}},
 			{"unknown status", nil, []string{"list", "--status", "DONE"}, exitUsage, []string{`--status "DONE"`}},

@@ -239,8 +239,13 @@ func dialector(dsn string) (gorm.Dialector, error) {
 		}
 		// go-sql-driver dials "tcp(:3306)" (an unset variable in "tcp(${DB_HOST}:3306)") on localhost:
 		// another database than the application's.
-		if host, _, err := net.SplitHostPort(cfg.Addr); cfg.Net == "tcp" && err == nil && host == "" {
-			return nil, usagef("--db %s: no host in tcp(%s): want tcp(host:port)", redact(dsn), cfg.Addr)
+		if host, port, err := net.SplitHostPort(cfg.Addr); cfg.Net == "tcp" && err == nil {
+			switch {
+			case host == "":
+				return nil, usagef("--db %s: no host in tcp(%s): want tcp(host:port)", redact(dsn), cfg.Addr)
+			case !validPort(port):
+				return nil, usagef("--db %s: port %q in tcp(%s): want a number from 1 to 65535", redact(dsn), port, cfg.Addr)
+			}
 		}
 		if cfg.Timeout == 0 {
 			cfg.Timeout = 5 * time.Second
@@ -402,9 +407,10 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 	return redis.NewClient(ro), nil
 }
 
-// checkRedisAddr returns a usage error when addr, given in --redis spec, is not host:port. go-redis
-// dials an address without a host (":6379", an unset variable in "$REDIS_HOST:6379") on localhost,
-// another Redis than the application's, which idemctl would then read and clear as if it were.
+// checkRedisAddr returns a usage error when addr, given in --redis spec, is not host:port with a
+// usable port. go-redis dials an address without a host (":6379", an unset variable in
+// "$REDIS_HOST:6379") on localhost, another Redis than the application's, which idemctl would then
+// read and clear as if it were.
 func checkRedisAddr(spec, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	switch {
@@ -412,8 +418,19 @@ func checkRedisAddr(spec, addr string) error {
 		return usagef("--redis %s: %q: want host:port", redact(spec), addr)
 	case host == "":
 		return usagef("--redis %s: no host in %q: want host:port", redact(spec), addr)
+	case !validPort(port):
+		return usagef("--redis %s: port %q in %q: want a number from 1 to 65535", redact(spec), port, addr)
 	}
 	return nil
+}
+
+// validPort reports whether port, of a host:port idemctl is given, is one a TCP dial can use: a number
+// from 1 to 65535, or a service name the system knows (as net.Dial takes it). Anything else would only
+// fail when dialled, as if the server were down (exit 1), where the URL forms of --db and --redis
+// refuse it as a bad command line (exit 2).
+func validPort(port string) bool {
+	n, err := net.LookupPort("tcp", port)
+	return err == nil && n > 0
 }
 
 func (c *cli) close() {
