@@ -11,6 +11,7 @@ import (
 	"net"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
@@ -44,8 +45,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, keepUsage string) {
 
 // Parse parses args, a command line without the program's name, with fs, whose flags include c's
 // ([Config.RegisterFlags]) and whose errors and usage go to fs.Output(), and checks what c received:
-// no argument may follow the flags, -n and -workers must be at least 1 and -redis, when set, must be
-// host:port. usage heads the flags' list that -h and every refusal print. Parse returns
+// no argument may follow the flags, -n and -workers must be at least 1, -redis, when set, must be
+// host:port with a usable port and -mysql a DSN the driver parses. usage heads the flags' list that -h and every refusal print. Parse returns
 // flag.ErrHelp after -h (exit 0), and any other error for a command line it refused (exit 2),
 // having printed the error and the usage.
 func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
@@ -64,10 +65,14 @@ func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
 		err = fmt.Errorf("-n %d: the run publishes at least one payment", c.N)
 	case c.Workers < 1:
 		err = fmt.Errorf("-workers %d: at least one worker handles the messages", c.Workers)
-	case c.Redis != "":
+	case c.Redis != "" && !hostPort(c.Redis):
 		// A malformed address would not fail the run: the Guard fails open, and runs without a lock.
-		if host, port, serr := net.SplitHostPort(c.Redis); serr != nil || host == "" || port == "" {
-			err = fmt.Errorf("-redis %q: want host:port, or \"\" for no Redis", c.Redis)
+		err = fmt.Errorf("-redis %q: want host:port, or \"\" for no Redis", c.Redis)
+	}
+	if err == nil {
+		// A DSN the driver cannot parse is a bad value, not a failed run.
+		if _, perr := mysqldrv.ParseDSN(c.MySQL); perr != nil {
+			err = fmt.Errorf("-mysql: %w", perr)
 		}
 	}
 	if err != nil {
@@ -75,6 +80,17 @@ func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
 		fs.Usage()
 	}
 	return err
+}
+
+// hostPort reports whether addr is host:port with a host and a port a TCP dial can use (a number from
+// 1 to 65535, or a service name the system knows).
+func hostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := net.LookupPort("tcp", port)
+	return err == nil && n > 0
 }
 
 // errInvalidAmount rejects a payment whose amount is not positive.
