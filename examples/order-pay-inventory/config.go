@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -139,13 +141,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DB == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir is needed for the default SQLite database"))
 	}
-	if c.DB != "" && !strings.HasPrefix(c.DB, "sqlite://") && !strings.HasPrefix(c.DB, "mysql://") {
-		errs = append(errs, fmt.Errorf("db %q: want sqlite://<path> or mysql://<DSN>", redactDSN(c.DB)))
+	if err := checkDB(c.DB); err != nil {
+		errs = append(errs, err)
 	}
-	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+	if c.PublicURL != "" && !httpURL(c.PublicURL) {
 		errs = append(errs, fmt.Errorf("public-url %q: want http://host:port", c.PublicURL))
 	}
-	if c.DTM != "" && !strings.HasPrefix(c.DTM, "http://") && !strings.HasPrefix(c.DTM, "https://") {
+	if c.DTM != "" && !httpURL(c.DTM) {
 		errs = append(errs, fmt.Errorf("dtm %q: want http://host:36789/api/dtmsvr", c.DTM))
 	}
 	if err := checkRedisAddress(c.Redis); err != nil {
@@ -160,6 +162,58 @@ func (c Config) withDefaults() (Config, error) {
 		return Config{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return c, nil
+}
+
+// checkDB refuses a Config.DB that is neither "" nor sqlite://<path> nor a mysql://<DSN> the driver
+// parses, with a host and a usable port when it dials TCP: caught at start, before anything runs,
+// rather than when the database is opened (sqlite:// without a path, an unset variable in
+// sqlite://$DB_PATH, would open a database that vanishes when the process stops).
+func checkDB(db string) error {
+	switch {
+	case db == "":
+		return nil
+	case strings.HasPrefix(db, "sqlite://"):
+		if strings.TrimPrefix(db, "sqlite://") == "" {
+			return fmt.Errorf("db %q: no path: want sqlite://<path>", db)
+		}
+		return nil
+	case strings.HasPrefix(db, "mysql://"):
+		dc, err := mysqldrv.ParseDSN(strings.TrimPrefix(db, "mysql://"))
+		if err != nil {
+			return fmt.Errorf("db %q: %w", redactDSN(db), err)
+		}
+		if dc.Net == "tcp" && !hostPort(dc.Addr) {
+			return fmt.Errorf("db %q: tcp(%s): want tcp(host:port)", redactDSN(db), dc.Addr)
+		}
+		return nil
+	}
+	return fmt.Errorf("db %q: want sqlite://<path> or mysql://<DSN>", redactDSN(db))
+}
+
+// httpURL reports whether s is an http:// or https:// URL with a host, and a usable port if it names
+// one: DTM is called on it, or calls the branches back on it.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return false
+	}
+	if p := u.Port(); p != "" {
+		return validPort(p)
+	}
+	return !strings.HasSuffix(u.Host, ":")
+}
+
+// hostPort reports whether addr is host:port with a host and a usable port.
+func hostPort(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && validPort(port)
+}
+
+// validPort reports whether port is one a TCP dial can use: a number from 1 to 65535, or a service
+// name the system knows.
+func validPort(port string) bool {
+	n, err := net.LookupPort("tcp", port)
+	return err == nil && n > 0
 }
 
 // checkRedisAddress refuses a Config.Redis that is neither host:port nor a redis:// (rediss://) URL, which

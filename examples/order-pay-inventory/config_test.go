@@ -162,3 +162,41 @@ func TestMalformedRedisAddressIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedAddressesAreRefused: -dtm and -public-url were checked for their scheme alone, and -db
+// for its prefix: a port that is none (http://127.0.0.1:abc), a URL without a host, a MySQL DSN the
+// driver cannot parse or whose port is out of range, and sqlite:// without a path (an unset variable
+// in sqlite://$DB_PATH: a database that vanishes when the process stops) started the services, which
+// then failed every order (DTM unreachable, or DTM unable to call the branches back), or failed only
+// once the database was opened. Each is an invalid configuration now, named before anything starts.
+func TestMalformedAddressesAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{DataDir: "d", DTM: "http://127.0.0.1:abc/api/dtmsvr"}, "dtm"},
+		{Config{DataDir: "d", DTM: "http://127.0.0.1:99999/api/dtmsvr"}, "dtm"},
+		{Config{DataDir: "d", DTM: "http:///api/dtmsvr"}, "dtm"},
+		{Config{DataDir: "d", PublicURL: "http://127.0.0.1:abc"}, "public-url"},
+		{Config{DataDir: "d", PublicURL: "http://"}, "public-url"},
+		{Config{DataDir: "d", DB: "sqlite://"}, "db"},
+		{Config{DB: "mysql://garbage"}, "db"},
+		{Config{DB: "mysql://root:@tcp(127.0.0.1:99999)/shop"}, "db"},
+		{Config{DB: "mysql://root:@tcp(:3306)/shop"}, "db"},
+	} {
+		if _, err := tc.cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: got %v, want an invalid configuration error about %s", tc.cfg, err, tc.want)
+		}
+	}
+	for _, cfg := range []Config{
+		{DataDir: "d", DTM: "http://dtm:36789/api/dtmsvr", PublicURL: "http://example:8080"},
+		{DataDir: "d", DTM: "https://[::1]:36789/api/dtmsvr/", PublicURL: "https://10.0.0.5"},
+		{DataDir: "d", DB: "sqlite:///tmp/x.db"},
+		{DB: "mysql://root:pw@tcp(db:3306)/shop"},
+		{DB: "mysql://root:@unix(/run/mysqld/mysqld.sock)/shop"},
+	} {
+		if _, err := cfg.withDefaults(); err != nil {
+			t.Errorf("%+v: %v", cfg, err)
+		}
+	}
+}
