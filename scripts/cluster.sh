@@ -13,11 +13,14 @@
 #   ./scripts/cluster.sh example          only the example tour against DTM in HA
 #   ./scripts/cluster.sh capacity         measure and rewrite the figures in docs/SCALING.md (~3 min)
 #   ./scripts/cluster.sh up redis|galera|dtm   start one, print its addresses, keep it until Ctrl-C
+#   ./scripts/cluster.sh --help           this text
 #
 # Needs redis-server and redis-cli, mariadbd and mariadb-install-db, the galera-4 provider and rsync
 # (Debian: redis-server mariadb-server galera-4 rsync); ./scripts/services.sh brings up the shared
 # services the Redis test's record table needs.
 set -euo pipefail
+usage() { sed -n '2,20p' "$self"; }
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0") # $0 may be relative to the directory left below
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
@@ -63,7 +66,9 @@ case "${1:-all}" in
   up)
     [ $# -ge 2 ] || { echo "usage: $0 up redis|galera|dtm" >&2; exit 2; }
     go run ./internal/cluster/cmd/clusterup "$2" ;;
+  -h | --help | help)
+    usage; exit 0 ;;
   *)
-    sed -n '2,19p' "$0" >&2; exit 2 ;;
+    usage >&2; exit 2 ;;
 esac
 echo; echo "cluster checks passed"

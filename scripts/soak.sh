@@ -30,6 +30,8 @@
 # and stops them, so it may run beside the test suite. The message-consumer run needs NATS with
 # JetStream and RabbitMQ (scripts/services.sh starts them). Fuzz targets are discovered with `go test -list '^Fuzz' ./...`.
 set -euo pipefail
+usage() { sed -n '2,31p' "$self"; }
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0") # $0 may be relative to the directory left below
 cd "$(dirname "$0")/.."
 
 duration=10m fuzztime=1m interval=8s out="" dbs=mariadb,postgres chaos=1 fuzz=1 msg=1 msgs=10000 dtm=1 dtmduration=5m killevery=5s
@@ -49,7 +51,7 @@ while [ $# -gt 0 ]; do
     --no-dtm) dtm=0; shift ;;
     --no-fuzz) fuzz=0; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) echo "soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

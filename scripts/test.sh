@@ -5,7 +5,12 @@
 #
 #   ./scripts/test.sh            everything
 #   ./scripts/test.sh ./httpx/...  only these packages (still with the checks)
+#   ./scripts/test.sh --help       this text
 set -euo pipefail
+
+case "${1:-}" in # before anything is brought up, installed or built
+-h | --help | help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }

@@ -3,6 +3,7 @@ package docs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,5 +64,73 @@ func TestBenchScriptUsage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScriptsHelp asks each script of scripts/ for help (-h, --help), run as ./<name> from scripts/
+// itself and as scripts/<name> from the repository root: it must print its usage, whose lines name
+// it, and exit 0 at once, before bringing up the services (a services.sh that only records the call).
+// An argument a script does not take (test.sh takes package patterns) is refused with exit 2, saying
+// so, nothing brought up.
+func TestScriptsHelp(t *testing.T) {
+	root := setup(t).root
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	for _, name := range []string{"test.sh", "soak.sh", "cluster.sh", "bench.sh"} {
+		src, err := os.ReadFile(filepath.Join(root, "scripts", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			arg  string
+			exit int
+		}{{"-h", 0}, {"--help", 0}}
+		if name != "test.sh" {
+			cases = append(cases, struct {
+				arg  string
+				exit int
+			}{"--bogus", 2})
+		}
+		for _, c := range cases {
+			for _, fromScripts := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%s %s from scripts/ %v", name, c.arg, fromScripts), func(t *testing.T) {
+					dir := t.TempDir()
+					scripts := filepath.Join(dir, "scripts")
+					marker := filepath.Join(dir, "services-ran")
+					if err := os.MkdirAll(scripts, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(scripts, name), src, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					stub := "#!/usr/bin/env bash\ntouch " + marker + "\nexit 1\n"
+					if err := os.WriteFile(filepath.Join(scripts, "services.sh"), []byte(stub), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					cmd := exec.Command("bash", "scripts/"+name, c.arg)
+					cmd.Dir = dir
+					if fromScripts {
+						cmd = exec.Command("bash", "./"+name, c.arg)
+						cmd.Dir = scripts
+					}
+					var out bytes.Buffer
+					cmd.Stdout, cmd.Stderr = &out, &out
+					err := cmd.Run()
+					code := 0
+					if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+						code = ee.ExitCode()
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := os.Stat(marker); err == nil {
+						t.Errorf("%s %s brought up the services", name, c.arg)
+					}
+					if code != c.exit || c.exit == 0 && !strings.Contains(out.String(), "./scripts/"+name) || out.Len() == 0 {
+						t.Errorf("%s %s exited %d, want %d with its usage (or what is wrong); output:\n%s", name, c.arg, code, c.exit, out.String())
+					}
+				})
+			}
+		}
 	}
 }
