@@ -63,6 +63,7 @@ func TestBadInput(t *testing.T) {
 			// As for --db: exit 1, "connecting to Redis", where a redis:// URL with the same port exits 2.
 			{"Redis address with a port out of range", nil, []string{"inspect", "--redis", "127.0.0.1:99999", scopeA, s.ok}, exitUsage, []string{"--redis 127.0.0.1:99999", "port"}},
 			{"Redis Cluster seed with a port that is no number", nil, []string{"inspect", "--redis", "10.0.0.1:6379,10.0.0.2:abc", scopeA, s.ok}, exitUsage, []string{"--redis 10.0.0.1:6379,10.0.0.2:abc", "port"}},
+			{"Redis URL with a port out of range", nil, []string{"inspect", "--redis", "redis://127.0.0.1:99999/0", scopeA, s.ok}, exitUsage, []string{"--redis redis://127.0.0.1:99999/0", "port"}},
 			{"Redis address without a port", nil, []string{"purge", "--yes", "--redis", "redis-host", scopeA, s.failed}, exitUsage, []string{"--redis redis-host", "want host:port"}},
 			{"Redis prefix with a brace", nil, []string{"list", "--redis-prefix", "a{b"}, exitUsage, []string{"must not contain"}},
 			{"unknown status", nil, []string{"list", "--status", "DONE"}, exitUsage, []string{`--status "DONE"`}},

@@ -397,8 +397,13 @@ func redisClient(spec string) (redis.UniversalClient, error) {
 		}
 		// go-redis takes a URL without a host for localhost: the application's Redis is never that by
 		// default, so a host left out (an unset variable in redis://${HOST}:6379) is a bad command line.
-		if u, err := url.Parse(spec); err == nil && (u.Scheme == "redis" || u.Scheme == "rediss") && u.Hostname() == "" {
-			return nil, usagef("--redis %s: no host: want redis://host:6379", redact(spec))
+		if u, err := url.Parse(spec); err == nil && (u.Scheme == "redis" || u.Scheme == "rediss") {
+			if u.Hostname() == "" {
+				return nil, usagef("--redis %s: no host: want redis://host:6379", redact(spec))
+			}
+			if err := checkRedisAddr(spec, ro.Addr); err != nil {
+				return nil, err
+			}
 		}
 	}
 	ro.ContextTimeoutEnabled = true
