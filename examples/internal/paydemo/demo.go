@@ -46,9 +46,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, keepUsage string) {
 // Parse parses args, a command line without the program's name, with fs, whose flags include c's
 // ([Config.RegisterFlags]) and whose errors and usage go to fs.Output(), and checks what c received:
 // no argument may follow the flags, -n and -workers must be at least 1, -redis, when set, must be
-// host:port with a usable port and -mysql a DSN the driver parses. usage heads the flags' list that -h and every refusal print. Parse returns
-// flag.ErrHelp after -h (exit 0), and any other error for a command line it refused (exit 2),
-// having printed the error and the usage.
+// host:port with a usable port and -mysql a DSN the driver parses. usage heads the flags' list that
+// -h and every refusal print. Parse returns flag.ErrHelp after -h (exit 0), and any other error for a
+// command line it refused (exit 2), having printed the error and the usage.
 func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
