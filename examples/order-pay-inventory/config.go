@@ -167,7 +167,8 @@ func (c Config) withDefaults() (Config, error) {
 // checkDB refuses a Config.DB that is neither "" nor sqlite://<path> nor a mysql://<DSN> the driver
 // parses, with a host and a usable port when it dials TCP: caught at start, before anything runs,
 // rather than when the database is opened (sqlite:// without a path, an unset variable in
-// sqlite://$DB_PATH, would open a database that vanishes when the process stops).
+// sqlite://$DB_PATH, would keep the data in a file named after the connection's query string,
+// "?_pragma=...", in the working directory).
 func checkDB(db string) error {
 	switch {
 	case db == "":

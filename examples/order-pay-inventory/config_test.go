@@ -166,7 +166,8 @@ func TestMalformedRedisAddressIsRefused(t *testing.T) {
 // TestMalformedAddressesAreRefused: -dtm and -public-url were checked for their scheme alone, and -db
 // for its prefix: a port that is none (http://127.0.0.1:abc), a URL without a host, a MySQL DSN the
 // driver cannot parse or whose port is out of range, and sqlite:// without a path (an unset variable
-// in sqlite://$DB_PATH: a database that vanishes when the process stops) started the services, which
+// in sqlite://$DB_PATH: the data went to a file named "?_pragma=busy_timeout(10000)&..." in the
+// working directory) started the services, which
 // then failed every order (DTM unreachable, or DTM unable to call the branches back), or failed only
 // once the database was opened. Each is an invalid configuration now, named before anything starts.
 func TestMalformedAddressesAreRefused(t *testing.T) {
