@@ -112,13 +112,14 @@ func URLParam(name string) KeySource {
 }
 
 // JSONFields derives the key from fields of the JSON request body (a gzip body, Content-Encoding,
-// by what it decodes to), each named by a dotted path
-// ("order.id"; a segment of digits indexes an array: "items.0.sku"). A string field gives its
-// text, a number its canonical form (1.0 and 1 are equal), a boolean true/false, an object or array
-// its canonical JSON without the noise fields. Several paths give a JSON array of those texts. A
-// body that is not JSON, or a missing or null field, means no key; a JSON body that repeats a
-// member name anywhere is an error matching [ErrDuplicateMember] (400). It panics when no path is
-// given or a path is malformed.
+// by what it decodes to), each named by a dotted path ("order.id"; a segment of digits indexes an
+// array: "items.0.sku"). A string field gives its text, a number its canonical form (1.0 and 1 are
+// equal), a boolean true/false, an object or array its canonical JSON without the noise fields.
+// Several paths give a JSON array of those texts. A body that is not JSON, or a missing or null
+// field, means no key; an empty string is an invalid key (400, as an empty header or query
+// parameter is: not one key every such request shares); a JSON body that repeats a member name
+// anywhere is an error matching [ErrDuplicateMember] (400). It panics when no path is given or a
+// path is malformed.
 func JSONFields(paths ...string) KeySource {
 	if len(paths) == 0 {
 		panic("httpx: JSONFields: no path")
@@ -141,6 +142,9 @@ func JSONFields(paths ...string) KeySource {
 			v, where, ok := lookupJSON(doc, p)
 			if !ok {
 				return "", nil
+			}
+			if v == "" { // as an empty header or query parameter: not a key every such request shares
+				return "", fmt.Errorf("%w: JSON field %s is an empty string", idemkit.ErrInvalidKey, p)
 			}
 			var canon []byte // an object's or array's canonical text comes from the body's
 			switch v.(type) {

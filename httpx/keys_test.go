@@ -45,6 +45,8 @@ func TestKeySources(t *testing.T) {
 		{"json control characters hashed", JSONFields("v"), req("POST", "/", "", `{"v":"a\nb"}`), idemkit.HashedForm("a\nb"), nil},
 		{"json field missing", JSONFields("order.id"), req("POST", "/", "", `{"order":{}}`), "", nil},
 		{"json field null", JSONFields("id"), req("POST", "/", "", `{"id":null}`), "", nil},
+		{"json field empty string", JSONFields("id"), req("POST", "/", "", `{"id":""}`), "", idemkit.ErrInvalidKey},
+		{"json one of several empty", JSONFields("a", "b"), req("POST", "/", "", `{"a":1,"b":""}`), "", idemkit.ErrInvalidKey},
 		{"json one of several missing", JSONFields("a", "b"), req("POST", "/", "", `{"a":1}`), "", nil},
 		{"json body not JSON", JSONFields("id"), req("POST", "/", "", `id=1`), "", nil},
 		{"json body empty", JSONFields("id"), req("POST", "/", "", ""), "", nil},
