@@ -95,6 +95,8 @@ func TestBadInput(t *testing.T) {
 			{"metrics URL without a scheme", nil, []string{"stats", "--metrics", "http://127.0.0.1:1/metrics,app:8080/metrics"}, exitUsage, []string{`--metrics "app:8080/metrics"`, "want http://"}},
 			{"metrics URL without a host", nil, []string{"stats", "--metrics", "http:///metrics"}, exitUsage, []string{`--metrics "http:///metrics"`, "want http://"}},
 			{"dtm URL without a host", map[string]string{"IDEMCTL_DTM": "http://"}, []string{"dtm", s.gid}, exitUsage, []string{`--dtm "http://"`, "want http://"}},
+			{"dtm URL with a port out of range", map[string]string{"IDEMCTL_DTM": "http://127.0.0.1:99999/api/dtmsvr"}, []string{"dtm", s.gid}, exitUsage, []string{`--dtm "http://127.0.0.1:99999/api/dtmsvr"`, "want http://"}},
+			{"metrics URL with a port out of range", nil, []string{"stats", "--metrics", "http://127.0.0.1:0/metrics"}, exitUsage, []string{`--metrics "http://127.0.0.1:0/metrics"`, "want http://"}},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {

@@ -29,12 +29,14 @@ import (
 	"github.com/idemkit/idemkit/record"
 )
 
-// httpURL reports whether s is an absolute http or https URL with a host: what --dtm and --metrics
-// take. A host:port without a scheme parses as a URL of scheme "host" and would fail only when
-// requested, as a server that cannot be reached.
+// httpURL reports whether s is an absolute http or https URL with a host, and a port from 1 to
+// 65535 if any: what --dtm and --metrics take. A host:port without a scheme parses as a URL of scheme
+// "host", and url.Parse takes any digits for a port: both would fail only when requested, as a server
+// that cannot be reached.
 func httpURL(s string) bool {
 	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" &&
+		(u.Port() == "" || validPort(u.Port()))
 }
 
 // opts are the parsed flags of one invocation.
