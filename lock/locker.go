@@ -294,7 +294,9 @@ func isServerError(err error) bool {
 
 // Refresh implements [idemkit.Locker]: it sets the lock's time to live to ttl (rounded up to a
 // millisecond), and its deadline accordingly, if token holds it, and returns [idemkit.ErrLockNotHeld]
-// otherwise. It is one Lua script (compare-and-set). Other errors are as for [Locker.Acquire].
+// otherwise (the key is gone, holds another token's lock, a cached result, or a value of another
+// Redis type: see [ErrDamagedLock]). It is one Lua script (compare-and-set). Other errors are as for
+// [Locker.Acquire].
 func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
 	const doing = "refreshing"
 	ms, err := millis(doing, ttl)
@@ -377,11 +379,10 @@ func (l *Locker) unlock(ctx context.Context, k, token string) error {
 	if err := l.batch.settled(ctx, k); err != nil {
 		return interpretError(ctx, doing, err)
 	}
+	// A value of another type (a hash, a list) holds no lock of ours: the script answers 0 (Forget
+	// deletes it).
 	v, err := releaseScript.Run(ctx, l.client, []string{k}, token).Result()
-	switch {
-	case wrongType(err):
-		return idemkit.ErrLockNotHeld // a hash, a list: no lock of ours (Forget deletes it)
-	case err != nil:
+	if err != nil {
 		return interpretError(ctx, doing, err)
 	}
 	return held(doing, v)
@@ -391,12 +392,6 @@ func (l *Locker) unlock(ctx context.Context, k, token string) error {
 // (maxmemory reached under the noeviction policy).
 func outOfMemory(err error) bool {
 	return err != nil && isServerError(err) && strings.HasPrefix(err.Error(), "OOM ")
-}
-
-// wrongType reports whether err is Redis's refusal of a value of another type than a string: the
-// key holds none of the Locker's values.
-func wrongType(err error) bool {
-	return err != nil && isServerError(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
 }
 
 // fill sets k to val for ms and returns what it held (redis.Nil when nothing).

@@ -5,8 +5,15 @@
 --
 -- A lock value is "L" .. deadline (digits) .. ":" .. token: the first ':' ends the deadline.
 -- Returns 1 when the token held the lock and it was deleted, 0 otherwise (gone, another token's lock,
--- or a cached result, which stays).
-local v = redis.call('GET', KEYS[1])
+-- a cached result, which stays, or a value of another type than a string, which stays too: Forget
+-- deletes it).
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  if string.sub(v.err, 1, 9) == 'WRONGTYPE' then
+    return 0
+  end
+  return v -- any other error (a refused command) as it is
+end
 if v and string.sub(v, 1, 1) == 'L' then
   local i = string.find(v, ':', 2, true)
   if i and string.sub(v, i + 1) == ARGV[1] then

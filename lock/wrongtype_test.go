@@ -55,3 +55,50 @@ func TestForgetDeletesValueOfAnotherType(t *testing.T) {
 		})
 	}
 }
+
+// TestRefreshOverValueOfAnotherType: a value of another Redis type than a string put under a key's
+// name while its attempt runs (another application sharing the prefix, an operator's mistake) holds
+// no lock of the attempt, as Release reports, yet Refresh failed with WRONGTYPE, a Redis error: a
+// watchdog failing closed took it for Redis failing and cancelled an Execute-mode function whose
+// claim, its record, was its own all along. Refresh reports the lock not held now, and the watchdog
+// renews the record and lets the function finish.
+func TestRefreshOverValueOfAnotherType(t *testing.T) {
+	const ttl = 1500 * time.Millisecond // the watchdog renews every 500ms
+	for _, scripts := range []bool{false, true} {
+		t.Run(map[bool]string{false: "native", true: "scripts"}[scripts], func(t *testing.T) {
+			l, b := setupMode(t, scripts)
+			ctx := testCtx(t)
+			_, err := l.Acquire(ctx, "held", "tok", time.Minute)
+			must(t, err)
+			must(t, b.rdb.Del(ctx, l.Key("held")).Err())
+			must(t, b.rdb.HSet(ctx, l.Key("held"), "f", "v").Err())
+			if err := l.Refresh(ctx, "held", "tok", time.Minute); !errors.Is(err, idemkit.ErrLockNotHeld) {
+				t.Fatalf("Refresh over a hash = %v; want ErrLockNotHeld", err)
+			}
+			must(t, b.rdb.Del(ctx, l.Key("held")).Err())
+
+			g := newGuard(t, memory.NewStore(), &idemkit.Options{Locker: l, Watchdog: true, LockTTL: ttl, Lease: time.Minute})
+			call := idemkit.Call{Scope: "s", Key: "planted"}
+			ad, err := g.Address(call.Scope, call.Key)
+			must(t, err)
+			res, err := g.Do(ctx, call, func(ctx context.Context) ([]byte, error) {
+				k := l.Key(ad.LockKey)
+				if err := b.rdb.Del(ctx, k).Err(); err != nil {
+					return nil, err
+				}
+				if err := b.rdb.HSet(ctx, k, "f", "v").Err(); err != nil {
+					return nil, err
+				}
+				select { // several renewals' time: each finds the hash
+				case <-time.After(3 * ttl):
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				}
+				return []byte("done"), b.rdb.Del(ctx, k).Err()
+			})
+			if err != nil || string(res.Value) != "done" {
+				t.Fatalf("Do with a hash planted under its lock = %+v, %v; want the function finished", res, err)
+			}
+		})
+	}
+}
