@@ -55,7 +55,8 @@ type Options struct {
 	// within it) at the price of that read: one more statement per new key in Tx mode. Negative
 	// disables the cache. A Redis that evicts results (maxmemory) breaks the vouching: in Tx mode the
 	// next duplicate of an evicted key runs its function (its writes then roll back); set a shorter
-	// CacheTTL when Redis may evict.
+	// CacheTTL when Redis may evict. So does a key finished while Redis was unreachable (FailOpen):
+	// its call held no lock, and nothing cached its result.
 	CacheTTL time.Duration
 	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease (in the Tx
 	// modes, whose records have no lease to renew, of LockTTL) while the function runs, up to
