@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -96,5 +97,27 @@ func TestBigKeysBounded(t *testing.T) {
 	b.note(last, false)
 	if b.has(last) || len(b.keys) != maxBigKeys-1 {
 		t.Fatalf("a key holding a small value is still remembered (%d keys)", len(b.keys))
+	}
+}
+
+// TestBigResultIsNotCopied: a Release with a result copies it when the result may go out in another
+// caller's pipeline (the caller may reuse its buffer once it returns), but a result of 1 MiB or more
+// is never batched, and was copied all the same: one more copy of every large result per Release.
+func TestBigResultIsNotCopied(t *testing.T) {
+	prefix := testsvc.Name("idemkit_test_") + ":"
+	rdb := testsvc.Redis(t)
+	testsvc.CleanRedis(t, rdb, prefix)
+	l := New(rdb, &Options{Prefix: prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const size = 8 << 20
+	big := append([]byte{1}, bytes.Repeat([]byte("r"), size)...)
+	must(t, acquireErr(l.Acquire(ctx, "big", "t", time.Minute)))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	must(t, l.Release(ctx, "big", "t", big, time.Minute))
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n >= size {
+		t.Fatalf("Release of a %d-byte result allocated %d bytes: it copied the result", len(big), n)
 	}
 }

@@ -341,9 +341,10 @@ func (l *Locker) Release(ctx context.Context, key, token string, result []byte, 
 	}
 	ms, _ := millis(doing, cacheTTL)
 	val := encodeResult(result)
-	if l.batch != nil && len(result) > 0 && &val[0] == &result[0] {
+	if l.batch != nil && len(val) < soloLen && !l.scripts.Load() && len(result) > 0 && &val[0] == &result[0] {
 		// A batched caller may return (its context ended) while another's pipeline still writes
-		// val to Redis: it must not be the caller's buffer, which it may reuse at once.
+		// val to Redis: it must not be the caller's buffer, which it may reuse at once. (A result
+		// of soloLen bytes or more, or a script, goes out on the caller's own round trip.)
 		val = bytes.Clone(val)
 	}
 	old, err := l.fill(ctx, k, val, ms)
