@@ -47,7 +47,9 @@ type Options struct {
 	// result) have in flight to Redis at once. A command issued while that many are out waits, and
 	// leaves with every other command that waited, in one pipeline, as soon as one returns: automatic
 	// pipelining. Under concurrency this cuts system calls and Redis's per-command work; a lone caller
-	// never waits. Defaults to DefaultMaxInFlight (1); negative turns it off (every command its own
+	// never waits. While round trips keep returning with commands waiting, a command that could go
+	// out at once yields its processor first (runtime.Gosched), and the commands issued meanwhile
+	// leave with it. Defaults to DefaultMaxInFlight (1); negative turns it off (every command its own
 	// round trip, on as many connections as the client's pool gives). It applies when the client is a
 	// *redis.Client, *redis.ClusterClient or *redis.Ring (what redis.NewUniversalClient returns);
 	// other clients (wrappers) get every command through their Process. Scripts are never batched,

@@ -6,6 +6,7 @@ package batch
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -38,7 +39,10 @@ type Funcs[T any] struct {
 // Batcher sends operations at once, on their own, while fewer than max are in flight; otherwise an
 // operation waits, and when one in flight returns, every operation that waited meanwhile leaves
 // together, sent by the goroutine of the first of them. Under concurrency this turns many round trips
-// into one; a lone caller never waits and pays nothing beyond a mutex.
+// into one; a lone caller never waits and pays nothing beyond a mutex. While round trips keep ending
+// with operations waiting, an operation that could go out alone first yields its processor once
+// (runtime.Gosched), and the operations queued meanwhile leave with it: fewer, larger batches under
+// load, for the cost of a yield; the first such operation that finds nobody to take along ends this.
 //
 // Every caller stays bounded by its own context, as with an operation of its own: when it ends while
 // the operation waits, the operation is withdrawn and never sent; when it ends while the operation is
@@ -54,7 +58,11 @@ type Batcher[T any] struct {
 	mu       sync.Mutex
 	inFlight int
 	queue    []*waiter[T]
-	waiters  sync.Pool // of *waiter[T], reused once their caller has its reply or withdrew them
+	// contended is set when a round trip ends with operations waiting, and cleared when a caller
+	// that yielded before going out alone (see Do) found nobody to take along.
+	contended bool
+	yield     func()    // runtime.Gosched; a test's hook
+	waiters   sync.Pool // of *waiter[T], reused once their caller has its reply or withdrew them
 }
 
 // waiter is an operation waiting for its batch.
@@ -72,7 +80,7 @@ type waiter[T any] struct {
 
 // New returns a Batcher with at most limit operations or batches in flight (at least 1).
 func New[T any](limit int, f Funcs[T]) *Batcher[T] {
-	b := &Batcher[T]{f: f, max: max(limit, 1)}
+	b := &Batcher[T]{f: f, max: max(limit, 1), yield: runtime.Gosched}
 	b.waiters.New = func() any { return &waiter[T]{wake: make(chan []*waiter[T], 1)} }
 	return b
 }
@@ -84,6 +92,21 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 	b.mu.Lock()
 	if b.inFlight < b.max {
 		b.inFlight++
+		if b.contended {
+			// Callers waited for the last round trip: let those ready to run join this one.
+			b.mu.Unlock()
+			b.yield()
+			b.mu.Lock()
+			if batch := b.joined(ctx, op); batch != nil {
+				b.mu.Unlock()
+				func() {
+					defer b.done()
+					b.send(batch)
+				}()
+				b.recycle(batch[0])
+				return nil
+			}
+		}
 		b.mu.Unlock()
 		defer b.done() // even if One panics: the round trip ends and the queue moves on
 		b.f.One(ctx, op)
@@ -130,6 +153,24 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 	return nil
 }
 
+// joined returns the batch of op and the operations queued while its caller yielded, op first and
+// its caller the sender, or nil when none queued (the batcher is no longer contended). b.mu is held.
+func (b *Batcher[T]) joined(ctx context.Context, op T) []*waiter[T] {
+	if len(b.queue) == 0 {
+		b.contended = false
+		return nil
+	}
+	w := b.waiters.Get().(*waiter[T])
+	w.ctx, w.op, w.taken, w.sender, w.answered, w.abandoned = ctx, op, true, true, false, false
+	batch := append(make([]*waiter[T], 0, len(b.queue)+1), w)
+	for _, o := range b.queue {
+		o.taken = true
+		batch = append(batch, o)
+	}
+	b.queue = b.queue[:0:0]
+	return batch
+}
+
 // Max returns the most operations or batches in flight at once.
 func (b *Batcher[T]) Max() int { return b.max }
 
@@ -164,6 +205,7 @@ func (b *Batcher[T]) done() {
 		b.mu.Unlock()
 		return
 	}
+	b.contended = true
 	batch := b.queue
 	b.queue = make([]*waiter[T], 0, len(batch))
 	for _, w := range batch {

@@ -238,3 +238,62 @@ func TestAbandonedOpIsSettled(t *testing.T) {
 		t.Fatalf("after its batch returned: settled %v; want the abandoned operation", settled)
 	}
 }
+
+// TestYieldTakesAlongWhatQueued: once a round trip has ended with operations waiting, an operation
+// that could go out alone yields first, and what queued meanwhile leaves with it in one batch; the
+// first such operation that finds nobody ends the yielding, and lone operations go out at once again.
+func TestYieldTakesAlongWhatQueued(t *testing.T) {
+	f := newFixture()
+	close(f.release) // lone operations return at once
+	yields := 0
+	f.b.yield = func() { yields++ }
+	if err := f.b.Do(context.Background(), &op{id: 1}); err != nil || yields != 0 {
+		t.Fatalf("uncontended lone operation: %v, %d yields; want none", err, yields)
+	}
+
+	// Contention: operation 2 waits behind 1, which is held in One until 2 has queued.
+	f.b.inFlight = 1 // as if a round trip were out
+	e2 := make(chan error, 1)
+	go func() { e2 <- f.b.Do(context.Background(), &op{id: 2}) }()
+	f.waitQueued(t, 1)
+	f.b.done() // the round trip ends with 2 waiting: 2 leaves, the batcher is contended
+	if err := <-e2; err != nil {
+		t.Fatal(err)
+	}
+
+	// Operation 3 could go out alone; while it yields, 4 queues; both leave together.
+	e4 := make(chan error, 1)
+	op3, op4 := &op{id: 3}, &op{id: 4}
+	f.b.yield = func() {
+		yields++
+		go func() { e4 <- f.b.Do(context.Background(), op4) }()
+		f.waitQueued(t, 1)
+	}
+	if err := f.b.Do(context.Background(), op3); err != nil {
+		t.Fatal(err)
+	}
+	if yields == 0 {
+		t.Fatalf("operation 3 went out alone (batch of %d) without yielding to let others join it", op3.size)
+	}
+	if err := <-e4; err != nil {
+		t.Fatal(err)
+	}
+	if yields != 1 || op3.size != 2 || op4.size != 2 {
+		t.Fatalf("%d yields, operations 3 and 4 in batches of %d and %d; want one yield, one batch of 2", yields, op3.size, op4.size)
+	}
+
+	// Operation 5 yields and finds nobody: it goes alone and the yielding ends; 6 does not yield.
+	f.b.yield = func() { yields++ }
+	op5, op6 := &op{id: 5}, &op{id: 6}
+	for _, o := range []*op{op5, op6} {
+		if err := f.b.Do(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if yields != 2 || op5.size != 1 || op6.size != 1 {
+		t.Errorf("%d yields (want 2: one by operation 5), batches of %d and %d (want 1 and 1)", yields, op5.size, op6.size)
+	}
+	if f.b.InFlight() != 0 || f.b.Waiting() != 0 {
+		t.Errorf("after: %d in flight, %d waiting", f.b.InFlight(), f.b.Waiting())
+	}
+}
