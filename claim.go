@@ -290,9 +290,17 @@ func (cl *Claim) Finish(ctx context.Context, value []byte, err error) (Result, e
 		// the function's effects stand, so the mark is finished FAILED like a claim (the default
 		// case): the retry takes it over at the next fence, greater than any the failed attempt may
 		// have conditioned a write on.
+		//
+		// That removal is the best the call can do, not part of its outcome: the caller rolls back on
+		// the error, as MarkTx's contract says, and the mark goes with the function's writes. When it
+		// fails — as it always does on PostgreSQL after the business statement whose failure fn
+		// returns, which aborted the transaction — fn's error stays the answer alone (as DoTx's
+		// does): no store outage, and a write conflict of the business stays one.
 		mine := cl.rec
-		write = func(ctx context.Context) error { return cl.st.Delete(ctx, mine.Scope, mine.Key, mine.Version()) }
-		werr = write(wctx)
+		if derr := cl.st.Delete(wctx, mine.Scope, mine.Key, mine.Version()); derr != nil {
+			g.opts.Logger.WarnContext(ctx, "idemkit: removing the mark of a failed function in the caller's transaction (its rollback removes it)",
+				"scope", cl.ev.Scope, "error", derr)
+		}
 	default:
 		out, prev := next, cl.rec.Version()
 		write = func(ctx context.Context) error { n := out; _, err := writeOutcome(ctx, cl.st, &n, prev); return err }

@@ -179,8 +179,10 @@ func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, er
 // bound to that transaction, as for DoTx) before fn runs: one INSERT beside the business writes, the
 // cheapest guard there is, and duplicates never run fn. Duplicates get ErrDuplicate and nothing is
 // replayed. Unlike Mark it is crash-safe: the mark commits or rolls back with the business. Return
-// fn's error from the transaction so it rolls back and the key is free again; a permanent error (when
-// the caller commits anyway) leaves the key REJECTED. The cache is not filled (the transaction may
+// fn's error from the transaction so it rolls back and the key is free again (for a retryable error
+// MarkTx also removes the mark in tx, at best: when it cannot — on PostgreSQL the failed statement
+// behind fn's error aborted tx — fn's error is still the answer alone); a permanent error (when the
+// caller commits anyway) leaves the key REJECTED. The cache is not filled (the transaction may
 // still roll back). When the mark's INSERT — or the read and takeover of a failed or expired record
 // it met — fails on a write conflict that ended the transaction (a deadlock; on PostgreSQL under
 // REPEATABLE READ or SERIALIZABLE, a record written after the transaction's snapshot), the record is
