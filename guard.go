@@ -378,6 +378,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			return cl.fail(OutcomeInvalid, fmt.Errorf("idemkit: claiming record: %w", err))
 		}
 		if !errors.Is(err, ErrExists) {
+			if errors.Is(err, ErrInFlight) {
+				return cl.fail(OutcomeInFlight, err) // held by another attempt's write (see Store)
+			}
 			if cl.rerun(err) {
 				return nil, Result{}, err
 			}
@@ -393,6 +396,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			continue // deleted between our insert and read (Mark release, sweeper): try again
 		}
 		if err != nil {
+			if errors.Is(err, ErrInFlight) {
+				return cl.fail(OutcomeInFlight, err)
+			}
 			if cl.rerun(err) {
 				return nil, Result{}, err
 			}
@@ -432,6 +438,8 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			continue
 		case errors.Is(err, ErrFenced):
 			return cl.fail(OutcomeInFlight, &InFlightError{RetryAfter: g.opts.Lease})
+		case errors.Is(err, ErrInFlight):
+			return cl.fail(OutcomeInFlight, err)
 		case errors.Is(err, ErrUnstorable):
 			// The call's own values do not fit the Store (a Result too large): bad input, as on
 			// the insert.

@@ -12,7 +12,10 @@ import (
 // precision. The package idemtest holds a conformance suite every implementation should pass.
 type Store interface {
 	// Insert adds rec. It returns ErrExists when a record with the same Scope and Key exists, whatever
-	// its state; it never overwrites.
+	// its state; it never overwrites. An error matching ErrInFlight (from Insert, or from Get and
+	// Update on a Store bound to a transaction) says that another attempt's write of the key, not
+	// committed yet, held it longer than the Store waits (a database's lock wait timeout): nothing
+	// was written, and the Guard answers the call in flight.
 	Insert(ctx context.Context, rec *Record) error
 	// Get returns the record for scope and key, or ErrNotFound.
 	Get(ctx context.Context, scope, key string) (*Record, error)

@@ -193,6 +193,41 @@ func isGaleraNotReady(dialect string, err error) bool {
 	return dialect == dialectMySQL && errors.As(err, &e) && e.Number == mysqlUnknownCommand && strings.Contains(e.Message, "WSREP")
 }
 
+// Lock-wait timeout codes: a statement waited for a lock longer than the session allows.
+const (
+	mysqlLockWaitTimeout = 1205    // ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout)
+	postgresLockTimeout  = "55P03" // lock_not_available (lock_timeout)
+)
+
+// lockWaitTimedOut reports whether err says a statement gave up waiting for a lock after the lock
+// wait timeout of its session (PostgreSQL lock_timeout, InnoDB innodb_lock_wait_timeout, set by the
+// DSN, the role or the database).
+func lockWaitTimedOut(dialect string, err error) bool {
+	switch dialect {
+	case dialectMySQL:
+		var e *mysql.MySQLError
+		return errors.As(err, &e) && e.Number == mysqlLockWaitTimeout
+	case dialectPostgres:
+		return sqlState(err) == postgresLockTimeout
+	}
+	return false
+}
+
+// heldElsewhere returns the error of a record's INSERT, or of a locking read or takeover of it in a
+// transaction, that gave up waiting for its lock (see lockWaitTimedOut), or nil for any other err.
+// The lock such a statement waits for is the key's row, written by another attempt whose transaction
+// has not committed yet (a mark and its function, a Tx-mode record and its COMMIT, a takeover) — or,
+// rarely, the whole table's (the v1→v2 migration's brief ACCESS EXCLUSIVE lock, an operator's DDL):
+// either way the key is busy for a while and nothing of the statement was written. The error matches
+// idemkit.ErrInFlight: the Guard answers in flight, as when it meets the committed claim.
+func (q *queries) heldElsewhere(doing string, err error) error {
+	if !lockWaitTimedOut(q.dialect, err) {
+		return nil
+	}
+	return fmt.Errorf("record: %s %s: the key's record (or the table) stayed locked by another transaction — most often another attempt's write of the key, not committed yet — longer than the session's lock wait timeout: %w: %w",
+		doing, q.name, &idemkit.InFlightError{}, err)
+}
+
 // rolledBackAlone reports whether err says a statement run as its own transaction was rolled back on a
 // write conflict, so that running it again may succeed: as a deadlock victim, or on PostgreSQL with a
 // serialization failure (a REPEATABLE READ or SERIALIZABLE statement that waited for a row committed

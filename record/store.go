@@ -337,7 +337,10 @@ func (s *Store) WithSQLTx(tx *sql.Tx) *Store {
 // (ON CONFLICT DO NOTHING, or ON DUPLICATE KEY UPDATE id = id on MySQL), so it never aborts a
 // PostgreSQL transaction. It returns idemkit.ErrExists when the record exists, an error wrapping
 // idemkit.ErrInvalidKey when Scope or Key is empty or longer than idemkit.MaxStoredLen bytes, an error
-// when another field is too long for its column, or the database's error.
+// when another field is too long for its column, an error matching idemkit.ErrInFlight when it gave up
+// waiting for the key's row, locked by another attempt's transaction, after the session's lock wait
+// timeout (PostgreSQL lock_timeout, InnoDB innodb_lock_wait_timeout; Get and Update on a Store bound
+// to a transaction say so too), or the database's error.
 func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
@@ -371,6 +374,9 @@ func (s *Store) insertAlone(ctx context.Context, rec *idemkit.Record) error {
 			// and the error aborted the transaction. Run it again: the other writer's record answers.
 			return fmt.Errorf("record: inserting into %s: %w: a unique index being built refused a duplicate: %w", s.q.name, ErrConflict, err)
 		}
+		if held := s.q.heldElsewhere("inserting into", err); held != nil {
+			return held
+		}
 		return s.q.interpretError("inserting into", err)
 	}
 	if n == 0 {
@@ -391,6 +397,9 @@ func (s *Store) Get(ctx context.Context, scope, key string) (*idemkit.Record, er
 	if err := s.scanRecord(ctx, query, []any{scope, key}, rec); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, idemkit.ErrNotFound
+		}
+		if held := s.q.heldElsewhere("reading", err); held != nil && s.inTx {
+			return nil, held
 		}
 		return nil, s.q.interpretError("reading", err)
 	}
@@ -438,6 +447,9 @@ func (s *Store) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Ve
 			rec.Scope, rec.Key, prev.Fence, prev.Owner, string(prev.Status))
 	}
 	if err != nil {
+		if held := s.q.heldElsewhere("updating", err); held != nil && s.inTx {
+			return held
+		}
 		return s.q.interpretError("updating", err)
 	}
 	if n > 0 {
