@@ -153,7 +153,10 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // Otherwise — nothing finished there, or neither read could tell — it returns fn's error. For a
 // permanent error it has also written the record REJECTED in tx: the caller's rollback (the rule
 // above) removes it with fn's writes and leaves the key free, so a retry runs again — the rejection
-// is stored only if the caller deliberately commits fn's writes with it. So too when fn succeeded but
+// is stored only if the caller deliberately commits fn's writes with it. A permanent error that is a
+// write conflict the Store recognises (a deadlock, a serialization failure: record.IsConflict) ended
+// the transaction: nothing is written after it — on MySQL it would commit on its own —, and fn's
+// error is the answer, as for a retryable one. So too when fn succeeded but
 // its record's INSERT failed without meeting the record — on PostgreSQL in a REPEATABLE READ or
 // SERIALIZABLE transaction, a record committed after the snapshot fails it with a serialization
 // failure that aborts the transaction —: a finished record read outside the transaction is replayed,
@@ -625,7 +628,7 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 	next := cl.rec
 	cl.writtenAt(&next, g.opts.Now())
 	permanent := g.IsPermanent(ferr)
-	if ferr != nil && !permanent {
+	if ferr != nil && (!permanent || cl.txEnded(ferr)) {
 		// A record finished by another attempt meanwhile is the answer, not fn's error; so is one
 		// of another payload (ErrPayloadMismatch, with ErrRollbackReplayed), as it is to a success
 		// or a permanent failure. The read is the best the call can do, not part of its outcome:
@@ -675,6 +678,27 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		res = Result{}
 	}
 	return res, err
+}
+
+// conflictTeller is a Store that recognises its database's errors of a write conflict (record.Store).
+type conflictTeller interface {
+	IsConflict(err error) bool
+}
+
+// txEnded reports whether ferr, the error of a function guarded in the caller's transaction, says the
+// database rolled that transaction back on a write conflict (a deadlock, a serialization failure), as
+// the call's Store, or the Guard's, tells. Nothing may be written after it: on MySQL and MariaDB the
+// connection is then outside any transaction, and a record written on it would commit on its own,
+// whatever the caller does.
+func (cl *Claim) txEnded(ferr error) bool {
+	if errors.Is(ferr, ErrConflict) {
+		return true
+	}
+	t, ok := cl.st.(conflictTeller)
+	if !ok {
+		t, ok = cl.g.store.(conflictTeller)
+	}
+	return ok && t.IsConflict(ferr)
 }
 
 // metElsewhere returns the record another attempt finished (or wrote for another payload) while a

@@ -58,6 +58,12 @@ func IsConflict(err error) bool {
 	return errors.Is(err, ErrConflict) || driverConflict(err)
 }
 
+// IsConflict is the package's [IsConflict], for the Guard: it asks it of the error of a function
+// guarded in a caller's transaction ([idemkit.Guard.DoTx]), after which nothing may be written in
+// that transaction — on MySQL and MariaDB a deadlock leaves the connection outside any transaction,
+// where a record would commit on its own.
+func (s *Store) IsConflict(err error) bool { return IsConflict(err) }
+
 // driverConflict reports whether err is a driver's error of a deadlock (MySQL/MariaDB 1213,
 // PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001).
 func driverConflict(err error) bool {
