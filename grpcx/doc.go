@@ -10,8 +10,10 @@
 // a request field, [FirstOf] combines sources); calls without one pass through unless
 // [Options.Required] says the method needs one. The record scope is the full method name. The
 // fingerprint is the SHA-256 of the method name and the request's deterministic proto encoding
-// (proto.MarshalOptions{Deterministic: true}), so the same request always matches itself and a
-// different one under the same key is refused.
+// (proto.MarshalOptions{Deterministic: true}), a google.protobuf.Any in it by the deterministic
+// encoding of the message it packs (when [Options.Resolver] knows its type: packed again for a
+// retry, its bytes may differ), so the same request always matches itself and a different one under
+// the same key is refused.
 //
 // A successful response is stored as a google.protobuf.Any (its type name and deterministic encoding)
 // and replayed by decoding it into a new message of that type (found in [Options.Resolver], the global

@@ -103,11 +103,22 @@ func TestStoredForms(t *testing.T) {
 	if err != nil || !proto.Equal(s1.Proto(), s2.Proto()) {
 		t.Fatalf("status round trip: %v %v", s2, err)
 	}
-	f1, _ := fingerprint("/s/A", st)
-	f2, _ := fingerprint("/s/B", st)
-	f3, _ := fingerprint("/s/A", proto.Clone(st))
+	f1, _ := fingerprint("/s/A", st, protoregistry.GlobalTypes)
+	f2, _ := fingerprint("/s/B", st, protoregistry.GlobalTypes)
+	f3, _ := fingerprint("/s/A", proto.Clone(st), protoregistry.GlobalTypes)
 	if f1 == f2 || f1 != f3 {
 		t.Fatal("fingerprint must depend on the method and only on the request's content")
+	}
+	// An Any nested in a list (google.rpc.Status's details) packed again: the same fingerprint.
+	nested := func() proto.Message {
+		s, _ := status.New(codes.Aborted, "x").WithDetails(st)
+		return s.Proto()
+	}
+	n1, _ := fingerprint("/s/A", nested(), protoregistry.GlobalTypes)
+	for range 20 {
+		if n2, _ := fingerprint("/s/A", nested(), protoregistry.GlobalTypes); n1 != n2 {
+			t.Fatal("a nested Any packed again changed the fingerprint")
+		}
 	}
 }
 

@@ -67,7 +67,8 @@ type Options struct {
 	// its own. Defaults to nil: Execute mode (Guard.Do), where the handler's effects and the record
 	// are written separately.
 	Tx idemkit.TxBeginner
-	// Resolver finds the Go type of a stored response on replay. Defaults to protoregistry.GlobalTypes,
+	// Resolver finds the Go type of a stored response on replay, and of each google.protobuf.Any in a
+	// request for its fingerprint. Defaults to protoregistry.GlobalTypes,
 	// where every generated and well-known message type is registered.
 	Resolver protoregistry.MessageTypeResolver
 	// InFlightRetryDelay bounds the retry delay of the google.rpc.RetryInfo sent with ABORTED to a

@@ -125,7 +125,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			return nil, err
 		}
 	}
-	fp, err := fingerprint(method, msg)
+	fp, err := fingerprint(method, msg, s.c.resolver)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

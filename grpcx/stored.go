@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -20,10 +21,11 @@ const typeURLPrefix = "type.googleapis.com/"
 // deterministic marshals maps in key order, so equal messages encode to equal bytes in one binary.
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
-// fingerprint hashes the full method name and the deterministic encoding of the request: the same
-// request to the same method always gives the same fingerprint, another request another one.
-func fingerprint(method string, req proto.Message) (string, error) {
-	b, err := deterministic.Marshal(req)
+// fingerprint hashes the full method name and the deterministic encoding of the request, each
+// google.protobuf.Any in it re-encoded through r (see canonicalAnys): the same request to the same
+// method always gives the same fingerprint, another request another one.
+func fingerprint(method string, req proto.Message, r protoregistry.MessageTypeResolver) (string, error) {
+	b, err := deterministic.Marshal(canonicalAnys(req, r))
 	if err != nil {
 		return "", fmt.Errorf("grpcx: encoding request for its fingerprint: %w", err)
 	}
@@ -32,6 +34,96 @@ func fingerprint(method string, req proto.Message) (string, error) {
 	h.Write([]byte{0})
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// anyName is the full name of google.protobuf.Any.
+const anyName protoreflect.FullName = "google.protobuf.Any"
+
+// canonicalAnys returns req, or, when it holds a google.protobuf.Any (at any depth), a copy of it
+// in which each Any's value is the deterministic encoding of the message it packs, its type found
+// through r. An Any's value is bytes its sender encoded, maps in the sender's order (random, in Go):
+// packed again for a retry, the same message may come as other bytes. An Any of a type r does not
+// know, or whose value does not decode, keeps its bytes.
+func canonicalAnys(req proto.Message, r protoregistry.MessageTypeResolver) proto.Message {
+	if !holdsAny(req.ProtoReflect()) {
+		return req
+	}
+	c := proto.Clone(req)
+	rewriteAnys(c.ProtoReflect(), r)
+	return c
+}
+
+// holdsAny reports whether m is or holds a google.protobuf.Any.
+func holdsAny(m protoreflect.Message) bool {
+	if m.Descriptor().FullName() == anyName {
+		return true
+	}
+	found := false
+	eachMessage(m, func(m protoreflect.Message) bool {
+		found = holdsAny(m)
+		return !found
+	})
+	return found
+}
+
+// rewriteAnys re-encodes the value of each google.protobuf.Any in m, m itself included, in place.
+func rewriteAnys(m protoreflect.Message, r protoregistry.MessageTypeResolver) {
+	if m.Descriptor().FullName() != anyName {
+		eachMessage(m, func(m protoreflect.Message) bool {
+			rewriteAnys(m, r)
+			return true
+		})
+		return
+	}
+	fields := m.Descriptor().Fields()
+	typeURL, value := fields.ByName("type_url"), fields.ByName("value")
+	if typeURL == nil || value == nil {
+		return
+	}
+	mt, err := r.FindMessageByURL(m.Get(typeURL).String())
+	if err != nil {
+		return
+	}
+	inner := mt.New()
+	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(m.Get(value).Bytes(), inner.Interface()); err != nil {
+		return
+	}
+	rewriteAnys(inner, r)
+	b, err := proto.MarshalOptions{Deterministic: true, AllowPartial: true}.Marshal(inner.Interface())
+	if err != nil {
+		return
+	}
+	m.Set(value, protoreflect.ValueOfBytes(b))
+}
+
+// eachMessage calls f with each message in m's populated fields (a singular field, a list's
+// elements, a map's values), until f returns false.
+func eachMessage(m protoreflect.Message, f func(protoreflect.Message) bool) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() == nil {
+				return true
+			}
+			more := true
+			v.Map().Range(func(_ protoreflect.MapKey, v protoreflect.Value) bool {
+				more = f(v.Message())
+				return more
+			})
+			return more
+		case fd.Message() == nil:
+			return true
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if !f(l.Get(i).Message()) {
+					return false
+				}
+			}
+			return true
+		}
+		return f(v.Message())
+	})
 }
 
 // encodeResponse is the stored form of a successful response: a google.protobuf.Any naming its type,
