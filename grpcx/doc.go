@@ -40,7 +40,9 @@
 //	same key in flight                                    ABORTED + google.rpc.RetryInfo (retry delay:
 //	                                                        the holder's remaining lock or lease, at
 //	                                                        most Options.InFlightRetryDelay (1s), at
-//	                                                        least 50ms)
+//	                                                        least 50ms), the same delay in the trailer
+//	                                                        grpc-retry-pushback-ms, which gRPC's
+//	                                                        retry policy honours
 //	same key, different request (or another method       FAILED_PRECONDITION + google.rpc.PreconditionFailure
 //	  sharing its Scope)                                    (type IDEMPOTENCY_KEY_REUSED)
 //	key missing on a Required method, malformed, too      INVALID_ARGUMENT

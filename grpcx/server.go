@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -396,9 +397,9 @@ func (s *server) answer(ctx context.Context, res idemkit.Result, err error) (any
 	var inflight *idemkit.InFlightError
 	switch {
 	case errors.As(err, &inflight):
-		return nil, withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(max(min(inflight.RetryAfter, s.c.retryMax), minRetryDelay))})
+		return nil, inFlight(ctx, err, max(min(inflight.RetryAfter, s.c.retryMax), minRetryDelay))
 	case errors.Is(err, idemkit.ErrInFlight):
-		return nil, withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(minRetryDelay)})
+		return nil, inFlight(ctx, err, minRetryDelay)
 	case errors.Is(err, idemkit.ErrPayloadMismatch):
 		return nil, withDetail(codes.FailedPrecondition, err.Error(), &errdetails.PreconditionFailure{
 			Violations: []*errdetails.PreconditionFailure_Violation{{
@@ -423,6 +424,18 @@ func (s *server) storeStatus(err error) error {
 }
 
 // withDetail returns a status error with one detail message.
+// retryPushbackKey is the trailer grpc-go's retry policy reads a server's retry delay from (gRFC
+// A6): a client whose policy retries ABORTED waits that long before its next attempt instead of its
+// own backoff, which may spend its attempts while the holder still runs.
+const retryPushbackKey = "grpc-retry-pushback-ms"
+
+// inFlight is the answer to a call whose key another attempt holds: ABORTED with a RetryInfo of
+// delay, and the same delay in the retry-pushback trailer for gRPC's own retries.
+func inFlight(ctx context.Context, err error, delay time.Duration) error {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(retryPushbackKey, strconv.FormatInt(delay.Milliseconds(), 10)))
+	return withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+}
+
 func withDetail(c codes.Code, msg string, detail protoadapt.MessageV1) error {
 	st, err := status.New(c, msg).WithDetails(detail)
 	if err != nil {
