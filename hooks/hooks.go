@@ -129,7 +129,9 @@ func (l *Lifecycle) IsPermanent(err error) bool {
 // A permanent Before error (see idemkit.Permanent) makes the record REJECTED, and Begin returns it in
 // the shape a replay of the key returns: an error for which errors.As finds an *idemkit.RejectedError
 // with the stored message (so one check, errors.Is(err, idemkit.ErrRejected), serves the first call
-// and every replay). On the first call the error also wraps the hook's own error.
+// and every replay). On the first call the error also wraps the hook's own error. A panic in the
+// Before hook rolls the record back as a failing hook does (FAILED, the key free again: nothing
+// started) before it goes on with its value.
 func (l *Lifecycle) Begin(ctx context.Context, transType, gid string, call idemkit.Call) (*Txn, idemkit.Result, error) {
 	return l.begin(ctx, transType, gid, gid, call, true)
 }
@@ -148,11 +150,30 @@ func (l *Lifecycle) begin(ctx context.Context, transType, gid, recordGID string,
 		t.claim, t.Record = cl, cl.Record()
 	}
 	if l.Before != nil && runBefore {
-		if err := l.Before.BeforeTransaction(ctx, t); err != nil {
+		if err := l.before(ctx, t); err != nil {
 			return nil, idemkit.Result{}, l.failBefore(ctx, t, err)
 		}
 	}
 	return t, idemkit.Result{}, nil
+}
+
+// errBeforePanicked is the outcome of a claim whose Before hook panicked: nothing started, so the key
+// may run again (retryable whatever Options.IsPermanent says).
+var errBeforePanicked = idemkit.Retryable(errors.New("hooks: panic in the BeforeTransaction hook"))
+
+// before runs the Before hook for t. A panic in it rolls t's claim back as a failed hook does (FAILED,
+// the lock released: the transaction never starts) before it goes on; left PROCESSING with its gid,
+// the key would answer in flight until a Reconciler fenced the gid.
+func (l *Lifecycle) before(ctx context.Context, t *Txn) error {
+	panicked := true
+	defer func() {
+		if panicked {
+			_ = l.failBefore(ctx, t, errBeforePanicked)
+		}
+	}()
+	err := l.Before.BeforeTransaction(ctx, t)
+	panicked = false
+	return err
 }
 
 // failBefore finishes t's claim after its Before hook failed with err and returns Begin's error.

@@ -129,7 +129,8 @@ type RunParams struct {
 // A panic in Start is settled as a start whose outcome is unknown (the manager is asked whether the
 // transaction exists, and Run follows its status or leaves the record to the Reconciler), then goes on
 // with its value. A Start that panics before sending anything should rather return an error matching
-// txstatus.ErrRefused, and panic once Run returned, as saga.Initiator and tcc.Global do.
+// txstatus.ErrRefused, and panic once Run returned, as saga.Initiator and tcc.Global do. A panic in the
+// Before hook rolls the record back (FAILED, nothing started) before it goes on, as in [Lifecycle.Begin].
 //
 // A transaction that rolled back because of an error Start returned and the Guard classifies as
 // permanent (a TCC try's idemkit.Permanent error) leaves the record REJECTED, and Run returns, beside
