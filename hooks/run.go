@@ -52,7 +52,8 @@ type RunParams struct {
 	// Nor is one the manager could not be asked about then (unreachable, a gateway's 5xx): the call
 	// starts nothing, runs no hook, and returns an error (an outage: retry later).
 	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
-	// rolled back all the same and Run returns the hook's error: the Reconciler, which follows the
+	// rolled back all the same and Run returns the hook's error (a hook that panics: the record is
+	// rolled back, then the panic goes on): the Reconciler, which follows the
 	// manager's status for the gid, would take another transaction holding it for this call's.
 	// It must not start with "msg-" (dtmmsg.GIDPrefix), which marks a 2-phase message's record: the
 	// Reconciler leaves such records to dtmmsg.Reconciler (Run refuses such a gid before anything
@@ -360,7 +361,8 @@ func (l *Lifecycle) neverStarted(ctx context.Context, t *Txn, call idemkit.Call,
 // caller and the Rollback hook fails, the record is rolled back all the same, and the hook's error
 // returned: left PROCESSING, the Reconciler would follow what the manager holds for the gid — maybe
 // another transaction, whose success it would record as this call's, none of it run. (A fresh gid is
-// left to the Reconciler, which fences it and runs the hook again.)
+// left to the Reconciler, which fences it and runs the hook again.) A panic in the hook rolls the
+// record back the same way before it goes on.
 func (l *Lifecycle) rollbackUnstarted(ctx context.Context, t *Txn, reason error) error {
 	if t.noHooks {
 		return l.settle(ctx, t, nil, reason)
@@ -368,7 +370,15 @@ func (l *Lifecycle) rollbackUnstarted(ctx context.Context, t *Txn, reason error)
 	if !t.chosen || l.OnRollback == nil {
 		return l.Rollback(ctx, t, reason)
 	}
-	if err := l.OnRollback.Rollback(ctx, t, reason); err != nil {
+	panicked := true
+	defer func() {
+		if panicked {
+			_ = l.settle(ctx, t, nil, reason)
+		}
+	}()
+	err := l.OnRollback.Rollback(ctx, t, reason)
+	panicked = false
+	if err != nil {
 		if serr := l.settle(ctx, t, nil, reason); serr != nil {
 			// The hook's error is the one to report, also when another settled the record first
 			// (which Run's caller would otherwise be told is no error); the record was not rolled
