@@ -75,7 +75,8 @@ func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile-msg"
 // and others than messages' are passed over, as hooks.Reconciler passes over running transactions:
 // the listing goes on after the last record looked at, from one call to the next, up to 4 pages of
 // limit records per call, and starts again from its head once it reached its end (a Pending of your
-// own cannot page: every call lists one page from the head). Errors on single records are joined and
+// own cannot page: every call lists one page from the head). Errors on single records (a panic in a
+// hook among them, with its stack: the record stays as it was for a later pass) are joined and
 // returned after the others were tried — except that once DTM failed to answer about 3 records in a
 // row (unreachable, or hanging: each question waiting for its client's timeout) the call stops there
 // and returns an error, and the next goes on after them.
@@ -107,7 +108,9 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
 		}
-		r.settle(ctx, now, &ev, status)
+		if err := reconcile.Recovering(rec.GID, func() { r.settle(ctx, now, &ev, status) }); err != nil {
+			ev.Settled, ev.Err = false, fmt.Errorf("dtmmsg: %w", err)
+		}
 		stop := false
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)

@@ -129,7 +129,8 @@ func (r *Reconciler) Task() sweep.Task { return sweep.Task{Name: "reconcile", Ru
 // newer records whose transaction ended. The listing goes on after the last record looked at, from one
 // call to the next, for up to 4 pages of limit records per call, and starts again from its
 // head once it reached its end. A Pending of your own cannot page: every call then lists one page from
-// the head. Errors on single records are joined and returned after the others were tried — except
+// the head. Errors on single records — a panic in a hook among them, with its stack: the record stays
+// as it was for a later pass — are joined and returned after the others were tried — except
 // that once the Manager failed to answer about 3 records in a row (unreachable, or hanging: each
 // question waiting for its client's timeout) the call stops there and returns an error, and the next
 // goes on after them.
@@ -156,7 +157,11 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		if name, ok := names[rec.Scope]; ok {
 			ev.Scope = name
 		}
-		stop := silence.Note(r.settle(ctx, now, &ev))
+		var answered bool
+		if err := reconcile.Recovering(rec.GID, func() { answered = r.settle(ctx, now, &ev) }); err != nil {
+			ev.Settled, ev.Err, answered = false, fmt.Errorf("hooks: %w", err), true // not the manager's silence
+		}
+		stop := silence.Note(answered)
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)
 			if r.Logger != nil {

@@ -5,11 +5,27 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
 )
+
+// Recovering runs settle, a reconciler's settling of the record of gid, and returns the error of a
+// panic in it (a hook's, the manager's), with its stack, or nil. Run in a sweeper's goroutine, the
+// panic would take the process down, and again after each restart at the same record, which heads the
+// pending listing: the record stays as it was for a later pass (hooks are idempotent, and run again),
+// and the pass goes on with the others.
+func Recovering(gid string, settle func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("settling %s panicked: %v\n%s", gid, v, debug.Stack())
+		}
+	}()
+	settle()
+	return nil
+}
 
 // PagesPerRun bounds the pages of pending records one pass looks at.
 const PagesPerRun = 4
