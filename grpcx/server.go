@@ -423,7 +423,6 @@ func (s *server) storeStatus(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// withDetail returns a status error with one detail message.
 // retryPushbackKey is the trailer grpc-go's retry policy reads a server's retry delay from (gRFC
 // A6): a client whose policy retries ABORTED waits that long before its next attempt instead of its
 // own backoff, which may spend its attempts while the holder still runs.
@@ -436,6 +435,7 @@ func inFlight(ctx context.Context, err error, delay time.Duration) error {
 	return withDetail(codes.Aborted, err.Error(), &errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 }
 
+// withDetail returns a status error with one detail message.
 func withDetail(c codes.Code, msg string, detail protoadapt.MessageV1) error {
 	st, err := status.New(c, msg).WithDetails(detail)
 	if err != nil {
