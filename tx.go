@@ -106,7 +106,10 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 // [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
 // replays it or runs), except a commit the database refused on a write conflict (ErrConflict: on
 // Galera, a duplicate that won through another node), which nothing of committed: the key's record
-// answers then, as after a conflict at the record's INSERT. A panic in fn rolls the transaction
+// answers then, as after a conflict at the record's INSERT. A conflict at either that no attempt of
+// the key won — the business's own, e.g. PostgreSQL's serialization failure of a write skew under
+// SERIALIZABLE — is a retryable failure of the call matching ErrConflict, the key free, not
+// ErrStoreUnavailable. A panic in fn rolls the transaction
 // back and continues. fn runs at most once per call.
 func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Result, error) {
 	if fn == nil {
@@ -233,7 +236,8 @@ type TxMarkFunc func(ctx context.Context, tx TxStore) error
 // that fails returns ErrStoreUnavailable: the outcome is then unknown, and a retry gets
 // ErrDuplicate or runs — except a commit refused on a write conflict (ErrConflict: on Galera, a
 // duplicate that won through another node), which nothing of committed: the winner's mark answers
-// it, ErrDuplicate. After the commit the lock is released and the mark cached, so a duplicate is
+// it, ErrDuplicate; with no winner (the business's own conflict, e.g. a write skew under PostgreSQL's
+// SERIALIZABLE) the call fails retryably with an error matching ErrConflict, the key free. After the commit the lock is released and the mark cached, so a duplicate is
 // answered by the Locker alone.
 func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
 	if fn == nil {
@@ -291,6 +295,10 @@ func (cl *Claim) txMarked(db TxBeginner, tx TxStore, c *Call, fn TxMarkFunc) err
 	}
 	if err := cl.keepMark(cl.ctx, tx); err != nil {
 		cl.rollback(tx)
+		if errors.Is(err, ErrConflict) { // rolled back: nothing committed (see rolledBack)
+			_, err = cl.rolledBack(nil, fmt.Errorf("idemkit: writing record: %w", err))
+			return err
+		}
 		_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "writing record", err))
 		return err
 	}
@@ -301,6 +309,8 @@ func (cl *Claim) txMarked(db TxBeginner, tx TxStore, c *Call, fn TxMarkFunc) err
 				_, err := cl.answer(v, cur, c)
 				return err
 			}
+			_, err = cl.rolledBack(nil, fmt.Errorf("idemkit: committing transaction: %w", err))
+			return err
 		}
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		_, _, err = cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err))
@@ -447,6 +457,7 @@ func (cl *Claim) txCommit(db TxBeginner, tx TxStore, c *Call, prev *Version, val
 			if cur, v := cl.winner(db, c); cur != nil {
 				return cl.answer(v, cur, c)
 			}
+			return cl.rolledBack(val, fmt.Errorf("idemkit: committing transaction: %w", err))
 		}
 		// The commit may have happened or not: nothing is cached, a retry finds out.
 		return ended(cl.fail(OutcomeUnavailable, storeErr(cl.ctx, "committing transaction", err)))
@@ -468,8 +479,20 @@ func (cl *Claim) writeFailed(db TxBeginner, tx TxStore, c *Call, err error) (Res
 		if cur, v := cl.winner(db, c); cur != nil {
 			return cl.answer(v, cur, c)
 		}
+		return cl.rolledBack(nil, fmt.Errorf("idemkit: writing record: %w", err))
 	}
 	return ended(cl.failWrite(err))
+}
+
+// rolledBack ends a Tx-mode call whose transaction the database rolled back on a write conflict
+// (err matches ErrConflict) that no attempt of the key won: the business's own — PostgreSQL's
+// serialization failure of a write skew, a deadlock over business rows, a Galera certification
+// conflict with another key's writes. Nothing of it committed and the key is free: a retryable
+// failure of the call, not an outage of the Store.
+func (cl *Claim) rolledBack(val []byte, err error) (Result, error) {
+	next := cl.rec
+	next.Status, next.Error = StatusFailed, errorText(err)
+	return cl.finished(&next, val, Retryable(err), false)
 }
 
 // winner reads the record of the attempt that won a write conflict with this call's transaction, and
