@@ -236,9 +236,10 @@ type TxMarkFunc func(ctx context.Context, tx TxStore) error
 // that fails returns ErrStoreUnavailable: the outcome is then unknown, and a retry gets
 // ErrDuplicate or runs — except a commit refused on a write conflict (ErrConflict: on Galera, a
 // duplicate that won through another node), which nothing of committed: the winner's mark answers
-// it, ErrDuplicate; with no winner (the business's own conflict, e.g. a write skew under PostgreSQL's
-// SERIALIZABLE) the call fails retryably with an error matching ErrConflict, the key free. After the commit the lock is released and the mark cached, so a duplicate is
-// answered by the Locker alone.
+// it, ErrDuplicate; with no winner (the business's own conflict, e.g. a write skew under
+// PostgreSQL's SERIALIZABLE) the call fails retryably with an error matching ErrConflict, the key
+// free. After the commit the lock is released and the mark cached, so a duplicate is answered by
+// the Locker alone.
 func (g *Guard) TxMark(ctx context.Context, db TxBeginner, c Call, fn TxMarkFunc) error {
 	if fn == nil {
 		return ErrNilFunc
