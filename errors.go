@@ -48,6 +48,11 @@ var (
 	// such errors (record.ErrConflict matches it). [Guard.TxMark] runs its transaction again, a few
 	// times at most, when the mark met one before the function ran.
 	ErrConflict = errors.New("idemkit: transaction rolled back by the database on a write conflict")
+	// ErrNotSent: a Store's write never reached its database — its caller's context ended while it
+	// waited for its turn (record.Store's group commit) — so it never takes effect. Stores wrap it
+	// with the context's error. The Guard then watches for no claim of that write to land (see
+	// [Guard.Wait]): only a claim that may land is released after its caller left.
+	ErrNotSent = errors.New("idemkit: write not sent")
 	// ErrExists: Store.Insert found a record with the same scope and key.
 	ErrExists = errors.New("idemkit: record exists")
 	// ErrLocked: Locker.Acquire found the key locked by another token. Lockers return an

@@ -387,7 +387,9 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			if cur, v := cl.conflicted(err, c); cur != nil {
 				return cl.met(v, cur, c)
 			}
-			cl.abandoned(nil, nil)
+			if !errors.Is(err, ErrNotSent) { // a claim never sent cannot land: nothing to watch for
+				cl.abandoned(nil, nil)
+			}
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "claiming record", err))
 		}
 		cl.ev.Conflict = true

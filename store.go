@@ -15,7 +15,9 @@ type Store interface {
 	// its state; it never overwrites. An error matching ErrInFlight (from Insert, or from Get and
 	// Update on a Store bound to a transaction) says that another attempt's write of the key, not
 	// committed yet, held it longer than the Store waits (a database's lock wait timeout): nothing
-	// was written, and the Guard answers the call in flight.
+	// was written, and the Guard answers the call in flight. An error matching ErrNotSent says the
+	// write never reached the database (ctx ended while it waited for its turn): it never lands, and
+	// the Guard does not watch for it as for a claim whose caller left (see [Guard.Wait]).
 	Insert(ctx context.Context, rec *Record) error
 	// Get returns the record for scope and key, or ErrNotFound.
 	Get(ctx context.Context, scope, key string) (*Record, error)

@@ -349,6 +349,9 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 		op := &claimOp{own: *rec}
 		op.rec = &op.own
 		if err := s.claims.Do(ctx, op); err != nil {
+			if errors.Is(err, batch.ErrWithdrawn) { // its caller left while it waited for a batch
+				return fmt.Errorf("record: inserting into %s: %w: %w", s.q.name, idemkit.ErrNotSent, ctx.Err())
+			}
 			return s.q.interpretError("inserting into", err)
 		}
 		return op.err

@@ -5,6 +5,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -78,6 +79,10 @@ type waiter[T any] struct {
 	taken, sender, answered, abandoned bool
 }
 
+// ErrWithdrawn is matched, beside its context's error, by the error Do returns for an operation
+// withdrawn unsent: its caller's context ended while it waited for a batch. It never takes effect.
+var ErrWithdrawn = errors.New("batch: withdrawn unsent")
+
 // New returns a Batcher with at most limit operations or batches in flight (at least 1).
 func New[T any](limit int, f Funcs[T]) *Batcher[T] {
 	b := &Batcher[T]{f: f, max: max(limit, 1), yield: runtime.Gosched}
@@ -86,8 +91,9 @@ func New[T any](limit int, f Funcs[T]) *Batcher[T] {
 }
 
 // Do runs op, alone or in a batch, and returns nil once op has its outcome, or ctx's error when ctx
-// ended first. In that case op may have been withdrawn unsent, or be out in a batch that still
-// writes its outcome (Funcs.Abandon was called with it): the caller must not reuse it.
+// ended first. In that case op may have been withdrawn unsent (the error matches ErrWithdrawn too),
+// or be out in a batch that still writes its outcome (Funcs.Abandon was called with it): the caller
+// must not reuse it.
 func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 	b.mu.Lock()
 	if b.inFlight < b.max {
@@ -126,7 +132,7 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 			b.queue = slices.DeleteFunc(b.queue, func(o *waiter[T]) bool { return o == w })
 			b.mu.Unlock()
 			b.recycle(w)
-			return ctx.Err()
+			return fmt.Errorf("%w (%w)", ctx.Err(), ErrWithdrawn)
 		case !w.sender && w.answered: // answered after all: its outcome is the caller's
 			b.mu.Unlock()
 			<-w.wake

@@ -100,8 +100,8 @@ func TestBatchesWhatWaited(t *testing.T) {
 	go func() { werr <- f.b.Do(ctx, withdrawn) }()
 	f.waitQueued(t, 4)
 	cancel()
-	if err := <-werr; !errors.Is(err, context.Canceled) {
-		t.Fatalf("withdrawn operation: %v", err)
+	if err := <-werr; !errors.Is(err, context.Canceled) || !errors.Is(err, ErrWithdrawn) {
+		t.Fatalf("withdrawn operation: %v; want its cancellation and ErrWithdrawn", err)
 	}
 	f.waitQueued(t, 3)
 	close(f.release)
@@ -220,8 +220,8 @@ func TestAbandonedOpIsSettled(t *testing.T) {
 	}
 	<-inMany
 	cancel()
-	if err := <-lerr; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the caller that left: %v; want its cancellation", err)
+	if err := <-lerr; !errors.Is(err, context.Canceled) || errors.Is(err, ErrWithdrawn) {
+		t.Fatalf("the caller that left: %v; want its cancellation, not ErrWithdrawn (its operation was out)", err)
 	}
 	mu.Lock()
 	if len(abandoned) != 1 || abandoned[0] != left || len(settled) != 0 {
