@@ -90,6 +90,10 @@ type finishOp struct {
 func (s *Store) newBatchers() {
 	s.claims = batch.New(1, batch.Funcs[*claimOp]{
 		One: func(ctx context.Context, op *claimOp) {
+			if err := ctx.Err(); err != nil { // its caller left while it waited for its turn
+				op.err = s.notSent(err)
+				return
+			}
 			ctx, cancel := s.bounded(ctx)
 			defer cancel()
 			op.err = s.insertAlone(ctx, op.rec)

@@ -345,18 +345,27 @@ func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 	if err := checkRecord(s.q.dialect, rec); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil && !s.inTx {
+		return s.notSent(err)
+	}
 	if s.claims != nil && rec.Owner != "" && batchable(rec) {
 		op := &claimOp{own: *rec}
 		op.rec = &op.own
 		if err := s.claims.Do(ctx, op); err != nil {
 			if errors.Is(err, batch.ErrWithdrawn) { // its caller left while it waited for a batch
-				return fmt.Errorf("record: inserting into %s: %w: %w", s.q.name, idemkit.ErrNotSent, ctx.Err())
+				return s.notSent(ctx.Err())
 			}
 			return s.q.interpretError("inserting into", err)
 		}
 		return op.err
 	}
 	return s.insertAlone(ctx, rec)
+}
+
+// notSent is the error of a claim never sent to the database: err, its caller's context's error,
+// came first.
+func (s *Store) notSent(err error) error {
+	return fmt.Errorf("record: inserting into %s: %w: %w", s.q.name, idemkit.ErrNotSent, err)
 }
 
 // insertAlone is Insert in a statement of its own.

@@ -33,8 +33,9 @@ func waitInsert(t *testing.T, db *gorm.DB, s *Store) {
 }
 
 // TestWithdrawnClaimsDoNotCrowdOutAnAbandonedOne: claims whose callers left while they waited for
-// the group commit's next batch were withdrawn unsent, yet each took one of the Guard's 64 watches
-// for abandoned claims, for the claim's whole lease. A mark whose caller left while its INSERT waited
+// the group commit's next batch were withdrawn unsent, and claims of callers gone before they went
+// out were never sent either, yet each took one of the Guard's 64 watches for abandoned claims, for
+// the claim's whole lease. A mark whose caller left while its INSERT waited
 // at the server, landing afterwards, then found no watch: it stood, and every retry got ErrDuplicate
 // although its function never ran. A claim never sent is watched no more (found by a defect hunt).
 func TestWithdrawnClaimsDoNotCrowdOutAnAbandonedOne(t *testing.T) {
@@ -73,6 +74,12 @@ func TestWithdrawnClaimsDoNotCrowdOutAnAbandonedOne(t *testing.T) {
 	wg.Wait()
 	release()
 	must(t, <-first)
+	// Callers whose contexts ended before their claims went out, one at a time: never sent either.
+	for i := range queued {
+		if _, err := g.Do(ctx, idemkit.Call{Scope: batchScope, Key: fmt.Sprint("gone", i)}, ok); !errors.Is(err, context.Canceled) {
+			t.Errorf("claim of a caller gone: %v, want context.Canceled", err)
+		}
+	}
 
 	// A mark whose caller leaves while its INSERT waits at the server: it lands afterwards.
 	release = holdRow(t, db, st, "late", true)
