@@ -105,10 +105,7 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 			b.mu.Lock()
 			if batch := b.joined(ctx, op); batch != nil {
 				b.mu.Unlock()
-				func() {
-					defer b.done()
-					b.send(batch)
-				}()
+				b.lead(batch)
 				b.recycle(batch[0])
 				return nil
 			}
@@ -150,10 +147,7 @@ func (b *Batcher[T]) Do(ctx context.Context, op T) error {
 		batch = <-w.wake // handed over right after it was taken: others depend on this goroutine
 	}
 	if batch != nil {
-		func() {
-			defer b.done()
-			b.send(batch)
-		}()
+		b.lead(batch)
 	}
 	b.recycle(w)
 	return nil
@@ -167,14 +161,27 @@ func (b *Batcher[T]) joined(ctx context.Context, op T) []*waiter[T] {
 		return nil
 	}
 	w := b.waiters.Get().(*waiter[T])
-	w.ctx, w.op, w.taken, w.sender, w.answered, w.abandoned = ctx, op, true, true, false, false
-	batch := append(make([]*waiter[T], 0, len(b.queue)+1), w)
-	for _, o := range b.queue {
-		o.taken = true
-		batch = append(batch, o)
+	w.ctx, w.op, w.answered, w.abandoned = ctx, op, false, false
+	b.queue = slices.Insert(b.queue, 0, w)
+	return b.take()
+}
+
+// take empties the queue into a batch, its first waiter the sender; b.mu is held.
+func (b *Batcher[T]) take() []*waiter[T] {
+	batch := b.queue
+	b.queue = make([]*waiter[T], 0, len(batch))
+	for _, w := range batch {
+		w.taken = true
 	}
-	b.queue = b.queue[:0:0]
+	batch[0].sender = true
 	return batch
+}
+
+// lead sends batch from the goroutine of its first waiter, then ends the round trip (even if a
+// Funcs panics: the queue moves on).
+func (b *Batcher[T]) lead(batch []*waiter[T]) {
+	defer b.done()
+	b.send(batch)
 }
 
 // Max returns the most operations or batches in flight at once.
@@ -212,12 +219,7 @@ func (b *Batcher[T]) done() {
 		return
 	}
 	b.contended = true
-	batch := b.queue
-	b.queue = make([]*waiter[T], 0, len(batch))
-	for _, w := range batch {
-		w.taken = true
-	}
-	batch[0].sender = true
+	batch := b.take()
 	b.mu.Unlock()
 	batch[0].wake <- batch
 }
