@@ -25,6 +25,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/admin"
+	"github.com/idemkit/idemkit/internal/netaddr"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/record"
 )
@@ -36,7 +37,7 @@ import (
 func httpURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" &&
-		(u.Port() == "" || validPort(u.Port()))
+		(u.Port() == "" || netaddr.ValidPort(u.Port()))
 }
 
 // opts are the parsed flags of one invocation.
@@ -245,7 +246,7 @@ func dialector(dsn string) (gorm.Dialector, error) {
 			switch {
 			case host == "":
 				return nil, usagef("--db %s: no host in tcp(%s): want tcp(host:port)", redact(dsn), cfg.Addr)
-			case !validPort(port):
+			case !netaddr.ValidPort(port):
 				return nil, usagef("--db %s: port %q in tcp(%s): want a number from 1 to 65535", redact(dsn), port, cfg.Addr)
 			}
 		}
@@ -425,19 +426,10 @@ func checkRedisAddr(spec, addr string) error {
 		return usagef("--redis %s: %q: want host:port", redact(spec), addr)
 	case host == "":
 		return usagef("--redis %s: no host in %q: want host:port", redact(spec), addr)
-	case !validPort(port):
+	case !netaddr.ValidPort(port):
 		return usagef("--redis %s: port %q in %q: want a number from 1 to 65535", redact(spec), port, addr)
 	}
 	return nil
-}
-
-// validPort reports whether port, of a host:port idemctl is given, is one a TCP dial can use: a number
-// from 1 to 65535, or a service name the system knows (as net.Dial takes it). Anything else would only
-// fail when dialled, as if the server were down (exit 1), where the URL forms of --db and --redis
-// refuse it as a bad command line (exit 2).
-func validPort(port string) bool {
-	n, err := net.LookupPort("tcp", port)
-	return err == nil && n > 0
 }
 
 func (c *cli) close() {

@@ -14,6 +14,8 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit/internal/netaddr"
 )
 
 // Defaults of [Config].
@@ -183,7 +185,7 @@ func checkDB(db string) error {
 		if err != nil {
 			return fmt.Errorf("db %q: %w", redactDSN(db), err)
 		}
-		if dc.Net == "tcp" && !hostPort(dc.Addr) {
+		if dc.Net == "tcp" && !netaddr.HostPort(dc.Addr) {
 			return fmt.Errorf("db %q: tcp(%s): want tcp(host:port)", redactDSN(db), dc.Addr)
 		}
 		return nil
@@ -199,22 +201,9 @@ func httpURL(s string) bool {
 		return false
 	}
 	if p := u.Port(); p != "" {
-		return validPort(p)
+		return netaddr.ValidPort(p)
 	}
 	return !strings.HasSuffix(u.Host, ":")
-}
-
-// hostPort reports whether addr is host:port with a host and a usable port.
-func hostPort(addr string) bool {
-	host, port, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && validPort(port)
-}
-
-// validPort reports whether port is one a TCP dial can use: a number from 1 to 65535, or a service
-// name the system knows.
-func validPort(port string) bool {
-	n, err := net.LookupPort("tcp", port)
-	return err == nil && n > 0
 }
 
 // checkRedisAddress refuses a Config.Redis that is neither host:port nor a redis:// (rediss://) URL, which

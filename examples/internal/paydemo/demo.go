@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
@@ -18,6 +17,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/netaddr"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/msgx"
 	"github.com/idemkit/idemkit/record"
@@ -65,7 +65,7 @@ func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
 		err = fmt.Errorf("-n %d: the run publishes at least one payment", c.N)
 	case c.Workers < 1:
 		err = fmt.Errorf("-workers %d: at least one worker handles the messages", c.Workers)
-	case c.Redis != "" && !hostPort(c.Redis):
+	case c.Redis != "" && !netaddr.HostPort(c.Redis):
 		// A malformed address would not fail the run: the Guard fails open, and runs without a lock.
 		err = fmt.Errorf("-redis %q: want host:port, or \"\" for no Redis", c.Redis)
 	}
@@ -80,17 +80,6 @@ func (c *Config) Parse(fs *flag.FlagSet, args []string, usage string) error {
 		fs.Usage()
 	}
 	return err
-}
-
-// hostPort reports whether addr is host:port with a host and a port a TCP dial can use (a number from
-// 1 to 65535, or a service name the system knows).
-func hostPort(addr string) bool {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return false
-	}
-	n, err := net.LookupPort("tcp", port)
-	return err == nil && n > 0
 }
 
 // errInvalidAmount rejects a payment whose amount is not positive.
