@@ -103,9 +103,10 @@ func TestStoredForms(t *testing.T) {
 	if err != nil || !proto.Equal(s1.Proto(), s2.Proto()) {
 		t.Fatalf("status round trip: %v %v", s2, err)
 	}
-	f1, _ := fingerprint("/s/A", st, protoregistry.GlobalTypes)
-	f2, _ := fingerprint("/s/B", st, protoregistry.GlobalTypes)
-	f3, _ := fingerprint("/s/A", proto.Clone(st), protoregistry.GlobalTypes)
+	var types anyTypes
+	f1, _ := fingerprint("/s/A", st, protoregistry.GlobalTypes, &types)
+	f2, _ := fingerprint("/s/B", st, protoregistry.GlobalTypes, &types)
+	f3, _ := fingerprint("/s/A", proto.Clone(st), protoregistry.GlobalTypes, &types)
 	if f1 == f2 || f1 != f3 {
 		t.Fatal("fingerprint must depend on the method and only on the request's content")
 	}
@@ -114,11 +115,15 @@ func TestStoredForms(t *testing.T) {
 		s, _ := status.New(codes.Aborted, "x").WithDetails(st)
 		return s.Proto()
 	}
-	n1, _ := fingerprint("/s/A", nested(), protoregistry.GlobalTypes)
+	n1, _ := fingerprint("/s/A", nested(), protoregistry.GlobalTypes, &types)
 	for range 20 {
-		if n2, _ := fingerprint("/s/A", nested(), protoregistry.GlobalTypes); n1 != n2 {
+		if n2, _ := fingerprint("/s/A", nested(), protoregistry.GlobalTypes, &types); n1 != n2 {
 			t.Fatal("a nested Any packed again changed the fingerprint")
 		}
+	}
+	// Only types that can hold an Any are walked for one: Struct (which holds itself) cannot.
+	if types.canHold(st.ProtoReflect().Descriptor()) || !types.canHold(nested().ProtoReflect().Descriptor()) {
+		t.Fatal("canHold: want false for google.protobuf.Struct, true for google.rpc.Status")
 	}
 }
 

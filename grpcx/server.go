@@ -50,8 +50,9 @@ func NewUnaryServerInterceptor(guard *idemkit.Guard, opts *Options) (grpc.UnaryS
 }
 
 type server struct {
-	g *idemkit.Guard
-	c config
+	g    *idemkit.Guard
+	c    config
+	anys anyTypes // request types that can hold a google.protobuf.Any
 }
 
 // call is the state of one guarded call.
@@ -126,7 +127,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			return nil, err
 		}
 	}
-	fp, err := fingerprint(method, msg, s.c.resolver)
+	fp, err := fingerprint(method, msg, s.c.resolver, &s.anys)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

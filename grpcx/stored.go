@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -24,8 +25,11 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 // fingerprint hashes the full method name and the deterministic encoding of the request, each
 // google.protobuf.Any in it re-encoded through r (see canonicalAnys): the same request to the same
 // method always gives the same fingerprint, another request another one.
-func fingerprint(method string, req proto.Message, r protoregistry.MessageTypeResolver) (string, error) {
-	b, err := deterministic.Marshal(canonicalAnys(req, r))
+func fingerprint(method string, req proto.Message, r protoregistry.MessageTypeResolver, types *anyTypes) (string, error) {
+	if types.canHold(req.ProtoReflect().Descriptor()) {
+		req = canonicalAnys(req, r)
+	}
+	b, err := deterministic.Marshal(req)
 	if err != nil {
 		return "", fmt.Errorf("grpcx: encoding request for its fingerprint: %w", err)
 	}
@@ -38,6 +42,43 @@ func fingerprint(method string, req proto.Message, r protoregistry.MessageTypeRe
 
 // anyName is the full name of google.protobuf.Any.
 const anyName protoreflect.FullName = "google.protobuf.Any"
+
+// anyTypes remembers, per message type, whether a google.protobuf.Any can stand in it at any depth
+// (see canHoldAny): only requests of such types pay for canonicalAnys's walk of their fields.
+type anyTypes struct{ m sync.Map } // protoreflect.FullName → bool
+
+func (a *anyTypes) canHold(d protoreflect.MessageDescriptor) bool {
+	if v, ok := a.m.Load(d.FullName()); ok {
+		return v.(bool)
+	}
+	can := canHoldAny(d, map[protoreflect.FullName]bool{})
+	a.m.Store(d.FullName(), can)
+	return can
+}
+
+// canHoldAny reports whether a message of type d is or can hold a google.protobuf.Any, in a field
+// (a list's element, a map's value) at any depth; seen holds the types already looked at (a type may
+// hold itself).
+func canHoldAny(d protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if d.FullName() == anyName {
+		return true
+	}
+	if seen[d.FullName()] {
+		return false
+	}
+	seen[d.FullName()] = true
+	fields := d.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if m := fd.Message(); m != nil && canHoldAny(m, seen) {
+			return true
+		}
+	}
+	return false
+}
 
 // canonicalAnys returns req, or, when it holds a google.protobuf.Any (at any depth), a copy of it
 // in which each Any's value is the deterministic encoding of the message it packs, its type found
