@@ -247,3 +247,39 @@ func countIndexes(t *testing.T, s *Store, db *gorm.DB) (n int) {
 	}
 	return n
 }
+
+// TestPostgresRefusesTableNamesItWouldCut: PostgreSQL cuts identifiers at 63 bytes, quoted ones too,
+// so a Store on a 64-byte table name worked on the table named by its first 63 bytes: another
+// application's Store on that shorter name shared its records, and one client's request was answered
+// with another's result. New refuses a name part PostgreSQL would cut; MySQL (64) and SQLite keep theirs.
+func TestPostgresRefusesTableNamesItWouldCut(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		db := b.db(t, nil)
+		prefix := testsvc.Name("t_cut_")
+		long := prefix + strings.Repeat("x", 64-len(prefix))
+		for _, name := range []string{long, long + ".t", "idemkit_x." + long} {
+			if b.name == "SQLite" && strings.Contains(name, ".") {
+				continue // a schema on SQLite is an attached database
+			}
+			s, err := New(db, &Options{Table: name})
+			if b.name != "PostgreSQL" {
+				if err != nil {
+					t.Errorf("New(%q) = %v; want it accepted (64 bytes fit)", name, err)
+				}
+				continue
+			}
+			if err == nil {
+				testsvc.DropTable(t, db, long[:63])
+				must(t, s.CreateTable(ctxb))
+				other, err := New(db, &Options{Table: long[:63]})
+				must(t, err)
+				must(t, s.Insert(ctxb, &idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusSucceeded, Response: []byte("mine")}))
+				rec, err := other.Get(ctxb, "s", "k")
+				t.Fatalf("New(%q) accepted a name PostgreSQL cuts to %q; the Store on that name reads its record: %v, %v", name, long[:63], rec, err)
+			}
+			if !strings.Contains(err.Error(), "63") {
+				t.Errorf("New(%q) = %v; want an error naming PostgreSQL's limit, 63 bytes", name, err)
+			}
+		}
+	})
+}

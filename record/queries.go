@@ -16,15 +16,20 @@ const (
 	dialectSQLite   = "sqlite"
 )
 
-// maxIdentLen bounds each part of a table name (MySQL's limit; PostgreSQL truncates names at 63 bytes,
-// the same way in the DDL and in every query).
-const maxIdentLen = 64
+// maxIdentLen bounds each part of a table name: MySQL's limit. PostgreSQL cuts longer identifiers,
+// quoted ones too, to maxPostgresIdentLen bytes: a longer name would address the table named by its
+// first 63 bytes, another Store's, so it is refused there.
+const (
+	maxIdentLen         = 64
+	maxPostgresIdentLen = 63
+)
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 
 // validateTable checks name is an identifier, optionally with one schema prefix, each part at most
-// maxIdentLen bytes. It is the only thing standing between Options.Table and the SQL text.
-func validateTable(name string) (schema, table string, err error) {
+// maxIdentLen bytes (maxPostgresIdentLen on PostgreSQL, the dialect). It is the only thing standing
+// between Options.Table and the SQL text.
+func validateTable(dialect, name string) (schema, table string, err error) {
 	if !tableName.MatchString(name) {
 		return "", "", fmt.Errorf("record: invalid table name %q: want [schema.]name of letters, digits and underscores, not starting with a digit", name)
 	}
@@ -32,8 +37,12 @@ func validateTable(name string) (schema, table string, err error) {
 	if !ok {
 		schema, table = "", name
 	}
-	if len(schema) > maxIdentLen || len(table) > maxIdentLen {
-		return "", "", fmt.Errorf("record: invalid table name %q: each part must be at most %d bytes", name, maxIdentLen)
+	limit, why := maxIdentLen, ""
+	if dialect == dialectPostgres {
+		limit, why = maxPostgresIdentLen, " on PostgreSQL, which cuts longer names (and would address another table)"
+	}
+	if len(schema) > limit || len(table) > limit {
+		return "", "", fmt.Errorf("record: invalid table name %q: each part must be at most %d bytes%s", name, limit, why)
 	}
 	return schema, table, nil
 }

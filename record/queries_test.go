@@ -12,7 +12,7 @@ import (
 func TestValidateTable(t *testing.T) {
 	long := strings.Repeat("a", maxIdentLen)
 	for _, name := range []string{"idemkit_records", "_t", "T1", "a_B_9", "s.t", "_s._t", long, long + "." + long} {
-		if _, _, err := validateTable(name); err != nil {
+		if _, _, err := validateTable(dialectMySQL, name); err != nil {
 			t.Errorf("validateTable(%q) = %v, want nil", name, err)
 		}
 	}
@@ -21,7 +21,7 @@ func TestValidateTable(t *testing.T) {
 		`"t"`, "[t]", "t)", "t(", "a.b.c", ".t", "t.", "s..t", "ä", "tä", "t\x00", "t\n", "t\t", " t", "t ", "t,u",
 		"t OR 1=1", "$1", "?", "@t", "t.*", long + "a", "s." + long + "a", long + "a.t", "t\u200b",
 	} {
-		if _, _, err := validateTable(name); err == nil {
+		if _, _, err := validateTable(dialectMySQL, name); err == nil {
 			t.Errorf("validateTable(%q) = nil, want an error", name)
 		}
 	}

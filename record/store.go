@@ -34,7 +34,8 @@ const (
 // Options configure a [Store]. The zero value works.
 type Options struct {
 	// Table is the record table: a name of letters, digits and underscores not starting with a digit,
-	// optionally qualified by one schema ("schema.table"), each part at most 64 bytes. Anything else
+	// optionally qualified by one schema ("schema.table"), each part at most 64 bytes (63 on
+	// PostgreSQL, which cuts longer names: the Store would use another table). Anything else
 	// makes New fail. The name is quoted in every statement, so on PostgreSQL it is case-sensitive:
 	// use lowercase to match a table created by an unquoted CREATE TABLE. Defaults to DefaultTable.
 	Table string
@@ -132,7 +133,7 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 		o = *opts
 	}
 	o.Table = cmp.Or(o.Table, DefaultTable)
-	schema, table, err := validateTable(o.Table)
+	schema, table, err := validateTable(db.Dialector.Name(), o.Table)
 	if err != nil {
 		return nil, err
 	}
