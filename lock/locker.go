@@ -34,9 +34,12 @@ type Client interface {
 
 // Options configure a [Locker]. The zero value works.
 type Options struct {
-	// Prefix starts every Redis key the Locker writes, so applications can share a Redis. It must
-	// not contain '{' or '}' (the Locker places the key's hash tag itself). Defaults to DefaultPrefix
-	// ("idemkit:").
+	// Prefix starts every Redis key the Locker writes, so applications can share a Redis. Give each
+	// application whose records are elsewhere (another table or database) its own: the key of a call
+	// names its scope and key, not its Store, so with one prefix a key one application finished is
+	// replayed by the other from the cache, whose function never runs (or give each its own
+	// idemkit.Options.Namespace). It must not contain '{' or '}' (the Locker places the key's hash
+	// tag itself). Defaults to DefaultPrefix ("idemkit:").
 	Prefix string
 	// Scripts makes every operation a Lua script, the way the Locker works on a Redis older than
 	// 7.0, which refuses SET with both NX and GET. Defaults to false: native commands, switching to
