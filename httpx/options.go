@@ -56,10 +56,13 @@ func DefaultMethods() []string { return []string{http.MethodPost, http.MethodPat
 // DefaultReplayHeaders returns the response headers stored and replayed by default. Append to it to
 // keep more. Only what the handler itself set is stored: values already on the response when the
 // handler ran (set by outer middleware) and values added after it sent the status are not.
+// X-Content-Type-Options is among them because http.Error sets it (nosniff) on the error it writes,
+// and Accept-Patch because RFC 5789 asks it of a 415 to a PATCH.
 func DefaultReplayHeaders() []string {
 	return []string{
-		"Accept-Ranges", "Allow", "Cache-Control", "Content-Disposition", "Content-Language", "Content-Location",
-		"Content-Range", "Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location", "Retry-After", "Vary",
+		"Accept-Patch", "Accept-Ranges", "Allow", "Cache-Control", "Content-Disposition", "Content-Language",
+		"Content-Location", "Content-Range", "Content-Type", "Etag", "Expires", "Last-Modified", "Link", "Location",
+		"Retry-After", "Vary", "X-Content-Type-Options",
 	}
 }
 
