@@ -137,13 +137,20 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // headOfGet answers a HEAD routed to a handler whose GET is guarded, HEAD being unlisted in Methods:
-// with Optional and no key it passes, as the GET would; else it is refused (405, Allow: GET), the
-// handler never reached. Guarded as an operation of its own it would run the handler again for a key
-// its GET finished, and guarded as the GET a HEAD handler's empty body could be stored for the GET's
-// replay: list HEAD in Methods for the former.
+// with Optional and no key it passes, as the GET would (a caller Options.Principal refuses gets the
+// GET's 403); else it is refused (405, Allow: GET), the handler never reached. Guarded as an
+// operation of its own it would run the handler again for a key its GET finished, and guarded as the
+// GET a HEAD handler's empty body could be stored for the GET's replay: list HEAD in Methods for the
+// former.
 func (m *middleware) headOfGet(w http.ResponseWriter, r *http.Request, st *reqState, next http.Handler) {
 	if m.cfg.Optional {
 		if key, err := m.cfg.Key(r); errors.Is(err, ErrKeyMissing) || err == nil && key == "" {
+			if m.cfg.Principal != nil {
+				if _, err := m.cfg.Principal(r); err != nil {
+					m.problem(w, st, m.errorProblem(st, err, ProblemPrincipal, http.StatusForbidden))
+					return
+				}
+			}
 			r.Body = st.bodyFor()
 			next.ServeHTTP(w, r)
 			return
