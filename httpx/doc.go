@@ -57,9 +57,10 @@
 // hop-by-hop, framing and encoding headers (Content-Length, Content-Encoding) are never replayed,
 // and of the allow-listed headers only what the handler set is stored: middleware wrapped outside
 // this one sets its own headers (and encodes the body) again on every replay. A response body
-// larger than Options.MaxResponseBytes, or one the handler encoded itself, is not stored: the record
-// is SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather than a truncated or
-// undecodable body.
+// larger than Options.MaxResponseBytes, one the handler encoded itself, or one whose header fields a
+// replay cannot send as they went out (more than 256, or a value with a control character), is not
+// stored: the record is SUCCEEDED with a marker and duplicates get 409 "response-not-stored" rather
+// than a truncated, undecodable or altered response.
 //
 // # Status codes
 //
@@ -75,7 +76,9 @@
 //	                                             Retry-After is at most Options.InFlightRetryAfter (1 s)
 //	finished duplicate, Reject policy        409 duplicate
 //	one-time token unknown, expired, used    409 token-invalid
-//	finished, response too large to store    409 response-not-stored
+//	finished, response not storable          409 response-not-stored
+//	  (too large, encoded, or header fields
+//	  a replay cannot send)
 //	finished with a permanent error and no   409 rejected
 //	  stored response, or with a response
 //	  the record store could not hold

@@ -349,9 +349,13 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState
 	case s.omitted && s.encoded:
 		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was processed, but its response was not stored: the handler encoded its body (Content-Encoding), and encodings are never replayed."})
-	case s.omitted:
+	case s.omitted && s.size > uint64(m.cfg.MaxResponseBytes):
 		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
-			Detail: "A request with this idempotency key was processed, but its response was too large to store."})
+			Detail: fmt.Sprintf("A request with this idempotency key was processed, but its response was too large to store (%d bytes; the limit is %d bytes).", s.size, m.cfg.MaxResponseBytes)})
+	case s.omitted:
+		// Within the limit: its header fields could not be replayed faithfully (see captureWriter.result).
+		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
+			Detail: "A request with this idempotency key was processed, but its response was not stored: the header fields it set (more than 256, or a value with a control character) cannot be replayed."})
 	default:
 		s.write(w)
 	}

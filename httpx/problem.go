@@ -17,7 +17,7 @@ const (
 	ProblemInFlight          = "in-flight"           // 409 (425 with Options.DTM): the key is being processed
 	ProblemDuplicate         = "duplicate"           // 409: finished duplicate under the Reject policy
 	ProblemTokenInvalid      = "token-invalid"       // 409: one-time token unknown, expired or used
-	ProblemResponseNotStored = "response-not-stored" // 409: finished, but the response was too large to store
+	ProblemResponseNotStored = "response-not-stored" // 409: finished, but the response could not be stored (too large, encoded, unreplayable header fields)
 	ProblemRejected          = "rejected"            // 409: finished with a permanent error, or a response the store cannot hold, and no stored response
 	ProblemHeadNotGuarded    = "head-not-guarded"    // 405: HEAD on a route whose GET is guarded and whose HEAD is not
 	ProblemBodyTooLarge      = "body-too-large"      // 413: body over Options.MaxBodyBytes
