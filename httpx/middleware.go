@@ -77,7 +77,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	r = r.WithContext(ctx)
-	if _, _, unroutable := st.route(r); unroutable {
+	if _, _, unroutable := st.route(r); unroutable && !(headOfGet && routesGET(r)) {
 		next.ServeHTTP(w, r) // chi has no route for it: its 404 or 405 needs no key
 		return
 	}
@@ -159,6 +159,14 @@ func (m *middleware) headOfGet(w http.ResponseWriter, r *http.Request, st *reqSt
 	w.Header().Set("Allow", http.MethodGet)
 	m.problem(w, st, problem{Type: ProblemHeadNotGuarded, Status: http.StatusMethodNotAllowed,
 		Detail: "HEAD would run this route's GET handler without the idempotency guard its GET has: send GET."})
+}
+
+// routesGET reports whether chi routes r's path for a GET. A HEAD chi has no route for may yet
+// reach the guarded GET's handler: chi's middleware.GetHead placed after this middleware routes it
+// there once this one has looked it up (without GetHead chi answers 405, as headOfGet does).
+func routesGET(r *http.Request) bool {
+	_, _, unroutable := resolveRouteAs(r, http.MethodGet)
+	return !unroutable
 }
 
 // identify works out the Guard call for r: principal, key, scope and fingerprint. It returns a

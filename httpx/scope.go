@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"cmp"
 	"net/http"
 	"strings"
 
@@ -107,6 +108,12 @@ func muxRoute(p string) string {
 // is looked up in the root router with a fresh context, as chi itself will route it. A context
 // without a router (built by hand, as in handler tests) is used as it is.
 func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutable bool) {
+	return resolveRouteAs(r, "")
+}
+
+// resolveRouteAs is resolveRoute for the method given instead of the one chi will route r by (its
+// RouteMethod, else r.Method) when method is not "".
+func resolveRouteAs(r *http.Request, method string) (pattern string, rctx *chi.Context, unroutable bool) {
 	rctx = chi.RouteContext(r.Context())
 	if rctx == nil {
 		return "", nil, false
@@ -132,10 +139,7 @@ func resolveRoute(r *http.Request) (pattern string, rctx *chi.Context, unroutabl
 		// matched them.
 		path = mountedPath(rctx, rctx.RoutePatterns)
 	}
-	method := rctx.RouteMethod
-	if method == "" {
-		method = r.Method
-	}
+	method = cmp.Or(method, rctx.RouteMethod, r.Method)
 	tctx := chi.NewRouteContext()
 	tctx.Routes = rctx.Routes
 	if n := len(rctx.RoutePatterns); n > 0 && rctx.RoutePath != "" {
