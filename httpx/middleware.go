@@ -77,8 +77,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	r = r.WithContext(ctx)
-	if _, _, unroutable := st.route(r); unroutable && !(headOfGet && routesGET(r)) {
-		next.ServeHTTP(w, r) // chi has no route for it: its 404 or 405 needs no key
+	if _, _, unroutable := st.route(r); unroutable && !(headOfGet && routesGET(r)) && !m.carriesKey(r) {
+		next.ServeHTTP(w, r) // chi has no route for it and no key is given: its 404 or 405 needs none
 		return
 	}
 
@@ -159,6 +159,15 @@ func (m *middleware) headOfGet(w http.ResponseWriter, r *http.Request, st *reqSt
 	w.Header().Set("Allow", http.MethodGet)
 	m.problem(w, st, problem{Type: ProblemHeadNotGuarded, Status: http.StatusMethodNotAllowed,
 		Detail: "HEAD would run this route's GET handler without the idempotency guard its GET has: send GET."})
+}
+
+// carriesKey reports whether r gives a key, or one that is malformed. A request chi cannot route by
+// its path as sent may still reach a handler: middleware after this one may rewrite the path chi
+// routes by (StripSlashes, CleanPath, URLFormat). One with a key is guarded then, its scope its path,
+// lest its duplicates run the handler again; one without gets chi's 404 or 405 with no key asked.
+func (m *middleware) carriesKey(r *http.Request) bool {
+	key, err := m.cfg.Key(r)
+	return key != "" || err != nil && !errors.Is(err, ErrKeyMissing)
 }
 
 // routesGET reports whether chi routes r's path for a GET. A HEAD chi has no route for may yet

@@ -106,7 +106,9 @@ func DefaultStorePolicy(status int) bool {
 
 // Options configure [Middleware]. The zero value works: the Idempotency-Key header is required on
 // POST and PATCH, the scope is the method and route, the body is fingerprinted, responses are
-// replayed, store errors answer 503. Requests chi cannot route pass through to chi's 404 or 405.
+// replayed, store errors answer 503. Requests chi cannot route that give no key pass through to
+// chi's 404 or 405 (one giving a key is guarded, its scope its path: middleware after this one may
+// rewrite the path chi routes by).
 // Middleware copies the struct; later changes have no effect.
 type Options struct {
 	// Key derives the idempotency key of a request. Defaults to Header(DefaultHeader). Compose
