@@ -57,25 +57,66 @@ func TestRunStoreRefusesBrokenStores(t *testing.T) {
 // its child process.
 const envBrokenLocker = "IDEMTEST_BROKEN_LOCKER"
 
-// TestRunLockerRefusesBrokenLockers runs RunLocker, in a child process, on a Locker that keeps the
-// result it is given and hands it to every duplicate, and fails unless the suite fails it.
+// brokenLockerDefects are the defects RunLocker must catch, each one a memory Locker with that defect.
+var brokenLockerDefects = map[string]string{
+	"aliases":        "it hands every duplicate the buffer it cached",
+	"folds-keys":     "it compares keys as a case-insensitive, PAD SPACE collation does",
+	"truncates-keys": "it keeps the first 64 bytes of a key only",
+}
+
+// TestRunLockerRefusesBrokenLockers runs RunLocker, in a child process, on Lockers that break the
+// contract in one way each, and fails unless the suite fails every one of them.
 func TestRunLockerRefusesBrokenLockers(t *testing.T) {
-	if os.Getenv(envBrokenLocker) != "" {
+	if defect := os.Getenv(envBrokenLocker); defect != "" {
 		idemtest.RunLocker(t, func(t *testing.T) idemkit.Locker {
-			return &aliasingLocker{Locker: memory.NewLocker(nil), kept: map[string][]byte{}}
+			if defect == "aliases" {
+				return &aliasingLocker{Locker: memory.NewLocker(nil), kept: map[string][]byte{}}
+			}
+			return &keyLocker{Locker: memory.NewLocker(nil), defect: defect}
 		})
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRunLockerRefusesBrokenLockers$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envBrokenLocker+"=aliases")
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		t.Errorf("RunLocker passed a Locker that hands every duplicate the buffer it cached")
-	case !errors.As(err, &exit) || !strings.Contains(string(out), "--- FAIL: TestRunLockerRefusesBrokenLockers/"):
-		t.Errorf("the suite over an aliasing Locker did not fail a check: %v\n%s", err, out)
+	for defect, what := range brokenLockerDefects {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunLockerRefusesBrokenLockers$", "-test.count=1")
+		cmd.Env = append(os.Environ(), envBrokenLocker+"="+defect)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			t.Errorf("RunLocker passed a Locker with a defect: %s", what)
+		case !errors.As(err, &exit) || !strings.Contains(string(out), "--- FAIL: TestRunLockerRefusesBrokenLockers/"):
+			t.Errorf("the suite over a Locker with a defect (%s) did not fail a check: %v\n%s", what, err, out)
+		}
 	}
+}
+
+// keyLocker is a memory Locker that conflates keys: folding them as a text collation does, or
+// truncating them.
+type keyLocker struct {
+	*memory.Locker
+	defect string
+}
+
+func (l *keyLocker) key(key string) string {
+	switch {
+	case l.defect == "folds-keys":
+		return strings.ToLower(strings.TrimRight(key, " "))
+	case l.defect == "truncates-keys" && len(key) > 64:
+		return key[:64]
+	}
+	return key
+}
+
+func (l *keyLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	return l.Locker.Acquire(ctx, l.key(key), token, ttl)
+}
+
+func (l *keyLocker) Refresh(ctx context.Context, key, token string, ttl time.Duration) error {
+	return l.Locker.Refresh(ctx, l.key(key), token, ttl)
+}
+
+func (l *keyLocker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
+	return l.Locker.Release(ctx, l.key(key), token, result, cacheTTL)
 }
 
 // aliasingLocker is a memory Locker that caches the caller's result itself and answers every cache

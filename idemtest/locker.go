@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -235,6 +236,30 @@ func RunLocker(t *testing.T, newLocker NewLocker) {
 		cached, err = l.Acquire(ctxb, "late", "tok-2", ttl)
 		if err != nil || string(cached) != "late" {
 			t.Fatalf("after a late release: %q, %v; want the cached result", cached, err)
+		}
+	})
+
+	t.Run("KeysCompareByteForByte", func(t *testing.T) {
+		// Keys a text collation folds together (case, trailing spaces, accents, Unicode
+		// normalisation), and the longest keys a Guard gives (idemkit.LockKey of a scope and a key
+		// of idemkit.MaxStoredLen bytes each) that differ in their last byte only, are different
+		// keys: a Locker conflating them replays one client's result to another's request.
+		l := newLocker(t)
+		long := strings.Repeat("é", idemkit.MaxStoredLen/2)
+		keys := []string{"key", "KEY", "Key", "key ", "kéy", "ke\u0301y", "kèy",
+			idemkit.LockKey(long, long[:len(long)-1]+"a"), idemkit.LockKey(long, long[:len(long)-1]+"b")}
+		for i, k := range keys {
+			_, err := l.Acquire(ctxb, k, "tok-1", ttl)
+			if err != nil {
+				t.Fatalf("Acquire(%q), the %d-th of keys a collation or a truncation conflates: %v; want the lock", k, i, err)
+			}
+			must(t, l.Release(ctxb, k, "tok-1", fmt.Appendf(nil, "result-%d", i), time.Hour))
+		}
+		for i, k := range keys {
+			cached, err := l.Acquire(ctxb, k, "tok-2", ttl)
+			if err != nil || string(cached) != fmt.Sprintf("result-%d", i) {
+				t.Fatalf("Acquire(%q): %q, %v; want its own result-%d", k, cached, err, i)
+			}
 		}
 	})
 
