@@ -30,6 +30,7 @@ var brokenDefects = map[string]string{
 	"aliases":                 "it keeps the caller's Response and hands it to every reader",
 	"folds-keys":              "it compares keys as a case-insensitive, PAD SPACE collation does",
 	"sweeps-never":            "its DeleteExpired deletes records whose zero ExpiresAt means never",
+	"truncates-times":         "it keeps times to the second, as a DATETIME column without fractional seconds does",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
@@ -213,6 +214,18 @@ func (b *brokenStore) folded(rec *idemkit.Record) *idemkit.Record {
 	return &c
 }
 
+// truncated returns rec with its times cut to the second, when the Store keeps no fractions.
+func (b *brokenStore) truncated(rec *idemkit.Record) *idemkit.Record {
+	if b.defect != "truncates-times" {
+		return rec
+	}
+	c := *rec
+	for _, tm := range []*time.Time{&c.LeaseUntil, &c.ExpiresAt, &c.CreatedAt, &c.UpdatedAt} {
+		*tm = tm.Truncate(time.Second)
+	}
+	return &c
+}
+
 // keep remembers rec itself, its Response with it, when the Store aliases.
 func (b *brokenStore) keep(rec *idemkit.Record, err error) error {
 	if err == nil && b.defect == "aliases" {
@@ -242,7 +255,7 @@ func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Reco
 }
 
 func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
-	rec = b.folded(rec)
+	rec = b.truncated(b.folded(rec))
 	if rec.ExpiresAt.IsZero() {
 		b.mu.Lock()
 		b.never = append(b.never, rec)
@@ -252,7 +265,7 @@ func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
 }
 
 func (b *brokenStore) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	rec = b.folded(rec)
+	rec = b.truncated(b.folded(rec))
 	return b.keep(rec, update(ctx, b.Store, rec, prev, b.defect == "update-ignores-fence"))
 }
 

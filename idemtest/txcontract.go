@@ -16,7 +16,7 @@ import (
 // writes, Rollback discards them and Commit applies them.
 func runTxContract(t *testing.T, newStore NewStore) {
 	skipWithoutTx(t, newStore)
-	now := NewClock().Now()
+	now := contractNow()
 	begin := func(t *testing.T, s idemkit.Store) idemkit.TxStore {
 		t.Helper()
 		tx, err := s.(idemkit.TxBeginner).BeginTx(ctxb)
