@@ -116,7 +116,15 @@
 // the record in the transaction; when the business's own write meets SQLITE_BUSY_SNAPSHOT first, the
 // function gets the driver's error, and the Guard returns what the function returns): start such
 // transactions with BEGIN IMMEDIATE (the driver's
-// _txlock=immediate). PostgreSQL's SERIALIZABLE has a like limit: the read of the record in the
+// _txlock=immediate). Commit transactions of your own on the Store's pool (DoTx, MarkTx, any
+// db.Transaction) in WAL mode (_pragma=journal_mode(WAL)): in the default rollback-journal mode a
+// COMMIT waits for readers, BEGIN IMMEDIATE or not, and one that outlasts the busy timeout fails
+// with SQLITE_BUSY and leaves the transaction open, and database/sql puts its connection back into
+// the pool so. The Store's next statements on that connection run inside it and never commit: a
+// claim answered and then lost (its function runs again once the connection goes), the failed
+// transaction's own record replayed to a duplicate, the file locked for every other connection.
+// Transactions the Guard begins ([Store.Tx], [Store.TxMark]) roll such a transaction back
+// themselves. In WAL mode a COMMIT does not wait for readers. PostgreSQL's SERIALIZABLE has a like limit: the read of the record in the
 // transaction (DoTx's, and Guard.Tx's when its function calls idemkit.FenceFromContext) takes a
 // predicate lock on a page of the primary key, so concurrent transactions on different new keys
 // whose records share that page fail with a serialization failure (40001) — an

@@ -80,3 +80,53 @@ func TestBusyCommitLeavesNoTransactionOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestCallerCommitBesideAReader holds what the package doc tells SQLite users who commit
+// transactions of their own on the Store's pool (DoTx here): in WAL mode such a COMMIT beside
+// another connection's open read does not wait for it, so it commits, and the pool's next claim
+// commits on its own. (In the default rollback-journal mode the COMMIT fails with SQLITE_BUSY and
+// leaves the transaction open on the pooled connection: the claim after it answers success and
+// never commits — what the doc warns of.)
+func TestCallerCommitBesideAReader(t *testing.T) {
+	dsn := t.TempDir() + "/wal.db?_pragma=busy_timeout(200)&_pragma=journal_mode(WAL)"
+	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	must(t, err)
+	sqlDB, err := db.DB()
+	must(t, err)
+	sqlDB.SetMaxOpenConns(1) // the claim after the COMMIT gets its connection
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	s := newTable(t, db)
+	must(t, db.Exec("CREATE TABLE biz (k TEXT NOT NULL)").Error)
+	other, err := sql.Open("sqlite", dsn) // another process's connection
+	must(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	reader, err := other.Conn(ctxb)
+	must(t, err)
+	_, err = reader.ExecContext(ctxb, "BEGIN")
+	must(t, err)
+	var n int
+	must(t, reader.QueryRowContext(ctxb, "SELECT COUNT(*) FROM biz").Scan(&n))
+	g, err := idemkit.New(s, nil)
+	must(t, err)
+
+	err = db.Transaction(func(tx *gorm.DB) error {
+		_, err := g.DoTx(ctxb, s.WithTx(tx), idemkit.Call{Scope: "reader", Key: "k1"}, func(ctx context.Context) ([]byte, error) {
+			return []byte("one"), tx.Exec("INSERT INTO biz (k) VALUES ('k1')").Error
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the caller's COMMIT beside an open reader in WAL mode: %v; want it committed", err)
+	}
+	_, err = g.Do(ctxb, idemkit.Call{Scope: "reader", Key: "k2"}, func(context.Context) ([]byte, error) { return []byte("two"), nil })
+	must(t, err)
+	_, err = reader.ExecContext(ctxb, "ROLLBACK")
+	must(t, err)
+	must(t, reader.Close())
+	var recs, bizRows int
+	must(t, other.QueryRow("SELECT COUNT(*) FROM "+s.Table()).Scan(&recs))
+	must(t, other.QueryRow("SELECT COUNT(*) FROM biz").Scan(&bizRows))
+	if recs != 2 || bizRows != 1 {
+		t.Fatalf("another connection sees %d records and %d business rows; want 2 and 1, committed", recs, bizRows)
+	}
+}
