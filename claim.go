@@ -183,11 +183,18 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 	if sealer != nil {
 		sealer.SealTx(false)
 	}
-	if ferr != nil && ctx.Err() != nil && !IsRetryable(ferr) && endedWork(ferr) {
+	if ferr != nil && ctx.Err() != nil && endedWork(ferr) {
 		// The function's context ended — the watchdog cancelled it (ErrLockLost), or the caller
 		// left — and it returned that: no failure of the business, retryable whatever
 		// Options.IsPermanent says. Checked before stop, which cancels ctx.
-		ferr = Retryable(ferr)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrLockLost) && !errors.Is(ferr, ErrLockLost) {
+			// The watchdog's, answered with the context's error (ctx.Err()): say why, or a caller
+			// who cancelled nothing gets a bare context.Canceled.
+			ferr = fmt.Errorf("%w: %w", cause, ferr)
+		}
+		if !IsRetryable(ferr) {
+			ferr = Retryable(ferr)
+		}
 	}
 	stop()
 	return val, ferr

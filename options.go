@@ -64,7 +64,9 @@ type Options struct {
 	// renewal period before its lease lapses when renewals keep failing or MaxHold has passed (while
 	// duplicates are still turned away). In the Tx modes, whose transaction decides the claim, a lock
 	// the Locker lost (a Redis restart) is taken again and the function carries on; only a lock
-	// another attempt took, or a key finished meanwhile, cancels it. Defaults to false.
+	// another attempt took, or a key finished meanwhile, cancels it. A function so cancelled that
+	// returns its context's error answers the call with an error matching ErrLockLost (with the
+	// watchdog's reason) and the context's error. Defaults to false.
 	Watchdog bool
 	// MaxHold caps how long the watchdog keeps a claim alive. Defaults to DefaultMaxHold (10m).
 	MaxHold time.Duration

@@ -3,6 +3,7 @@ package idemkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,56 @@ func TestWatchdogGiveUpCauseSaysWhy(t *testing.T) {
 			}
 			if msg := cause.Error(); !strings.Contains(msg, tc.want) || tc.wantNot != "" && strings.Contains(msg, tc.wantNot) {
 				t.Fatalf("cause %q: want it to say %q (and not %q)", msg, tc.want, tc.wantNot)
+			}
+		})
+	}
+}
+
+// TestWatchdogGiveUpReachesTheCaller: a function the watchdog cancelled that returns its context's
+// error, as Go code does (ctx.Err(), or a driver's "context canceled"), answered the caller with a bare
+// context.Canceled although the caller cancelled nothing: nothing said the claim was given up. The
+// answer now matches ErrLockLost with the watchdog's reason, and still context.Canceled, in each mode.
+func TestWatchdogGiveUpReachesTheCaller(t *testing.T) {
+	for _, mode := range []string{"Do", "Mark", "Tx", "TxMark", "DoTx", "MarkTx"} {
+		t.Run(mode, func(t *testing.T) {
+			s := memory.NewStore()
+			g, err := idemkit.New(s, &idemkit.Options{Lease: time.Second, Watchdog: true, MaxHold: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			call := idemkit.Call{Scope: "s", Key: "k"}
+			fn := func(ctx context.Context) error {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(10 * time.Second):
+					return errors.New("the watchdog never gave up")
+				}
+			}
+			vfn := func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) }
+			switch mode {
+			case "Do":
+				_, err = g.Do(ctxb, call, vfn)
+			case "Mark":
+				err = g.Mark(ctxb, call, fn)
+			case "Tx":
+				_, err = g.Tx(ctxb, s, call, func(ctx context.Context, _ idemkit.TxStore) ([]byte, error) { return vfn(ctx) })
+			case "TxMark":
+				err = g.TxMark(ctxb, s, call, func(ctx context.Context, _ idemkit.TxStore) error { return fn(ctx) })
+			case "DoTx", "MarkTx":
+				tx, berr := s.BeginTx(ctxb)
+				if berr != nil {
+					t.Fatal(berr)
+				}
+				if mode == "DoTx" {
+					_, err = g.DoTx(ctxb, tx, call, vfn)
+				} else {
+					err = g.MarkTx(ctxb, tx, call, fn)
+				}
+				_ = tx.Rollback()
+			}
+			if !errors.Is(err, idemkit.ErrLockLost) || !errors.Is(err, context.Canceled) || !strings.Contains(fmt.Sprint(err), "MaxHold") {
+				t.Fatalf("%s answered %v; want ErrLockLost saying why (MaxHold), and context.Canceled", mode, err)
 			}
 		})
 	}
