@@ -31,6 +31,8 @@ var brokenDefects = map[string]string{
 	"folds-keys":              "it compares keys as a case-insensitive, PAD SPACE collation does",
 	"sweeps-never":            "its DeleteExpired deletes records whose zero ExpiresAt means never",
 	"truncates-times":         "it keeps times to the second, as a DATETIME column without fractional seconds does",
+	"update-keeps-expiry":     "its Update leaves ExpiresAt as it was",
+	"update-finish-only":      "its Update writes a finish's columns only, a takeover's new GID, BranchID, Fingerprint and CreatedAt lost",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
@@ -214,6 +216,21 @@ func (b *brokenStore) folded(rec *idemkit.Record) *idemkit.Record {
 	return &c
 }
 
+// partial returns rec with the columns the Store's Update does not write as they are stored.
+func (b *brokenStore) partial(ctx context.Context, rec *idemkit.Record) *idemkit.Record {
+	cur, err := b.Store.Get(ctx, rec.Scope, rec.Key)
+	if err != nil || b.defect != "update-keeps-expiry" && b.defect != "update-finish-only" {
+		return rec
+	}
+	c := *rec
+	if b.defect == "update-keeps-expiry" {
+		c.ExpiresAt = cur.ExpiresAt
+	} else {
+		c.GID, c.BranchID, c.Fingerprint, c.CreatedAt = cur.GID, cur.BranchID, cur.Fingerprint, cur.CreatedAt
+	}
+	return &c
+}
+
 // truncated returns rec with its times cut to the second, when the Store keeps no fractions.
 func (b *brokenStore) truncated(rec *idemkit.Record) *idemkit.Record {
 	if b.defect != "truncates-times" {
@@ -265,7 +282,7 @@ func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
 }
 
 func (b *brokenStore) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {
-	rec = b.truncated(b.folded(rec))
+	rec = b.partial(ctx, b.truncated(b.folded(rec)))
 	return b.keep(rec, update(ctx, b.Store, rec, prev, b.defect == "update-ignores-fence"))
 }
 

@@ -131,8 +131,10 @@ func runContract(t *testing.T, newStore NewStore) {
 		s := newStore(t)
 		rec := sample(now, "s", "k")
 		must(t, s.Insert(ctxb, rec))
+		// A finish writes every column a claim's own write may change (see idemkit.Store.Update).
 		next := *rec
 		next.Status, next.Response, next.Error, next.UpdatedAt = idemkit.StatusSucceeded, []byte("done"), "", now.Add(time.Second)
+		next.LeaseUntil, next.ExpiresAt = now.Add(time.Second), now.Add(48*time.Hour)
 		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 2, Owner: rec.Owner, Status: rec.Status}), idemkit.ErrFenced)
 		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 1, Owner: "someone-else", Status: rec.Status}), idemkit.ErrFenced)
 		wantErr(t, s.Update(ctxb, &next, idemkit.Version{Fence: 1, Owner: rec.Owner, Status: idemkit.StatusFailed}), idemkit.ErrFenced)
@@ -152,9 +154,13 @@ func runContract(t *testing.T, newStore NewStore) {
 		wantErr(t, s.Update(ctxb, &late, rec.Version()), idemkit.ErrFenced)
 		wantErr(t, s.Delete(ctxb, "s", "k", rec.Version()), idemkit.ErrFenced)
 
-		// A takeover changes fence and owner; the old version no longer matches.
-		taken := next
-		taken.Status, taken.Fence, taken.Owner = idemkit.StatusProcessing, 2, "owner-2"
+		// A takeover changes fence and owner, and writes a new claim's every column (its gid, its
+		// payload's fingerprint once the old record expired, its times); the old version no longer
+		// matches.
+		later := now.Add(time.Hour)
+		taken := idemkit.Record{Scope: "s", Key: "k", Status: idemkit.StatusProcessing, Fence: 2, Owner: "owner-2",
+			Fingerprint: "fp-2", GID: "gid-2", BranchID: "02", LeaseUntil: later.Add(30 * time.Second),
+			ExpiresAt: later.Add(24 * time.Hour), CreatedAt: later, UpdatedAt: later}
 		must(t, s.Update(ctxb, &taken, next.Version()))
 		wantErr(t, s.Update(ctxb, &next, rec.Version()), idemkit.ErrFenced)
 		got, err = s.Get(ctxb, "s", "k")
