@@ -110,11 +110,12 @@
 // serialised by the database: give it a busy timeout (_pragma=busy_timeout(5000)), below your requests'
 // deadlines and the Guard's FinishTimeout — SQLite's busy handler does not see a context, so a
 // statement waiting for a lock waits the whole busy timeout whatever its deadline. A deferred SQLite
-// transaction that has read before another connection committed cannot write any more
-// (SQLITE_BUSY_SNAPSHOT), so a DoTx (which reads first) in it fails with idemkit.ErrStoreUnavailable
-// under concurrency, as does a Guard.Tx whose function calls idemkit.FenceFromContext (which may read
-// the record in the transaction; when the business's own write meets SQLITE_BUSY_SNAPSHOT first, the
-// function gets the driver's error, and the Guard returns what the function returns): start such
+// transaction that has read cannot write any more once another connection wrote (SQLITE_BUSY, or
+// SQLITE_BUSY_SNAPSHOT once that one committed; the busy timeout does not help), so a DoTx (which
+// reads first) in it fails under concurrency, as does a Guard.Tx whose function calls
+// idemkit.FenceFromContext (which may read the record in the transaction): with
+// idemkit.ErrStoreUnavailable, or, when the business's own write meets it first, with the driver's
+// error, which the function gets and the Guard returns as the function's. Start such
 // transactions with BEGIN IMMEDIATE (the driver's
 // _txlock=immediate). Commit transactions of your own on the Store's pool (DoTx, MarkTx, any
 // db.Transaction) in WAL mode (_pragma=journal_mode(WAL)): in the default rollback-journal mode a
