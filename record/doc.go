@@ -125,7 +125,11 @@
 // claim answered and then lost (its function runs again once the connection goes), the failed
 // transaction's own record replayed to a duplicate, the file locked for every other connection.
 // Transactions the Guard begins ([Store.Tx], [Store.TxMark]) roll such a transaction back
-// themselves. In WAL mode a COMMIT does not wait for readers. PostgreSQL's SERIALIZABLE has a like limit: the read of the record in the
+// themselves. In WAL mode a COMMIT does not wait for readers. A SQLite ":memory:" database belongs to
+// one connection: the table CreateTable made exists on the connection it used only, and statements
+// on the pool's others fail with "no such table" (idemkit.ErrStoreUnavailable, a claim's finish
+// among them, after its function ran). Share one in-memory database across the pool with
+// file:NAME?mode=memory&cache=shared. PostgreSQL's SERIALIZABLE has a like limit: the read of the record in the
 // transaction (DoTx's, and Guard.Tx's when its function calls idemkit.FenceFromContext) takes a
 // predicate lock on a page of the primary key, so concurrent transactions on different new keys
 // whose records share that page fail with a serialization failure (40001) — an
