@@ -163,7 +163,9 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // its record's INSERT failed without meeting the record — on PostgreSQL in a REPEATABLE READ or
 // SERIALIZABLE transaction, a record committed after the snapshot fails it with a serialization
 // failure that aborts the transaction —: a finished record read outside the transaction is replayed,
-// with ErrRollbackReplayed. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
+// with ErrRollbackReplayed; when there is none and the INSERT failed on a write conflict (a deadlock;
+// on Galera a certification failure or brute-force abort), the error is a retryable one matching
+// [ErrConflict], not [ErrStoreUnavailable]: run the transaction again. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
 // so duplicates get it replayed. The cache is never filled by DoTx: the transaction may still roll
 // back. Prefer [Guard.Tx], which owns the transaction and cannot get this wrong.
 func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
@@ -692,6 +694,12 @@ func (cl *Claim) runDoTx(c *Call, fn Func) (Result, error) {
 		// serialization failure (ErrConflict) that aborts the transaction. That record is the answer.
 		if cur := cl.metElsewhere(c); cur != nil {
 			return cl.replayRollback(cur, c)
+		}
+		if errors.Is(err, ErrConflict) {
+			// The database rolled the caller's transaction back (a deadlock; on Galera a
+			// certification failure or brute-force abort) and no winner's record is readable (none,
+			// or not applied on this node yet): nothing committed, the caller runs it again.
+			return cl.rolledBack(nil, fmt.Errorf("idemkit: writing record: %w", err))
 		}
 		return ended(cl.failWrite(err))
 	case err != nil:
