@@ -65,7 +65,8 @@ case "${1:-all}" in
     go run ./cmd/idemcapacity -galera -update docs/SCALING.md ;;
   up)
     [ $# -ge 2 ] || { echo "usage: $0 up redis|galera|dtm" >&2; exit 2; }
-    go run ./internal/cluster/cmd/clusterup "$2" ;;
+    go run ./internal/cluster/cmd/clusterup "$2"
+    exit ;; # nothing was checked: no verdict
   -h | --help | help)
     usage; exit 0 ;;
   *)
