@@ -384,8 +384,8 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			if cl.rerun(err) {
 				return nil, Result{}, err
 			}
-			if cur, v := cl.conflicted(err, c); cur != nil {
-				return cl.met(v, cur, c)
+			if done, k, res, err := cl.conflictEnds(err, c, "claiming record"); done {
+				return k, res, err
 			}
 			if !errors.Is(err, ErrNotSent) { // a claim never sent cannot land: nothing to watch for
 				cl.abandoned(nil, nil)
@@ -404,8 +404,8 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 			if cl.rerun(err) {
 				return nil, Result{}, err
 			}
-			if cur, v := cl.conflicted(err, c); cur != nil {
-				return cl.met(v, cur, c)
+			if done, k, res, err := cl.conflictEnds(err, c, "reading record"); done {
+				return k, res, err
 			}
 			return cl.fail(OutcomeUnavailable, storeErr(ctx, "reading record", err))
 		}
@@ -449,8 +449,8 @@ func (cl *Claim) claim(c *Call) (*Claim, Result, error) {
 		case cl.rerun(err):
 			return nil, Result{}, err
 		default:
-			if cur, v := cl.conflicted(err, c); cur != nil {
-				return cl.met(v, cur, c)
+			if done, k, res, err := cl.conflictEnds(err, c, "taking over record"); done {
+				return k, res, err
 			}
 			prev := cur.Version()
 			cl.abandoned(&prev, nil)
@@ -575,6 +575,25 @@ func (cl *Claim) conflicted(err error, c *Call) (*Record, verdict) {
 		return cur, v
 	}
 	return nil, verdictTakeover
+}
+
+// conflictEnds ends a claim written in a caller's transaction that a write conflict rolled back
+// (err, the claim's write or read doing; see conflicted), and reports whether it ended it: with the answer
+// of the record it conflicted with, or — none, or none readable yet (on Galera the winner's write set
+// may not be applied on this node) — with a retryable failure matching ErrConflict. Nothing of the
+// transaction happened, so nothing can land (no watch for an abandoned claim) and the key is free:
+// the caller runs its transaction again, as after any conflict. It is no store outage, and the
+// function did not run: its outcome is OutcomeInFlight, another writer having been in the way.
+func (cl *Claim) conflictEnds(err error, c *Call, doing string) (done bool, _ *Claim, _ Result, _ error) {
+	if !cl.callerTx || !errors.Is(err, ErrConflict) {
+		return false, nil, Result{}, nil
+	}
+	if cur, v := cl.conflicted(err, c); cur != nil {
+		k, res, err := cl.met(v, cur, c)
+		return true, k, res, err
+	}
+	k, res, err := cl.fail(OutcomeInFlight, Retryable(fmt.Errorf("idemkit: %s: %w", doing, err)))
+	return true, k, res, err
 }
 
 // readOutside reads the key's record through the Guard's Store, outside the caller's transaction,

@@ -165,9 +165,10 @@ func (g *Guard) Tx(ctx context.Context, db TxBeginner, c Call, fn TxFunc) (Resul
 // failure that aborts the transaction —: a finished record read outside the transaction is replayed,
 // with ErrRollbackReplayed; when there is none and the INSERT failed on a write conflict (a deadlock;
 // on Galera a certification failure or brute-force abort), the error is a retryable one matching
-// [ErrConflict], not [ErrStoreUnavailable]: run the transaction again. [Guard.Tx] rolls fn's writes back and stores the rejection on its own,
-// so duplicates get it replayed. The cache is never filled by DoTx: the transaction may still roll
-// back. Prefer [Guard.Tx], which owns the transaction and cannot get this wrong.
+// [ErrConflict], not [ErrStoreUnavailable]: run the transaction again. [Guard.Tx] rolls fn's writes
+// back and stores the rejection on its own, so duplicates get it replayed. The cache is never filled
+// by DoTx: the transaction may still roll back. Prefer [Guard.Tx], which owns the transaction and
+// cannot get this wrong.
 func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, error) {
 	if fn == nil {
 		return Result{}, ErrNilFunc
@@ -195,7 +196,9 @@ func (g *Guard) DoTx(ctx context.Context, tx Store, c Call, fn Func) (Result, er
 // it met — fails on a write conflict that ended the transaction (a deadlock; on PostgreSQL under
 // REPEATABLE READ or SERIALIZABLE, a record written after the transaction's snapshot), the record is
 // read through the Guard's Store, outside the transaction, and answers the call (ErrDuplicate for a
-// mark): return the error, the transaction is lost anyway.
+// mark): return the error, the transaction is lost anyway. With no record to answer (none; on Galera,
+// a winner's not applied on this node yet), fn has not run and the call fails with a retryable error
+// matching ErrConflict, not ErrStoreUnavailable: run the transaction again.
 func (g *Guard) MarkTx(ctx context.Context, tx Store, c Call, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return ErrNilFunc
@@ -230,7 +233,9 @@ type TxMarkFunc func(ctx context.Context, tx TxStore) error
 // does not run; nothing is replayed (a mark stores no result: use Tx for that). A failed, expired or
 // abandoned record is taken over in the same transaction. A transaction the database rolls back on a
 // write conflict before fn ran (the Store's error matches ErrConflict: InnoDB deadlocks duplicates that
-// waited on a mark whose transaction rolled back) runs again, a few times at most.
+// waited on a mark whose transaction rolled back) runs again, a few times at most; past them the
+// call fails with a retryable error matching ErrConflict (the record it conflicted with answers
+// instead when one can be read), fn not run.
 //
 // When fn fails or panics, its writes and the mark roll back: the key is free again and fn's error
 // is returned, retryable or permanent alike (a mark keeps no answer, so a permanent failure is not
