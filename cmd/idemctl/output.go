@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -42,17 +43,33 @@ func (t *table) row(cols ...string) {
 
 func (t *table) flush() { _ = t.w.Flush() }
 
-// cell makes s safe for a table cell: no tabs, newlines or other control characters, "-" for empty.
+// cell is s as a table cell shows it: "-" for empty, s itself when it reads back as itself, else s
+// quoted as Go quotes it (as the messages' %q do). Scopes, keys and gids come from clients, and the
+// Guard accepts any printable UTF-8: a terminal would show a trailing space, a no-break or zero-width
+// space like nothing or another key, and a bidirectional override would reorder the rest of the row.
 func cell(s string) string {
-	if s == "" {
+	switch {
+	case s == "":
 		return "-"
+	case plain(s):
+		return s
 	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
+	return strconv.Quote(s)
+}
+
+// plain reports whether s shows as itself in a cell: printable (strconv.IsPrint: no control, format
+// or non-ASCII space characters), valid UTF-8 without U+FFFD, no space at either end, not starting
+// with a double quote (a quoted cell does).
+func plain(s string) bool {
+	if strings.HasPrefix(s, `"`) || strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") {
+		return false
+	}
+	for _, r := range s {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
+			return false
 		}
-		return r
-	}, s)
+	}
+	return true
 }
 
 // clip shortens s to n runes, marking the cut.
@@ -122,6 +139,9 @@ func preview(b []byte, n int) string {
 		txt = txt[:len(txt)-1]
 	}
 	if len(txt) > 0 && utf8.Valid(txt) && printable(string(txt)) {
+		if !plain(string(txt)) {
+			return strconv.Quote(string(txt)) + more // line breaks, format characters: see cell
+		}
 		return string(txt) + more
 	}
 	return fmt.Sprintf("hex %x%s", cut, more)

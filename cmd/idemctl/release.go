@@ -212,7 +212,7 @@ func (c *cli) purgeMany(ctx context.Context) error {
 	skipped := []string{} // --json: a list, empty when nothing is left alone
 	for _, e := range entries {
 		if err := c.adm.CanPurge(&e.Record, opts); err != nil {
-			skipped = append(skipped, fmt.Sprintf("%s / %s: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
+			skipped = append(skipped, fmt.Sprintf("%q / %q: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
 			continue
 		}
 		todo = append(todo, e)
@@ -258,7 +258,7 @@ func (c *cli) purgeMany(ctx context.Context) error {
 		case errors.Is(err, admin.ErrRefused):
 			// Refused under the row lock (its holder renewed the claim since the listing), or an
 			// attempt holds the key's lock in Redis.
-			skipped = append(skipped, fmt.Sprintf("%s / %s: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
+			skipped = append(skipped, fmt.Sprintf("%q / %q: %v", c.adm.DisplayScope(e.Scope), e.Key, err))
 		case errors.Is(err, admin.ErrRedisCleanup):
 			deleted++
 			warnings = append(warnings, err)
