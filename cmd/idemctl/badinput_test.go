@@ -48,7 +48,7 @@ func TestBadInput(t *testing.T) {
 			{"MySQL DSN with a port out of range", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:99999)/x"}, exitUsage, []string{"--db mysql://root:****@tcp(127.0.0.1:99999)/x", "port"}},
 			{"MySQL DSN with a port that is no number", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:abc)/x"}, exitUsage, []string{"--db mysql://root:****@tcp(127.0.0.1:abc)/x", "port"}},
 			{"malformed PostgreSQL URL", nil, []string{"list", "--db", "postgres://u:p@h:notaport/db"}, exitUsage, []string{"--db postgres://u:****@h:notaport/db"}},
-			{"unreachable database", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:1)/x", "--timeout", "5s"}, exitError, []string{"opening mysql://root:****@tcp(127.0.0.1:1)/x", "connection refused"}},
+			{"unreachable database", nil, []string{"list", "--db", "mysql://root:pw@tcp(127.0.0.1:1)/x", "--timeout", "5s"}, exitError, []string{"mysql://root:****@tcp(127.0.0.1:1)/x: admin: connecting to the database", "connection refused"}},
 			{"missing SQLite file", nil, []string{"list", "--db", "sqlite://" + filepath.Join(t.TempDir(), "none.db")}, exitError, []string{"no such file", "opens an existing database only"}},
 			{"missing table", map[string]string{"IDEMCTL_TABLE": "no_such_table"}, []string{"list"}, exitError, []string{"no record table", "no_such_table", "is --table"}},
 			{"invalid table name", nil, []string{"list", "--table", "x; DROP TABLE y"}, exitUsage, []string{"invalid table name"}},

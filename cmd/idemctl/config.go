@@ -253,7 +253,11 @@ func dialector(dsn string) (gorm.Dialector, error) {
 		if cfg.Timeout == 0 {
 			cfg.Timeout = 5 * time.Second
 		}
-		return mysql.New(mysql.Config{DSNConfig: cfg}), nil
+		// No SELECT VERSION() at open: gorm's dialector sends it on a context of its own, which
+		// neither --timeout nor an interrupt ends (a server that accepts connections and never
+		// answers held idemctl for as long as the connection stayed open). idemctl's statements are
+		// its own SQL, which the version does not change; the first goes out on the command's context.
+		return mysql.New(mysql.Config{DSNConfig: cfg, SkipInitializeWithVersion: true}), nil
 	case "postgres", "postgresql":
 		// Appended to the URL as given: re-encoding it (url.URL.String) drops the "//" of a URL
 		// without host, user or path (postgres://?host=db&dbname=shop), which pgx then reads as
