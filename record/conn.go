@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit/internal/pgddl"
 )
 
 // conn runs a Store's statements on database/sql: on the pool, on a transaction, or on whatever
@@ -201,3 +203,31 @@ type errConn struct{ err error }
 
 func (c errConn) exec(context.Context, string, ...any) (int64, error)      { return 0, c.err }
 func (c errConn) query(context.Context, string, ...any) (*sql.Rows, error) { return nil, c.err }
+
+// encodingConn is a PostgreSQL Store's conn: its statements run once check found that the sessions
+// exchange text in UTF-8 (see pgddl.EncodingCheck).
+type encodingConn struct {
+	conn
+	check *pgddl.EncodingCheck
+}
+
+// show runs SHOW setting on c.
+func (c encodingConn) show(ctx context.Context, setting string) (string, error) {
+	var v string
+	err := queryOne(ctx, c.conn, "SHOW "+setting, nil, &v)
+	return v, err
+}
+
+func (c encodingConn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	if err := c.check.Check(ctx, c.show); err != nil {
+		return 0, err
+	}
+	return c.conn.exec(ctx, query, args...)
+}
+
+func (c encodingConn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := c.check.Check(ctx, c.show); err != nil {
+		return nil, err
+	}
+	return c.conn.query(ctx, query, args...)
+}

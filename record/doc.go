@@ -52,6 +52,16 @@
 // collation_connection parameter in another one): the server converts the text it reads back to it,
 // altering fingerprints, gids and stored errors.
 //
+// On PostgreSQL the Store checks, before its first statement on its pool (one SELECT, once; again
+// after a check that failed), that the sessions exchange text in UTF-8: client_encoding UTF8, or
+// SQL_ASCII on a UTF8 or SQL_ASCII database. The driver sends and reads text as UTF-8, and the
+// server converts it from and to the session's client_encoding (set by the DSN, PGOPTIONS, the role
+// or database's settings, and by default the database's own encoding): on LATIN1 a key "é" would be
+// stored as "Ã©", another key than a UTF8 session's "é". Every statement is refused until it is
+// fixed, with an error naming client_encoding. A Store bound to a transaction of another gorm.DB
+// (WithTx) or to a *sql.Tx (WithSQLTx) checks once more, in it; a SET client_encoding run on one
+// pooled connection after the check is not seen.
+//
 // # Multi-statement packets
 //
 // On MySQL and MariaDB with a DSN that sets multiStatements=true, the transactions [Store.BeginTx]

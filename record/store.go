@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/batch"
+	"github.com/idemkit/idemkit/internal/pgddl"
 )
 
 // DefaultTable is the record table's name when Options.Table is empty; the DDL files of package
@@ -99,6 +100,9 @@ type Store struct {
 	probes   *batch.Batcher[*probeOp] // the reads before Tx-mode functions (BeginTxGet)
 	// batchTimeout is Options.BatchTimeout: the bound of a batch for a caller without a deadline.
 	batchTimeout time.Duration
+	// enc is the client_encoding check of the base Store's pool (PostgreSQL; see pgddl.EncodingCheck),
+	// shared by the Stores bound to its transactions; nil on other databases.
+	enc *pgddl.EncodingCheck
 }
 
 // New returns a Store on db, whose dialect (db.Dialector.Name()) must be mysql, postgres or sqlite,
@@ -116,7 +120,9 @@ type Store struct {
 // negative, or a MySQL DSN sets clientFoundRows=true (a duplicate insert would then look like a new
 // one) or a connection character set other than utf8mb4 or binary (charset=utf8, the 3-byte utf8mb3,
 // or latin1, or such a collation: the server converts the utf8mb4 text it reads back to it, and a
-// fingerprint that comes back altered no longer matches its own duplicates).
+// fingerprint that comes back altered no longer matches its own duplicates). On PostgreSQL the
+// sessions' client_encoding is checked before the first statement, and a Store on sessions that do not
+// exchange text in UTF-8 refuses every statement (see the package documentation).
 func New(db *gorm.DB, opts *Options) (*Store, error) {
 	if db == nil || db.Config == nil || db.Dialector == nil {
 		return nil, errors.New("record: nil gorm.DB")
@@ -169,6 +175,10 @@ func New(db *gorm.DB, opts *Options) (*Store, error) {
 		s.c = dbConn{db: sdb, ps: s.ps}
 	} else {
 		s.c = poolConn{p: db.Statement.ConnPool}
+	}
+	if q.dialect == dialectPostgres {
+		s.enc = new(pgddl.EncodingCheck)
+		s.c = encodingConn{s.c, s.enc}
 	}
 	if q.dialect != dialectSQLite && !o.NoBatch && s.sdb != nil {
 		s.newBatchers()
@@ -277,9 +287,11 @@ func (s *Store) Dialect() string { return s.q.dialect }
 // writes. Get locks the row it reads (SELECT ... FOR UPDATE on MySQL and PostgreSQL) so that a record
 // committed by another transaction after tx began is seen. The returned Store never commits or rolls
 // back tx; its statements fail when tx is nil, of another dialect, or on a MySQL DSN that sets
-// clientFoundRows or a character set other than utf8mb4 (see [New]).
+// clientFoundRows or a character set other than utf8mb4 (see [New]), or on PostgreSQL when tx, of
+// another gorm.DB than the Store's, is in a session whose client_encoding is not UTF8 (checked once, in
+// tx, before the returned Store's first statement).
 func (s *Store) WithTx(tx *gorm.DB) *Store {
-	b := &Store{q: s.q, inTx: true, gdb: tx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
+	b := &Store{q: s.q, inTx: true, gdb: tx, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi, enc: s.enc}
 	switch {
 	case tx == nil || tx.Config == nil || tx.Dialector == nil || tx.Statement == nil:
 		b.c = errConn{errors.New("record: WithTx: nil transaction")}
@@ -287,6 +299,16 @@ func (s *Store) WithTx(tx *gorm.DB) *Store {
 		b.c = errConn{fmt.Errorf("record: WithTx: transaction of dialect %q on a %s Store", tx.Dialector.Name(), s.q.dialect)}
 	default:
 		b.c = s.connOf(tx)
+		if s.enc != nil {
+			// A transaction of the Store's own gorm.DB is on the pool the Store checked (or checks
+			// now, in the transaction): the Guard-owned Tx modes pass here on every call. Another
+			// gorm.DB's pool may open its sessions in another encoding: checked once for b.
+			check := s.enc
+			if s.cfg == nil || tx.Config.ConnPool != s.cfg.ConnPool {
+				check = new(pgddl.EncodingCheck)
+			}
+			b.c = encodingConn{b.c, check}
+		}
 		// A transaction of the Store's own gorm.DB shares its DSN's parsed config, checked by New:
 		// the Guard-owned Tx modes pass here on every call.
 		if tx.Dialector.Name() == dialectMySQL {
@@ -324,12 +346,18 @@ func (s *Store) connOf(tx *gorm.DB) conn {
 
 // WithSQLTx returns a Store that runs every statement in tx, a database/sql transaction on the same
 // kind of database as s. On MySQL its connection must not set clientFoundRows nor a character set
-// other than utf8mb4 (see [New]); nothing can check that here. Like [Store.WithTx] it reads with row locks and never commits or rolls back tx; its
-// statements fail when tx is nil.
+// other than utf8mb4 (see [New]); nothing can check that here. On PostgreSQL the returned Store checks
+// tx's client_encoding once, in tx, before its first statement (one SELECT; see [New]). Like
+// [Store.WithTx] it reads with row locks and never commits or rolls back tx; its statements fail when
+// tx is nil.
 func (s *Store) WithSQLTx(tx *sql.Tx) *Store {
-	b := &Store{q: s.q, c: txConn{tx: tx}, inTx: true, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi}
-	if tx == nil {
+	b := &Store{q: s.q, c: txConn{tx: tx}, inTx: true, sdb: s.sdb, ps: s.ps, cfg: s.cfg, multi: s.multi, enc: s.enc}
+	switch {
+	case tx == nil:
 		b.c = errConn{errors.New("record: WithSQLTx: nil transaction")}
+	case s.enc != nil:
+		// Nothing tells which pool tx is of: checked once for b, in tx.
+		b.c = encodingConn{b.c, new(pgddl.EncodingCheck)}
 	}
 	return b
 }

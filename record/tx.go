@@ -238,7 +238,10 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 		return nil, s.q.interpretError("beginning a transaction on", err)
 	}
 	bound := s.WithSQLTx(otx.SQL)
-	bound.c = txConn{tx: otx.SQL, ps: s.ps} // begun on the pool the statements were prepared on
+	bound.c = txConn{tx: otx.SQL, ps: s.ps} // begun on the pool the statements were prepared on, and checked
+	if s.enc != nil {
+		bound.c = encodingConn{bound.c, s.enc}
+	}
 	return &txStore{Store: bound, stx: otx.SQL, tx: otx}, nil
 }
 

@@ -1,6 +1,6 @@
 // Package pgddl is what the packages creating tables on PostgreSQL (record, barrier) share about a
 // CREATE ... IF NOT EXISTS that several processes run at once, as the replicas of a service starting
-// together do.
+// together do, and about the sessions' client_encoding their statements need ([EncodingCheck]).
 package pgddl
 
 import "errors"
