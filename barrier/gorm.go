@@ -31,11 +31,20 @@ type GormOptions struct {
 type Gorm struct {
 	db *gorm.DB
 	d  *dialect
+	// enc is the client_encoding check of db's pool on PostgreSQL (see checkEncoding); nil elsewhere.
+	enc *pgddl.EncodingCheck
 }
 
 // NewGorm returns a barrier on db's database. db must be a database handle, not a transaction; its
 // dialector decides the SQL (mysql, postgres or sqlite). It returns an error for another dialect, a
 // transaction handle or an invalid table name.
+//
+// On PostgreSQL the barrier checks, with SHOW, that the sessions exchange text in UTF-8
+// (client_encoding UTF8, or SQL_ASCII on a UTF8 database) before its first statement on db, again
+// after a check that failed, and at every [Gorm.Enter] in a transaction of another gorm.DB: the driver
+// sends text as UTF-8 and the server converts it from the session's client_encoding, so on a LATIN1
+// session a gid "g-é" would be stored as "g-Ã©", another branch than a UTF8 session's. Enter and
+// QueryPrepared fail on other sessions with an error naming client_encoding.
 func NewGorm(db *gorm.DB, opts *GormOptions) (*Gorm, error) {
 	if db == nil || db.Dialector == nil || db.Statement == nil {
 		return nil, errors.New("barrier: nil or unopened *gorm.DB")
@@ -51,7 +60,35 @@ func NewGorm(db *gorm.DB, opts *GormOptions) (*Gorm, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gorm{db: db, d: d}, nil
+	g := &Gorm{db: db, d: d}
+	if db.Dialector.Name() == "postgres" {
+		g.enc = new(pgddl.EncodingCheck)
+	}
+	return g, nil
+}
+
+// checkEncoding returns an error when pool, a session of the gorm.DB whose configuration is cfg, is
+// on PostgreSQL and does not exchange text with the server in UTF-8: its gids and ops would be
+// stored converted, another branch than a UTF8 session's (see pgddl.EncodingCheck). The sessions of
+// the barrier's own database are checked once (again after a check that failed), another database's
+// at every call.
+func (g *Gorm) checkEncoding(ctx context.Context, cfg *gorm.Config, pool gorm.ConnPool) error {
+	if g.enc == nil {
+		return nil
+	}
+	check := g.enc
+	if cfg == nil || cfg.ConnPool != g.db.Config.ConnPool {
+		check = new(pgddl.EncodingCheck)
+	}
+	err := check.Check(ctx, func(ctx context.Context, setting string) (string, error) {
+		var v string
+		err := queryOne(ctx, pool, &v, "SHOW "+setting)
+		return v, err
+	})
+	if err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	return nil
 }
 
 // CreateTable creates the barrier table (and its database on MySQL or schema on PostgreSQL when the name
@@ -141,7 +178,8 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // the order of the table's unique key, so that concurrent deliveries of one op wait for each other
 // instead of deadlocking there (a dtmcli delivery of the same op at the same moment still may on
 // MySQL/MariaDB; it is retried; on PostgreSQL neither deadlocks); otherwise one. Only a repeated
-// delivery costs one more statement, to tell Duplicate from Hanging; it sees a row committed after the
+// delivery costs one more statement, to tell Duplicate from Hanging (and on PostgreSQL the first call,
+// or every call in a transaction of another gorm.DB than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after the
 // caller's snapshot (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the barrier
 // needs no privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction
 // is never aborted by an insert conflicting on the branch's unique key (ON CONFLICT (gid, branch_id,
@@ -166,6 +204,9 @@ func (g *Gorm) Enter(ctx context.Context, tx *gorm.DB, b *Branch) (_ Outcome, er
 	}
 	pool, err := txPool(tx)
 	if err != nil {
+		return 0, err
+	}
+	if err := g.checkEncoding(ctx, tx.Config, pool); err != nil {
 		return 0, err
 	}
 	calls := b.calls

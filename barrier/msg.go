@@ -46,6 +46,9 @@ func (g *Gorm) QueryPrepared(ctx context.Context, gid string) error {
 		return err
 	}
 	pool := g.db.Statement.ConnPool
+	if err := g.checkEncoding(ctx, g.db.Config, pool); err != nil {
+		return err
+	}
 	if _, err := pool.ExecContext(ctx, g.d.insert, b.TransType, gid, msgBranchID, OpMsg, msgBarrierID, msgRollback); err != nil {
 		return fmt.Errorf("barrier: back-check of msg %s: %w", gid, err)
 	}

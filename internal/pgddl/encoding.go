@@ -23,14 +23,14 @@ type EncodingCheck struct{ ok atomic.Bool }
 // running SHOW of the setting it names on the session about to be used and returning its value: SHOW,
 // which, unlike a SELECT, takes no snapshot in a REPEATABLE READ transaction it is the first statement
 // of. It accepts client_encoding UTF8, and SQL_ASCII (no conversion) on a UTF8 or SQL_ASCII database.
-// It returns show's error, or one naming client_encoding and how to set it.
+// It returns show's error, wrapped, or one naming client_encoding and how to set it.
 func (e *EncodingCheck) Check(ctx context.Context, show func(ctx context.Context, setting string) (string, error)) error {
 	if e.ok.Load() {
 		return nil
 	}
 	client, err := show(ctx, "client_encoding")
 	if err != nil {
-		return err
+		return fmt.Errorf("reading the session's client_encoding: %w", err)
 	}
 	on := ""
 	if client == "SQL_ASCII" {
@@ -40,7 +40,7 @@ func (e *EncodingCheck) Check(ctx context.Context, show func(ctx context.Context
 		// unconverted, where a UTF8 session's are converted: another key.
 		server, err := show(ctx, "server_encoding")
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the database's server_encoding: %w", err)
 		}
 		if server == "UTF8" || server == "SQL_ASCII" {
 			client = "UTF8"
