@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/pgddl"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/record"
 )
@@ -117,7 +119,10 @@ func (a *Admin) Dialect() string { return a.store.Dialect() }
 func (a *Admin) Store() *record.Store { return a.store }
 
 // Check reads no row but every column the Admin uses: it returns an error wrapping ErrNoTable when
-// the table is missing or lacks a column, or the database's error (unreachable, bad credentials).
+// the table is missing or lacks a column, or the database's error (unreachable, bad credentials). On
+// PostgreSQL it also returns an error naming client_encoding when the session does not exchange text
+// in UTF-8 (client_encoding UTF8, or SQL_ASCII on a UTF8 database): the Admin's filters would look for
+// other scopes and keys than the application's, and show stored ones altered (see record.New).
 func (a *Admin) Check(ctx context.Context) error {
 	sqlDB, err := a.db.DB()
 	if err != nil {
@@ -125,6 +130,11 @@ func (a *Admin) Check(ctx context.Context) error {
 	}
 	if err := sqlDB.PingContext(ctx); err != nil {
 		return fmt.Errorf("admin: connecting to the database: %w", err)
+	}
+	if a.store.Dialect() == "postgres" {
+		if err := new(pgddl.EncodingCheck).Check(ctx, a.show); err != nil {
+			return fmt.Errorf("admin: %w", err)
+		}
 	}
 	rows, err := a.db.WithContext(ctx).Raw(a.q.probe()).Rows()
 	if err != nil {
@@ -134,6 +144,23 @@ func (a *Admin) Check(ctx context.Context) error {
 		return fmt.Errorf("%w %s: %w", ErrNoTable, a.Table(), err)
 	}
 	return rows.Close()
+}
+
+// show returns the value of the PostgreSQL setting named.
+func (a *Admin) show(ctx context.Context, setting string) (string, error) {
+	var v string
+	rows, err := a.db.WithContext(ctx).Raw("SHOW " + setting).Rows()
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return "", cmp.Or(rows.Err(), sql.ErrNoRows)
+	}
+	if err := rows.Scan(&v); err != nil {
+		return "", err
+	}
+	return v, rows.Close()
 }
 
 // Address returns where the application's Guard keeps scope and key (namespace and hashing
