@@ -52,7 +52,7 @@
 // collation_connection parameter in another one): the server converts the text it reads back to it,
 // altering fingerprints, gids and stored errors.
 //
-// On PostgreSQL the Store checks, before its first statement on its pool (one SELECT, once; again
+// On PostgreSQL the Store checks, before its first statement on its pool (one SHOW, once; again
 // after a check that failed), that the sessions exchange text in UTF-8: client_encoding UTF8, or
 // SQL_ASCII on a UTF8 or SQL_ASCII database. The driver sends and reads text as UTF-8, and the
 // server converts it from and to the session's client_encoding (set by the DSN, PGOPTIONS, the role

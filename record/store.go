@@ -347,7 +347,7 @@ func (s *Store) connOf(tx *gorm.DB) conn {
 // WithSQLTx returns a Store that runs every statement in tx, a database/sql transaction on the same
 // kind of database as s. On MySQL its connection must not set clientFoundRows nor a character set
 // other than utf8mb4 (see [New]); nothing can check that here. On PostgreSQL the returned Store checks
-// tx's client_encoding once, in tx, before its first statement (one SELECT; see [New]). Like
+// tx's client_encoding once, in tx, before its first statement (one SHOW; see [New]). Like
 // [Store.WithTx] it reads with row locks and never commits or rolls back tx; its statements fail when
 // tx is nil.
 func (s *Store) WithSQLTx(tx *sql.Tx) *Store {
