@@ -47,7 +47,9 @@
 //	store or lock unavailable, claim taken    Failed      Retry after backoff      not recorded
 //	  over (idemkit.ErrFenced), commit failed
 //	  (Tx: a COMMIT refused on a write
-//	  conflict no record answers)
+//	  conflict no record answers); Tx: the
+//	  handler returned a write conflict (a
+//	  deadlock victim, a serialization failure)
 //	no key, key invalid or too long           Poison      DeadLetter, not run      none
 //	  (or Options.Key / Fingerprint panicked)
 //	key reused with another payload           Poison      DeadLetter, not run      unchanged
@@ -63,7 +65,9 @@
 // mode a handler that returned nil after ignoring a failed statement's error (the database aborted or
 // ended its transaction, so the record could not follow: record.ErrTxAborted), or whose writes a
 // deferred constraint refused at COMMIT, failed itself: every delivery fails the same way, so it
-// counts against Options.MaxAttempts like a retryable error.
+// counts against Options.MaxAttempts like a retryable error. A write conflict the handler returned
+// (record.IsConflict: its statement a deadlock's victim, a serialization failure) is the database
+// resolving a contention, not the message's failure: retried, never counted.
 // Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
 // process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
 // as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to

@@ -60,8 +60,9 @@ type Options struct {
 	// delivery attempt or a later one (Outcome GaveUp) — in Tx mode also one whose transaction its
 	// handler's ignored failed statement aborted, or a deferred constraint refused at COMMIT; never
 	// one whose outcome could not be recorded (store or lock unavailable, a COMMIT that failed
-	// otherwise — on a write conflict too, when no other delivery's record answers it), which is
-	// retried. Defaults to 0: no limit here (the broker's
+	// otherwise — on a write conflict too, when no other delivery's record answers it), nor, in Tx
+	// mode, one whose handler returned a write conflict the database ended its transaction on (a
+	// deadlock victim, a serialization failure: record.IsConflict); those are retried. Defaults to 0: no limit here (the broker's
 	// own limit still applies: msgx/natsjs dead-letters the last delivery before a consumer's
 	// MaxDeliver — one whose process died during it from the server's advisory, see msgx/natsjs —, a
 	// RabbitMQ quorum queue's x-delivery-limit dead-letters through its exchange). It needs

@@ -53,6 +53,14 @@ func runTx(ctx context.Context, guard *idemkit.Guard, db *gorm.DB, records *reco
 	return res, herr, err
 }
 
+// conflictVictim reports whether herr, a Tx-mode handler's error that is its delivery's outcome (see
+// runTx), is a write conflict the database ended the transaction on (record.IsConflict: a deadlock,
+// a serialization failure) — one the handler returned, not one it ignored (record.ErrTxAborted: the
+// handler's own failure, which every delivery may repeat).
+func conflictVictim(records *record.Store, herr error) bool {
+	return herr != nil && !errors.Is(herr, record.ErrTxAborted) && records.IsConflict(herr)
+}
+
 // sameError reports whether a and b are the same error value. Unlike a == b it does not panic when
 // both hold the same uncomparable type (a struct with a slice, say); such values are told apart by
 // their text.

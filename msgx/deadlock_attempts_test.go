@@ -1,0 +1,91 @@
+package msgx_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit/internal/testsvc"
+	"github.com/idemkit/idemkit/msgx"
+	"github.com/idemkit/idemkit/record"
+)
+
+// TestTxDeadlockVictimIsNotCountedAgainstMaxAttempts: a Tx-mode handler picked as a deadlock victim
+// (MariaDB error 1213, returned as the handler's error) on an attempt at MaxAttempts was dead-lettered
+// GaveUp, although the README promises such a delivery is retried (Failed) and a write conflict at
+// COMMIT is not counted: a contention the database resolved is no failure of the message (found by a
+// defect hunt). It is now retried, and the redelivery takes effect once.
+func TestTxDeadlockVictimIsNotCountedAgainstMaxAttempts(t *testing.T) {
+	db := testsvc.MySQL(t, nil)
+	f := newTx(t, db, nil, &msgx.Options{MaxAttempts: 2})
+	rows := testsvc.Name("t_rows_")
+	testsvc.DropTable(t, f.db, rows)
+	if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.db.Exec("INSERT INTO " + rows + " VALUES (1, 0), (2, 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sqlDB, err := f.db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deadlocked error
+	h := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
+		if err := tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 10).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 1").Error; err != nil {
+			return err
+		}
+		if m.Attempt > 2 {
+			return nil
+		}
+		// Another transaction, heavier (the victim is the lighter one), holds row 2 and waits for row 1.
+		other, err := sqlDB.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer other.Rollback()
+		for i := range 20 {
+			if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
+				return err
+			}
+		}
+		if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
+			return err
+		}
+		waited := make(chan error, 1)
+		go func() {
+			_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
+			waited <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // the other transaction waits for row 1
+		deadlocked = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error
+		if err := <-waited; err != nil {
+			return fmt.Errorf("the other transaction: %w", err)
+		}
+		return deadlocked
+	})
+	m := msg("dla")
+	m.Attempt = 2
+	d := h(ctx, m)
+	if deadlocked == nil || !record.IsConflict(deadlocked) {
+		t.Fatalf("no deadlock (%v): the handler was not the victim", deadlocked)
+	}
+	t.Logf("deadlock: %v; decision %v", deadlocked, d)
+	want(t, d, msgx.Retry, msgx.Failed)
+	if n, s := f.effectsOf(t, "dla"), f.status(t, "dla"); n != 0 || s != "" {
+		t.Fatalf("%d effects and record %q after the deadlock, want neither", n, s)
+	}
+	m = msg("dla")
+	m.Attempt = 3
+	want(t, h(ctx, m), msgx.Ack, msgx.Processed)
+	if n := f.effectsOf(t, "dla"); n != 1 {
+		t.Fatalf("%d effects after the redelivery, want 1", n)
+	}
+}
