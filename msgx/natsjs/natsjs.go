@@ -129,11 +129,11 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // MaxDeliver, Consume (js not nil) subscribes to that advisory before it pulls and until it returns;
 // for each advisory it reads the message from the stream by its sequence and settles it as its last
 // delivery would have, without running the handler: as Options.Records says of its record (a
-// message that took effect is not dead-lettered; one whose key a delivery holds is waited for), else
-// GaveUp, dead-lettered under the Nats-Msg-Id its last delivery would have given the copy, so that
-// the copies of every consumer process that got the advisory are one dead letter. A work-queue
-// stream then loses the message, as Ack or Term would have removed it; a limits or interest stream
-// keeps it. Options.Observe is called with the decision (Message.Raw is the *jetstream.RawStreamMsg).
+// message that took effect is not dead-lettered; one whose key a delivery holds, in Execute mode,
+// is waited for), else GaveUp, dead-lettered under the Nats-Msg-Id its last delivery would have
+// given the copy, so that the copies of every consumer process that got the advisory are one dead
+// letter. A work-queue stream then loses the message, as Ack or Term would have removed it; a limits
+// or interest stream keeps it. Options.Observe is called with the decision (Message.Raw is the *jetstream.RawStreamMsg).
 // The user needs the permissions to subscribe to the advisory and to get (on a work-queue stream,
 // delete) stream messages. A message the stream no longer holds (removed by its limits, or settled)
 // is left alone. The advisory is a core NATS message, stored nowhere: one that reaches no running
