@@ -215,10 +215,14 @@ func (o *Options) withDefaults() (Options, error) {
 }
 
 // Message converts a delivery from queue to a msgx.Message: ID from the message-id property, Queue
-// the queue, Subject the routing key, Attempt from the x-delivery-count and x-acquired-count
-// headers (quorum queues; the larger) or the redelivered flag (2 when set, with AttemptsUncounted:
-// a classic queue keeps no count). Header values are text as given: long strings, and byte arrays as
-// their bytes; a void value (a null) is empty; values of other types are formatted with fmt.Sprint.
+// the queue, Subject the routing key, Attempt 1 for a delivery the broker does not flag as
+// redelivered (whatever count headers the message was published with), else from the
+// x-delivery-count and x-acquired-count headers (quorum queues; the larger), or 2 without them, with
+// AttemptsUncounted (a classic queue keeps no count). On a redelivery, count headers a publisher put
+// on the message stand where the broker sets none (on a classic queue, or an x-acquired-count before
+// RabbitMQ 4): relays that republish deliveries must drop them. Header values are text as given:
+// long strings, and byte arrays as their bytes; a void value (a null) is empty; values of other
+// types are formatted with fmt.Sprint.
 func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 	m := &msgx.Message{
 		ID:          d.MessageId,
@@ -244,15 +248,19 @@ func Message(d *amqp091.Delivery, queue string) *msgx.Message {
 			}
 		}
 	}
+	if !d.Redelivered {
+		// The broker delivered it never before: count headers on it came with the message as
+		// published (a relay forwarding a redelivery with its headers), and counted nothing here.
+		return m
+	}
 	// Quorum queues count earlier deliveries in x-delivery-count; from RabbitMQ 4.3 that counts only
 	// failed ones (basic.reject, not a basic.nack requeue or a consumer that died), and
 	// x-acquired-count counts them all.
 	dc, ok1 := count(d.Headers["x-delivery-count"])
 	ac, ok2 := count(d.Headers["x-acquired-count"])
-	switch {
-	case ok1 || ok2:
+	if ok1 || ok2 {
 		m.Attempt = max(dc, ac) + 1
-	case d.Redelivered: // a queue that keeps no count (classic): at least the second delivery
+	} else { // a queue that keeps no count (classic): at least the second delivery
 		m.Attempt = 2
 		m.AttemptsUncounted = true
 	}

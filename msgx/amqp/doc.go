@@ -5,10 +5,11 @@
 //	err = amqp.Consume(ctx, ch, topo.Queue, handle, &amqp.Options{Workers: 4})
 //
 // Each delivery becomes a msgx.Message: ID is the message-id property, Queue the queue, Subject the
-// routing key, Redelivered the broker's flag, Attempt the x-delivery-count header of quorum queues
-// plus one (x-acquired-count plus one when larger: RabbitMQ 4.3 counts only failed deliveries in
-// x-delivery-count) (else 2 when redelivered, with AttemptsUncounted, and 1 otherwise). Decisions
-// are settled as
+// routing key, Redelivered the broker's flag, Attempt 1 on a delivery not flagged redelivered
+// (whatever count headers the message was published with), else the x-delivery-count header of
+// quorum queues plus one (x-acquired-count plus one when larger: RabbitMQ 4.3 counts only failed
+// deliveries in x-delivery-count), or 2 without them, with AttemptsUncounted. Decisions are settled
+// as
 //
 //	msgx.Ack         basic.ack (after the outcome is durable)
 //	msgx.Retry       the delivery is held unacknowledged for the delay, then basic.nack with requeue:
