@@ -33,7 +33,10 @@ type Options struct {
 	// Scope is the record's scope for every message. Defaults to Message.Queue ("<stream>/<consumer>"
 	// or the AMQP queue), so each consumer keeps its own records. Set it when the queue name is not
 	// stable (an ephemeral JetStream consumer gets a new name each time, and with it a new scope: its
-	// duplicates would run again).
+	// duplicates would run again), and when consumers whose queues have the same name share a record
+	// table: the name holds no RabbitMQ virtual host, NATS account or JetStream domain, so a queue
+	// "payments" on two vhosts has one scope, and a message of one answered as a Duplicate of the
+	// other's message with the same id, never run.
 	Scope string
 	// Key returns a message's idempotency key. Defaults to Message.ID (ErrNoKey when empty). A key
 	// derived from the payload (an order id) also deduplicates messages published twice with
