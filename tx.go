@@ -100,7 +100,10 @@ type TxFunc func(ctx context.Context, tx TxStore) ([]byte, error)
 // stored REJECTED in its own write and replayed. When that write fails, the call returns
 // ErrStoreUnavailable with fn's error, and the rejection is written again in the background as a
 // finish whose write failed is ([Claim.Finish]), the lock kept until it lands: a retry meanwhile is in
-// flight, then gets the rejection replayed — never a run of fn answered differently.
+// flight, then gets the rejection replayed — never a run of fn answered differently. A permanent
+// error that is a write conflict the Store recognises (a deadlock's victim, a serialization failure:
+// record.IsConflict) is answered as a retryable one, nothing stored: the database ended the
+// transaction to resolve a contention, which a retry may not meet.
 //
 // After the commit the lock is released and the result cached. Results and errors are those of
 // [Guard.Do]; a commit that fails returns ErrStoreUnavailable (the outcome is then unknown: a retry
@@ -535,7 +538,10 @@ func (cl *Claim) txFailed(db TxBeginner, c *Call, prev *Version, val []byte, fer
 	defer cancel()
 	var unstorable *unstorableError
 	isUnstorable := errors.As(ferr, &unstorable)
-	if !isUnstorable && !g.IsPermanent(ferr) {
+	// A write conflict the database ended the transaction on (a deadlock's victim, a serialization
+	// failure) is no business failure, whatever Options.IsPermanent says of it: not stored REJECTED,
+	// where every retry would get it replayed (as DoTx, see txEnded).
+	if !isUnstorable && (!g.IsPermanent(ferr) || cl.txEnded(ferr)) {
 		// A record finished by another attempt meanwhile is the answer, not fn's error; so is one
 		// of another payload (ErrPayloadMismatch), as it is to a success or a permanent failure.
 		cur, err := db.Get(dctx, cl.id.scope, cl.id.key)

@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/msgx"
 	"github.com/idemkit/idemkit/record"
@@ -19,8 +20,22 @@ import (
 // COMMIT is not counted: a contention the database resolved is no failure of the message (found by a
 // defect hunt). It is now retried, and the redelivery takes effect once.
 func TestTxDeadlockVictimIsNotCountedAgainstMaxAttempts(t *testing.T) {
+	testTxDeadlockVictimIsRetried(t, nil, &msgx.Options{MaxAttempts: 2})
+}
+
+// TestTxDeadlockVictimClassifiedPermanentIsRetried: under an idemkit.Options.IsPermanent that calls
+// unknown errors permanent, a Tx-mode handler picked as a deadlock victim had Guard.Tx store REJECTED
+// with "Deadlock found": the message was dead-lettered Rejected and every redelivery got the stored
+// rejection, the handler never run again (found by a defect hunt) — as DoTx did before
+// TestDoTxPermanentDeadlockLeavesNoRecord. A write conflict the database ended the transaction on is
+// no business failure, whatever the classifier says: nothing is recorded, the delivery is retried.
+func TestTxDeadlockVictimClassifiedPermanentIsRetried(t *testing.T) {
+	testTxDeadlockVictimIsRetried(t, &idemkit.Options{IsPermanent: func(error) bool { return true }}, nil)
+}
+
+func testTxDeadlockVictimIsRetried(t *testing.T, gopts *idemkit.Options, opts *msgx.Options) {
 	db := testsvc.MySQL(t, nil)
-	f := newTx(t, db, nil, &msgx.Options{MaxAttempts: 2})
+	f := newTx(t, db, gopts, opts)
 	rows := testsvc.Name("t_rows_")
 	testsvc.DropTable(t, f.db, rows)
 	if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {

@@ -100,10 +100,11 @@ func (g *Guard) Tx(db *gorm.DB, records *record.Store, h TxHandler) HandleFunc {
 		res, herr, err := runTx(ctx, g.guard, db, records, call, func(ctx context.Context, tx *gorm.DB) error {
 			return g.safely(func() error { return h(ctx, tx, m) })
 		})
-		if conflictVictim(records, herr) && !g.guard.IsPermanent(herr) {
+		if conflictVictim(records, herr) {
 			// The database rolled h's transaction back to resolve a contention (h's statement was a
-			// deadlock's victim, a serialization failure): not the message's failure, and not counted
-			// against Options.MaxAttempts, as a COMMIT's write conflict is not. Retried.
+			// deadlock's victim, a serialization failure): not the message's failure, whatever the
+			// Guard's IsPermanent says (Guard.Tx recorded nothing), and not counted against
+			// Options.MaxAttempts, as a COMMIT's write conflict is not. Retried.
 			return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
 		}
 		return g.decide(m, res, err, herr)
