@@ -11,7 +11,8 @@ import (
 )
 
 // TestChaosKillsAndDuplicates runs the chaos scenario small: two server processes (this test binary
-// re-executed) guarding Charge in Tx mode on MariaDB with a Redis Locker, six clients over loopback TCP
+// re-executed) guarding Charge in Tx mode on MariaDB, one with a Redis Locker and one without (its
+// duplicates meet the other's in the database only), six clients over loopback TCP
 // sending 30 % duplicates, server processes SIGKILLed mid-call and restarted. The checker finds one
 // ledger row per key answered OK, none for refused keys, conserved money, byte-identical answers per
 // key, ABORTED always with RetryInfo, FAILED_PRECONDITION for a reused key with another payload.
@@ -39,7 +40,7 @@ func TestChaosKillsAndDuplicates(t *testing.T) {
 	if len(rep.Violations) > 0 {
 		t.Fatalf("%d violations", len(rep.Violations))
 	}
-	if rep.Kills == 0 || rep.Duplicates == 0 || rep.Replayed == 0 || rep.Rejected == 0 {
+	if rep.Kills == 0 || rep.Duplicates == 0 || rep.Replayed == 0 || rep.Rejected == 0 || rep.NoLocker == 0 {
 		t.Fatalf("the run did not exercise what it should: %+v", rep)
 	}
 }

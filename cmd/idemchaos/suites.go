@@ -45,7 +45,7 @@ func runSuite(args []string) (int, bool) {
 	var rc chaosrpc.Config
 	var mc chaosdtmmsg.Config
 	if suite == "grpc" {
-		fs.StringVar(&rc.Redis, "redis", envOr("IDEMKIT_TEST_REDIS", chaosrpc.DefaultRedis), `Redis for the Locker ("-" for none)`)
+		fs.StringVar(&rc.Redis, "redis", envOr("IDEMKIT_TEST_REDIS", chaosrpc.DefaultRedis), `Redis for the Locker of every other server ("-" for none)`)
 		fs.IntVar(&rc.Servers, "servers", chaosrpc.DefaultServers, "server processes")
 		fs.IntVar(&rc.Clients, "clients", chaosrpc.DefaultClients, "concurrent clients")
 		fs.IntVar(&rc.Ops, "calls", chaosrpc.DefaultOps, "logical calls")

@@ -1,5 +1,6 @@
 // Package chaosrpc is the chaos run of the gRPC interceptor (package grpcx): server processes that
-// guard a Charge method in Tx mode on MariaDB with a Redis Locker, clients that call them over
+// guard a Charge method in Tx mode on MariaDB, every other one with a Redis Locker (duplicates on
+// the others meet in the database only), clients that call them over
 // loopback TCP with duplicates, and a killer that SIGKILLs the servers mid-call and restarts them;
 // then a checker verifies one effect per key (a conservation check on the ledger), byte-identical
 // replays and the documented status codes. cmd/idemchaos runs it ("idemchaos grpc") and the grpcx
