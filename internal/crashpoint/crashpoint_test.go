@@ -547,8 +547,32 @@ func TestCrashPoints(t *testing.T) {
 			if final && c.retryRefused && !o.replayed && !errors.Is(o.err, idemkit.ErrRollbackReplayed) {
 				t.Errorf("a retry whose function fails got %s, not the stored answer", describe(o))
 			}
-			if c.mode != "Mark" && c.mode != "TxMark" && o.err == nil && o.http != 0 && o.val != "r-A" {
-				t.Errorf("answer %q", o.val)
+			// The answers. Payload B run at once (nothing of A committed or held the key) owns the key:
+			// A is then another payload's retry, and B's duplicate gets B's answer. Otherwise A gets
+			// its own answer, run or replayed, and B a payload mismatch.
+			ranB := effB != 0
+			switch {
+			case ranB:
+				if !mismatched(o) {
+					t.Errorf("retry A after B ran: %s, want a payload mismatch", ans)
+				}
+			case c.mode == "Mark" || c.mode == "TxMark":
+				if o.err != nil && !errors.Is(o.err, idemkit.ErrDuplicate) {
+					t.Errorf("retry A: %s, want success or a duplicate", ans)
+				}
+			case c.retryRefused && !final:
+				// its function refused: that is the answer
+			case c.mode == "http":
+				if o.http != http.StatusCreated || o.val != "r-A" {
+					t.Errorf("retry A: %s, want 201 \"r-A\"", ans)
+				}
+			default:
+				if o.err != nil && !errors.Is(o.err, idemkit.ErrRollbackReplayed) || o.val != "r-A" {
+					t.Errorf("retry A: %s, want \"r-A\"", ans)
+				}
+			}
+			if mismatched(ob) == ranB {
+				t.Errorf("B after retry A: %s (B ran at once: %v)", describe(ob), ranB)
 			}
 		})
 	}
@@ -563,6 +587,11 @@ func deadAddr(t testing.TB) string {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	return addr
+}
+
+// mismatched reports whether o is the answer to another payload than the key's.
+func mismatched(o outcome) bool {
+	return errors.Is(o.err, idemkit.ErrPayloadMismatch) || o.http == http.StatusUnprocessableEntity
 }
 
 func describe(o outcome) string {
