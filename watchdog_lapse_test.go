@@ -97,7 +97,12 @@ func gaveUpBeforeDuplicate(t *testing.T, g, dup *idemkit.Guard) {
 	var dupErr error
 	_, err := g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
 		runs.Add(1)
-		<-ctx.Done() // the watchdog gave up the claim: a duplicate now must not run
+		select {
+		case <-ctx.Done(): // the watchdog gave up the claim: a duplicate now must not run
+		case <-time.After(20 * time.Second):
+			t.Error("the watchdog did not cancel the function within 20s")
+			return nil, errors.New("not cancelled")
+		}
 		_, dupErr = dup.Do(ctxb, call, func(context.Context) ([]byte, error) {
 			runs.Add(1)
 			return []byte("second"), nil
