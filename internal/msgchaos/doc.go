@@ -10,7 +10,8 @@
 //
 //   - starts Config.Consumers consumer processes — this executable re-run in worker mode (call
 //     [RunWorkerIfRequested] first thing in main or TestMain) — each running msgx in Tx mode with
-//     Config.Workers workers: the handler inserts one effect row and adds the amount to the totals
+//     Config.Workers workers, every other process without the Redis Locker (its duplicates meet the
+//     others' in the database only): the handler inserts one effect row and adds the amount to the totals
 //     row in the transaction msgx gives it; every n-th message is rejected by the business after
 //     writing (its writes must roll back), every m-th fails once with a retryable error;
 //   - publishes the messages in batches: a share of the ids (30% by default) two or three times, each

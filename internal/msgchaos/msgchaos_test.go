@@ -52,7 +52,7 @@ func TestChaos(t *testing.T) {
 			for _, v := range rep.Violations {
 				t.Error(v)
 			}
-			if rep.DuplicateCopies == 0 || rep.TotalKills() != DefaultKills || rep.Effects == 0 || rep.Outcomes["duplicate"] == 0 {
+			if rep.DuplicateCopies == 0 || rep.TotalKills() != DefaultKills || rep.Effects == 0 || rep.Outcomes["duplicate"] == 0 || rep.NoLocker == 0 {
 				t.Errorf("the run did not exercise what it should: %+v", rep)
 			}
 			if rep.Kills[KillInside] == 0 && rep.Kills[KillCommitted] == 0 {

@@ -24,7 +24,9 @@ type Report struct {
 	Rejects         int `json:"rejects"`
 	Flaky           int `json:"flaky"`
 	Consumers       int `json:"consumers"`
-	Workers         int `json:"workers"`
+	// NoLocker counts the consumer processes (replacements included) that ran without the Locker.
+	NoLocker int `json:"no_locker"`
+	Workers  int `json:"workers"`
 	// MaxDeliver is the JetStream consumer's MaxDeliver (Config.NATSMaxDeliver); 0 unlimited.
 	MaxDeliver int `json:"max_deliver,omitempty"`
 	// Kills counts consumer processes SIGKILLed, by where they were.
@@ -69,7 +71,7 @@ func (r *Report) Summary() string {
 	fmt.Fprintf(&b, "msg chaos on %s (seed %d, %s)\n", r.Broker, r.Seed, r.Duration)
 	fmt.Fprintf(&b, "  messages   %d distinct (%d rejected by the business, %d flaky, %d poison without an id)\n", r.Messages, r.Rejects, r.Flaky, r.Poison)
 	fmt.Fprintf(&b, "  published  %d copies: %d duplicates (%d dropped by the broker's own dedupe)\n", r.Published, r.DuplicateCopies, r.DedupedByBroker)
-	fmt.Fprintf(&b, "  consumers  %d processes × %d workers; kill -9 ×%d (%s)\n", r.Consumers, r.Workers, r.TotalKills(), kv(r.Kills))
+	fmt.Fprintf(&b, "  consumers  %d processes × %d workers (%d processes without the Locker); kill -9 ×%d (%s)\n", r.Consumers, r.Workers, r.NoLocker, r.TotalKills(), kv(r.Kills))
 	fmt.Fprintf(&b, "  decisions  %s\n", kv(r.Outcomes))
 	fmt.Fprintf(&b, "  effects    %d rows summing to %d (want %d); %d dead letters\n", r.Effects, r.EffectsSum, r.WantSum, r.DeadLetters)
 	if r.MaxDeliver > 0 {

@@ -217,6 +217,13 @@ func (h *harness) startConsumer(ctx context.Context) (*consumer, error) {
 	h.next++
 	spec := h.spec
 	spec.ConsumerID = h.next
+	// Every other consumer process serves without the Locker: with it on every one, duplicates
+	// never meet in the database — two runs of the handler in concurrent transactions, the record's
+	// INSERT deciding which commits —, a path a defect there could hide in.
+	spec.NoLocker = spec.ConsumerID%2 == 0
+	if spec.NoLocker {
+		h.rep.NoLocker++
+	}
 	h.mu.Unlock()
 	raw, _ := json.Marshal(spec)
 	bin := h.cfg.WorkerCommand

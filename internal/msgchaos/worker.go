@@ -56,6 +56,9 @@ type workerSpec struct {
 	Sabotage   Sabotage
 	MaxDeliver int // the NATS consumer's MaxDeliver, 0 unlimited: KillLast traps only a delivery at it
 	ConsumerID int
+	// NoLocker runs the consumer's Guard without the Redis Locker: its duplicates meet the other
+	// consumers' in the database only (every other consumer process, see startConsumer).
+	NoLocker bool
 }
 
 // tables of a run.
@@ -138,9 +141,13 @@ func runWorker(spec workerSpec, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: spec.RedisAddr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	guard, err := idemkit.New(records, &idemkit.Options{Locker: lock.New(rdb, &lock.Options{Prefix: spec.Prefix}), Lease: spec.Lease, Logger: log})
+	opts := &idemkit.Options{Lease: spec.Lease, Logger: log}
+	if !spec.NoLocker {
+		rdb := redis.NewClient(&redis.Options{Addr: spec.RedisAddr, ContextTimeoutEnabled: true})
+		defer rdb.Close()
+		opts.Locker = lock.New(rdb, &lock.Options{Prefix: spec.Prefix})
+	}
+	guard, err := idemkit.New(records, opts)
 	if err != nil {
 		return err
 	}
