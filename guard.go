@@ -578,12 +578,13 @@ func (cl *Claim) conflicted(err error, c *Call) (*Record, verdict) {
 }
 
 // conflictEnds ends a claim written in a caller's transaction that a write conflict rolled back
-// (err, the claim's write or read doing; see conflicted), and reports whether it ended it: with the answer
-// of the record it conflicted with, or — none, or none readable yet (on Galera the winner's write set
-// may not be applied on this node) — with a retryable failure matching ErrConflict. Nothing of the
-// transaction happened, so nothing can land (no watch for an abandoned claim) and the key is free:
-// the caller runs its transaction again, as after any conflict. It is no store outage, and the
-// function did not run: its outcome is OutcomeInFlight, another writer having been in the way.
+// (err, the claim's write or read doing; see conflicted), and reports whether it ended it: with the
+// answer of the record it conflicted with, or — none, or none readable yet (on Galera the winner's
+// write set may not be applied on this node) — with a retryable failure matching ErrConflict.
+// Nothing of the transaction happened, so nothing can land (no watch for an abandoned claim) and
+// the key is free: the caller runs its transaction again, as after any conflict. It is no store
+// outage, and the function did not run: its outcome is OutcomeInFlight, another writer having been
+// in the way.
 func (cl *Claim) conflictEnds(err error, c *Call, doing string) (done bool, _ *Claim, _ Result, _ error) {
 	if !cl.callerTx || !errors.Is(err, ErrConflict) {
 		return false, nil, Result{}, nil

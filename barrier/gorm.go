@@ -171,18 +171,19 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // only when the outcome is Proceed, then commit tx; when the business fails, roll tx back so the barrier
 // rows go with it.
 //
-// tx must be inside a transaction on the barrier's database (db.Begin(), the argument of db.Transaction,
-// with or without PrepareStmt); Enter never commits or rolls it back. Statements run on tx's connection
-// with ctx and bypass gorm's callbacks. For a compensating op Enter inserts the origin row and the current
-// row with two statements, as DTM does: on PostgreSQL in DTM's order, origin first, on MySQL/MariaDB in
-// the order of the table's unique key, so that concurrent deliveries of one op wait for each other
-// instead of deadlocking there (a dtmcli delivery of the same op at the same moment still may on
-// MySQL/MariaDB; it is retried; on PostgreSQL neither deadlocks); otherwise one. Only a repeated
-// delivery costs one more statement, to tell Duplicate from Hanging (and on PostgreSQL the first call,
-// or every call in a transaction of another gorm.DB than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after the
-// caller's snapshot (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the barrier
-// needs no privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction
-// is never aborted by an insert conflicting on the branch's unique key (ON CONFLICT (gid, branch_id,
+// tx must be inside a transaction on the barrier's database (db.Begin(), the argument of
+// db.Transaction, with or without PrepareStmt); Enter never commits or rolls it back. Statements
+// run on tx's connection with ctx and bypass gorm's callbacks. For a compensating op Enter inserts
+// the origin row and the current row with two statements, as DTM does: on PostgreSQL in DTM's
+// order, origin first, on MySQL/MariaDB in the order of the table's unique key, so that concurrent
+// deliveries of one op wait for each other instead of deadlocking there (a dtmcli delivery of the
+// same op at the same moment still may on MySQL/MariaDB; it is retried; on PostgreSQL neither
+// deadlocks); otherwise one. Only a repeated delivery costs one more statement, to tell Duplicate
+// from Hanging (and on PostgreSQL the first call, or every call in a transaction of another gorm.DB
+// than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after the caller's snapshot
+// (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the barrier needs no
+// privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction is
+// never aborted by an insert conflicting on the branch's unique key (ON CONFLICT (gid, branch_id,
 // op, barrier_id) DO NOTHING); any other conflict is an error, never taken for a repeated delivery.
 //
 // Enter returns ErrInvalidBranch, ErrNoTransaction, ErrDuplicate (with Duplicate) for a repeated msg op,
