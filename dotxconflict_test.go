@@ -21,6 +21,23 @@ func (t conflictedTx) Insert(context.Context, *idemkit.Record) error {
 	return fmt.Errorf("inserting: Error 1213: deadlock found: %w", idemkit.ErrConflict)
 }
 
+// newConflictCase returns a memory Store, a Guard on it with its recorder, and a transaction begun
+// on the Store (the caller's, which conflictedTx wraps).
+func newConflictCase(t *testing.T) (*memory.Store, *idemkit.Guard, *recorder, idemkit.TxStore) {
+	t.Helper()
+	st := memory.NewStore()
+	obs := &recorder{}
+	g, err := idemkit.New(st, &idemkit.Options{Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := st.BeginTx(ctxb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, g, obs, tx
+}
+
 // TestDoTxRecordWriteConflictIsNotAnOutage: a DoTx call whose record INSERT, after its function ran
 // in the caller's transaction, failed on a write conflict no attempt of the key won (on Galera a
 // certification failure or brute-force abort; on one server a deadlock) was answered "record store
@@ -28,20 +45,11 @@ func (t conflictedTx) Insert(context.Context, *idemkit.Record) error {
 // resolves by running its transaction again. Nothing of it committed: it is a failure of the call
 // matching ErrConflict, the key free for that retry (found by a defect hunt).
 func TestDoTxRecordWriteConflictIsNotAnOutage(t *testing.T) {
-	st := memory.NewStore()
-	obs := &recorder{}
-	g, err := idemkit.New(st, &idemkit.Options{Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, g, obs, tx := newConflictCase(t)
 	call := idemkit.Call{Scope: "s", Key: "k"}
-	tx, err := st.BeginTx(ctxb)
-	if err != nil {
-		t.Fatal(err)
-	}
 	runs := 0
 	fn := func(context.Context) ([]byte, error) { runs++; return []byte("done"), nil }
-	_, err = g.DoTx(ctxb, conflictedTx{tx}, call, fn)
+	_, err := g.DoTx(ctxb, conflictedTx{tx}, call, fn)
 	_ = tx.Rollback()
 	if !errors.Is(err, idemkit.ErrConflict) || errors.Is(err, idemkit.ErrStoreUnavailable) {
 		t.Fatalf("DoTx whose record's INSERT hit a write conflict: %v; want an error matching ErrConflict and not ErrStoreUnavailable", err)
@@ -70,20 +78,11 @@ func TestDoTxRecordWriteConflictIsNotAnOutage(t *testing.T) {
 // transaction back. It is a retryable failure matching ErrConflict, the function not run, the key
 // free for the caller's rerun (found by a defect hunt).
 func TestMarkTxClaimWriteConflictIsNotAnOutage(t *testing.T) {
-	st := memory.NewStore()
-	obs := &recorder{}
-	g, err := idemkit.New(st, &idemkit.Options{Observer: obs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, g, obs, tx := newConflictCase(t)
 	call := idemkit.Call{Scope: "s", Key: "k"}
-	tx, err := st.BeginTx(ctxb)
-	if err != nil {
-		t.Fatal(err)
-	}
 	runs := 0
 	fn := func(context.Context) error { runs++; return nil }
-	err = g.MarkTx(ctxb, conflictedTx{tx}, call, fn)
+	err := g.MarkTx(ctxb, conflictedTx{tx}, call, fn)
 	_ = tx.Rollback()
 	if !errors.Is(err, idemkit.ErrConflict) || errors.Is(err, idemkit.ErrStoreUnavailable) || !idemkit.IsRetryable(err) || runs != 0 {
 		t.Fatalf("MarkTx whose mark hit a write conflict: %v after %d runs; want a retryable error matching ErrConflict, not ErrStoreUnavailable, the function not run", err, runs)

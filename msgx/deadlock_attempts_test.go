@@ -2,9 +2,7 @@ package msgx_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -36,19 +34,8 @@ func TestTxDeadlockVictimClassifiedPermanentIsRetried(t *testing.T) {
 func testTxDeadlockVictimIsRetried(t *testing.T, gopts *idemkit.Options, opts *msgx.Options) {
 	db := testsvc.MySQL(t, nil)
 	f := newTx(t, db, gopts, opts)
-	rows := testsvc.Name("t_rows_")
-	testsvc.DropTable(t, f.db, rows)
-	if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := f.db.Exec("INSERT INTO " + rows + " VALUES (1, 0), (2, 0)").Error; err != nil {
-		t.Fatal(err)
-	}
+	rows := f.rowsTable(t)
 	ctx := context.Background()
-	sqlDB, err := f.db.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var deadlocked error
 	h := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
 		if err := tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 10).Error; err != nil {
@@ -60,29 +47,9 @@ func testTxDeadlockVictimIsRetried(t *testing.T, gopts *idemkit.Options, opts *m
 		if m.Attempt > 2 {
 			return nil
 		}
-		// Another transaction, heavier (the victim is the lighter one), holds row 2 and waits for row 1.
-		other, err := sqlDB.BeginTx(ctx, nil)
-		if err != nil {
+		var err error
+		if deadlocked, err = f.deadlock(ctx, tx, rows); err != nil {
 			return err
-		}
-		defer other.Rollback()
-		for i := range 20 {
-			if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
-				return err
-			}
-		}
-		if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
-			return err
-		}
-		waited := make(chan error, 1)
-		go func() {
-			_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
-			waited <- err
-		}()
-		time.Sleep(200 * time.Millisecond) // the other transaction waits for row 1
-		deadlocked = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error
-		if err := <-waited; err != nil {
-			return fmt.Errorf("the other transaction: %w", err)
 		}
 		return deadlocked
 	})

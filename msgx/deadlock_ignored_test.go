@@ -29,19 +29,8 @@ func TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect(t *testing.T) {
 				db = testsvc.MySQLMulti(t, nil)
 			}
 			f := newTx(t, db, nil, nil)
-			rows := testsvc.Name("t_rows_")
-			testsvc.DropTable(t, f.db, rows)
-			if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
-				t.Fatal(err)
-			}
-			if err := f.db.Exec("INSERT INTO " + rows + " VALUES (1, 0), (2, 0)").Error; err != nil {
-				t.Fatal(err)
-			}
+			rows := f.rowsTable(t)
 			ctx := context.Background()
-			sqlDB, err := f.db.DB()
-			if err != nil {
-				t.Fatal(err)
-			}
 			var deadlocked error
 			h := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
 				if err := tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 10).Error; err != nil {
@@ -50,29 +39,9 @@ func TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect(t *testing.T) {
 				if err := tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 1").Error; err != nil {
 					return err
 				}
-				// Another transaction, heavier (the victim is the lighter one), holds row 2 and waits for row 1.
-				other, err := sqlDB.BeginTx(ctx, nil)
-				if err != nil {
+				var err error
+				if deadlocked, err = f.deadlock(ctx, tx, rows); err != nil { // deadlocked ignored: the handler's bug
 					return err
-				}
-				defer other.Rollback()
-				for i := range 20 {
-					if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
-						return err
-					}
-				}
-				if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
-					return err
-				}
-				waited := make(chan error, 1)
-				go func() {
-					_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
-					waited <- err
-				}()
-				time.Sleep(200 * time.Millisecond)                                           // the other transaction waits for row 1
-				deadlocked = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error // ignored: the handler's bug
-				if err := <-waited; err != nil {
-					return fmt.Errorf("the other transaction: %w", err)
 				}
 				_ = tx.Exec("INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", m.ID, 20).Error // would commit on its own
 				return nil
@@ -101,4 +70,52 @@ func TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rowsTable creates a table of two rows (ids 1 and 2) for a deadlock (see deadlock) and returns its name.
+func (f *txFixture) rowsTable(t *testing.T) string {
+	t.Helper()
+	rows := testsvc.Name("t_rows_")
+	testsvc.DropTable(t, f.db, rows)
+	if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.db.Exec("INSERT INTO " + rows + " VALUES (1, 0), (2, 0)").Error; err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// deadlock makes tx, which has updated row 1 of rows, a deadlock's victim: another transaction,
+// heavier (InnoDB picks the lighter one), holds row 2 and waits for row 1, then tx updates row 2.
+// It returns the error of tx's update (the deadlock) and an error when the other transaction failed.
+func (f *txFixture) deadlock(ctx context.Context, tx *gorm.DB, rows string) (victim, err error) {
+	sqlDB, err := f.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	other, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer other.Rollback()
+	for i := range 20 {
+		if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
+		return nil, err
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
+		waited <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the other transaction waits for row 1
+	victim = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error
+	if err := <-waited; err != nil {
+		return victim, fmt.Errorf("the other transaction: %w", err)
+	}
+	return victim, nil
 }
