@@ -42,8 +42,11 @@ type Publisher struct {
 	QueryPrepared string
 	// Wait bounds how long Publish waits for DTM to report the message succeeded (its branches all
 	// answered success). Defaults to 0: Publish returns once the message is submitted, with Status
-	// Submitted, and the Reconciler settles the record later. Keep the Guard's Lease above Wait: the
-	// Reconciler settles records whose lease ran out.
+	// Submitted, and the Reconciler settles the record later. Keep the Guard's Lease above Wait plus
+	// the prepare's and the local transaction's longest time: the Reconciler settles records whose
+	// lease ran out, and one it back-checks while the local transaction still runs waits for that
+	// transaction's barrier row (a pass held up), or, when the prepare itself outlasted the lease,
+	// fences the publication, which then returns ErrLocalFailed with the key free.
 	Wait time.Duration
 	// Status prepares, submits and aborts the message and asks DTM about outcomes, with its HTTP client
 	// (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
