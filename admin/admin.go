@@ -123,6 +123,9 @@ func (a *Admin) Store() *record.Store { return a.store }
 // PostgreSQL it also returns an error naming client_encoding when the session does not exchange text
 // in UTF-8 (client_encoding UTF8, or SQL_ASCII on a UTF8 database): the Admin's filters would look for
 // other scopes and keys than the application's, and show stored ones altered (see record.New).
+// It returns record.Store.CheckKeyColumns's error when the table's scope or idem_key column does
+// not tell every two keys apart (a case-insensitive collation, citext: made by hand or changed by a
+// migration tool), naming the column and the ALTER TABLE that fixes it.
 func (a *Admin) Check(ctx context.Context) error {
 	sqlDB, err := a.db.DB()
 	if err != nil {
@@ -143,7 +146,13 @@ func (a *Admin) Check(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w %s: %w", ErrNoTable, a.Table(), err)
 	}
-	return rows.Close()
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if err := a.store.CheckKeyColumns(ctx); err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	return nil
 }
 
 // show returns the value of the PostgreSQL setting named.

@@ -27,9 +27,16 @@ import (
 // even IF NOT EXISTS, waits for a lock on the table behind every open transaction that wrote to it,
 // with every later write queued behind that wait — a CreateTable at a process's start would stall the
 // table's traffic, or block its writes for a whole build on a large v1 table.
+//
+// It returns [Store.CheckKeyColumns]'s error, and creates nothing, when the table exists with scope
+// or idem_key columns that do not tell every two keys apart (made by hand, or changed by a migration
+// tool: a case-insensitive collation, citext): CREATE TABLE IF NOT EXISTS would keep such a table.
 func (s *Store) CreateTable(ctx context.Context) error {
 	ddl, err := s.DDL()
 	if err != nil {
+		return err
+	}
+	if err := s.CheckKeyColumns(ctx); err != nil {
 		return err
 	}
 	for _, stmt := range idemsql.Statements(ddl) {

@@ -17,7 +17,11 @@
 // Times are BIGINT Unix milliseconds, 0 for the zero time: no DSN flag (parseTime, loc) is needed and
 // every dialect compares them the same way; they read back with millisecond precision in the local
 // time zone. An empty or nil Response is stored as NULL and reads back as nil. On MySQL, scope and
-// idem_key are VARBINARY(128), so keys differing only in case or trailing spaces stay distinct.
+// idem_key are VARBINARY(128), so keys differing only in case or trailing spaces stay distinct. A
+// table that exists with other key columns (made by hand, or changed by a migration tool: a
+// case-insensitive or PAD SPACE collation on MySQL, citext, CHAR or a nondeterministic collation on
+// PostgreSQL) would make such keys share one record: [Store.CreateTable] refuses it
+// ([Store.CheckKeyColumns]) with the ALTER TABLE that fixes it.
 //
 // # Statements
 //
