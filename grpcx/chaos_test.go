@@ -14,8 +14,10 @@ import (
 // re-executed) guarding Charge in Tx mode on MariaDB, one with a Redis Locker and one without (its
 // duplicates meet the other's in the database only), six clients over loopback TCP
 // sending 30 % duplicates, server processes SIGKILLed mid-call and restarted. The checker finds one
-// ledger row per key answered OK, none for refused keys, conserved money, byte-identical answers per
-// key, ABORTED always with RetryInfo, FAILED_PRECONDITION for a reused key with another payload.
+// ledger row per key answered OK, none for refused keys, conserved money, every answer of a key
+// byte-identical to the response its record stores (read with plain SQL) and that response to its
+// ledger row, ABORTED always with RetryInfo, FAILED_PRECONDITION for a reused key with another
+// payload.
 func TestChaosKillsAndDuplicates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes and kills them")
