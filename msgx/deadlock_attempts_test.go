@@ -34,7 +34,7 @@ func TestTxDeadlockVictimClassifiedPermanentIsRetried(t *testing.T) {
 func testTxDeadlockVictimIsRetried(t *testing.T, gopts *idemkit.Options, opts *msgx.Options) {
 	db := testsvc.MySQL(t, nil)
 	f := newTx(t, db, gopts, opts)
-	rows := f.rowsTable(t)
+	rows := testsvc.RowsTable(t, f.db)
 	ctx := context.Background()
 	var deadlocked error
 	h := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {

@@ -2,10 +2,10 @@ package msgx_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -29,7 +29,7 @@ func TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect(t *testing.T) {
 				db = testsvc.MySQLMulti(t, nil)
 			}
 			f := newTx(t, db, nil, nil)
-			rows := f.rowsTable(t)
+			rows := testsvc.RowsTable(t, f.db)
 			ctx := context.Background()
 			var deadlocked error
 			h := f.mg.Tx(f.db, f.records, func(ctx context.Context, tx *gorm.DB, m *msgx.Message) error {
@@ -72,50 +72,19 @@ func TestTxIgnoredDeadlockDoesNotAckWithoutTheEffect(t *testing.T) {
 	}
 }
 
-// rowsTable creates a table of two rows (ids 1 and 2) for a deadlock (see deadlock) and returns its name.
-func (f *txFixture) rowsTable(t *testing.T) string {
-	t.Helper()
-	rows := testsvc.Name("t_rows_")
-	testsvc.DropTable(t, f.db, rows)
-	if err := f.db.Exec("CREATE TABLE " + rows + " (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := f.db.Exec("INSERT INTO " + rows + " VALUES (1, 0), (2, 0)").Error; err != nil {
-		t.Fatal(err)
-	}
-	return rows
-}
-
-// deadlock makes tx, which has updated row 1 of rows, a deadlock's victim: another transaction,
-// heavier (InnoDB picks the lighter one), holds row 2 and waits for row 1, then tx updates row 2.
-// It returns the error of tx's update (the deadlock) and an error when the other transaction failed.
+// deadlock makes tx, which has updated row 1 of rows, a deadlock's victim (see testsvc.Deadlock),
+// the other transaction made heavier with rows of the effects table.
 func (f *txFixture) deadlock(ctx context.Context, tx *gorm.DB, rows string) (victim, err error) {
 	sqlDB, err := f.db.DB()
 	if err != nil {
 		return nil, err
 	}
-	other, err := sqlDB.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer other.Rollback()
-	for i := range 20 {
-		if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
-			return nil, err
+	return testsvc.Deadlock(ctx, sqlDB, tx, rows, func(ctx context.Context, other *sql.Tx) error {
+		for i := range 20 {
+			if _, err := other.ExecContext(ctx, "INSERT INTO "+f.effects+" (msg_id, amount) VALUES (?, ?)", "other", i); err != nil {
+				return err
+			}
 		}
-	}
-	if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
-		return nil, err
-	}
-	waited := make(chan error, 1)
-	go func() {
-		_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
-		waited <- err
-	}()
-	time.Sleep(200 * time.Millisecond) // the other transaction waits for row 1
-	victim = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error
-	if err := <-waited; err != nil {
-		return victim, fmt.Errorf("the other transaction: %w", err)
-	}
-	return victim, nil
+		return nil
+	})
 }

@@ -2,10 +2,9 @@ package record
 
 import (
 	"context"
+	"database/sql"
 	"errors"
-	"fmt"
 	"testing"
-	"time"
 
 	"gorm.io/gorm"
 
@@ -23,10 +22,7 @@ func TestTxIgnoredDeadlockCommitsNothing(t *testing.T) {
 	for _, b := range []backend{backends[0], multiBackend} {
 		t.Run(b.name, func(t *testing.T) {
 			f := newTxFixture(t, b, nil)
-			rows := testsvc.Name("t_rows_")
-			testsvc.DropTable(t, f.db, rows)
-			must(t, f.db.Exec("CREATE TABLE "+rows+" (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").Error)
-			must(t, f.db.Exec("INSERT INTO "+rows+" VALUES (1, 0), (2, 0)").Error)
+			rows := testsvc.RowsTable(t, f.db)
 			sqlDB, err := f.db.DB()
 			must(t, err)
 			var deadlocked error
@@ -38,30 +34,17 @@ func TestTxIgnoredDeadlockCommitsNothing(t *testing.T) {
 				if err := tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 1").Error; err != nil {
 					return nil, err
 				}
-				// Another transaction, heavier (InnoDB rolls back the lighter one), holds row 2 and
-				// waits for row 1.
-				other, err := sqlDB.BeginTx(ctx, nil)
+				var err error
+				deadlocked, err = testsvc.Deadlock(ctx, sqlDB, tx, rows, func(ctx context.Context, other *sql.Tx) error {
+					for i := range 20 {
+						if _, err := other.ExecContext(ctx, "INSERT INTO "+f.biz+" (k, fence) VALUES ('other', ?)", i); err != nil {
+							return err
+						}
+					}
+					return nil
+				}) // deadlocked ignored: the bug
 				if err != nil {
 					return nil, err
-				}
-				defer other.Rollback()
-				for i := range 20 {
-					if _, err := other.ExecContext(ctx, "INSERT INTO "+f.biz+" (k, fence) VALUES ('other', ?)", i); err != nil {
-						return nil, err
-					}
-				}
-				if _, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 2"); err != nil {
-					return nil, err
-				}
-				waited := make(chan error, 1)
-				go func() {
-					_, err := other.ExecContext(ctx, "UPDATE "+rows+" SET v = v + 1 WHERE id = 1")
-					waited <- err
-				}()
-				time.Sleep(200 * time.Millisecond)                                           // the other transaction waits for row 1
-				deadlocked = tx.Exec("UPDATE " + rows + " SET v = v + 1 WHERE id = 2").Error // ignored: the bug
-				if err := <-waited; err != nil {
-					return nil, fmt.Errorf("the other transaction: %w", err)
 				}
 				_ = tx.Exec("INSERT INTO "+f.biz+" (k, fence) VALUES (?, 2)", "k1").Error // would commit on its own
 				return []byte("ok"), nil
