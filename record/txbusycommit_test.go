@@ -23,26 +23,9 @@ func TestBusyCommitLeavesNoTransactionOpen(t *testing.T) {
 	for _, prepare := range []bool{false, true} {
 		name := map[bool]string{false: "plain", true: "PrepareStmt"}[prepare]
 		t.Run(name, func(t *testing.T) {
-			dsn := t.TempDir() + "/busy.db?_pragma=busy_timeout(200)"
-			db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard, PrepareStmt: prepare})
-			must(t, err)
-			sqlDB, err := db.DB()
-			must(t, err)
-			sqlDB.SetMaxOpenConns(1) // the next call gets the connection the failed COMMIT left
-			t.Cleanup(func() { _ = sqlDB.Close() })
-			s := newTable(t, db)
-			must(t, db.Exec("CREATE TABLE biz (k TEXT NOT NULL)").Error)
-			other, err := sql.Open("sqlite", dsn) // another process's connection
-			must(t, err)
-			t.Cleanup(func() { _ = other.Close() })
-
-			// A reader holds the file's shared lock, so the COMMIT cannot get the exclusive one.
-			reader, err := other.Conn(ctxb)
-			must(t, err)
-			_, err = reader.ExecContext(ctxb, "BEGIN")
-			must(t, err)
-			var n int
-			must(t, reader.QueryRowContext(ctxb, "SELECT COUNT(*) FROM biz").Scan(&n))
+			// The next call gets the connection the failed COMMIT left. A reader holds the file's
+			// shared lock, so the COMMIT cannot get the exclusive one.
+			_, s, other, reader := besideAReader(t, t.TempDir()+"/busy.db?_pragma=busy_timeout(200)", prepare)
 			g, err := idemkit.New(s, nil)
 			must(t, err)
 			_, err = s.Tx(ctxb, g, idemkit.Call{Scope: "busy", Key: "k1"}, func(ctx context.Context, tx *gorm.DB) ([]byte, error) {
@@ -88,24 +71,8 @@ func TestBusyCommitLeavesNoTransactionOpen(t *testing.T) {
 // leaves the transaction open on the pooled connection: the claim after it answers success and
 // never commits — what the doc warns of.)
 func TestCallerCommitBesideAReader(t *testing.T) {
-	dsn := t.TempDir() + "/wal.db?_pragma=busy_timeout(200)&_pragma=journal_mode(WAL)"
-	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard})
-	must(t, err)
-	sqlDB, err := db.DB()
-	must(t, err)
-	sqlDB.SetMaxOpenConns(1) // the claim after the COMMIT gets its connection
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	s := newTable(t, db)
-	must(t, db.Exec("CREATE TABLE biz (k TEXT NOT NULL)").Error)
-	other, err := sql.Open("sqlite", dsn) // another process's connection
-	must(t, err)
-	t.Cleanup(func() { _ = other.Close() })
-	reader, err := other.Conn(ctxb)
-	must(t, err)
-	_, err = reader.ExecContext(ctxb, "BEGIN")
-	must(t, err)
-	var n int
-	must(t, reader.QueryRowContext(ctxb, "SELECT COUNT(*) FROM biz").Scan(&n))
+	// The claim after the COMMIT gets its connection.
+	db, s, other, reader := besideAReader(t, t.TempDir()+"/wal.db?_pragma=busy_timeout(200)&_pragma=journal_mode(WAL)", false)
 	g, err := idemkit.New(s, nil)
 	must(t, err)
 
@@ -129,4 +96,30 @@ func TestCallerCommitBesideAReader(t *testing.T) {
 	if recs != 2 || bizRows != 1 {
 		t.Fatalf("another connection sees %d records and %d business rows; want 2 and 1, committed", recs, bizRows)
 	}
+}
+
+// besideAReader opens the SQLite file of dsn on a gorm.DB of one connection (PrepareStmt as
+// prepare) with a record table and a table biz, and another connection to it (another process's)
+// whose transaction, reader, has read biz and stays open: the connection and reader are the
+// caller's to end.
+func besideAReader(t *testing.T, dsn string, prepare bool) (db *gorm.DB, s *Store, other *sql.DB, reader *sql.Conn) {
+	t.Helper()
+	db, err := gorm.Open(sqlite.Open(dsn), &gorm.Config{Logger: logger.Discard, PrepareStmt: prepare})
+	must(t, err)
+	sqlDB, err := db.DB()
+	must(t, err)
+	sqlDB.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	s = newTable(t, db)
+	must(t, db.Exec("CREATE TABLE biz (k TEXT NOT NULL)").Error)
+	other, err = sql.Open("sqlite", dsn)
+	must(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	reader, err = other.Conn(ctxb)
+	must(t, err)
+	_, err = reader.ExecContext(ctxb, "BEGIN")
+	must(t, err)
+	var n int
+	must(t, reader.QueryRowContext(ctxb, "SELECT COUNT(*) FROM biz").Scan(&n))
+	return db, s, other, reader
 }
