@@ -65,9 +65,13 @@ func TestChaos(t *testing.T) {
 // With the consumer's MaxDeliver at 1 every delivery is the last: a consumer killed inside a handler
 // leaves its messages to the server's MAX_DELIVERIES advisory, from which the consumers still running
 // settle them (dead-lettered GaveUp, or not at all when their record says they took effect). Nothing
-// may be lost or take effect twice, and the run must show the advisory path was taken.
+// may be lost or take effect twice, and the run must show the advisory path was taken. Three of its
+// five kills are on a last delivery: a killed message another copy of which took effect elsewhere
+// (since every other consumer runs without the Locker, a copy in another process runs beside it) is
+// settled from the advisory as a duplicate, not dead-lettered, and one such kill alone left the
+// GaveUp path untaken in about one run of five.
 func TestChaosMaxDeliver(t *testing.T) {
-	rep := run(t, Config{Broker: BrokerNATS, Messages: 60, Batches: 3, Kills: 1, NATSMaxDeliver: 1})
+	rep := run(t, Config{Broker: BrokerNATS, Messages: 60, Batches: 3, Kills: 5, NATSMaxDeliver: 1})
 	for _, v := range rep.Violations {
 		t.Error(v)
 	}
