@@ -82,10 +82,19 @@ func TestCloseWithRedisStalled(t *testing.T) {
 	case <-time.After(6 * time.Second):
 		t.Fatal("Close has not returned 6s after Redis stalled under a pass")
 	}
+	noSweeperGoroutineOutlives(t)
+}
+
+// noSweeperGoroutineOutlives fails t if a goroutine of the Sweeper still runs a second after Close
+// returned. Close returns once the loop closed its done channel, which its deferred calls do last:
+// the goroutine may still be on its way out (seen in CI, runnable at loop's closing brace), so it
+// gets a moment to go.
+func noSweeperGoroutineOutlives(t *testing.T) {
+	t.Helper()
 	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
 		left := sweeperGoroutines()
 		if left == "" {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a goroutine of the Sweeper outlived Close:\n%s", left)
@@ -165,7 +174,5 @@ func TestCloseDuringRecoveryWithRedisStalled(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close has not returned 5s after it was called, a lock release out on a stalled Redis")
 	}
-	if left := sweeperGoroutines(); left != "" {
-		t.Fatalf("a goroutine of the Sweeper outlived Close:\n%s", left)
-	}
+	noSweeperGoroutineOutlives(t)
 }
