@@ -38,7 +38,7 @@ func TestWatchdogOutlivesTheCaller(t *testing.T) {
 				_, err := g.Do(ctx, call, func(ctx context.Context) ([]byte, error) { return []byte("v"), fn(ctx) })
 				return err
 			}
-			release := make(chan struct{})
+			started, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error, 1)
 			callerCtx, leave := context.WithCancel(ctxb)
 			go func() {
@@ -46,11 +46,16 @@ func TestWatchdogOutlivesTheCaller(t *testing.T) {
 					runs.Add(1)
 					running.Add(1)
 					defer running.Add(-1)
+					close(started)
 					<-release // goes on whatever its context says
 					return nil
 				})
 			}()
-			time.Sleep(50 * time.Millisecond)
+			select { // the function runs, its claim taken
+			case <-started:
+			case err := <-done:
+				t.Fatalf("%s, Locker %v: the first call returned %v before its function ran", mode, locker, err)
+			}
 			leave() // the client gave up waiting
 			var retryErrs []error
 			for range 4 { // well past the lease
