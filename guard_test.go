@@ -357,15 +357,17 @@ func TestWatchdogKeepsClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := idemkit.Call{Scope: "s", Key: "k"}
-	release := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
+			close(started)
 			<-release
 			return []byte("v"), ctx.Err()
 		})
 		done <- err
 	}()
+	waitStarted(t, started, done)
 	// Probe until well past several leases; the watchdog must keep the claim each time.
 	deadline := time.Now().Add(8 * time.Second)
 	probes := 0
@@ -470,6 +472,17 @@ func TestWatchdogRenewsLockAndLease(t *testing.T) {
 	}
 }
 
+// waitStarted waits until the long call's function runs (closing started), its claim taken: the
+// probes that follow expect it in flight. It fails t if the call returned (done) first.
+func waitStarted(t *testing.T, started <-chan struct{}, done <-chan error) {
+	t.Helper()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the long call returned %v before its function ran", err)
+	}
+}
+
 // TestWatchdogKeepsClaimPastTTL: a function the watchdog keeps running longer than the record's TTL
 // keeps its claim: renewals move the expiry with the lease, so neither a duplicate (without a Locker,
 // nothing else stands in its way) nor the sweeper takes a live claim for an expired one.
@@ -482,17 +495,19 @@ func TestWatchdogKeepsClaimPastTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := idemkit.Call{Scope: "s", Key: "k"}
-	release := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	runs := atomic.Int64{}
 	go func() {
 		_, err := g.Do(ctxb, call, func(ctx context.Context) ([]byte, error) {
 			runs.Add(1)
+			close(started)
 			<-release
 			return []byte("v"), ctx.Err()
 		})
 		done <- err
 	}()
+	waitStarted(t, started, done)
 	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(500 * time.Millisecond)
 		if n, err := store.DeleteExpired(ctxb, time.Now(), 10); err != nil || n != 0 {
