@@ -370,6 +370,11 @@ func TestPanic(t *testing.T) {
 	if code, body := send(bare); code != 500 || !strings.Contains(body, "panic in branch business") {
 		t.Fatalf("panicking business without recoverer answered %d %s", code, body)
 	}
+	// Its event too is observed after the flushed 500 reached the client: wait for it, so that the
+	// redelivery's event comes after it.
+	for deadline := time.Now().Add(5 * time.Second); len(k.j.outcomes()) < 2 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 
 	// The lock was released and the barrier rows rolled back: the redelivery runs.
 	if code, body := send(bare); code != 200 {
