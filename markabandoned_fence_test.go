@@ -61,11 +61,24 @@ func TestMarkAbandonedTakeoverKeepsFences(t *testing.T) {
 	if err := mark(context.Background(), true); err == nil || idemkit.IsPermanent(err) {
 		t.Fatalf("first attempt: %v, want its retryable error", err)
 	}
-	st.late.Store(true) // the next Update is the second attempt's takeover of the FAILED mark
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := mark(ctx, false); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second attempt: %v, want its deadline", err)
+	// The second attempt's caller leaves while its takeover's Update waits. Its deadline must end
+	// there: one that ran out before (a loaded machine can take longer than 10 ms to get there) ended
+	// the attempt before its Update, which then never landed, and the test waited for it forever. Such
+	// an attempt wrote nothing: it is made again with a longer deadline.
+	for wait := 10 * time.Millisecond; ; wait *= 2 {
+		st.late.Store(true) // the next Update is the second attempt's takeover of the FAILED mark
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		err := mark(ctx, false)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("second attempt: %v, want its deadline", err)
+		}
+		if !st.late.Load() {
+			break // its Update was under way: it lands late
+		}
+		if wait > 5*time.Second {
+			t.Fatalf("the second attempt never reached its takeover's Update within its deadline (%s)", wait)
+		}
 	}
 	<-st.landed
 	deadline := time.Now().Add(10 * time.Second) // FinishTimeout bounds the release: 5 s
