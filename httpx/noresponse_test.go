@@ -22,12 +22,14 @@ func TestNoResponseAfterContextEndedNotStored(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			bd := setup(t, b, nil, nil)
 			var calls atomic.Int64
+			entered := make(chan struct{})
 			h := bd.mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/pings" {
 					calls.Add(1)
 					return // 200, no body: the answer while the context lives
 				}
 				if calls.Add(1) == 1 {
+					close(entered)
 					<-r.Context().Done() // the client gives up; so does the handler
 					return
 				}
@@ -36,13 +38,35 @@ func TestNoResponseAfterContextEndedNotStored(t *testing.T) {
 			}))
 			srv, client := newServer(t, h)
 
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			// The client gives up once the handler runs: a deadline of its own could end the request before
+			// it got there (a loaded machine, a slow claim), and the retry would then be the handler's first
+			// call, waiting for a client that does not give up.
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
 			r.Header.Set(DefaultHeader, "k-gone")
-			if resp, err := client.Do(r); err == nil {
+			type answer struct {
+				status int
+				err    error
+			}
+			first := make(chan answer, 1)
+			go func() {
+				resp, err := client.Do(r)
+				if err != nil {
+					first <- answer{err: err}
+					return
+				}
 				resp.Body.Close()
-				t.Fatalf("first request answered %d; want the client to give up", resp.StatusCode)
+				first <- answer{status: resp.StatusCode}
+			}()
+			select {
+			case <-entered:
+			case a := <-first:
+				t.Fatalf("first request ended (%d, %v) before its handler ran", a.status, a.err)
+			}
+			cancel()
+			if a := <-first; a.err == nil {
+				t.Fatalf("first request answered %d; want the client to give up", a.status)
 			}
 			var status int
 			var hdr http.Header
