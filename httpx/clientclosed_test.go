@@ -37,13 +37,32 @@ func TestClientClosedRequestNotStored(t *testing.T) {
 	}))
 	srv, client := newServer(t, h)
 
-	// The client gives up once the handler runs: a deadline of its own could end the request before
-	// it got there (a loaded machine, a slow claim), and the retry would then be the handler's first
-	// call, waiting for a client that does not give up.
+	giveUpOnceEntered(t, client, srv.URL+"/orders", "k-gone", entered)
+	var status int
+	var hdr http.Header
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		status, hdr, body = send(t, client, http.MethodPost, srv.URL+"/orders", "k-gone", `{}`)
+		if status != http.StatusConflict || time.Now().After(deadline) { // 409 while the first still runs
+			break
+		}
+	}
+	if status != http.StatusCreated || hdr.Get(ReplayedHeader) != "" || calls.Load() != 2 {
+		t.Fatalf("retry: %d %q (replayed %q, handler ran %d times), want 201 from a second run",
+			status, body, hdr.Get(ReplayedHeader), calls.Load())
+	}
+}
+
+// giveUpOnceEntered sends a keyed POST to url and gives up once its handler runs (entered closed),
+// failing t unless the request then ends with an error. A deadline of its own could end the request
+// before it got there (a loaded machine, a slow claim), and the retry would then be the handler's
+// first call, waiting for a client that does not give up.
+func giveUpOnceEntered(t *testing.T, client *http.Client, url, key string, entered <-chan struct{}) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
-	r.Header.Set(DefaultHeader, "k-gone")
+	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{}`))
+	r.Header.Set(DefaultHeader, key)
 	type answer struct {
 		status int
 		err    error
@@ -66,18 +85,5 @@ func TestClientClosedRequestNotStored(t *testing.T) {
 	cancel()
 	if a := <-first; a.err == nil {
 		t.Fatalf("first request answered %d; want the client to give up", a.status)
-	}
-	var status int
-	var hdr http.Header
-	var body string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		status, hdr, body = send(t, client, http.MethodPost, srv.URL+"/orders", "k-gone", `{}`)
-		if status != http.StatusConflict || time.Now().After(deadline) { // 409 while the first still runs
-			break
-		}
-	}
-	if status != http.StatusCreated || hdr.Get(ReplayedHeader) != "" || calls.Load() != 2 {
-		t.Fatalf("retry: %d %q (replayed %q, handler ran %d times), want 201 from a second run",
-			status, body, hdr.Get(ReplayedHeader), calls.Load())
 	}
 }

@@ -1,10 +1,8 @@
 package httpx
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,36 +36,7 @@ func TestNoResponseAfterContextEndedNotStored(t *testing.T) {
 			}))
 			srv, client := newServer(t, h)
 
-			// The client gives up once the handler runs: a deadline of its own could end the request before
-			// it got there (a loaded machine, a slow claim), and the retry would then be the handler's first
-			// call, waiting for a client that does not give up.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(`{}`))
-			r.Header.Set(DefaultHeader, "k-gone")
-			type answer struct {
-				status int
-				err    error
-			}
-			first := make(chan answer, 1)
-			go func() {
-				resp, err := client.Do(r)
-				if err != nil {
-					first <- answer{err: err}
-					return
-				}
-				resp.Body.Close()
-				first <- answer{status: resp.StatusCode}
-			}()
-			select {
-			case <-entered:
-			case a := <-first:
-				t.Fatalf("first request ended (%d, %v) before its handler ran", a.status, a.err)
-			}
-			cancel()
-			if a := <-first; a.err == nil {
-				t.Fatalf("first request answered %d; want the client to give up", a.status)
-			}
+			giveUpOnceEntered(t, client, srv.URL+"/orders", "k-gone", entered)
 			var status int
 			var hdr http.Header
 			var body string
