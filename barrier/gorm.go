@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit/internal/ownedtx"
@@ -178,7 +179,12 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // order, origin first, on MySQL/MariaDB in the order of the table's unique key, so that concurrent
 // deliveries of one op wait for each other instead of deadlocking there (a dtmcli delivery of the
 // same op at the same moment still may on MySQL/MariaDB; it is retried; on PostgreSQL neither
-// deadlocks); otherwise one. Only a repeated delivery costs one more statement, to tell Duplicate
+// deadlocks); otherwise one. On MySQL/MariaDB two deliveries that wait for the row of a third one,
+// which then rolls back (a slow action that failed, or whose caller gave up, with its compensation
+// delivered twice, or with the compensation and a redelivery of the action waiting), still deadlock,
+// as InnoDB's inserts of one duplicate key do: the database rolls one of the transactions back whole
+// (error 1213). [Gorm.TransactionOutcome] runs its transaction again then; a caller's own
+// transaction must be run again from its start. Only a repeated delivery costs one more statement, to tell Duplicate
 // from Hanging (and on PostgreSQL the first call, or every call in a transaction of another gorm.DB
 // than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after the caller's snapshot
 // (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the barrier needs no
@@ -329,28 +335,59 @@ func (g *Gorm) Transaction(ctx context.Context, b *Branch, fn func(tx *gorm.DB) 
 
 // TransactionOutcome is [Gorm.Transaction] that also reports the barrier's decision.
 //
+// When the database rolled the transaction back on a write conflict before fn ran — a MySQL/MariaDB
+// deadlock of the barrier's inserts (see [Gorm.Enter]), a PostgreSQL deadlock or serialization
+// failure — it runs the transaction again, up to 3 times: nothing of the caller's ran, and the run
+// again meets the rows of the delivery that won. A conflict after fn ran is returned.
+//
 // When it returns an error, b's barrier count is as it was before the call, so a retry of the call
 // with the same b (a transient error, retried within the request) uses the same barrier id: its
 // rows, rolled back, are written again — or, if a lost COMMIT had stored them, found — and a later
 // redelivery, whose new Branch starts from the first id, meets them. Counted on, the retry would
 // commit under the next id and the redelivery run the business a second time.
 func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *gorm.DB) error) (Outcome, error) {
-	var out Outcome
 	calls := 0
 	if b != nil {
 		calls = b.calls
 	}
-	// On a connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed is
-	// never returned to the pool with the transaction still open on the server.
-	err := ownedtx.Transaction(ctx, g.db, func(tx *gorm.DB) error {
-		var err error
-		out, err = g.CallOutcome(ctx, tx, b, fn)
-		return err
-	})
-	if err != nil && b != nil {
-		b.calls = calls
+	for attempt := 0; ; attempt++ {
+		var out Outcome
+		ran := false // fn was called: its effects outside the transaction may have happened
+		// On a connection of its own (package internal/ownedtx): one whose COMMIT or ROLLBACK failed
+		// is never returned to the pool with the transaction still open on the server.
+		err := ownedtx.Transaction(ctx, g.db, func(tx *gorm.DB) error {
+			var err error
+			out, err = g.CallOutcome(ctx, tx, b, func(tx *gorm.DB) error {
+				ran = true
+				return fn(tx)
+			})
+			return err
+		})
+		if err == nil {
+			return out, nil
+		}
+		if b != nil {
+			b.calls = calls
+		}
+		if ran || attempt == conflictRetries || ctx.Err() != nil || !rolledBackOnConflict(err) {
+			return out, err
+		}
 	}
-	return out, err
+}
+
+// conflictRetries bounds the runs of TransactionOutcome's transaction again after a write conflict.
+const conflictRetries = 3
+
+// rolledBackOnConflict reports whether err says the database rolled the whole transaction back to
+// resolve a write conflict: a MySQL/MariaDB deadlock (1213), a PostgreSQL deadlock (40P01) or
+// serialization failure (40001).
+func rolledBackOnConflict(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1213
+	}
+	var pg interface{ SQLState() string }
+	return errors.As(err, &pg) && (pg.SQLState() == "40P01" || pg.SQLState() == "40001")
 }
 
 // DeleteOlder deletes at most limit barrier rows created before before (limit <= 0 means
