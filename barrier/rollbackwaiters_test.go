@@ -115,3 +115,46 @@ func waitLockWaits(t *testing.T, db *gorm.DB, g *Gorm, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestGormWaiterUnderRepeatableRead: on a PostgreSQL whose transactions run in REPEATABLE READ or
+// SERIALIZABLE (default_transaction_isolation), a compensation delivered while its action's
+// transaction is still open waits for the action row; once the action commits, the compensation's
+// insert fails with a serialization failure (40001): the row is not in its snapshot. Gorm.Transaction
+// answered that error (dtmhttp.Gorm a 500, DTM retried with backoff) instead of running the
+// compensation, which a new transaction sees is due.
+func TestGormWaiterUnderRepeatableRead(t *testing.T) {
+	for _, iso := range []string{"repeatable\\ read", "serializable"} {
+		t.Run(strings.ReplaceAll(iso, "\\ ", "-"), func(t *testing.T) {
+			db := testsvc.PostgresWith(t, nil, " options='-c default_transaction_isolation="+iso+"'")
+			g := newGormTable(t, db)
+			ctx := context.Background()
+			for _, commit := range []bool{true, false} {
+				gid := testsvc.Name("gid-")
+				tx := db.Begin()
+				hb, _ := NewBranch(TransSaga, gid, "01", OpAction)
+				if out, err := g.Enter(ctx, tx, hb); err != nil || out != Proceed {
+					t.Fatalf("action: %s, %v", out, err)
+				}
+				var out Outcome
+				var err error
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					b, _ := NewBranch(TransSaga, gid, "01", OpCompensate)
+					out, err = g.TransactionOutcome(ctx, b, func(*gorm.DB) error { return nil })
+				})
+				waitLockWaits(t, db, g, 1)
+				end, want := tx.Commit, Proceed
+				if !commit {
+					end, want = tx.Rollback, NullCompensation
+				}
+				if err := end().Error; err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				if err != nil || out != want {
+					t.Fatalf("compensation waiting on an action that ended (committed: %v): %s, %v; want %s", commit, out, err, want)
+				}
+			}
+		})
+	}
+}
