@@ -184,11 +184,11 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // delivered twice, or with the compensation and a redelivery of the action waiting), still deadlock,
 // as InnoDB's inserts of one duplicate key do: the database rolls one of the transactions back whole
 // (error 1213). [Gorm.TransactionOutcome] runs its transaction again then; a caller's own
-// transaction must be run again from its start. Only a repeated delivery costs one more statement, to tell Duplicate
-// from Hanging (and on PostgreSQL the first call, or every call in a transaction of another gorm.DB
-// than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after the caller's snapshot
-// (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the barrier needs no
-// privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction is
+// transaction must be run again from its start. Only a repeated delivery costs one more statement,
+// to tell Duplicate from Hanging (and on PostgreSQL the first call, or every call in a transaction
+// of another gorm.DB than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after
+// the caller's snapshot (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the
+// barrier needs no privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction is
 // never aborted by an insert conflicting on the branch's unique key (ON CONFLICT (gid, branch_id,
 // op, barrier_id) DO NOTHING); any other conflict is an error, never taken for a repeated delivery.
 //
