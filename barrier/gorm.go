@@ -327,7 +327,8 @@ func (g *Gorm) CallOutcome(ctx context.Context, tx *gorm.DB, b *Branch, fn func(
 
 // Transaction opens a transaction on the barrier's database, runs [Gorm.Call] in it and commits; on an
 // error it rolls back and returns the error, on a panic it rolls back and re-panics (gorm's
-// db.Transaction). It is the equivalent of dtmcli's BranchBarrier.CallWithDB.
+// db.Transaction); one the database rolled back on a write conflict before fn ran is run again (see
+// [Gorm.TransactionOutcome]). It is the equivalent of dtmcli's BranchBarrier.CallWithDB.
 func (g *Gorm) Transaction(ctx context.Context, b *Branch, fn func(tx *gorm.DB) error) error {
 	_, err := g.TransactionOutcome(ctx, b, fn)
 	return err
