@@ -32,7 +32,10 @@ func MsgBranch(gid string) (*Branch, error) {
 // (its row says "msg") it returns nil and DTM submits the message; otherwise the "rollback" row is now
 // in place, so the local transaction can never commit (its own insert finds the row: [ErrDuplicate])
 // and it returns ErrMsgRolledBack: DTM fails the message. While the local transaction is still open,
-// the insert waits for it on the row's lock (MySQL, PostgreSQL) and the answer is its outcome.
+// the insert waits for it on the row's lock (MySQL, PostgreSQL) and the answer is its outcome. An
+// insert the database refused on a write conflict is run again, up to 3 times: on a PostgreSQL whose
+// transactions run in REPEATABLE READ or SERIALIZABLE, the one that waited for a local transaction
+// that then committed fails with a serialization failure (the row is not in its snapshot).
 //
 // It runs two statements of its own (not in a caller's transaction), on ctx. It returns
 // ErrInvalidBranch for a bad gid (also one holding a NUL byte on PostgreSQL, as [Gorm.Enter] does),
@@ -49,8 +52,14 @@ func (g *Gorm) QueryPrepared(ctx context.Context, gid string) error {
 	if err := g.checkEncoding(ctx, g.db.Config, pool); err != nil {
 		return err
 	}
-	if _, err := pool.ExecContext(ctx, g.d.insert, b.TransType, gid, msgBranchID, OpMsg, msgBarrierID, msgRollback); err != nil {
-		return fmt.Errorf("barrier: back-check of msg %s: %w", gid, err)
+	for attempt := 0; ; attempt++ {
+		_, err := pool.ExecContext(ctx, g.d.insert, b.TransType, gid, msgBranchID, OpMsg, msgBarrierID, msgRollback)
+		if err == nil {
+			break
+		}
+		if attempt == conflictRetries || ctx.Err() != nil || !rolledBackOnConflict(err) {
+			return fmt.Errorf("barrier: back-check of msg %s: %w", gid, err)
+		}
 	}
 	var reason string
 	if err := queryOne(ctx, pool, &reason, g.d.reason, gid, msgBranchID, OpMsg, msgBarrierID); err != nil {
