@@ -13,9 +13,9 @@ import (
 )
 
 // TestGormWaitersOfARolledBackDelivery: a delivery holds the row of an op uncommitted — a slow
-// action or try — while two other deliveries of the branch wait for that row: two deliveries of its
-// compensation (DTM calls it again after its request timeout), or the compensation and a redelivery of
-// the op. The holder then rolls back (its business failed, or its caller gave up and cancelled it).
+// action, try or confirm — while two other deliveries of the branch wait for that row: two
+// deliveries of its compensation (DTM calls it again after its request timeout), the compensation
+// and a redelivery of the op, or two redeliveries of the op. The holder then rolls back (its business failed, or its caller gave up and cancelled it).
 // Every waiter must then be decided by the barrier: the rows are inserted once, the other waiter
 // finds them. On MySQL/MariaDB both waiters held a shared lock on the key after the rollback and
 // both asked to insert it, and InnoDB rolled one of them back as a deadlock victim (error 1213): that
@@ -29,6 +29,8 @@ func TestGormWaitersOfARolledBackDelivery(t *testing.T) {
 		{"compensate and action", TransSaga, OpAction, [2]string{OpCompensate, OpAction}},
 		{"two cancels", TransTCC, OpTry, [2]string{OpCancel, OpCancel}},
 		{"cancel and try", TransTCC, OpTry, [2]string{OpCancel, OpTry}},
+		{"two actions", TransSaga, OpAction, [2]string{OpAction, OpAction}},
+		{"two confirms", TransTCC, OpConfirm, [2]string{OpConfirm, OpConfirm}},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			for _, d := range dialects[:2] { // the dialects with row locks
@@ -80,6 +82,10 @@ func testWaitersOfARolledBackDelivery(t *testing.T, db *gorm.DB, g *Gorm, round 
 	}
 	origin := OriginOp(waiters[0])
 	switch {
+	case waiters[1] == waiters[0] && origin == "":
+		if !(outs[0] == Proceed && outs[1] == Duplicate || outs[0] == Duplicate && outs[1] == Proceed) {
+			t.Fatalf("round %d: two %s: %v, want one proceed and one duplicate", round, waiters[0], outs)
+		}
 	case waiters[1] == waiters[0]:
 		if !(outs[0] == NullCompensation && outs[1] == Duplicate || outs[0] == Duplicate && outs[1] == NullCompensation) {
 			t.Fatalf("round %d: two %s: %v, want one null compensation and one duplicate", round, waiters[0], outs)
