@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit/internal/ownedtx"
@@ -370,7 +369,7 @@ func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *go
 		if b != nil {
 			b.calls = calls
 		}
-		if ran || attempt == conflictRetries || ctx.Err() != nil || !rolledBackOnConflict(err) {
+		if ran || attempt == conflictRetries || ctx.Err() != nil || !ownedtx.Conflict(err) {
 			return out, err
 		}
 	}
@@ -378,18 +377,6 @@ func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *go
 
 // conflictRetries bounds the runs of TransactionOutcome's transaction again after a write conflict.
 const conflictRetries = 3
-
-// rolledBackOnConflict reports whether err says the database rolled the whole transaction back to
-// resolve a write conflict: a MySQL/MariaDB deadlock (1213), a PostgreSQL deadlock (40P01) or
-// serialization failure (40001).
-func rolledBackOnConflict(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1213
-	}
-	var pg interface{ SQLState() string }
-	return errors.As(err, &pg) && (pg.SQLState() == "40P01" || pg.SQLState() == "40001")
-}
 
 // DeleteOlder deletes at most limit barrier rows created before before (limit <= 0 means
 // DefaultDeleteBatch), oldest first, in one statement of its own, and returns how many it deleted. A

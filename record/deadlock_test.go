@@ -7,6 +7,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // flakyConn fails the first n statements with err.
@@ -30,10 +32,10 @@ func TestDeadlockVictimIsRetried(t *testing.T) {
 		dialect string
 		err     error
 	}{
-		{dialectMySQL, &mysql.MySQLError{Number: mysqlDeadlock, Message: "Deadlock found"}},
-		{dialectPostgres, &pgconn.PgError{Code: postgresDeadlock}},
+		{dialectMySQL, &mysql.MySQLError{Number: ownedtx.MySQLDeadlock, Message: "Deadlock found"}},
+		{dialectPostgres, &pgconn.PgError{Code: ownedtx.PostgresDeadlock}},
 		// A REPEATABLE READ or SERIALIZABLE statement that waited for a row committed after its snapshot.
-		{dialectPostgres, &pgconn.PgError{Code: postgresSerialization}},
+		{dialectPostgres, &pgconn.PgError{Code: ownedtx.PostgresSerialization}},
 	} {
 		s := &Store{q: &queries{dialect: tc.dialect}}
 		f := &flakyConn{n: 2, err: tc.err}

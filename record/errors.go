@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // Unique-violation codes.
@@ -55,7 +56,7 @@ func IsConflict(err error) bool {
 	if err == nil {
 		return false
 	}
-	return errors.Is(err, ErrConflict) || driverConflict(err)
+	return errors.Is(err, ErrConflict) || ownedtx.Conflict(err)
 }
 
 // IsConflict is the package's [IsConflict], for the Guard: it asks it of the error of a function
@@ -63,17 +64,6 @@ func IsConflict(err error) bool {
 // that transaction — on MySQL and MariaDB a deadlock leaves the connection outside any transaction,
 // where a record would commit on its own.
 func (s *Store) IsConflict(err error) bool { return IsConflict(err) }
-
-// driverConflict reports whether err is a driver's error of a deadlock (MySQL/MariaDB 1213,
-// PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001).
-func driverConflict(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == mysqlDeadlock
-	}
-	c := sqlState(err)
-	return c == postgresDeadlock || c == postgresSerialization
-}
 
 // interpretError translates a backend error: a unique violation becomes idemkit.ErrExists; a
 // transaction rolled back on a write conflict wraps ErrConflict; a Galera node that cannot take
@@ -180,17 +170,9 @@ func isUniqueViolation(dialect string, err error) bool {
 	return false
 }
 
-// Deadlock codes: the database chose the statement as a deadlock victim and rolled it back. Galera
-// reports a transaction that failed certification, or was aborted by a conflicting replicated write
-// set, with the same MySQL code.
-const (
-	mysqlDeadlock         = 1213    // ER_LOCK_DEADLOCK
-	postgresDeadlock      = "40P01" // deadlock_detected
-	postgresSerialization = "40001" // serialization_failure
-	// mysqlUnknownCommand is what a Galera node answers while it is not ready for queries
-	// ("WSREP has not yet prepared node for application use").
-	mysqlUnknownCommand = 1047 // ER_UNKNOWN_COM_ERROR
-)
+// mysqlUnknownCommand is what a Galera node answers while it is not ready for queries ("WSREP has not
+// yet prepared node for application use").
+const mysqlUnknownCommand = 1047 // ER_UNKNOWN_COM_ERROR
 
 // isGaleraNotReady reports whether err is a Galera node refusing queries because it is not synced
 // or not in the primary component.
@@ -239,7 +221,7 @@ func (q *queries) heldElsewhere(doing string, err error) error {
 // serialization failure (a REPEATABLE READ or SERIALIZABLE statement that waited for a row committed
 // after its snapshot).
 func rolledBackAlone(dialect string, err error) bool {
-	return (dialect == dialectMySQL || dialect == dialectPostgres) && driverConflict(err)
+	return (dialect == dialectMySQL || dialect == dialectPostgres) && ownedtx.Conflict(err)
 }
 
 // sqlState returns the SQLSTATE code of a PostgreSQL error (pgx or lib/pq: anything with SQLState),

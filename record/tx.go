@@ -175,7 +175,7 @@ func (l *txLost) check() error {
 // sent in is over (rolled back by the server): a deadlock victim's, or Galera's conflict.
 func mysqlRolledBack(err error) bool {
 	var my *mysql.MySQLError
-	return errors.As(err, &my) && my.Number == mysqlDeadlock
+	return errors.As(err, &my) && my.Number == ownedtx.MySQLDeadlock
 }
 
 // lostConn is a transaction's conn that refuses every statement once lost says the transaction is over.

@@ -11,6 +11,9 @@
 // commits implicitly on MySQL): half of a transaction idemkit reported as not done. A [Tx] holds a
 // connection of its own for the transaction — on a gorm.DB in PrepareStmt mode too —: after a failed
 // COMMIT it sends ROLLBACK on it, and a connection whose ROLLBACK failed is closed, never reused.
+//
+// [Conflict] tells the driver errors of a transaction the database rolled back whole on a write
+// conflict, which its owner may run again from its start.
 package ownedtx
 
 import (

@@ -1,0 +1,29 @@
+package ownedtx
+
+import (
+	"errors"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// The driver errors of a transaction the database rolled back whole to resolve a write conflict.
+// Galera reports a transaction that failed certification, or was aborted by a conflicting replicated
+// write set, with the MySQL deadlock code.
+const (
+	MySQLDeadlock         = 1213    // ER_LOCK_DEADLOCK
+	PostgresDeadlock      = "40P01" // deadlock_detected
+	PostgresSerialization = "40001" // serialization_failure
+)
+
+// Conflict reports whether err is a driver's error saying the database rolled a transaction back to
+// resolve a write conflict, so that running it again from its start may succeed: a deadlock
+// (MySQL/MariaDB 1213, PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001). It sees
+// through wrapping.
+func Conflict(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == MySQLDeadlock
+	}
+	var pg interface{ SQLState() string }
+	return errors.As(err, &pg) && (pg.SQLState() == PostgresDeadlock || pg.SQLState() == PostgresSerialization)
+}
