@@ -41,6 +41,8 @@ func ExampleGlobal_Run() {
 	switch {
 	case errors.Is(err, idemkit.ErrInFlight):
 		log.Print("the same transfer is running")
+	case errors.Is(err, idemkit.ErrPayloadMismatch): // the key was used for another transfer: no retry with it helps
+		log.Printf("this key was used for another transfer: %v", err)
 	case errors.Is(err, idemkit.ErrRejected): // a try's idemkit.Permanent error, on the first call as on replays
 		log.Printf("refused for good, a retry gets the same answer: %v", err)
 	case err != nil: // store, lock or DTM unreachable, or DTM's answer lost
@@ -50,7 +52,7 @@ func ExampleGlobal_Run() {
 	case out.Replayed, out.Status == txstatus.Succeed:
 		log.Printf("done: %s", out.Result)
 	case out.Status == txstatus.Aborting, out.Status == txstatus.Prepared: // a try failed; DTM is cancelling (or will, at TimeoutToFail)
-		log.Printf("cancelling: %v", out.Reason) // the reconciler records FAILED
+		log.Printf("cancelling: %v", out.Reason) // the reconciler records FAILED (REJECTED for a permanent try error)
 	default: // submitted
 		log.Printf("confirming: %s", out.Result) // the reconciler settles the record
 	}
