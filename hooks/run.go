@@ -50,7 +50,8 @@ type RunParams struct {
 	// empty), so that no Reconciler takes that transaction for this call's, and no hook runs for it
 	// (neither Before nor Rollback): hooks keyed by the gid would write to that transaction's rows.
 	// Nor is one the manager could not be asked about then (unreachable, a gateway's 5xx): the call
-	// starts nothing, runs no hook, and returns an error (an outage: retry later).
+	// starts nothing, runs no hook, and returns an error (an outage: retry later), which matches
+	// txstatus.ErrNotSent when the manager could not even be connected to, as for a start never sent.
 	// When a call with a gid given here starts nothing and its Rollback hook fails, the record is
 	// rolled back all the same and Run returns the hook's error (a hook that panics: the record is
 	// rolled back, then the panic goes on): the Reconciler, which follows the
@@ -106,7 +107,8 @@ type RunParams struct {
 // lost, rolls the record back (nothing started) and reports Failed. A caller gone by then (ctx ended)
 // has the record rolled back too (Failed, nothing started, the key free again) and gets an error. With
 // a gid chosen up front (RunParams.GID), a manager that cannot be asked whether it is free
-// (unreachable, a gateway's 5xx) rolls the record back too, and Run returns an error.
+// (unreachable, a gateway's 5xx) rolls the record back too, and Run returns an error (matching
+// txstatus.ErrNotSent when the manager could not be connected to, as below).
 //
 // When Start fails with DTM's refusal of the call that creates the transaction (an error matching
 // txstatus.ErrRefused) nothing started: the record is rolled back and the key is free again, whatever

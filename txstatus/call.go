@@ -87,6 +87,20 @@ func (e *notSentError) Unwrap() []error { return []error{ErrNotSent, e.err} }
 // never asked reports nothing, and only its error can tell.
 type connTrace struct{ asked, got atomic.Bool }
 
+// trace returns ctx with t recording the connections of the requests made with it.
+func (t *connTrace) trace(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn: func(string) { t.asked.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { t.got.Store(true) },
+	})
+}
+
+// never reports whether err, the error of an HTTP client's Do of a request traced by t, was met
+// before any of it was written: no connection could be opened (see neverSent).
+func (t *connTrace) never(err error) bool {
+	return neverSent(err) || t.asked.Load() && !t.got.Load()
+}
+
 // neverSent reports whether err, an error of an HTTP client's Do, is a failure to open a connection
 // (a *net.OpError with Op "dial", maybe behind a proxy's "proxyconnect" one): the request was never
 // written. That holds of net/http's Transport, which writes a request only on a connection it holds
@@ -139,18 +153,14 @@ func (c *Client) Call(ctx context.Context, op, gid string, body any) error {
 	// returns the timeout or the cancellation, not the dial error, when the client's timeout or ctx
 	// ends a dial that hangs (a host that drops the packets).
 	var conn connTrace
-	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GetConn: func(string) { conn.asked.Store(true) },
-		GotConn: func(httptrace.GotConnInfo) { conn.got.Store(true) },
-	})
-	req, err := http.NewRequestWithContext(tctx, http.MethodPost, c.base()+"/"+op, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(conn.trace(ctx), http.MethodPost, c.base()+"/"+op, bytes.NewReader(b))
 	if err != nil {
 		return &RefusedError{Op: op, GID: gid, Message: "building the request: " + err.Error(), Local: true}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http().Do(req)
 	if err != nil {
-		if neverSent(err) || conn.asked.Load() && !conn.got.Load() {
+		if conn.never(err) {
 			return &notSentError{op, gid, err}
 		}
 		return &noAnswerError{op, gid, err}

@@ -85,3 +85,31 @@ func TestCallTimedOutBeforeConnectingIsNotSent(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestStatusNeverSentIsNotSent: Status, which an initiator asks before it starts a gid chosen up front,
+// answers a server it cannot connect to with an error matching ErrNotSent, as Call does; Query, asked
+// after a start, never does (its failure says nothing of whether the start was sent).
+func TestStatusNeverSentIsNotSent(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens there now: a dial is refused
+	c := &Client{Server: "http://" + addr + "/api/dtmsvr", HTTP: &http.Client{Timeout: 5 * time.Second}}
+	if _, err := c.Status(context.Background(), "g-notsent"); !errors.Is(err, ErrNotSent) || errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("Status from a closed port = %v: want ErrNotSent", err)
+	}
+	if _, err := c.Query(context.Background(), "g-notsent"); err == nil || errors.Is(err, ErrNotSent) {
+		t.Fatalf("Query from a closed port = %v: want an error that is not ErrNotSent", err)
+	}
+	// Answered, but not DTM's answer: an error, not ErrNotSent.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	}))
+	defer srv.Close()
+	c.Server = srv.URL
+	if _, err := c.Status(context.Background(), "g-gw"); err == nil || errors.Is(err, ErrNotSent) {
+		t.Fatalf("Status through a failing gateway = %v: want an error that is not ErrNotSent", err)
+	}
+}

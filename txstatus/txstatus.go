@@ -113,17 +113,30 @@ func (i Info) RanNothingFor(transType string) bool {
 }
 
 // Status returns the global transaction's status, Unknown when the server has no transaction with gid,
-// or an error when the server cannot be asked or answers something unexpected.
+// or an error when the server cannot be asked or answers something unexpected: one matching
+// [ErrNotSent] when no connection to the server could be opened, as [Client.Call] tells it. An
+// initiator asks it before it starts a gid chosen up front: a server it cannot even connect to is an
+// outage, as for a start that could not be sent. ([Client.Query]'s errors never match ErrNotSent: a
+// query made after a start says nothing of whether that start was sent.)
 func (c *Client) Status(ctx context.Context, gid string) (Status, error) {
-	info, err := c.Query(ctx, gid)
+	info, err := c.query(ctx, gid, true)
 	return info.Status, err
 }
 
 // Query returns what the server knows about the global transaction gid (a zero Info, Status Unknown,
 // when it has none), or an error when the server cannot be asked or answers something unexpected.
 func (c *Client) Query(ctx context.Context, gid string) (Info, error) {
+	return c.query(ctx, gid, false)
+}
+
+// query is Query; with notSent, an error that opened no connection matches ErrNotSent (see Status).
+func (c *Client) query(ctx context.Context, gid string, notSent bool) (Info, error) {
 	if c.Server == "" {
 		return Info{}, errors.New("txstatus: no DTM server configured")
+	}
+	var conn connTrace
+	if notSent {
+		ctx = conn.trace(ctx)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/query?gid="+url.QueryEscape(gid), nil)
 	if err != nil {
@@ -131,6 +144,9 @@ func (c *Client) Query(ctx context.Context, gid string) (Info, error) {
 	}
 	resp, err := c.http().Do(req)
 	if err != nil {
+		if notSent && conn.never(err) {
+			return Info{}, &notSentError{"query", gid, err}
+		}
 		return Info{}, fmt.Errorf("txstatus: querying %s: %w", gid, err)
 	}
 	defer resp.Body.Close()
