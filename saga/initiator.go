@@ -36,7 +36,10 @@ type SubmitParams struct {
 	// Steps adds the saga's steps (s.Add(action, compensate, payload)) and sets its options
 	// (s.RetryInterval, s.TimeoutToFail, s.Concurrent...). Required. s.WaitResult is ignored
 	// (Initiator.Wait waits for the outcome): with it DTM answers a saga not yet succeeded with
-	// the same FAILURE as a refusal to start one.
+	// the same FAILURE as a refusal to start one. Steps must not change s.Gid or s.TransType: the
+	// record, the wait and the Reconciler follow the gid Submit chose (GID) as a saga, and a saga
+	// submitted under another gid or type would run unfollowed (a retry of the key running it again).
+	// Submit refuses such a saga before anything is sent (see Submit).
 	Steps func(s *dtmcli.Saga)
 	// Result is the saga's result (an order id...): stored with the claim, returned in
 	// Outcome.Result when the saga succeeds, and replayed to duplicates. See hooks.RunParams.Result.
@@ -61,6 +64,10 @@ type SubmitParams struct {
 // reason a *txstatus.RefusedError with Local set ("txstatus: idemkit refused submit of …"), matching
 // txstatus.ErrRefused. So is a saga whose Steps panic (dtmcli's Add panics on a payload it cannot
 // marshal): nothing is submitted, the record is rolled back, then the panic goes on with its value.
+// So is a saga whose Steps changed its Gid or TransType (which no wait, query or Reconciler of the
+// record would follow): nothing is submitted, the record is rolled back, and Submit returns, beside the
+// Outcome (Failed, with that reason), an error saying Steps must not change them, matching
+// txstatus.ErrRefused.
 //
 // A submit that lands on the gid after a Reconciler fenced it — between the fence's prepare and abort,
 // when DTM v1.19 accepts it onto the fence's empty transaction and reports it succeeded without running
@@ -72,6 +79,7 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 	}
 	status := cmp.Or(i.Status, &txstatus.Client{Server: i.Server})
 	var panicked *stepsPanic // Steps panicked: nothing was sent
+	var changed error        // Steps changed the saga's gid or type: nothing was sent
 	out, err := i.Lifecycle.Run(ctx, hooks.RunParams{
 		TransType: "saga",
 		Call:      p.Call,
@@ -85,6 +93,15 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 				// Nothing was sent: the record is rolled back, the key free again, before the panic
 				// goes on.
 				return idemkit.Retryable(&txstatus.RefusedError{Op: "submit", GID: gid, Message: fmt.Sprintf("saga: Steps panicked, nothing was submitted: %v", panicked.value), Local: true})
+			}
+			if s.Gid != gid || s.TransType != "saga" {
+				// Submitted, it would run under a gid (or as a type) the record does not know: no
+				// wait, query or fence of the record's gid would follow it, and a retry of the key,
+				// the record settled FAILED, would run it again.
+				changed = &txstatus.RefusedError{Op: "submit", GID: gid, Local: true, Message: fmt.Sprintf(
+					"saga: Steps changed the saga's gid or type (to %q, %q): Steps must not change s.Gid (the record's %q) nor s.TransType (%q); nothing was submitted",
+					s.Gid, s.TransType, gid, "saga")}
+				return idemkit.Retryable(changed)
 			}
 			if len(s.Steps) == 0 {
 				// Nothing to run; and a saga that succeeded without a branch is how DTM reports a submit
@@ -103,6 +120,10 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 	})
 	if panicked != nil {
 		panic(panicked.value)
+	}
+	if changed != nil {
+		// A bug of the caller's, not a saga that rolled back: said as an error too.
+		err = errors.Join(changed, err)
 	}
 	return out, err
 }

@@ -44,9 +44,14 @@ type RunParams struct {
 	// their JSON encoding (a base64 or quoted string) as the payload DTM sends the confirm and the
 	// cancel, which then cannot decode it (dtmhttp.Decode: ErrMalformedPayload, answered 500, and
 	// retried by DTM for ever, the try's reservation held).
+	//
+	// Tries must not change t.Gid or t.TransType (see Options).
 	Tries func(t *dtmcli.Tcc) error
 	// Options sets the transaction's options before it is prepared (t.TimeoutToFail,
-	// t.RetryInterval...). Optional.
+	// t.RetryInterval...). Optional. Options (and Tries) must not change t.Gid or t.TransType: the
+	// record, the wait and the Reconciler follow the gid Run chose (GID) as a TCC, and a transaction
+	// prepared, tried or submitted under another gid or type would run unfollowed (a retry of the key
+	// running it again). Run refuses such a change (see Run).
 	Options func(t *dtmcli.Tcc)
 	// Result is the transaction's result (an order id...): stored with the claim, returned in
 	// Outcome.Result when it succeeds, and replayed to duplicates. See hooks.RunParams.Result.
@@ -77,12 +82,19 @@ type RunParams struct {
 // hooks.AbortError), while a Reconciler records DTM's reason (FAILED). A panic in Tries aborts the
 // transaction (the abort posted again as a failed try's is), which the record follows, and one in
 // Options rolls the record back (nothing was prepared); then the panic goes on with its value.
+//
+// Options or Tries that change t.Gid or t.TransType (which no wait, query or Reconciler of the record
+// would follow) are refused: a change by Options rolls the record back before anything is prepared
+// (the Outcome Failed, its reason matching txstatus.ErrRefused); one by Tries aborts the record's
+// transaction (its gid and type restored first, nothing submitted), which the record follows (FAILED,
+// not REJECTED). Either way Run also returns an error saying the callback must not change them.
 func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
 	}
 	status := cmp.Or(g.Status, &txstatus.Client{Server: g.Server})
 	var panicked *optionsPanic // Options panicked: nothing was sent
+	var changed *changedError  // Options or Tries changed the gid or type
 	out, err := g.Lifecycle.Run(ctx, hooks.RunParams{
 		TransType: "tcc",
 		Call:      p.Call,
@@ -100,13 +112,44 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 				// record follows: see hooks.Lifecycle.Run.)
 				return idemkit.Retryable(&txstatus.RefusedError{Op: "prepare", GID: gid, Message: fmt.Sprintf("tcc: Options panicked, nothing was prepared: %v", panicked.value), Local: true})
 			}
-			return start(ctx, status, t, p.Tries, g.Lifecycle.IsPermanent)
+			if changed = changedBy("Options", t, gid); changed != nil {
+				// Nothing was sent: prepared, the transaction would run under a gid (or as a type) the
+				// record does not know.
+				return idemkit.Retryable(&txstatus.RefusedError{Op: "prepare", GID: gid, Message: changed.Error() + "; nothing was prepared", Local: true})
+			}
+			err := start(ctx, status, t, p.Tries, g.Lifecycle.IsPermanent)
+			errors.As(err, &changed)
+			return err
 		},
 	})
 	if panicked != nil {
 		panic(panicked.value)
 	}
+	if changed != nil {
+		// A bug of the caller's, not a transaction that rolled back: said as an error too.
+		err = errors.Join(changed, err)
+	}
 	return out, err
+}
+
+// changedError says that a callback changed the gid or the type of the transaction Run started.
+type changedError struct {
+	callback            string // "Options" or "Tries"
+	gid, transType      string // what the callback set
+	recorded, wantsType string // the record's gid, "tcc"
+}
+
+func (e *changedError) Error() string {
+	return fmt.Sprintf("tcc: %s changed the transaction's gid or type (to %q, %q): %s must not change t.Gid (the record's %q) nor t.TransType (%q)",
+		e.callback, e.gid, e.transType, e.callback, e.recorded, e.wantsType)
+}
+
+// changedBy returns the change callback made to t's gid (gid before) or type, nil if none.
+func changedBy(callback string, t *dtmcli.Tcc, gid string) *changedError {
+	if t.Gid == gid && t.TransType == "tcc" {
+		return nil
+	}
+	return &changedError{callback: callback, gid: t.Gid, transType: t.TransType, recorded: gid, wantsType: "tcc"}
 }
 
 // optionsPanic is the value RunParams.Options panicked with.
@@ -141,6 +184,9 @@ func setOptions(options func(*dtmcli.Tcc), t *dtmcli.Tcc) (panicked *optionsPani
 // the record records it REJECTED as the initiator does. A try error whose abort DTM did not
 // acknowledge (see abort) is returned in a *hooks.AbortError, marked idemkit.Retryable unless it is
 // permanent.
+//
+// Tries that change t's gid or type make it abort the transaction under its own gid and type (restored
+// first): it returns a *changedError (retryable: the record is FAILED, not REJECTED).
 func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries func(*dtmcli.Tcc) error, permanent func(error) bool) (err error) {
 	// DTM's answers (or a gateway's) are never the business's: they are returned marked
 	// idemkit.Retryable, so that the Guard's Options.IsPermanent does not record the key REJECTED
@@ -152,9 +198,11 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	// tries, which take no context, ran anyway), as Run's wait and settlement outlive the caller. A
 	// cancelled context left it prepared, its resources reserved, until DTM's TimeoutToFail.
 	ctx = context.WithoutCancel(ctx)
+	gid := t.Gid
 	panicked := true
 	defer func() {
 		if panicked {
+			t.Gid, t.TransType = gid, "tcc" // whatever the tries made of them
 			// Aborted as after a failed try (posted again while DTM does not answer), then the panic
 			// goes on with its value: posted once and lost, the abort left the TCC prepared, its
 			// branches' reservations held, until DTM timed it out with a reason of its own.
@@ -164,6 +212,12 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	}()
 	tryErr := tries(t)
 	panicked = false
+	if changed := changedBy("Tries", t, gid); changed != nil {
+		// Submitted or aborted as it is, a transaction the record does not know would be: the record's
+		// is aborted instead (its tries cancelled), whatever the tries returned.
+		t.Gid, t.TransType = gid, "tcc"
+		tryErr = idemkit.Retryable(changed)
+	}
 	perm := tryErr != nil && permanent(tryErr)
 	if errors.Is(tryErr, txstatus.ErrRefused) || errors.Is(tryErr, txstatus.ErrNotSent) {
 		// Not a refusal of the prepare, nor a prepare never sent (a try that returned such an error):
