@@ -791,8 +791,8 @@ func (g *Guard) releaseHolder(ctx context.Context, rec *Record) {
 
 // fencedWhy returns ErrFenced for a write of want (nil: one it cannot tell) fenced off the record
 // mine (as its writer last had it), saying what became of the record as far as a read of it can
-// tell: deleted, deleted and claimed anew, taken over by another attempt, ended by a sweeper or an
-// operator (the error they wrote), or finished by another writer with the same claim (a reconciler's
+// tell: deleted, deleted and claimed anew, taken over by another attempt (one with a GID: settled by a
+// reconciler or an operator, then claimed again), ended by a sweeper or an operator (the error they wrote), or finished by another writer with the same claim (a reconciler's
 // Settle). It returns nil when the record read is want (see wrote): a Store that retries an UPDATE
 // whose reply was lost (record.Store checks its own) meets the write its first try made and answers
 // ErrFenced, although the write landed.
@@ -810,6 +810,10 @@ func fencedWhy(ctx context.Context, st Store, mine, want *Record) error {
 		why = fmt.Sprintf("the record was finished by another as %s (a reconciler's settlement)", cur.Status)
 	case cur.Fence > mine.Fence && cur.Owner == "":
 		why = fmt.Sprintf("the claim was ended by a sweeper or an operator (the record is %s, fence %d: %q)", cur.Status, cur.Fence, cur.Error)
+	case cur.Fence > mine.Fence && mine.GID != "":
+		// A record with a GID is never taken over when its lease runs out (see Claim.Detach): it was
+		// settled first — by a reconciler, which fences the gid, or an operator — then claimed again.
+		why = fmt.Sprintf("the record (gid %s) was settled by another (a reconciler, which fences the gid, or an operator) and claimed again by another attempt (fence %d)", mine.GID, cur.Fence)
 	case cur.Fence > mine.Fence:
 		why = fmt.Sprintf("the lease ran out and another attempt took over (fence %d)", cur.Fence)
 	default: // another owner with a fence no higher: the record was deleted, then claimed anew

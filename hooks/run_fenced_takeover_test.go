@@ -3,6 +3,7 @@ package hooks_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // before the hook's row lands; but the client's retry then takes the key over under a new gid before
 // Run renews its claim. Run's renewal is fenced, and its gid still never started: the Rollback hook
 // must run for it again, or its row stays PENDING for ever — the record no longer naming that gid
-// changes nothing of that.
+// changes nothing of that. Run's error says the record was settled by another and claimed again.
 func TestBeforeHookOutlivingLeaseIsRolledBackAfterATakeover(t *testing.T) {
 	b := setup(t)
 	var mu sync.Mutex
@@ -63,6 +64,12 @@ func TestBeforeHookOutlivingLeaseIsRolledBackAfterATakeover(t *testing.T) {
 		}})
 	if !errors.Is(err, idemkit.ErrFenced) {
 		t.Fatalf("Run = %+v, %v; want an error matching ErrFenced", out, err)
+	}
+	// A record with a gid is never taken over when its lease runs out: the error must say what
+	// happened — settled by another (the reconciler) and claimed again — not "the lease ran out and
+	// another attempt took over" (found by a defect hunt).
+	if msg := err.Error(); strings.Contains(msg, "lease ran out") || !strings.Contains(msg, "settled by another") || !strings.Contains(msg, "claimed again") {
+		t.Errorf("Run's error %q: want it to say the record was settled by another (a reconciler) and claimed again, not that its lease ran out", msg)
 	}
 	mu.Lock()
 	defer mu.Unlock()
