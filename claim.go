@@ -793,9 +793,10 @@ func (g *Guard) releaseHolder(ctx context.Context, rec *Record) {
 // mine (as its writer last had it), saying what became of the record as far as a read of it can
 // tell: deleted, deleted and claimed anew, taken over by another attempt (one with a GID: settled by
 // a reconciler or an operator, then claimed again), ended by a sweeper or an operator (the error
-// they wrote), or finished by another writer with the same claim (a reconciler's Settle). It returns nil when the record read is want (see wrote): a Store that retries an UPDATE
-// whose reply was lost (record.Store checks its own) meets the write its first try made and answers
-// ErrFenced, although the write landed.
+// they wrote), or finished by another writer with the same claim (a reconciler's Settle). It returns
+// nil when the record read is want (see wrote): a Store that retries an UPDATE whose reply was lost
+// (record.Store checks its own) meets the write its first try made and answers ErrFenced, although
+// the write landed.
 func fencedWhy(ctx context.Context, st Store, mine, want *Record) error {
 	cur, err := st.Get(ctx, mine.Scope, mine.Key)
 	var why string
