@@ -40,8 +40,10 @@ type dialect struct {
 	// indexExists, when set, counts the table's indexes named $2, $1 being the quoted table
 	// (PostgreSQL, whose CREATE INDEX IF NOT EXISTS locks the table before it looks for the index);
 	// CreateTable asks it with quoted and index before it creates the index.
-	indexExists   string
-	quoted, index string
+	indexExists string
+	index       string
+	// quoted is the quoted [schema.]table; schema ("" when unqualified) and base its parts unquoted.
+	quoted, schema, base string
 }
 
 // maxTableBase bounds the table's own name (without its schema): 63 bytes less "_create_time".
@@ -100,6 +102,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 	case "mysql":
 		t := quoteParts(parts, "`")
 		d = &dialect{
+			quoted: t,
 			insert: "INSERT IGNORE INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?)",
 			// A locking read sees the row committed last, not the caller's snapshot (REPEATABLE READ
 			// after an earlier read): a cancel committed since is Hanging, not "no row".
@@ -111,6 +114,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 	case "postgres":
 		t := quoteParts(parts, `"`)
 		d = &dialect{
+			quoted: t,
 			// DTM's PostgreSQL table has no default for create_time: set it so DeleteOlder can see the row.
 			// Only the branch's own unique key is a repeated delivery: any other conflict (the id
 			// sequence behind the rows, after a data-only copy or a logical-replication failover)
@@ -129,8 +133,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 			// there: it waits for every open branch transaction, and every later insert waits for it.
 			indexExists: "SELECT count(*) FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid " +
 				"WHERE x.indrelid = to_regclass($1::text) AND c.relname = $2",
-			quoted: t,
-			index:  parts[len(parts)-1] + "_create_time",
+			index: parts[len(parts)-1] + "_create_time",
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
 				" WHERE create_time < $1 ORDER BY create_time LIMIT $2)",
 			beforeArg: func(t time.Time) any { return t },
@@ -138,6 +141,7 @@ func buildDialect(name, table string) (d *dialect, err error) {
 	case "sqlite":
 		t := quoteParts(parts, `"`)
 		d = &dialect{
+			quoted: t,
 			insert: "INSERT INTO " + t + " (" + cols + ") VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (gid, branch_id, op, barrier_id) DO NOTHING",
 			reason: "SELECT reason FROM " + t + " WHERE gid = ? AND branch_id = ? AND op = ? AND barrier_id = ?",
 			deleteOlder: "DELETE FROM " + t + " WHERE id IN (SELECT id FROM " + t +
@@ -149,6 +153,10 @@ func buildDialect(name, table string) (d *dialect, err error) {
 	}
 	if d.ddl, err = renderDDL(name, parts); err != nil {
 		return nil, err
+	}
+	d.base = parts[len(parts)-1]
+	if len(parts) == 2 {
+		d.schema = parts[0]
 	}
 	return d, nil
 }

@@ -20,7 +20,10 @@
 //
 //   - [Gorm] for business data in MySQL/MariaDB, PostgreSQL or SQLite, on a table with DTM's
 //     dtm_barrier.barrier schema (DDL in the repository's sql/ directory, or [Gorm.CreateTable]). Rows
-//     written by DTM's own dtmcli barrier and by this one honour each other. It runs inside the caller's
+//     written by DTM's own dtmcli barrier and by this one honour each other. A table whose unique key's
+//     columns compare loosely (one made from DTM's own MySQL DDL: case-insensitive VARCHAR) would let
+//     two transactions' branches share rows: CreateTable refuses it ([Gorm.CheckKeyColumns]) with the
+//     ALTER TABLE that fixes it. It runs inside the caller's
 //     transaction and never commits or rolls it back ([Gorm.Call], usable inside db.Transaction), works
 //     with gorm's PrepareStmt mode, and has a per-instance table name. [Gorm.Transaction] opens the
 //     transaction itself. [Gorm.DeleteOlder] lets a sweeper delete old rows in bounded batches.

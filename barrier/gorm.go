@@ -98,7 +98,15 @@ func (g *Gorm) checkEncoding(ctx context.Context, cfg *gorm.Config, pool gorm.Co
 // exists it waits for no branch transaction open on it: on PostgreSQL the index is looked for before
 // it is created, since CREATE INDEX IF NOT EXISTS locks the table (and every later insert behind it)
 // first.
+//
+// It returns [Gorm.CheckKeyColumns]'s error, and creates nothing, when the table exists with a gid,
+// branch_id, op or barrier_id column that does not tell every two values apart (a MySQL/MariaDB table
+// made from DTM's own DDL, whose VARCHAR columns compare case-insensitively; a collation changed by a
+// migration tool): CREATE TABLE IF NOT EXISTS would keep such a table.
 func (g *Gorm) CreateTable(ctx context.Context) error {
+	if err := g.CheckKeyColumns(ctx); err != nil {
+		return err
+	}
 	for _, stmt := range g.d.ddl {
 		if g.d.indexExists != "" && strings.HasPrefix(stmt, "CREATE INDEX") {
 			var n int

@@ -1,0 +1,72 @@
+package barrier
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemkit/idemkit/internal/keycolumns"
+)
+
+// keyColumns are the columns of the barrier table's unique key, each long enough for DTM's limit in
+// characters (see NewBranch): 4 bytes a character on MySQL/MariaDB, whose shipped columns are VARBINARY.
+var keyColumns = []keycolumns.Column{
+	{Name: "gid", MySQLBytes: 4 * maxGid, PostgresChars: maxGid},
+	{Name: "branch_id", MySQLBytes: 4 * maxBranchID, PostgresChars: maxBranchID},
+	{Name: "op", MySQLBytes: 4 * maxOp, PostgresChars: maxOp},
+	{Name: "barrier_id", MySQLBytes: 4 * maxBarrierID, PostgresChars: maxBarrierID},
+}
+
+// maxBarrierID is the length of DTM's barrier_id column, in characters.
+const maxBarrierID = 45
+
+// CheckKeyColumns returns an error when the barrier table has a gid, branch_id, op or barrier_id
+// column (its unique key) that does not tell every two different values apart: on MySQL/MariaDB any
+// type but VARBINARY or a VARCHAR of a binary NO PAD collation — a table made from DTM's own DDL
+// (dtmcli's barrier table: VARCHAR in the default utf8mb4 collation, utf8mb4_general_ci, case- and
+// accent-insensitive) as well as utf8mb4_bin, which ignores trailing spaces —, on PostgreSQL any type
+// but VARCHAR or TEXT of a deterministic collation (citext and nondeterministic collations ignore
+// case or accents, CHAR trailing spaces), or a column too short for DTM's limits. On such a table gids
+// like "Order-A" and "order-a " share their barrier rows: the second transaction's branch is taken
+// for a repeated delivery of the first's, and its business never runs. The error names the column,
+// its type and collation and the ALTER TABLE that gives the four columns the shipped types (a table
+// rebuild on MySQL/MariaDB: see the repository's docs/DTM.md). The shipped table (package
+// github.com/idemkit/idemkit/sql) and DTM's own PostgreSQL table pass. It checks nothing on SQLite,
+// and nothing when the table or the columns do not exist. It reads the catalog: run it at start-up,
+// not per call ([Gorm.CreateTable] runs it).
+func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
+	query := g.db.Statement.ConnPool.QueryContext
+	var column string
+	var err error
+	switch g.db.Dialector.Name() {
+	case "mysql":
+		column, err = keycolumns.MySQL(ctx, query, g.d.schema, g.d.base, keyColumns)
+	case "postgres":
+		column, err = keycolumns.Postgres(ctx, query, g.d.quoted, keyColumns)
+	default:
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("barrier: inspecting table %s: %w", g.d.table, err)
+	}
+	if column != "" {
+		return fmt.Errorf("barrier: table %s: column %s: the branches of different transactions would share "+
+			"barrier rows (one taken for a repeated delivery of another, its business never run); give gid, "+
+			"branch_id, op and barrier_id the shipped types: %s (then restart the processes using the table: the "+
+			"statements their connections prepared keep the old types)", g.d.table, column, g.keyColumnsFix())
+	}
+	return nil
+}
+
+// keyColumnsFix returns the statement that gives the barrier table the shipped key column types.
+func (g *Gorm) keyColumnsFix() string {
+	if g.db.Dialector.Name() == "mysql" {
+		return fmt.Sprintf("ALTER TABLE %s MODIFY gid varbinary(%d) DEFAULT '', MODIFY branch_id varbinary(%d) DEFAULT '', "+
+			"MODIFY op varbinary(%d) DEFAULT '', MODIFY barrier_id varbinary(%d) DEFAULT ''",
+			g.d.quoted, 4*maxGid, 4*maxBranchID, 4*maxOp, 4*maxBarrierID)
+	}
+	return fmt.Sprintf("ALTER TABLE %[1]s ALTER COLUMN gid TYPE varchar(%[2]d) COLLATE pg_catalog.\"default\", "+
+		"ALTER COLUMN branch_id TYPE varchar(%[3]d) COLLATE pg_catalog.\"default\", "+
+		"ALTER COLUMN op TYPE varchar(%[4]d) COLLATE pg_catalog.\"default\", "+
+		"ALTER COLUMN barrier_id TYPE varchar(%[5]d) COLLATE pg_catalog.\"default\"",
+		g.d.quoted, maxGid, maxBranchID, maxOp, maxBarrierID)
+}

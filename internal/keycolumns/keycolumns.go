@@ -1,0 +1,146 @@
+// Package keycolumns reads from the catalog of MySQL/MariaDB or PostgreSQL the types and collations
+// of the columns of a table's unique key, and tells those that do not tell every two different values
+// apart: the packages whose tables are looked up by such a key (record's scope and idem_key, the
+// barrier's gid, branch_id, op and barrier_id) refuse a table made by hand, by another tool's DDL or
+// changed by a migration tool, on which values like "k1" and "K1 " would share one row. CREATE TABLE
+// IF NOT EXISTS keeps such a table.
+//
+// On MySQL/MariaDB only VARBINARY, or VARCHAR of a binary NO PAD collation, compares byte for byte (the
+// utf8mb4 collations, utf8mb4_bin too, ignore trailing spaces, most also case and accents); on
+// PostgreSQL VARCHAR or TEXT of a deterministic collation (citext and nondeterministic collations ignore
+// case or accents, CHAR trailing spaces).
+package keycolumns
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// Query runs a query on the table's database: the QueryContext of a *sql.DB, a connection or a
+// gorm.ConnPool.
+type Query func(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+
+// Column is a key column and the length a value must fit.
+type Column struct {
+	Name string // an SQL identifier
+	// MySQLBytes is the fewest bytes its MySQL/MariaDB column must hold (character_octet_length).
+	MySQLBytes int64
+	// PostgresChars is the fewest characters its PostgreSQL VARCHAR must hold.
+	PostgresChars int64
+}
+
+// MySQL returns the first column of cols in table, in table order, that does not compare byte for
+// byte or is shorter than its Column.MySQLBytes, described with its type and collation and what is
+// wrong ("gid is VARCHAR(128) COLLATE utf8mb4_general_ci, whose comparison ignores ..."), or "" when
+// they are right, the table does not exist or has none of them. schema "" is the session's database.
+func MySQL(ctx context.Context, query Query, schema, table string, cols []Column) (string, error) {
+	q := "SELECT column_name, column_type, COALESCE(collation_name, ''), data_type, COALESCE(character_octet_length, 0) " +
+		"FROM information_schema.columns WHERE column_name IN (" + names(cols) + ") AND table_name = ? AND table_schema = "
+	args := []any{table}
+	if schema != "" {
+		q += "?"
+		args = append(args, schema)
+	} else {
+		q += "DATABASE()"
+	}
+	return check(ctx, query, q+" ORDER BY ordinal_position", args, func(rows *sql.Rows) (string, error) {
+		var name, typ, collation, dataType string
+		var octets int64
+		if err := rows.Scan(&name, &typ, &collation, &dataType, &octets); err != nil {
+			return "", err
+		}
+		desc := name + " is " + strings.ToUpper(typ)
+		if collation != "" {
+			desc += " COLLATE " + collation
+		}
+		binary := strings.EqualFold(dataType, "varbinary") ||
+			strings.EqualFold(dataType, "varchar") && isNoPadBinCollation(collation)
+		switch want := column(cols, name).MySQLBytes; {
+		case !binary:
+			return desc + ", whose comparison ignores trailing spaces, trailing 0x00 bytes or case", nil
+		case octets < want:
+			return fmt.Sprintf("%s, shorter than the %d bytes of a stored value", desc, want), nil
+		}
+		return "", nil
+	})
+}
+
+// isNoPadBinCollation reports whether a MySQL/MariaDB collation compares strings byte for byte,
+// trailing spaces included: MariaDB's *_nopad_bin, MySQL 8's utf8mb4_0900_bin, binary.
+func isNoPadBinCollation(collation string) bool {
+	c := strings.ToLower(collation)
+	return c == "binary" || strings.HasSuffix(c, "_nopad_bin") || strings.HasSuffix(c, "_0900_bin")
+}
+
+// Postgres returns the first column of cols in table, in table order, that is not VARCHAR or TEXT of
+// a deterministic collation or is a VARCHAR shorter than its Column.PostgresChars, described as MySQL
+// describes it, or "" when they are right, the table does not exist or has none of them. table is
+// the quoted [schema.]table, found as to_regclass finds it (through the search_path when unqualified).
+func Postgres(ctx context.Context, query Query, table string, cols []Column) (string, error) {
+	// The base type of a domain; the collation's collisdeterministic read through to_jsonb, so that
+	// the query also runs before PostgreSQL 12 (every collation deterministic, no column).
+	q := "SELECT a.attname, format_type(a.atttypid, a.atttypmod), COALESCE(co.collname, ''), " +
+		"format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END, NULL), " +
+		"CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, " +
+		"COALESCE((to_jsonb(co) ->> 'collisdeterministic')::boolean, true) " +
+		"FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid LEFT JOIN pg_collation co ON co.oid = a.attcollation " +
+		"WHERE a.attrelid = to_regclass($1::text) AND a.attname IN (" + names(cols) + ") AND NOT a.attisdropped ORDER BY a.attnum"
+	return check(ctx, query, q, []any{table}, func(rows *sql.Rows) (string, error) {
+		var name, typ, collation, base string
+		var typmod int64
+		var deterministic bool
+		if err := rows.Scan(&name, &typ, &collation, &base, &typmod, &deterministic); err != nil {
+			return "", err
+		}
+		desc := name + " is " + typ
+		if collation != "" && collation != "default" {
+			desc += fmt.Sprintf(" COLLATE %q", collation)
+		}
+		switch want := column(cols, name).PostgresChars; {
+		case base != "character varying" && base != "text":
+			return desc + ", not VARCHAR or TEXT (citext ignores case, CHAR trailing spaces)", nil
+		case !deterministic:
+			return desc + ", a nondeterministic collation (equal strings need not be equal bytes)", nil
+		case base == "character varying" && typmod >= 0 && typmod-4 < want:
+			return fmt.Sprintf("%s, shorter than the %d characters of a stored value", desc, want), nil
+		}
+		return "", nil
+	})
+}
+
+// check runs q and returns the first description describe makes of its rows.
+func check(ctx context.Context, query Query, q string, args []any, describe func(*sql.Rows) (string, error)) (string, error) {
+	rows, err := query(ctx, q, args...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		desc, err := describe(rows)
+		if err != nil || desc != "" {
+			return desc, err
+		}
+	}
+	return "", rows.Err()
+}
+
+// names returns the SQL list of the columns' names as string literals.
+func names(cols []Column) string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = "'" + c.Name + "'"
+	}
+	return strings.Join(out, ", ")
+}
+
+// column returns the Column of cols named name.
+func column(cols []Column, name string) Column {
+	for _, c := range cols {
+		if c.Name == name {
+			return c
+		}
+	}
+	return Column{Name: name}
+}
