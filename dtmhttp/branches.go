@@ -266,9 +266,13 @@ var errPanic = errors.New("dtmhttp: panic in branch business")
 // context, does). So once req ends the business goes on until LockTTL after the delivery started,
 // while its lock keeps the redeliveries away, and is cancelled then.
 //
-// An op that may fail (a saga's action, a TCC's try) keeps req's cancellation: DTM takes an action it
-// gave up on for one that did not run, and a saga that rolls back meanwhile (its TimeoutToFail, a
-// concurrent step's failure) never compensates it, so it must not commit once its caller left.
+// An op that may fail (a saga's action, a TCC's try) keeps req's cancellation, so that no work goes on
+// for a call nobody waits for: it loses nothing by rolling back. DTM takes an action it gave up on for
+// one that may have run: it delivers it again, or, when the saga rolls back meanwhile (its
+// TimeoutToFail, a concurrent step's failure), compensates it — DTM marks every action that was
+// started or could start as done before compensating (v1.19's prepareToCompensate), as a TCC's
+// rollback cancels every registered try — and the barrier makes the compensation of an action that
+// did not commit a null compensation.
 func (b *Branches) businessContext(req context.Context, start time.Time) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(req))
 	stop := context.AfterFunc(req, func() {

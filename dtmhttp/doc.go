@@ -106,10 +106,14 @@
 //
 // The business of an op that may fail (a saga's action, a TCC's try) runs on the request's context:
 // when its caller gives up on a slow call (DTM's request timeout, 3 s by default) the local
-// transaction is cancelled and rolled back, and the next delivery runs it again — DTM takes an action
-// it gave up on for one that did not run, and a saga that rolls back meanwhile never compensates it.
-// Keep such a business well under the caller's timeout (or raise the timeout: dtmcli's
-// RequestTimeout). The business of an op that must not fail (compensate, confirm, cancel, and the
+// transaction is cancelled and rolled back, and the next delivery runs it again. That loses nothing:
+// DTM takes an action it gave up on for one that may have run. It delivers it again, or, when the
+// saga rolls back meanwhile, compensates it — before compensating, DTM marks every action that was
+// started or could start as done (v1.19's prepareToCompensate), as a TCC's rollback cancels every
+// registered try — and the barrier makes the compensation of an action that did not commit a null
+// compensation (and a delivery of the action arriving after it hanging). Keep such a business well
+// under the caller's timeout (or raise the timeout: dtmcli's RequestTimeout): one slower is rolled
+// back on every delivery and never completes. The business of an op that must not fail (compensate, confirm, cancel, and the
 // others above) is not cancelled with the request: when DTM gives up on the call it goes on and
 // commits, as with dtmcli's barrier, and DTM's next delivery finds it done; it is cancelled only once
 // [Options.LockTTL] passed since the call arrived, so keep LockTTL above its longest run. (Cancelled
