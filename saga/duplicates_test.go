@@ -1,15 +1,10 @@
 package saga_test
 
 import (
-	"context"
-	"math/rand/v2"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/dtmserver"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/saga"
 	"github.com/idemkit/idemkit/txstatus"
@@ -35,72 +30,24 @@ func TestDuplicatesBesideAnEagerReconciler(t *testing.T) {
 }
 
 func duplicatesBesideAnEagerReconciler(t *testing.T, k *bank) {
-	p := dtmserver.NewProxy(t, k.srv, func(r *http.Request) dtmserver.ProxyAction {
-		if r.Method != http.MethodPost {
-			return dtmserver.ProxyAction{}
-		}
-		hold := make(chan struct{})
-		time.AfterFunc(time.Duration(rand.IntN(80))*time.Millisecond, func() { close(hold) })
-		return dtmserver.ProxyAction{Hold: hold}
-	})
+	p := testsvc.SlowGateway(t, k.srv, 80*time.Millisecond)
 	init := *k.via(p.URL())
 	init.Wait = 2 * time.Second
 	calls := make([]idemkit.Call, 8)
 	for i := range calls {
 		calls[i] = newCall()
 	}
-	ctx, stop := context.WithCancel(ctxb)
-	var rwg sync.WaitGroup
-	rwg.Add(1)
-	go func() {
-		defer rwg.Done()
-		rc := k.reconciler()
-		for ctx.Err() == nil {
-			_, _ = rc.RunOnce(ctxb, time.Now().Add(time.Hour), 100)
-			time.Sleep(30 * time.Millisecond)
+	reconcile := func() { _, _ = k.reconciler().RunOnce(ctxb, time.Now().Add(time.Hour), 100) }
+	testsvc.DuplicateStorm(t, len(calls), func(i int) {
+		c := calls[i]
+		out, err := init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("R")})
+		if out.Replayed && string(out.Result) != "R" {
+			t.Errorf("key %s replayed %q", c.Key, out.Result)
 		}
-	}()
-	var wg sync.WaitGroup
-	for round := 0; round < 3; round++ {
-		for _, c := range calls {
-			for j := 0; j < 3; j++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out, err := init.Submit(ctxb, saga.SubmitParams{Call: c, Steps: k.addSteps, Result: []byte("R")})
-					if out.Replayed && string(out.Result) != "R" {
-						t.Errorf("key %s replayed %q", c.Key, out.Result)
-					}
-					if out.Status == txstatus.Succeed && (err != nil || string(out.Result) != "R") {
-						t.Errorf("key %s succeeded with %q, %v", c.Key, out.Result, err)
-					}
-				}()
-			}
+		if out.Status == txstatus.Succeed && (err != nil || string(out.Result) != "R") {
+			t.Errorf("key %s succeeded with %q, %v", c.Key, out.Result, err)
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	wg.Wait()
-	stop()
-	rwg.Wait()
-	// The reconciler settles what is left.
-	deadline := time.Now().Add(settleTimeout)
-	for {
-		rc := k.reconciler()
-		_, _ = rc.RunOnce(ctxb, time.Now().Add(time.Hour), 100)
-		pending := 0
-		for _, c := range calls {
-			if k.record(t, c).Status == idemkit.StatusProcessing {
-				pending++
-			}
-		}
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending", pending)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	}, reconcile, func(i int) bool { return k.record(t, calls[i]).Status == idemkit.StatusProcessing }, settleTimeout)
 	totalPaid := 0
 	for _, c := range calls {
 		rec := k.record(t, c)

@@ -2,15 +2,12 @@ package tcc_test
 
 import (
 	"context"
-	"math/rand/v2"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
-	"github.com/idemkit/idemkit/internal/dtmserver"
 	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -36,14 +33,7 @@ func TestDuplicatesBesideAnEagerReconciler(t *testing.T) {
 }
 
 func duplicatesBesideAnEagerReconciler(t *testing.T, k *bank) {
-	p := dtmserver.NewProxy(t, k.srv, func(r *http.Request) dtmserver.ProxyAction {
-		if r.Method != http.MethodPost {
-			return dtmserver.ProxyAction{}
-		}
-		hold := make(chan struct{})
-		time.AfterFunc(time.Duration(rand.IntN(80))*time.Millisecond, func() { close(hold) })
-		return dtmserver.ProxyAction{Hold: hold}
-	})
+	p := testsvc.SlowGateway(t, k.srv, 80*time.Millisecond)
 	var mu sync.Mutex
 	gids := map[string]string{}   // gid → the key its Before hook ran for
 	hookOf := map[string]string{} // gid → "commit" or "rollback", the last hook run
@@ -86,52 +76,14 @@ func duplicatesBesideAnEagerReconciler(t *testing.T, k *bank) {
 	for i := range calls {
 		calls[i] = newCall()
 	}
-	ctx, stop := context.WithCancel(ctxb)
-	var rwg sync.WaitGroup
-	rwg.Add(1)
-	go func() {
-		defer rwg.Done()
-		for ctx.Err() == nil {
-			_, _ = rc().RunOnce(ctxb, time.Now().Add(time.Hour), 100)
-			time.Sleep(30 * time.Millisecond)
+	testsvc.DuplicateStorm(t, len(calls), func(i int) {
+		c := calls[i]
+		out, err := g.Run(ctxb, k.runParams(c))
+		if (out.Replayed || out.Status == txstatus.Succeed) && string(out.Result) != `{"transfer":"done"}` {
+			t.Errorf("key %s: %+v, %v", c.Key, out, err)
 		}
-	}()
-	var wg sync.WaitGroup
-	for round := 0; round < 3; round++ {
-		for _, c := range calls {
-			for j := 0; j < 3; j++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out, err := g.Run(ctxb, k.runParams(c))
-					if (out.Replayed || out.Status == txstatus.Succeed) && string(out.Result) != `{"transfer":"done"}` {
-						t.Errorf("key %s: %+v, %v", c.Key, out, err)
-					}
-				}()
-			}
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	wg.Wait()
-	stop()
-	rwg.Wait()
-	deadline := time.Now().Add(2 * settleTimeout)
-	for {
-		_, _ = rc().RunOnce(ctxb, time.Now().Add(time.Hour), 100)
-		pending := 0
-		for _, c := range calls {
-			if k.record(t, c).Status == idemkit.StatusProcessing {
-				pending++
-			}
-		}
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending", pending)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	}, func() { _, _ = rc().RunOnce(ctxb, time.Now().Add(time.Hour), 100) },
+		func(i int) bool { return k.record(t, calls[i]).Status == idemkit.StatusProcessing }, 2*settleTimeout)
 	moved := 0
 	mu.Lock()
 	defer mu.Unlock()
