@@ -195,9 +195,10 @@ func txPool(tx *gorm.DB) (gorm.ConnPool, error) {
 // to tell Duplicate from Hanging (and on PostgreSQL the first call, or every call in a transaction
 // of another gorm.DB than the barrier's, one SHOW: see [NewGorm]); it sees a row committed after
 // the caller's snapshot (on MySQL/MariaDB a locking read; on PostgreSQL a plain one, so that the
-// barrier needs no privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL transaction is
-// never aborted by an insert conflicting on the branch's unique key (ON CONFLICT (gid, branch_id,
-// op, barrier_id) DO NOTHING); any other conflict is an error, never taken for a repeated delivery.
+// barrier needs no privilege on its table but SELECT and INSERT, as dtmcli's does). A PostgreSQL
+// transaction is never aborted by an insert conflicting on the branch's unique key (ON CONFLICT
+// (gid, branch_id, op, barrier_id) DO NOTHING); any other conflict is an error, never taken for a
+// repeated delivery.
 //
 // Enter returns ErrInvalidBranch, ErrNoTransaction, ErrDuplicate (with Duplicate) for a repeated msg op,
 // or the database error. When it returns an error, b's barrier count is as it was before the call, as

@@ -15,7 +15,8 @@ import (
 // TestGormWaitersOfARolledBackDelivery: a delivery holds the row of an op uncommitted — a slow
 // action, try or confirm — while two other deliveries of the branch wait for that row: two
 // deliveries of its compensation (DTM calls it again after its request timeout), the compensation
-// and a redelivery of the op, or two redeliveries of the op. The holder then rolls back (its business failed, or its caller gave up and cancelled it).
+// and a redelivery of the op, or two redeliveries of the op. The holder then rolls back (its
+// business failed, or its caller gave up and cancelled it).
 // Every waiter must then be decided by the barrier: the rows are inserted once, the other waiter
 // finds them. On MySQL/MariaDB both waiters held a shared lock on the key after the rollback and
 // both asked to insert it, and InnoDB rolled one of them back as a deadlock victim (error 1213): that
