@@ -32,7 +32,8 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// Txn is one global transaction followed by a Lifecycle.
+// Txn is one global transaction followed by a Lifecycle. A hook is given a copy: what it changes in
+// it changes nothing of the transaction the Lifecycle follows.
 type Txn struct {
 	// TransType is the transaction kind, "saga" or "tcc".
 	TransType string
@@ -50,6 +51,14 @@ type Txn struct {
 	// noHooks is set when the manager held the gid before the claim: it is another transaction's,
 	// and neither the Before nor the Rollback hook runs for it.
 	noHooks bool
+}
+
+// forHook returns a copy of t for a hook to read: its fields are exported, and a hook that changed
+// them (its GID, its Record) would change the transaction the Lifecycle follows — the later hooks
+// run for another gid, the record compared with it.
+func (t *Txn) forHook() *Txn {
+	c := *t
+	return &c
 }
 
 // BeforeTransaction runs before a global transaction starts; an error stops it from starting.
@@ -171,7 +180,7 @@ func (l *Lifecycle) before(ctx context.Context, t *Txn) error {
 			_ = l.failBefore(ctx, t, errBeforePanicked)
 		}
 	}()
-	err := l.Before.BeforeTransaction(ctx, t)
+	err := l.Before.BeforeTransaction(ctx, t.forHook())
 	panicked = false
 	return err
 }
@@ -211,7 +220,7 @@ func (e *rejection) Unwrap() []error { return []error{e.rej, e.cause} }
 // returns idemkit.ErrFenced when the record was settled by someone else in the meantime.
 func (l *Lifecycle) Commit(ctx context.Context, t *Txn, result []byte) error {
 	if l.OnCommit != nil {
-		if err := l.OnCommit.Commit(ctx, t, result); err != nil {
+		if err := l.OnCommit.Commit(ctx, t.forHook(), result); err != nil {
 			l.Detach(ctx, t)
 			return fmt.Errorf("hooks: commit %s: %w", t.GID, err)
 		}
@@ -226,7 +235,7 @@ func (l *Lifecycle) Rollback(ctx context.Context, t *Txn, reason error) error {
 		reason = rolledBack
 	}
 	if l.OnRollback != nil {
-		if err := l.OnRollback.Rollback(ctx, t, reason); err != nil {
+		if err := l.OnRollback.Rollback(ctx, t.forHook(), reason); err != nil {
 			l.Detach(ctx, t)
 			return fmt.Errorf("hooks: rollback %s: %w", t.GID, err)
 		}

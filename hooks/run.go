@@ -378,7 +378,7 @@ func (l *Lifecycle) rollbackUnstarted(ctx context.Context, t *Txn, reason error)
 			_ = l.settle(ctx, t, nil, reason)
 		}
 	}()
-	err := l.OnRollback.Rollback(ctx, t, reason)
+	err := l.OnRollback.Rollback(ctx, t.forHook(), reason)
 	panicked = false
 	if err != nil {
 		if serr := l.settle(ctx, t, nil, reason); serr != nil {
@@ -474,7 +474,7 @@ func (l *Lifecycle) rollbackFenced(ctx context.Context, t *Txn, call idemkit.Cal
 	case err == nil:
 		why = "the key was settled by another before the start, then claimed again by another call"
 	}
-	return l.OnRollback.Rollback(ctx, t, fmt.Errorf("%w (never started): %s", ErrRolledBack, why))
+	return l.OnRollback.Rollback(ctx, t.forHook(), fmt.Errorf("%w (never started): %s", ErrRolledBack, why))
 }
 
 // startedElsewhere is the rollback reason of a start that DTM accepted onto another transaction holding
