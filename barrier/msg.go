@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // The barrier row of a msg transaction's local transaction, as dtmcli's Msg.DoAndSubmit writes it:
@@ -59,7 +57,7 @@ func (g *Gorm) QueryPrepared(ctx context.Context, gid string) error {
 		if err == nil {
 			break
 		}
-		if attempt == conflictRetries || ctx.Err() != nil || !ownedtx.Conflict(err) {
+		if !runAgain(ctx, attempt, err) {
 			return fmt.Errorf("barrier: back-check of msg %s: %w", gid, err)
 		}
 	}
