@@ -16,15 +16,9 @@ import (
 // ErrNotSent, and neither ErrNoAnswer nor ErrRefused (DTM's own refusal, a business outcome). A call
 // that reached the server and got no answer stays ErrNoAnswer.
 func TestCallNeverSentIsNotAnUnknownOutcome(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close() // nothing listens there now: a dial is refused
 	ctx := context.Background()
-	c := &Client{Server: "http://" + addr + "/api/dtmsvr", HTTP: &http.Client{Timeout: 5 * time.Second}}
-	err = c.Call(ctx, "submit", "g-notsent", map[string]any{"gid": "g-notsent"})
+	c := closedPortClient(t)
+	err := c.Call(ctx, "submit", "g-notsent", map[string]any{"gid": "g-notsent"})
 	if !errors.Is(err, ErrNotSent) || errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrRefused) {
 		t.Fatalf("submit to a closed port = %v: want ErrNotSent only", err)
 	}
@@ -82,6 +76,18 @@ func TestCallTimedOutBeforeConnectingIsNotSent(t *testing.T) {
 	}
 }
 
+// closedPortClient returns a Client of a server address nothing listens on: a dial is refused.
+func closedPortClient(t *testing.T) *Client {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return &Client{Server: "http://" + addr + "/api/dtmsvr", HTTP: &http.Client{Timeout: 5 * time.Second}}
+}
+
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
@@ -90,13 +96,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // answers a server it cannot connect to with an error matching ErrNotSent, as Call does; Query, asked
 // after a start, never does (its failure says nothing of whether the start was sent).
 func TestStatusNeverSentIsNotSent(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close() // nothing listens there now: a dial is refused
-	c := &Client{Server: "http://" + addr + "/api/dtmsvr", HTTP: &http.Client{Timeout: 5 * time.Second}}
+	c := closedPortClient(t)
 	if _, err := c.Status(context.Background(), "g-notsent"); !errors.Is(err, ErrNotSent) || errors.Is(err, ErrNoAnswer) {
 		t.Fatalf("Status from a closed port = %v: want ErrNotSent", err)
 	}
