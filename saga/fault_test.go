@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/dtmserver"
+	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/saga"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -40,20 +41,7 @@ func (k *bank) reconciler() *hooks.Reconciler {
 
 // reconcileLate runs the reconciler once with a clock an hour ahead: every claim's lease has run out.
 func (k *bank) reconcileLate(t *testing.T) (int, []hooks.ReconcileEvent) {
-	t.Helper()
-	var mu sync.Mutex
-	var events []hooks.ReconcileEvent
-	rc := k.reconciler()
-	rc.Observe = func(_ context.Context, e *hooks.ReconcileEvent) {
-		mu.Lock()
-		defer mu.Unlock()
-		events = append(events, *e)
-	}
-	n, err := rc.RunOnce(ctxb, time.Now().Add(time.Hour), 100)
-	if err != nil {
-		t.Fatalf("reconciler: %v", err)
-	}
-	return n, events
+	return testsvc.ReconcileLate(t, k.reconciler())
 }
 
 // onPost returns a proxy decision that applies a to the first POST to DTM's op endpoint and signals

@@ -1,12 +1,10 @@
 package tcc_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/hooks"
+	"github.com/idemkit/idemkit/internal/testsvc"
 	"github.com/idemkit/idemkit/tcc"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -76,20 +75,8 @@ func (s *rawSvc) params(c idemkit.Call, tryErr error) tcc.RunParams {
 // reconcileLate runs a reconciler of k's records once, with a clock an hour ahead: every claim's
 // lease has run out.
 func (k *bank) reconcileLate(t *testing.T) (int, []hooks.ReconcileEvent) {
-	t.Helper()
-	var mu sync.Mutex
-	var events []hooks.ReconcileEvent
-	rc := &hooks.Reconciler{Lifecycle: k.global.Lifecycle, Scopes: []string{"POST /transfers"}, Manager: &txstatus.Client{Server: k.srv.URL()}, TransType: "tcc",
-		Observe: func(_ context.Context, e *hooks.ReconcileEvent) {
-			mu.Lock()
-			defer mu.Unlock()
-			events = append(events, *e)
-		}}
-	n, err := rc.RunOnce(ctxb, time.Now().Add(time.Hour), 100)
-	if err != nil {
-		t.Fatalf("reconciler: %v", err)
-	}
-	return n, events
+	return testsvc.ReconcileLate(t, &hooks.Reconciler{Lifecycle: k.global.Lifecycle, Scopes: []string{"POST /transfers"},
+		Manager: &txstatus.Client{Server: k.srv.URL()}, TransType: "tcc"})
 }
 
 // TestConfirmFailingPastWait: a confirm fails (500) past Wait. Run reports Submitted with the result

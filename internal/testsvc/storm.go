@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/dtmserver"
 )
 
@@ -65,4 +66,22 @@ func DuplicateStorm(t testing.TB, n int, run func(i int), reconcile func(), pend
 			t.Fatalf("%d keys still pending %s after the storm", left, settle)
 		}
 	}
+}
+
+// ReconcileLate runs rc once with a clock an hour ahead — every claim's lease has run out — and
+// returns how many records it settled and the events it observed (rc.Observe is replaced).
+func ReconcileLate(t testing.TB, rc *hooks.Reconciler) (int, []hooks.ReconcileEvent) {
+	t.Helper()
+	var mu sync.Mutex
+	var events []hooks.ReconcileEvent
+	rc.Observe = func(_ context.Context, e *hooks.ReconcileEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, *e)
+	}
+	n, err := rc.RunOnce(context.Background(), time.Now().Add(time.Hour), 100)
+	if err != nil {
+		t.Fatalf("reconciler: %v", err)
+	}
+	return n, events
 }
