@@ -31,6 +31,13 @@
 // for it, so on an unresponsive Redis that one caller may wait past its own deadline, up to that
 // latest deadline.
 //
+// That wait ends when the pipeline returns, with its replies or without them. A command whose reply
+// was lost to a timeout (its pipeline's deadline, its caller's deadline on a round trip of its own,
+// a read timeout) may still wait in Redis's input buffer, and Redis orders commands per connection
+// only: a Release sent next, on another connection, can run before it. Such an Acquire then locks
+// the key after its release found nothing, and the lock stays until its time to live ends (a Guard's
+// call whose deadline ended during its Acquire: its retries are answered in flight until LockTTL).
+//
 // A Redis older than 7.0 refuses SET with both NX and GET: the Locker notices it on its first Acquire
 // (a syntax error) and runs Lua scripts doing the same from then on ([Locker.Scripts];
 // [Options.Scripts] forces this mode).

@@ -334,7 +334,10 @@ func (l *Locker) Refresh(ctx context.Context, key, token string, ttl time.Durati
 // that an abandoned request still unlocks promptly. An Acquire of key that failed because its context
 // ended while its command was out in another caller's pipeline (Options.MaxInFlight) may still lock
 // key; a Release without a result waits for that pipeline first (bounded by ctx), so that releasing
-// with the Acquire's token frees the key whenever that Acquire took it.
+// with the Acquire's token frees the key when that Acquire took it. An Acquire whose reply was lost to
+// a timeout (its pipeline's deadline, its caller's on a round trip of its own) is another matter: Redis
+// may run it after this Release, which goes on another connection, and its lock then stays until its
+// time to live ends (see "Round trips" in the package doc).
 func (l *Locker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
 	const doing = "releasing"
 	if err := ctx.Err(); err != nil {
