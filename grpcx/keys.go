@@ -51,8 +51,12 @@ func MetadataKeyFunc(name string) KeyFunc {
 // FieldKey reads the key from the request's top-level field name (its proto name, e.g. "request_id"):
 // a string, integer or bytes field of a generated message, or the string or number under name in a
 // google.protobuf.Struct request. A bytes field's key is idemkit.DerivedKey of its bytes: the bytes
-// themselves when they are a valid key (text), else their hash, so a binary id (a raw UUID) works. An unset or empty field means no key; a field of another kind, or a
-// message without the field, is an error.
+// themselves when they are a valid key (text), else their hash, so a binary id (a raw UUID) works.
+// An unset field (or a null Struct value) means no key. One set to the empty string or empty bytes
+// is an invalid key (INVALID_ARGUMENT, as an empty metadata value is), never taken for no key; a
+// request can only be seen to set it so when the field has presence (a Struct member, a proto2 or
+// proto3 optional field, a oneof member): a proto3 field without presence left empty is unset. A
+// field of another kind, or a message without the field, is an error.
 func FieldKey(name string) KeyFunc {
 	return func(_ context.Context, _ string, req proto.Message) (string, error) {
 		if req == nil {
@@ -65,6 +69,9 @@ func FieldKey(name string) KeyFunc {
 			}
 			switch k := v.GetKind().(type) {
 			case *structpb.Value_StringValue:
+				if k.StringValue == "" {
+					return "", emptyField(name)
+				}
 				return k.StringValue, nil
 			case *structpb.Value_NumberValue:
 				return strconv.FormatFloat(k.NumberValue, 'g', -1, 64), nil
@@ -84,10 +91,13 @@ func FieldKey(name string) KeyFunc {
 		v := m.Get(fd)
 		switch fd.Kind() {
 		case protoreflect.StringKind:
+			if v.String() == "" { // set, with presence (proto2, proto3 optional, a oneof member)
+				return "", emptyField(name)
+			}
 			return v.String(), nil
 		case protoreflect.BytesKind:
 			if len(v.Bytes()) == 0 {
-				return "", nil
+				return "", emptyField(name)
 			}
 			return idemkit.DerivedKey(string(v.Bytes())), nil
 		case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
@@ -98,6 +108,13 @@ func FieldKey(name string) KeyFunc {
 		}
 		return "", fmt.Errorf("grpcx: key field %q of %s is a %s", name, m.Descriptor().FullName(), fd.Kind())
 	}
+}
+
+// emptyField is the error for a key field the request sets to the empty string (or bytes): a key the
+// client sent, malformed, as an empty metadata value is — not a call without a key, which would run
+// unguarded every time it is retried.
+func emptyField(name string) error {
+	return fmt.Errorf("%w: key field %q is set but empty", idemkit.ErrInvalidKey, name)
 }
 
 // FirstOf returns the first non-empty key among fns, tried in order; the first error stops the search.
