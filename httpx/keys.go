@@ -93,7 +93,10 @@ func queryValues(raw, name string) (vals []string, ok bool) {
 
 // URLParam takes the key from the route parameter name: chi's URL parameter when routed by chi
 // (also when the middleware runs before routing), else http.Request.PathValue (http.ServeMux, also
-// one mounted in chi).
+// one mounted in chi). A ServeMux sets path values only when it routes the request, after a
+// middleware wrapped around the whole mux has run: there URLParam finds none (no key: 400
+// missing-key, or an unguarded run with Options.Optional). Put the middleware on the mux's route
+// (mux.Handle("POST /orders/{id}/pay", mw(h))) for such a key.
 func URLParam(name string) KeySource {
 	if name == "" {
 		panic("httpx: URLParam: empty parameter name")
