@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/idemkit/idemkit"
@@ -93,10 +94,13 @@ func queryValues(raw, name string) (vals []string, ok bool) {
 
 // URLParam takes the key from the route parameter name: chi's URL parameter when routed by chi
 // (also when the middleware runs before routing), else http.Request.PathValue (http.ServeMux, also
-// one mounted in chi). A ServeMux sets path values only when it routes the request, after a
-// middleware wrapped around the whole mux has run: there URLParam finds none (no key: 400
-// missing-key, or an unguarded run with Options.Optional). Put the middleware on the mux's route
-// (mux.Handle("POST /orders/{id}/pay", mw(h))) for such a key.
+// one mounted in chi). A parameter chi matched to an empty segment ("/orders//pay" for
+// "/orders/{id}/pay"), or a ServeMux remainder wildcard matched to nothing ("/files/" for
+// "/files/{path...}"), is an invalid key (400, also with Optional), as an empty header is. A
+// ServeMux sets path values only when it routes the request, after a middleware wrapped around the
+// whole mux has run: there URLParam finds none (no key: 400 missing-key, or an unguarded run with
+// Options.Optional). Put the middleware on the mux's route (mux.Handle("POST /orders/{id}/pay",
+// mw(h))) for such a key.
 func URLParam(name string) KeySource {
 	if name == "" {
 		panic("httpx: URLParam: empty parameter name")
@@ -104,14 +108,28 @@ func URLParam(name string) KeySource {
 	return func(r *http.Request) (string, error) {
 		st, done := stateFor(r)
 		defer done()
+		matchedEmpty := false
 		if _, rctx, _ := st.route(r); rctx != nil {
 			if v := rctx.URLParam(name); v != "" {
 				return v, nil
 			}
-			// Not chi's: a ServeMux mounted in chi may have routed the request after it.
+			// chi matches a parameter in the middle of a path to an empty segment ("/orders//pay").
+			matchedEmpty = slices.Contains(rctx.URLParams.Keys, name)
+			// Else not chi's: a ServeMux mounted in chi may have routed the request after it.
 		}
-		return r.PathValue(name), nil
+		if v := r.PathValue(name); v != "" || !matchedEmpty && !muxWildcard(r.Pattern, name) {
+			return v, nil
+		}
+		// As an empty header or ?key=: a key given empty, not one every such request shares, nor
+		// no key (with Optional, an unguarded run).
+		return "", fmt.Errorf("%w: route parameter %s is empty", idemkit.ErrInvalidKey, name)
 	}
+}
+
+// muxWildcard reports whether the ServeMux pattern p names the wildcard name ("{name}", or
+// "{name...}", which matches an empty remainder of the path: "/files/" for "/files/{path...}").
+func muxWildcard(p, name string) bool {
+	return strings.Contains(p, "{"+name+"}") || strings.Contains(p, "{"+name+"...}")
 }
 
 // JSONFields derives the key from fields of the JSON request body (a gzip body, Content-Encoding,
