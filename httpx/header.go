@@ -19,7 +19,7 @@ import (
 func ParseKey(v string) (string, error) {
 	v = strings.Trim(v, " \t")
 	if v == "" {
-		return "", fmt.Errorf("%w: empty", idemkit.ErrInvalidKey)
+		return "", fmt.Errorf("%w: %w", idemkit.ErrInvalidKey, errKeyEmpty)
 	}
 	if v[0] != '"' {
 		for i := 0; i < len(v); i++ {
@@ -38,7 +38,7 @@ func ParseKey(v string) (string, error) {
 		return "", err
 	}
 	if key == "" {
-		return "", fmt.Errorf("%w: empty string", idemkit.ErrInvalidKey)
+		return "", fmt.Errorf("%w: string %w", idemkit.ErrInvalidKey, errKeyEmpty)
 	}
 	return key, nil
 }
@@ -158,3 +158,9 @@ func skipBareItem(s string) (string, error) {
 
 // errMultipleKeys: the key header appears more than once.
 var errMultipleKeys = errors.New("header given more than once")
+
+// errKeyEmpty: the key was given, empty (an empty header, ?key=, {"id":""}): never no key.
+var errKeyEmpty = errors.New("given empty")
+
+// errHeaderSyntax: the key header's value is not a Structured Field String (nor a bare value).
+var errHeaderSyntax = errors.New("not a Structured Field String")

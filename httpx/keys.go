@@ -37,7 +37,11 @@ func Header(name string) KeySource {
 		case 0:
 			return "", nil
 		case 1:
-			return ParseKey(vals[0])
+			key, err := ParseKey(vals[0])
+			if err != nil && !errors.Is(err, errKeyEmpty) {
+				err = fmt.Errorf("%w (%w)", err, errHeaderSyntax)
+			}
+			return key, err
 		}
 		return "", fmt.Errorf("%w: %s %w", idemkit.ErrInvalidKey, name, errMultipleKeys)
 	}
@@ -61,7 +65,7 @@ func Query(name string) KeySource {
 			return "", nil
 		case 1:
 			if vals[0] == "" {
-				return "", fmt.Errorf("%w: query parameter %s is empty", idemkit.ErrInvalidKey, name)
+				return "", fmt.Errorf("%w: query parameter %s %w", idemkit.ErrInvalidKey, name, errKeyEmpty)
 			}
 			return vals[0], nil
 		}
@@ -122,7 +126,7 @@ func URLParam(name string) KeySource {
 		}
 		// As an empty header or ?key=: a key given empty, not one every such request shares, nor
 		// no key (with Optional, an unguarded run).
-		return "", fmt.Errorf("%w: route parameter %s is empty", idemkit.ErrInvalidKey, name)
+		return "", fmt.Errorf("%w: route parameter %s %w", idemkit.ErrInvalidKey, name, errKeyEmpty)
 	}
 }
 
@@ -165,7 +169,7 @@ func JSONFields(paths ...string) KeySource {
 				return "", nil
 			}
 			if v == "" { // as an empty header or query parameter: not a key every such request shares
-				return "", fmt.Errorf("%w: JSON field %s is an empty string", idemkit.ErrInvalidKey, p)
+				return "", fmt.Errorf("%w: JSON field %s %w", idemkit.ErrInvalidKey, p, errKeyEmpty)
 			}
 			var canon []byte // an object's or array's canonical text comes from the body's
 			switch v.(type) {

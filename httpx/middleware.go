@@ -286,10 +286,15 @@ func duplicateDetail(err error) string {
 
 // detailOf is a client-safe description of an invalid key error (it never echoes the key).
 func detailOf(err error) string {
-	if errors.Is(err, errMultipleKeys) {
+	switch {
+	case errors.Is(err, errMultipleKeys):
 		return "The idempotency key was given more than once."
+	case errors.Is(err, errKeyEmpty):
+		return "The idempotency key was given empty: send a non-empty key."
+	case errors.Is(err, errHeaderSyntax):
+		return "The idempotency key header is malformed: send a Structured Field String such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."
 	}
-	return "The idempotency key is malformed: send a Structured Field String such as \"8e03978e-40d5-43e8-bc93-6894a57f9324\"."
+	return "The idempotency key is malformed."
 }
 
 // answer responds for a guarded request whose handler did not run.
