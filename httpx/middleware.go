@@ -203,8 +203,13 @@ func (m *middleware) identify(r *http.Request, st *reqState) (call idemkit.Call,
 	case key == "" && cfg.Optional:
 		return call, p, true
 	case key == "":
-		return call, problem{Type: ProblemMissingKey, Status: http.StatusBadRequest,
-			Detail: "This operation requires an idempotency key (" + DefaultHeader + " header by default)."}, false
+		// The header is named only where the key comes from it: a client told to send a header the
+		// route does not read would get this answer again.
+		detail := "This operation requires an idempotency key."
+		if cfg.headerKey {
+			detail = "This operation requires an idempotency key: send it in the " + DefaultHeader + " header."
+		}
+		return call, problem{Type: ProblemMissingKey, Status: http.StatusBadRequest, Detail: detail}, false
 	case len(key) > cfg.MaxKeyLen && key != st.derivedKey: // a bound on client keys, not on derived ones
 		return call, problem{Type: ProblemInvalidKey, Status: http.StatusBadRequest,
 			Detail: fmt.Sprintf("The idempotency key is %d bytes long; at most %d are allowed.", len(key), cfg.MaxKeyLen)}, false

@@ -225,6 +225,9 @@ type config struct {
 	methods map[string]bool
 	replay  []string // canonical header names, sorted
 	noise   *noiseSet
+	// headerKey: the key comes from the Idempotency-Key header (Options.Key left nil), which the
+	// missing-key answer may name.
+	headerKey bool
 }
 
 func (o *Options) withDefaults() (*config, error) {
@@ -233,7 +236,7 @@ func (o *Options) withDefaults() (*config, error) {
 		c.Options = *o
 	}
 	if c.Key == nil {
-		c.Key = Header(DefaultHeader)
+		c.Key, c.headerKey = Header(DefaultHeader), true
 	}
 	if c.Methods == nil {
 		c.Methods = DefaultMethods()
