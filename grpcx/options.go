@@ -98,6 +98,9 @@ type config struct {
 	resolver  protoregistry.MessageTypeResolver
 	logger    *slog.Logger
 	retryMax  time.Duration // Options.InFlightRetryDelay
+	// metadataKey: the key comes from the idempotency-key metadata (Options.Key left nil), which the
+	// answer to a Required call without a key may name.
+	metadataKey bool
 }
 
 func (o *Options) withDefaults() config {
@@ -118,7 +121,7 @@ func (o *Options) withDefaults() config {
 		retryMax:  cmp.Or(in.InFlightRetryDelay, DefaultInFlightRetryDelay),
 	}
 	if c.key == nil {
-		c.key = MetadataKeyFunc(MetadataKey)
+		c.key, c.metadataKey = MetadataKeyFunc(MetadataKey), true
 	}
 	if c.guarded == nil {
 		c.guarded = func(string) bool { return true }

@@ -114,7 +114,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	if key == "" {
 		if s.c.required(method) {
-			return nil, status.Errorf(codes.InvalidArgument, "grpcx: %s requires an idempotency key (metadata %q)", method, MetadataKey)
+			if s.c.metadataKey {
+				return nil, status.Errorf(codes.InvalidArgument, "grpcx: %s requires an idempotency key (metadata %q)", method, MetadataKey)
+			}
+			// Not where Options.Key reads it (a request field): a client told so would send it in vain.
+			return nil, status.Errorf(codes.InvalidArgument, "grpcx: %s requires an idempotency key", method)
 		}
 		return handler(ctx, req)
 	}
