@@ -3,6 +3,7 @@ package grpcx
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -25,8 +26,12 @@ type KeyFunc func(ctx context.Context, method string, req proto.Message) (string
 // an error, and so is an empty value (a key the client sent, malformed: never a call without a key,
 // which would run unguarded). A binary field (a name ending in "-bin", in any case) carries bytes,
 // not text: its key is idemkit.DerivedKey of them (the bytes themselves when they are a valid key,
-// else their hash).
+// else their hash). It panics when name is not a metadata name (empty, or holding a character
+// other than a letter, digit, '-', '_' or '.'): no call would ever carry it.
 func MetadataKeyFunc(name string) KeyFunc {
+	if !isMetadataName(name) {
+		panic(fmt.Sprintf("grpcx: MetadataKeyFunc: %q is not a metadata name", name))
+	}
 	binary := strings.HasSuffix(strings.ToLower(name), "-bin")
 	return func(ctx context.Context, _ string, _ proto.Message) (string, error) {
 		vals := metadata.ValueFromIncomingContext(ctx, name)
@@ -56,8 +61,11 @@ func MetadataKeyFunc(name string) KeyFunc {
 // is an invalid key (INVALID_ARGUMENT, as an empty metadata value is), never taken for no key; a
 // request can only be seen to set it so when the field has presence (a Struct member, a proto2 or
 // proto3 optional field, a oneof member): a proto3 field without presence left empty is unset. A
-// field of another kind, or a message without the field, is an error.
+// field of another kind, or a message without the field, is an error. It panics when name is empty.
 func FieldKey(name string) KeyFunc {
+	if name == "" {
+		panic("grpcx: FieldKey: empty field name")
+	}
 	return func(_ context.Context, _ string, req proto.Message) (string, error) {
 		if req == nil {
 			return "", nil
@@ -110,6 +118,20 @@ func FieldKey(name string) KeyFunc {
 	}
 }
 
+// isMetadataName reports whether name, in lower case, is a gRPC metadata name: one or more of
+// [0-9a-z-_.] (a pseudo-header such as ":authority" is not one).
+func isMetadataName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range strings.ToLower(name) {
+		if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
 // emptyField is the error for a key field the request sets to the empty string (or bytes): a key the
 // client sent, malformed, as an empty metadata value is — not a call without a key, which would run
 // unguarded every time it is retried.
@@ -118,7 +140,17 @@ func emptyField(name string) error {
 }
 
 // FirstOf returns the first non-empty key among fns, tried in order; the first error stops the search.
+// It panics when fns is empty or holds a nil KeyFunc.
 func FirstOf(fns ...KeyFunc) KeyFunc {
+	if len(fns) == 0 {
+		panic("grpcx: FirstOf: no KeyFunc")
+	}
+	for _, f := range fns {
+		if f == nil {
+			panic("grpcx: FirstOf: nil KeyFunc")
+		}
+	}
+	fns = slices.Clone(fns)
 	return func(ctx context.Context, method string, req proto.Message) (string, error) {
 		for _, f := range fns {
 			k, err := f(ctx, method, req)
