@@ -69,6 +69,11 @@ var errBodyCut = errors.New("httpx: request body cut short; response not stored"
 // closed the connection mid-response; what it wrote is not stored.
 var errResponseCut = errors.New("httpx: handler wrote less than its Content-Length; response not stored")
 
+// errTokenIssued: Tokens.Handler answered the request with a one-time token, which is stored nowhere
+// in plain text (the token store keeps its hash): the response is not recorded, and a retry with the
+// key is issued a new token.
+var errTokenIssued = errors.New("httpx: the response issues a one-time token; not stored")
+
 // errNoResponse: the handler returned without a response once its context had ended (its client
 // went away); the empty 200 net/http would make of that is not stored.
 var errNoResponse = errors.New("httpx: handler answered nothing after its context ended; response not stored")

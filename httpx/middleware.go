@@ -118,6 +118,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			// A middleware inside answered in flight for a key of its own: retry, not replay.
 			return nil, idemkit.Retryable(&errNotStored{cw.status})
 		}
+		if err == nil && st.tokenIssued.Load() {
+			// The response carries a live one-time token: kept nowhere, a retry gets a new one.
+			return nil, idemkit.Retryable(errTokenIssued)
+		}
 		return value, err
 	})
 	if cw.ran {
@@ -403,7 +407,8 @@ func (m *middleware) unreplayedStatus(original int) int {
 func (m *middleware) afterRun(ctx context.Context, st *reqState, scope string, err error) {
 	var ns *errNotStored
 	switch {
-	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked), errors.Is(err, errBodyCut), errors.Is(err, errNoResponse):
+	case err == nil, errors.As(err, &ns), errors.Is(err, errHijacked), errors.Is(err, errBodyCut), errors.Is(err, errNoResponse),
+		errors.Is(err, errTokenIssued):
 	case errors.Is(err, errResponseCut):
 		m.log(ctx, slog.LevelWarn, "httpx: the handler's response was cut short; not stored, a retry runs again", st, scope, err)
 	case errors.Is(err, idemkit.ErrFenced):

@@ -56,6 +56,9 @@ type reqState struct {
 	// own key: a transient answer, not this key's response to store. Atomic: the handler chain may
 	// run on a goroutine the middleware does not wait for (an http.TimeoutHandler between them).
 	innerInFlight atomic.Bool
+	// tokenIssued: Tokens.Handler answered this request with a one-time token, which is stored
+	// nowhere (only token hashes are): not the response to store. Atomic, as innerInFlight.
+	tokenIssued atomic.Bool
 }
 
 // spentToken is a one-time token consumed for a request, and the key it gave.

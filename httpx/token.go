@@ -185,6 +185,10 @@ func (t *Tokens) Key() KeySource {
 // Handler returns an http.Handler that issues one token per GET or POST request and answers 200
 // with JSON {"token", "header", "expiresAt"}, the token also in the response header, and
 // Cache-Control: no-store. Other methods get 405; a store failure 503; a refused principal 403.
+// Mounted behind the middleware on a guarded method, its response (the live token) is never stored:
+// the request's claim is released as for a retryable failure, nothing is replayed, and a retry with
+// the key is issued a new token. A handler of the application's that writes [Tokens.Issue]'s token in
+// a guarded response has it stored and replayed in plain text, as any response: do not guard one.
 func (t *Tokens) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodPost {
@@ -201,6 +205,11 @@ func (t *Tokens) Handler() http.Handler {
 		if err != nil {
 			http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 			return
+		}
+		// Behind the middleware (a guarded method with a key) the response is not stored: the
+		// record would hold the live token in plain text, and replay it to whoever sends the key.
+		for st := stateOf(r); st != nil; st = st.outer {
+			st.tokenIssued.Store(true)
 		}
 		body, _ := json.Marshal(tok)
 		h := w.Header()
