@@ -50,7 +50,14 @@ type Options struct {
 }
 
 // ErrChannelClosed: the channel or its connection closed while consuming. Open a new channel and
-// call Consume again; unacknowledged deliveries were requeued by the broker.
+// call Consume again; unacknowledged deliveries were requeued by the broker. On a connection with
+// amqp091's automatic recovery (Config.Recovery) too: the channel comes back with delivery tags counted
+// anew, on which no delivery taken before could be settled (its tag may name another delivery), so
+// Consume takes no delivery after the loss, settles none taken before and returns ErrChannelClosed
+// once the running handlers returned. amqp091 reopens the channel with the consumer subscribed again,
+// and what the broker sends that consumer no one takes: close the channel once it is open again (the
+// broker requeues those deliveries), or close the connection — not the channel while its connection
+// is down: amqp091's recovery of the connection then fails for good.
 var ErrChannelClosed = errors.New("amqp: channel closed while consuming")
 
 // ErrCancelUnconfirmed: Consume's context ended and the broker did not confirm the consumer's
@@ -82,7 +89,7 @@ var ErrConsumerCancelled = errors.New("amqp: the broker cancelled the consumer")
 // — at most CancelTimeout after ctx's end beyond the running handlers' own time; the broker requeues
 // what was left unacknowledged once the connection ends (the call that cancels the consumer returns
 // then too). It returns an error wrapping ErrChannelClosed when the channel
-// closed first, or ErrConsumerCancelled when the broker cancelled the consumer. A decision whose
+// closed first (or its connection was lost, even one amqp091 recovers: see ErrChannelClosed), or ErrConsumerCancelled when the broker cancelled the consumer. A decision whose
 // error wraps msgx.ErrMisconfigured (the queue cannot be the record's scope;
 // msgx.Options.MaxAttempts above 2 on a classic queue, which keeps no delivery count — see the
 // package doc) stops it the same way, the delivery requeued, and Consume returns that error. It
@@ -105,11 +112,26 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 	if err := ch.Qos(o.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("amqp: setting prefetch: %w", err)
 	}
+	// Told of a loss of the channel or its connection before the deliveries end: with amqp091's
+	// automatic recovery (Config.Recovery) they do not end, and the channel comes back with the
+	// consumer and delivery tags counted anew (see consumer.tell).
+	closes := ch.NotifyClose(make(chan *amqp091.Error, 1))
 	deliveries, err := ch.Consume(queue, o.ConsumerTag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("amqp: consuming %s: %w", queue, err)
 	}
-	c := &consumer{queue: queue, opts: &o, flush: make(chan struct{})}
+	c := &consumer{queue: queue, opts: &o, flush: make(chan struct{}), closes: closes, lost: make(chan struct{})}
+	watching := make(chan struct{})
+	defer close(watching)
+	go func() {
+		select {
+		case e, ok := <-closes:
+			c.mu.Lock()
+			c.markLost(e, ok)
+			c.mu.Unlock()
+		case <-watching:
+		}
+	}()
 	// stopping ends when ctx does, or when a decision says the consumer is misconfigured.
 	stopping, misconfigured := context.WithCancelCause(ctx)
 	defer misconfigured(nil)
@@ -144,8 +166,9 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 				select {
 				case d, ok = <-deliveries:
 				case <-unconfirmed: // what is still buffered stays unacknowledged: requeued by the broker
+				case <-c.lost: // requeued by the broker when the channel or its connection ended
 				}
-				if !ok {
+				if !ok || c.isLost() { // lost: what was taken since is the broker's again (see consumer.tell)
 					return
 				}
 				if stopping.Err() != nil { // stopping: give it back at once
@@ -169,6 +192,15 @@ func Consume(ctx context.Context, ch *amqp091.Channel, queue string, h msgx.Hand
 	workers.Wait()
 	close(c.flush) // requeue what waits out a delay now
 	c.delayed.Wait()
+	if lost := c.lostErr(); lost != nil {
+		// Not closed here: recovered (amqp091's Config.Recovery), the channel may still be reopening,
+		// and amqp091 neither reopens one closed while its connection is down (its recovery of the
+		// connection then fails for good) nor orders a Close with the reopening's handshake.
+		if !stop() {
+			<-cancelled
+		}
+		return fmt.Errorf("%w (queue %s): %w", ErrChannelClosed, queue, lost)
+	}
 	if stop() { // the deliveries ended before ctx did
 		if !ch.IsClosed() { // amqp091 marks a channel closed before it ends its consumers' deliveries
 			return fmt.Errorf("%w (queue %s)", ErrConsumerCancelled, queue)
@@ -285,7 +317,73 @@ type consumer struct {
 	opts    *Options
 	flush   chan struct{} // closed when consuming stops: delayed requeues happen at once
 	delayed sync.WaitGroup
+
+	closes <-chan *amqp091.Error // the channel's NotifyClose
+	lost   chan struct{}         // closed once the channel or its connection was lost
+
+	mu       sync.Mutex // guards gone and orders each settlement with the check of closes
+	gone     bool
+	goneWith *amqp091.Error
 }
+
+// markLost notes the channel's loss (e, ok received from closes), under c.mu.
+func (c *consumer) markLost(e *amqp091.Error, ok bool) {
+	if c.gone {
+		return
+	}
+	c.gone, c.goneWith = true, e
+	if !ok || e == nil {
+		c.goneWith = nil // closed on purpose: not a loss to report
+	}
+	close(c.lost)
+}
+
+// lostErr is the error the channel or its connection was lost with, or nil.
+func (c *consumer) lostErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.goneWith == nil {
+		return nil
+	}
+	return c.goneWith
+}
+
+// tell settles a delivery with f (its ack or nack) unless the channel it came on was lost since: the
+// broker requeued the delivery then, and its tag means nothing more — on a channel amqp091 recovered
+// (Config.Recovery), delivery tags count from 1 again, so the tag may name another delivery, whose
+// handler has not run or not finished. The loss is checked here itself, not only by the goroutine
+// that watches for it: amqp091 reports it before it reopens the channel.
+func (c *consumer) tell(f func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lostLocked() {
+		return errLost
+	}
+	return f()
+}
+
+// isLost reports whether the channel or its connection was lost: a delivery taken now may be one the
+// broker requeued then, or one on the recovered channel, which Consume no longer handles.
+func (c *consumer) isLost() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lostLocked()
+}
+
+// lostLocked is isLost, under c.mu.
+func (c *consumer) lostLocked() bool {
+	if !c.gone {
+		select {
+		case e, ok := <-c.closes:
+			c.markLost(e, ok)
+		default:
+		}
+	}
+	return c.gone
+}
+
+// errLost: a delivery not settled because its channel was lost meanwhile (see consumer.tell).
+var errLost = errors.New("the channel or its connection was lost since the delivery: the broker requeued it")
 
 // settle tells the broker what became of d. A failed ack only costs a redelivery (the broker requeues
 // unacknowledged deliveries when the channel closes), which the guard answers from the record.
@@ -293,7 +391,7 @@ func (c *consumer) settle(d *amqp091.Delivery, m *msgx.Message, dec msgx.Decisio
 	var err error
 	switch dec.Action {
 	case msgx.Ack:
-		err = d.Ack(false)
+		err = c.tell(func() error { return d.Ack(false) })
 	case msgx.Retry:
 		if dec.Delay <= 0 {
 			c.nack(d, true)
@@ -312,7 +410,7 @@ func (c *consumer) settle(d *amqp091.Delivery, m *msgx.Message, dec msgx.Decisio
 	case msgx.DeadLetter:
 		c.opts.Logger.Warn("amqp: dead-lettering message", "queue", c.queue, "routing_key", m.Subject,
 			"outcome", dec.Outcome.String(), "error", dec.Err)
-		err = d.Nack(false, false)
+		err = c.tell(func() error { return d.Nack(false, false) })
 	default:
 		c.nack(d, true)
 		err = fmt.Errorf("unknown action %v", dec.Action)
@@ -323,7 +421,7 @@ func (c *consumer) settle(d *amqp091.Delivery, m *msgx.Message, dec msgx.Decisio
 }
 
 func (c *consumer) nack(d *amqp091.Delivery, requeue bool) {
-	if err := d.Nack(false, requeue); err != nil {
+	if err := c.tell(func() error { return d.Nack(false, requeue) }); err != nil {
 		c.opts.Logger.Warn("amqp: requeueing delivery", "queue", c.queue, "error", err)
 	}
 }
