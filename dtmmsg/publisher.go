@@ -59,7 +59,9 @@ type PublishParams struct {
 	Call idemkit.Call
 	// Steps adds the message's branches (m.Add(url, payload)) and sets its options (m.TimeoutToFail,
 	// m.RetryInterval...; DTM asks the back-check once TimeoutToFail passed without a submit).
-	// Required.
+	// Required. It must not change m.Gid nor m.TransType: Publish then prepares nothing, runs no
+	// Local, rolls the record back (the key free again) and returns an Outcome Failed with an error
+	// saying so, matching txstatus.ErrRefused.
 	Steps func(m *dtmcli.Msg)
 	// Local is the local transaction: the business writes, made through tx, which commit together with
 	// the message's barrier row; gid is the message's. Its error rolls them back and nothing is published: an error marked
@@ -90,6 +92,9 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //     nothing is published, the record is FAILED once the back-check's row that keeps the local
 //     transaction from ever committing is written (barrier.Gorm.QueryPrepared), or left PROCESSING
 //     for the Reconciler when that write failed too (the error says so);
+//   - an error matching txstatus.ErrRefused, with an Outcome Failed, when Steps changed m.Gid or
+//     m.TransType: nothing was prepared, Local did not run, and the record is FAILED, the key free
+//     again;
 //   - an error matching ErrLocalFailed and wrapping Local's error when the local transaction did not
 //     commit: nothing is published, the message is aborted, the record FAILED or REJECTED — when
 //     REJECTED, the error also matches idemkit.ErrRejected, and errors.As finds the
@@ -141,6 +146,19 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}()
 	pp.Steps(m)
 	inSteps = false
+	if m.Gid != gid || m.TransType != TransType {
+		// Prepared, the message would run under a gid (or as a type) the record and the local
+		// transaction's barrier row do not know: DTM's back-check of it would find no row and answer
+		// FAILURE though the local transaction committed, and no wait, query or Reconciler of the
+		// record's gid would follow it. Nothing is sent, Local does not run, and the key is free again.
+		changed := &txstatus.RefusedError{Op: "prepare", GID: gid, Local: true, Message: fmt.Sprintf(
+			"dtmmsg: Steps changed the message's gid or type (to %q, %q): Steps must not change m.Gid (the record's %q) nor m.TransType (%q); nothing was prepared",
+			m.Gid, m.TransType, gid, TransType)}
+		sctx, cancel := background.Settling(ctx)
+		defer cancel()
+		out.Status, out.Reason = txstatus.Failed, changed
+		return out, errors.Join(changed, p.Lifecycle.Rollback(sctx, t, idemkit.Retryable(fmt.Errorf("%w: never prepared: %w", hooks.ErrRolledBack, changed))))
+	}
 	m.QueryPrepared = p.QueryPrepared
 	if perr := status.Call(ctx, "prepare", gid, &m.TransBase); perr != nil {
 		out.Reason = perr
