@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/internal/background"
 	"github.com/idemkit/idemkit/internal/ownedtx"
+	"github.com/idemkit/idemkit/record"
 	"github.com/idemkit/idemkit/txstatus"
 )
 
@@ -66,7 +67,11 @@ type PublishParams struct {
 	// Local is the local transaction: the business writes, made through tx, which commit together with
 	// the message's barrier row; gid is the message's. Its error rolls them back and nothing is published: an error marked
 	// idemkit.Permanent leaves the record REJECTED (replayed to duplicates), any other FAILED (a retry
-	// with the key publishes anew). Required.
+	// with the key publishes anew). Publish ends the transaction: tx refuses Commit and Rollback
+	// (record.Sealed), and, after a statement whose error ended the transaction on the server (a
+	// MySQL/MariaDB deadlock rolls it back), every later statement — a Local that returns nil all
+	// the same fails, with an error wrapping record.ErrTxAborted, as a PostgreSQL transaction a failed
+	// statement aborted does at its COMMIT. Required.
 	Local func(ctx context.Context, tx *gorm.DB, gid string) error
 	// Result is stored when the message succeeds and replayed to duplicates.
 	Result []byte
@@ -207,8 +212,14 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		if _, err := p.Barrier.Enter(ctx, tx, b); err != nil {
 			return err // ErrDuplicate: the back-check already decided this message failed
 		}
-		localErr = pp.Local(ctx, tx, gid)
-		return localErr
+		biz, lost := record.Watched(tx)
+		if localErr = pp.Local(ctx, biz, gid); localErr != nil {
+			return localErr
+		}
+		// Local ignored the error of a statement that ended the transaction (a MySQL/MariaDB
+		// deadlock rolled it back, the barrier row with it, and its session refused every later
+		// statement): the COMMIT would succeed with nothing in it, and the message be published.
+		return lost()
 	})
 	inLocal = false
 	if lerr != nil && localErr == nil {

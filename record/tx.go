@@ -122,6 +122,18 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 // writes the record in it first). Adapters that begin such transactions themselves use it.
 func Sealed(tx *gorm.DB) *gorm.DB { return sealed(tx, nil) }
 
+// Watched returns [Sealed] of tx and a function telling whether a statement of that session ended the
+// transaction on the server: nil until one did, then the error, wrapping [ErrTxAborted], the session
+// gives every later statement. On MySQL and MariaDB a deadlock (error 1213, also a Galera conflict)
+// rolls the whole transaction back and leaves the connection outside any transaction (see
+// [Store.WithSealedTx]): a business that ignored that error returns nil, and the COMMIT that follows
+// succeeds with nothing of the transaction in it. For adapters whose transaction holds no record
+// written after the business (dtmmsg's local transaction, whose barrier row is written before it).
+func Watched(tx *gorm.DB) (*gorm.DB, func() error) {
+	lost := &txLost{}
+	return sealed(tx, lost), lost.check
+}
+
 // sealed is Sealed, its statements watched by lost when not nil (see txLost).
 func sealed(tx *gorm.DB, lost *txLost) *gorm.DB {
 	biz := tx.Session(&gorm.Session{Context: tx.Statement.Context, NewDB: true})
