@@ -104,6 +104,10 @@ var ErrLocalFailed = errors.New("dtmmsg: local transaction failed, nothing publi
 //     commit: nothing is published, the message is aborted, the record FAILED or REJECTED — when
 //     REJECTED, the error also matches idemkit.ErrRejected, and errors.As finds the
 //     *idemkit.RejectedError with the stored message that every replay of the key returns;
+//   - an error, with an Outcome Failed, when the local transaction committed but DTM reports the
+//     message failed (its back-check answered FAILURE: one that does not read Barrier's table): it
+//     will not be delivered, and the record is left PROCESSING for an operator, the key in flight
+//     — rolled back, a retry would run Local again;
 //   - an error when the outcome of the local transaction cannot be known (its commit failed and the
 //     database cannot answer — within Wait, or txstatus.DefaultTimeout when longer, once the caller
 //     left): the record stays PROCESSING; DTM's back-check and the Reconciler settle it.
@@ -283,7 +287,14 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	case txstatus.Succeed:
 		out.Reason = nil // delivered: a lost answer to its submit is no reason
 	case txstatus.Failed:
+		// The local transaction committed, yet DTM failed the message (a back-check answered FAILURE:
+		// one that does not read this Barrier's table, at a QueryPrepared URL of another service or
+		// database): it will not be delivered. Rolled back, the record would free the key, and a
+		// retry run Local again; it is left PROCESSING for an operator, as the Reconciler leaves it.
 		out.Result = nil
+		p.Lifecycle.Detach(ctx, t)
+		return out, fmt.Errorf("dtmmsg: message %s: its local transaction committed but DTM reports it failed (does QueryPrepared reach the back-check of this Publisher's Barrier?): "+
+			"not delivered, the record left PROCESSING for an operator", gid)
 	}
 	// The local transaction committed: the message is published whether or not the caller is still
 	// there, and the hooks and the record follow it (as the wait does).
