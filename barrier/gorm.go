@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/ownedtx"
 	"github.com/idemkit/idemkit/internal/pgddl"
+	"github.com/idemkit/idemkit/record"
 )
 
 // GormOptions configure a [Gorm] barrier. The zero value works.
@@ -310,7 +311,10 @@ func (g *Gorm) insert(ctx context.Context, pool gorm.ConnPool, b *Branch, op, bi
 // Call returns nil without running fn for a duplicate, hanging or null-compensation delivery, fn's
 // error, or the errors of [Gorm.Enter]. When it returns an error, b's barrier count is as it was before
 // the call (see [Gorm.Enter]), so a retry of tx with the same b uses the same barrier id. When tx fails
-// after Call returned nil (at its COMMIT, say), restore b before the retry: see [Gorm.Enter].
+// after Call returned nil (at its COMMIT, say), restore b before the retry: see [Gorm.Enter]. fn must
+// return the error of a statement that failed: on MySQL/MariaDB a deadlock rolls tx back whole, the
+// barrier rows with it, and a caller that commits after it commits only what ran since, without them
+// ([Gorm.Transaction] refuses that for its own transaction).
 func (g *Gorm) Call(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) error {
 	_, err := g.CallOutcome(ctx, tx, b, fn)
 	return err
@@ -349,6 +353,15 @@ func (g *Gorm) Transaction(ctx context.Context, b *Branch, fn func(tx *gorm.DB) 
 // failure — it runs the transaction again, up to 3 times: nothing of the caller's ran, and the run
 // again meets the rows of the delivery that won. A conflict after fn ran is returned.
 //
+// fn's session runs its statements in the transaction but refuses to end it (its Commit, Rollback,
+// and raw COMMIT or ROLLBACK statements fail: see record.Sealed). After a statement whose error ended
+// the transaction on the server — on MySQL/MariaDB a deadlock rolls it back whole, the barrier rows
+// with it, and leaves the connection outside any transaction — the session refuses every later
+// statement, and a fn that returns nil all the same fails the transaction with an error wrapping
+// record.ErrTxAborted: nothing of it commits and the delivery is not answered done (a business that
+// ignored the error would otherwise have its later writes commit one by one, without the barrier
+// rows that make a redelivery skip it).
+//
 // When it returns an error, b's barrier count is as it was before the call, so a retry of the call
 // with the same b (a transient error, retried within the request) uses the same barrier id: its
 // rows, rolled back, are written again — or, if a lost COMMIT had stored them, found — and a later
@@ -368,7 +381,14 @@ func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *go
 			var err error
 			out, err = g.CallOutcome(ctx, tx, b, func(tx *gorm.DB) error {
 				ran = true
-				return fn(tx)
+				biz, lost := record.Watched(tx)
+				if err := fn(biz); err != nil {
+					return err
+				}
+				// fn ignored the error of a statement that ended the transaction (a MySQL/MariaDB
+				// deadlock rolled it back, the barrier rows with it): the COMMIT would succeed with
+				// nothing in it, and a redelivery run the business again.
+				return lost()
 			})
 			return err
 		})
