@@ -186,12 +186,12 @@ func (a *Admin) CanPurge(rec *idemkit.Record, opts PurgeOptions) error {
 }
 
 // writeChecked runs write, a fenced write of rec (conditioned on its version), on the record store.
-// With check it first locks rec's row in a transaction (SELECT ... FOR UPDATE; on SQLite the
-// transaction itself serialises writers) and, if the row is still at rec's version, checks it again
-// with can, then writes in that transaction: a renewal the holder wrote since rec was read (it moves
-// the lease, not the version) is then seen and refused, and one that comes after waits for the
-// write and finds the claim fenced. Without the lock, a release or purge confirmed by an operator
-// minutes after the read could end a claim whose holder is alive.
+// With check it first locks rec's row in a transaction (SELECT ... FOR UPDATE; on SQLite, which has
+// no row locks, an UPDATE that changes nothing takes the database's write lock) and, if the row is
+// still at rec's version, checks it again with can, then writes in that transaction: a renewal the
+// holder wrote since rec was read (it moves the lease, not the version) is then seen and refused, and
+// one that comes after waits for the write and finds the claim fenced. Without the lock, a release or
+// purge confirmed by an operator minutes after the read could end a claim whose holder is alive.
 func (a *Admin) writeChecked(ctx context.Context, rec *idemkit.Record, check bool, can func(*idemkit.Record) error, write func(*record.Store) error) error {
 	if !check {
 		return write(a.store)
@@ -200,7 +200,16 @@ func (a *Admin) writeChecked(ctx context.Context, rec *idemkit.Record, check boo
 	// transaction left open (SQLite's SQLITE_BUSY, a Galera node without a primary component) is
 	// rolled back on it or closed, never returned to the pool with the transaction open.
 	return ownedtx.Transaction(ctx, a.db, func(tx *gorm.DB) error {
-		if a.q.dialect != "sqlite" {
+		if a.q.dialect == "sqlite" {
+			// SQLite has no row locks: an UPDATE that changes nothing takes the database's write
+			// lock, first, waiting for another connection's write transaction as the busy timeout
+			// allows. A transaction that read first could not write once another connection held
+			// or took that lock (SQLITE_BUSY at once, or SQLITE_BUSY_SNAPSHOT; the busy timeout does
+			// not help): beside an application writing to the database, the release or purge failed.
+			if err := tx.Exec("UPDATE "+a.q.table+" SET fence = fence WHERE scope = ? AND idem_key = ?", rec.Scope, rec.Key).Error; err != nil {
+				return fmt.Errorf("admin: locking the database: %w", err)
+			}
+		} else {
 			var fence int64
 			if err := tx.Raw("SELECT fence FROM "+a.q.table+" WHERE scope = ? AND idem_key = ? FOR UPDATE", rec.Scope, rec.Key).Scan(&fence).Error; err != nil {
 				return fmt.Errorf("admin: locking the record: %w", err)
