@@ -196,6 +196,24 @@ func (a *Admin) writeChecked(ctx context.Context, rec *idemkit.Record, check boo
 	if !check {
 		return write(a.store)
 	}
+	for attempt := 0; ; attempt++ {
+		err := a.checkedTx(ctx, rec, can, write)
+		// A transaction the database rolled back on a write conflict runs again: on PostgreSQL
+		// under REPEATABLE READ (default_transaction_isolation set by the DSN, the role or the
+		// database) the row lock waited for a write committed meanwhile — the holder's finish, a
+		// sweeper's recovery — and failed with a serialization failure; run again, it reads that
+		// write and finds the record changed (ErrFenced). A deadlock victim likewise.
+		if err == nil || attempt == conflictRetries || !record.IsConflict(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// conflictRetries is how many times writeChecked runs its transaction again after a write conflict.
+const conflictRetries = 3
+
+// checkedTx is one run of writeChecked's transaction.
+func (a *Admin) checkedTx(ctx context.Context, rec *idemkit.Record, can func(*idemkit.Record) error, write func(*record.Store) error) error {
 	// On a connection of its own (package internal/ownedtx): one whose COMMIT failed with the
 	// transaction left open (SQLite's SQLITE_BUSY, a Galera node without a primary component) is
 	// rolled back on it or closed, never returned to the pool with the transaction open.
