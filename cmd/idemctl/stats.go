@@ -22,7 +22,10 @@ func (c *cli) stats(ctx context.Context, _ []string) error {
 	p := c.startProgress("aggregating " + c.adm.Table())
 	stats, err := c.adm.Stats(ctx, c.o.filter)
 	p.stop()
-	if err != nil {
+	// A --scope no record has may still be one the metrics know (its records expired and were
+	// swept, or purged, while the processes that counted its calls run on): asked below.
+	unknown := err
+	if err != nil && (c.o.metrics == "" || !errors.Is(err, admin.ErrUnknownScope)) {
 		return err
 	}
 	var calls map[string]*callCounts
@@ -52,6 +55,9 @@ func (c *cli) stats(ctx context.Context, _ []string) error {
 		for _, s := range extra {
 			stats = append(stats, admin.ScopeStats{Scope: s})
 		}
+	}
+	if unknown != nil && len(stats) == 0 {
+		return errors.Join(unknown, scrapeErr(failed, len(urls))) // neither the table nor the metrics know it
 	}
 	now := c.now()
 	if c.o.json {
