@@ -111,7 +111,7 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	// The business's session refuses Commit and Rollback, as on a multi-statement pool: the Guard
 	// ends the transaction, after writing the record in it.
 	st, biz := s.WithSealedTx(otx.Gorm)
-	return &txStore{Store: st, gtx: otx.Gorm, biz: biz, tx: otx}, nil
+	return &txStore{Store: st, gtx: otx.Gorm, biz: biz, tx: otx, ctx: ctx}, nil
 }
 
 // Sealed returns a session of the gorm transaction tx that runs its statements in tx — a nested
@@ -254,7 +254,7 @@ func (b sqlBeginner) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 	if s.enc != nil {
 		bound.c = encodingConn{bound.c, s.enc}
 	}
-	return &txStore{Store: bound, stx: otx.SQL, tx: otx}, nil
+	return &txStore{Store: bound, stx: otx.SQL, tx: otx, ctx: ctx}, nil
 }
 
 // txStore is a Store bound to a transaction it owns: what BeginTx returns. The transaction holds a
@@ -270,6 +270,9 @@ type txStore struct {
 	stx    *sql.Tx
 	tx     *ownedtx.Tx // gtx's or stx's
 	sealed atomic.Bool // see SealTx
+	// ctx is the context the transaction was begun with: database/sql rolls the transaction back
+	// when it ends (see Commit).
+	ctx context.Context
 }
 
 // SealTx implements [idemkit.TxSealer]: while the Guard's function runs, Commit and Rollback refuse.
@@ -283,6 +286,10 @@ func (t *txStore) Commit() error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, sql.ErrTxDone) && t.ctx.Err() != nil:
+		// database/sql rolled the transaction back when its context ended (the caller left while
+		// the function ran): nothing committed, and the error is the context's, not a store's.
+		return fmt.Errorf("record: committing: the transaction was rolled back as its context ended: %w", t.ctx.Err())
 	case IsConflict(err):
 		// A Galera certification failure (a brute-force abort surfaces here too), a PostgreSQL
 		// serialization failure: the write conflict a statement reports with ErrConflict, and so
