@@ -203,14 +203,11 @@ func (a *Admin) writeChecked(ctx context.Context, rec *idemkit.Record, check boo
 		// database) the row lock waited for a write committed meanwhile — the holder's finish, a
 		// sweeper's recovery — and failed with a serialization failure; run again, it reads that
 		// write and finds the record changed (ErrFenced). A deadlock victim likewise.
-		if err == nil || attempt == conflictRetries || !record.IsConflict(err) || ctx.Err() != nil {
+		if err == nil || !ownedtx.RunAgain(ctx, attempt, record.IsConflict(err)) {
 			return err
 		}
 	}
 }
-
-// conflictRetries is how many times writeChecked runs its transaction again after a write conflict.
-const conflictRetries = 3
 
 // checkedTx is one run of writeChecked's transaction.
 func (a *Admin) checkedTx(ctx context.Context, rec *idemkit.Record, can func(*idemkit.Record) error, write func(*record.Store) error) error {

@@ -398,20 +398,10 @@ func (g *Gorm) TransactionOutcome(ctx context.Context, b *Branch, fn func(tx *go
 		if b != nil {
 			b.calls = calls
 		}
-		if ran || !runAgain(ctx, attempt, err) {
+		if ran || !ownedtx.RunAgain(ctx, attempt, ownedtx.Conflict(err)) {
 			return out, err
 		}
 	}
-}
-
-// conflictRetries bounds the runs again of a statement or transaction after a write conflict.
-const conflictRetries = 3
-
-// runAgain reports whether what failed with err on its attempt (from 0) is to be run again: the
-// database rolled it back on a write conflict, fewer than conflictRetries runs again were made, and
-// ctx still lives.
-func runAgain(ctx context.Context, attempt int, err error) bool {
-	return attempt < conflictRetries && ctx.Err() == nil && ownedtx.Conflict(err)
 }
 
 // DeleteOlder deletes at most limit barrier rows created before before (limit <= 0 means

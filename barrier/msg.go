@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idemkit/internal/ownedtx"
 )
 
 // The barrier row of a msg transaction's local transaction, as dtmcli's Msg.DoAndSubmit writes it:
@@ -57,7 +59,7 @@ func (g *Gorm) QueryPrepared(ctx context.Context, gid string) error {
 		if err == nil {
 			break
 		}
-		if !runAgain(ctx, attempt, err) {
+		if !ownedtx.RunAgain(ctx, attempt, ownedtx.Conflict(err)) {
 			return fmt.Errorf("barrier: back-check of msg %s: %w", gid, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package ownedtx
 
 import (
+	"context"
 	"errors"
 
 	"github.com/go-sql-driver/mysql"
@@ -26,4 +27,15 @@ func Conflict(err error) bool {
 	}
 	var pg interface{ SQLState() string }
 	return errors.As(err, &pg) && (pg.SQLState() == PostgresDeadlock || pg.SQLState() == PostgresSerialization)
+}
+
+// ConflictRetries bounds the runs again of a statement or transaction that the database rolled back
+// on a write conflict.
+const ConflictRetries = 3
+
+// RunAgain reports whether what failed on its attempt (from 0) is to be run again: conflict says the
+// database rolled it back on a write conflict (see [Conflict]), fewer than ConflictRetries runs again
+// were made, and ctx still lives.
+func RunAgain(ctx context.Context, attempt int, conflict bool) bool {
+	return conflict && attempt < ConflictRetries && ctx.Err() == nil
 }
