@@ -331,10 +331,15 @@ func Run(ctx context.Context, c *Config) (*Report, error) {
 	rep.Attempts, rep.Replayed, rep.Aborted, rep.Unavailable = attempts.Load(), replayed.Load(), aborted.Load(), unavailable.Load()
 
 	// Probes: a finished key with another payload is FAILED_PRECONDITION with a PreconditionFailure.
+	// They wait for the server to be ready: one killed last may have just been restarted, its
+	// connection still backing off, and a call failing fast would answer UNAVAILABLE for the
+	// transport, not the server.
 	for _, o := range keys[:min(len(keys), 20)] {
 		probe := o
 		probe.amount += 1000
-		_, err := Charge(grpcx.WithKey(ctx, o.key), conns[0], request(probe))
+		pctx, cancel := context.WithTimeout(grpcx.WithKey(ctx, o.key), cfg.OpTimeout)
+		_, err := Charge(pctx, conns[0], request(probe), grpc.WaitForReady(true))
+		cancel()
 		rep.Mismatches++
 		st := status.Convert(err)
 		if st.Code() != codes.FailedPrecondition || !hasDetail[*errdetails.PreconditionFailure](st) {
