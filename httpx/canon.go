@@ -236,26 +236,37 @@ func appendNumber(dst []byte, s string) []byte {
 // lookupJSON returns the value at the dotted path in v. Segments name object members; a segment
 // of digits indexes an array. ok is false when the path does not exist. where is the value's noise
 // path: the member names along the way, array indexes left out.
-func lookupJSON(v any, path string) (val any, where string, ok bool) {
+//
+// Member names match exactly, as JSON names do. But a handler decoding the body with encoding/json
+// fills a `json:"id"` field from "ID" too (names equal under Unicode case folding), from the last
+// of them in the body: so a segment also met by a member that differs from it only in case —
+// instead of the exact name, or beside it — is reported as folded (that member's name) with ok
+// false: the key the path names and the value the handler reads may differ.
+func lookupJSON(v any, path string) (val any, where, folded string, ok bool) {
 	var names []string
 	for seg := range strings.SplitSeq(path, ".") {
 		switch cur := v.(type) {
 		case map[string]any:
+			for name := range cur {
+				if name != seg && strings.EqualFold(name, seg) {
+					return nil, "", name, false
+				}
+			}
 			if v, ok = cur[seg]; !ok {
-				return nil, "", false
+				return nil, "", "", false
 			}
 			names = append(names, seg)
 		case []any:
 			i, err := strconv.Atoi(seg)
 			if err != nil || i < 0 || i >= len(cur) || seg != strconv.Itoa(i) {
-				return nil, "", false
+				return nil, "", "", false
 			}
 			v = cur[i]
 		default:
-			return nil, "", false
+			return nil, "", "", false
 		}
 	}
-	return v, strings.Join(names, "."), true
+	return v, strings.Join(names, "."), "", true
 }
 
 // keyText renders a JSON value v found at the dotted path (where: its member names only) as key
@@ -318,7 +329,8 @@ func canonicalAt(canon []byte, path string) (string, bool) {
 // JSONField returns the value at the dotted path of the JSON document data as key material (see
 // [JSONFields] for the rendering), with the noise fields removed from objects and arrays. ok is
 // false when data is not JSON, repeats a member name in an object (see [ErrDuplicateMember]), or
-// the path is missing or null.
+// the path is missing or null, or meets a member whose name differs from it only in case (see
+// [JSONFields]).
 func JSONField(data []byte, path string, noise ...string) (string, bool) {
 	ns, err := newNoiseSet(noise)
 	if err != nil {
@@ -332,7 +344,7 @@ func JSONField(data []byte, path string, noise ...string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	v, where, ok := lookupJSON(doc, path)
+	v, where, _, ok := lookupJSON(doc, path)
 	if !ok {
 		return "", false
 	}

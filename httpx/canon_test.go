@@ -285,7 +285,7 @@ func FuzzJSONField(f *testing.F) {
 		// Key stability: without case-variant names, an object or array renders as the decoded
 		// tree renders it (the rendering before it came from the canonical form).
 		doc, _ := decodeJSON(data)
-		tv, where, _ := lookupJSON(doc, path)
+		tv, where, _, _ := lookupJSON(doc, path)
 		switch tv.(type) {
 		case map[string]any, []any:
 			ns, _ := newNoiseSet([]string{"nonce"})

@@ -3,6 +3,7 @@ package httpx
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/idemkit/idemkit"
@@ -158,6 +159,14 @@ func skipBareItem(s string) (string, error) {
 
 // errMultipleKeys: the key header appears more than once.
 var errMultipleKeys = errors.New("header given more than once")
+
+// keyCaseError: a JSONFields key field's path met a member whose name differs from its segment in case
+// only, instead of the exact name or beside it (see lookupJSON).
+type keyCaseError struct{ path, name string }
+
+func (e *keyCaseError) Error() string {
+	return fmt.Sprintf("JSON field %s: the body has a member %s, equal to it but for case", e.path, strconv.Quote(e.name))
+}
 
 // errKeyEmpty: the key was given, empty (an empty header, ?key=, {"id":""}): never no key.
 var errKeyEmpty = errors.New("given empty")

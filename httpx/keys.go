@@ -143,8 +143,11 @@ func muxWildcard(p, name string) bool {
 // Several paths give a JSON array of those texts. A body that is not JSON, or a missing or null
 // field, means no key; an empty string is an invalid key (400, as an empty header or query
 // parameter is: not one key every such request shares); a JSON body that repeats a member name
-// anywhere is an error matching [ErrDuplicateMember] (400). It panics when no path is given or a
-// path is malformed.
+// anywhere is an error matching [ErrDuplicateMember] (400). Names match exactly; a member on the
+// path whose name differs from it only in case ({"ID":…} for "id"), instead of the exact name or
+// beside it, is an invalid key (400), never no key: encoding/json would decode it into the
+// handler's field, so the request's key would be ambiguous (or, with Optional, the request run
+// unguarded). It panics when no path is given or a path is malformed.
 func JSONFields(paths ...string) KeySource {
 	if len(paths) == 0 {
 		panic("httpx: JSONFields: no path")
@@ -164,7 +167,10 @@ func JSONFields(paths ...string) KeySource {
 		}
 		var parts []byte
 		for i, p := range paths {
-			v, where, ok := lookupJSON(doc, p)
+			v, where, folded, ok := lookupJSON(doc, p)
+			if folded != "" {
+				return "", fmt.Errorf("%w: %w", idemkit.ErrInvalidKey, &keyCaseError{path: p, name: folded})
+			}
 			if !ok {
 				return "", nil
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -295,7 +296,12 @@ func duplicateDetail(err error) string {
 
 // detailOf is a client-safe description of an invalid key error (it never echoes the key).
 func detailOf(err error) string {
+	var kc *keyCaseError
 	switch {
+	case errors.As(err, &kc):
+		return fmt.Sprintf("The JSON body's member %s differs only in case from the key field %s: member names are case-sensitive, "+
+			"and a decoder that folds case would read the request's key from another member. Name the key field exactly %s, once.",
+			strconv.Quote(kc.name), strconv.Quote(kc.path), strconv.Quote(kc.path))
 	case errors.Is(err, errMultipleKeys):
 		return "The idempotency key was given more than once."
 	case errors.Is(err, errKeyEmpty):
