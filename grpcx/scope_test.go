@@ -55,3 +55,32 @@ func TestScopeTheGuardCannotTake(t *testing.T) {
 		t.Fatalf("empty scope: %v (handler runs %d), want INTERNAL without running", err, runs)
 	}
 }
+
+// TestGuardMaxKeyLenBelowTheHashedForm: a Guard whose MaxKeyLen is below the length of the hashed form
+// the interceptor keeps long scopes, principal keys and FieldKey keys in (71 bytes) was accepted, and
+// every call needing one answered INTERNAL, for the life of the server. It is refused when the
+// interceptor is built, as the HTTP middleware refuses such a Guard.
+func TestGuardMaxKeyLenBelowTheHashedForm(t *testing.T) {
+	guard, err := idemkit.New(memory.NewStore(), &idemkit.Options{MaxKeyLen: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grpcx.NewUnaryServerInterceptor(guard, nil); err == nil || !strings.Contains(err.Error(), "MaxKeyLen 64") {
+		t.Fatalf("NewUnaryServerInterceptor with a Guard's MaxKeyLen of 64: %v, want an error naming it", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("UnaryServerInterceptor with a Guard's MaxKeyLen of 64 did not panic")
+			}
+		}()
+		grpcx.UnaryServerInterceptor(guard, nil)
+	}()
+	at, err := idemkit.New(memory.NewStore(), &idemkit.Options{MaxKeyLen: len(idemkit.HashedForm(""))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grpcx.NewUnaryServerInterceptor(at, nil); err != nil {
+		t.Fatalf("a Guard's MaxKeyLen equal to the hashed form's length: %v", err)
+	}
+}

@@ -36,11 +36,17 @@ func UnaryServerInterceptor(guard *idemkit.Guard, opts *Options) grpc.UnaryServe
 
 // NewUnaryServerInterceptor returns a unary server interceptor that runs each guarded call's handler
 // at most once per idempotency key and answers duplicates from the record (see the package
-// documentation for the status codes). opts may be nil. It returns an error when guard is nil or an
+// documentation for the status codes). opts may be nil. It returns an error when guard is nil, its
+// MaxKeyLen is below 71 (the length of the hashed form long scopes and keys are kept in), or an
 // option is invalid (a negative InFlightRetryDelay). The interceptor is safe for concurrent use.
 func NewUnaryServerInterceptor(guard *idemkit.Guard, opts *Options) (grpc.UnaryServerInterceptor, error) {
 	if guard == nil {
 		return nil, errNoGuard
+	}
+	// Long scopes, principal keys and FieldKey keys are kept as their hashed form: a Guard that
+	// refuses one would answer such calls INTERNAL for the life of the server.
+	if gmax, hashed := guard.MaxKeyLen(), len(idemkit.HashedForm("")); gmax < hashed {
+		return nil, fmt.Errorf("grpcx: the Guard's MaxKeyLen %d is below %d, the length of the hashed keys and scopes the interceptor keeps", gmax, hashed)
 	}
 	if opts != nil && opts.InFlightRetryDelay < 0 {
 		return nil, fmt.Errorf("grpcx: InFlightRetryDelay must not be negative, got %s", opts.InFlightRetryDelay)
@@ -229,8 +235,8 @@ func (s *server) principalKey(ctx context.Context, key string) (string, error) {
 // scope is the record scope of method: Options.Scope's (the full method name by default), kept as its
 // hash (idemkit.HashedForm) when the Guard would refuse it — a method name longer than the Guard's
 // MaxKeyLen — as the HTTP middleware keeps its scopes. The scope is the server's choice: one the Guard
-// cannot take even so (empty, or a MaxKeyLen below the hash's length) is an error of the server's,
-// never the client's INVALID_ARGUMENT.
+// cannot take even so (empty; a MaxKeyLen below the hash's length is refused when the interceptor is
+// built) is an error of the server's, never the client's INVALID_ARGUMENT.
 func (s *server) scope(method string) (string, error) {
 	scope := s.c.scope(method)
 	if scope == "" {
