@@ -339,12 +339,13 @@ const beginPrefix = "START TRANSACTION; "
 // transaction has not begun and the statement can carry it: nargs is its number of arguments, or
 // negative for a statement that cannot (a prepare).
 func lead[R any](t *multiTx, ctx context.Context, query string, nargs int, run func(query string) (R, error)) (R, error) {
-	if err := t.lost.check(); err != nil || endsTx(query) {
-		// A deadlock ended the transaction and its error was ignored: run nothing more outside it.
-		// Nor may the business end the transaction itself with a raw statement (see endsTx).
-		if err == nil {
-			err = errGuardOwned
-		}
+	err := t.lost.check()
+	if err == nil {
+		// Nor may the business end the transaction itself with a raw statement (see endsTx), or one
+		// that commits it implicitly.
+		err = endingStatement(query, true)
+	}
+	if err != nil { // or a deadlock ended the transaction and its error was ignored: run nothing more outside it
 		var zero R
 		return zero, err
 	}

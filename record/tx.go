@@ -117,7 +117,8 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 // Sealed returns a session of the gorm transaction tx that runs its statements in tx — a nested
 // db.Transaction is a savepoint — but refuses db.Commit() and db.Rollback(), and raw statements that
 // would end the transaction (COMMIT, ROLLBACK but not ROLLBACK TO, END, ABORT, BEGIN, START
-// TRANSACTION): the session to hand to
+// TRANSACTION; on MySQL and MariaDB also those that commit it implicitly: DDL but a temporary
+// table's CREATE and DROP, LOCK TABLES, SET autocommit and their like): the session to hand to
 // business code in a transaction whose end is not the business's to decide (the Guard's, which
 // writes the record in it first). Adapters that begin such transactions themselves use it.
 func Sealed(tx *gorm.DB) *gorm.DB { return sealed(tx, nil) }
@@ -137,7 +138,8 @@ func Watched(tx *gorm.DB) (*gorm.DB, func() error) {
 // sealed is Sealed, its statements watched by lost when not nil (see txLost).
 func sealed(tx *gorm.DB, lost *txLost) *gorm.DB {
 	biz := tx.Session(&gorm.Session{Context: tx.Statement.Context, NewDB: true})
-	biz.Statement.ConnPool = &guardedPool{ConnPool: tx.Statement.ConnPool, lost: lost}
+	mysql := tx.Dialector != nil && tx.Dialector.Name() == "mysql"
+	biz.Statement.ConnPool = &guardedPool{ConnPool: tx.Statement.ConnPool, lost: lost, mysql: mysql}
 	return biz
 }
 
@@ -317,7 +319,8 @@ func (t *txStore) Rollback() error {
 // whole database and such a session's writes commit outside the transaction.
 type guardedPool struct {
 	gorm.ConnPool
-	lost *txLost // nil, or shared with the transaction's Store (see WithSealedTx)
+	lost  *txLost // nil, or shared with the transaction's Store (see WithSealedTx)
+	mysql bool    // MySQL or MariaDB: statements that commit implicitly are refused too (see commitsImplicitly)
 }
 
 func (p *guardedPool) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -349,13 +352,79 @@ var _ gorm.Tx = (*guardedPool)(nil)
 func (*guardedPool) Commit() error   { return errGuardOwned }
 func (*guardedPool) Rollback() error { return errGuardOwned }
 
-// refuses returns why query must not run in the transaction: it would end it (see endsTx), or the
-// transaction is lost (see txLost). nil when it may run.
+// refuses returns why query must not run in the transaction: it would end it (see endsTx and
+// commitsImplicitly), or the transaction is lost (see txLost). nil when it may run.
 func (p *guardedPool) refuses(query string) error {
-	if endsTx(query) {
-		return errGuardOwned
+	if err := endingStatement(query, p.mysql); err != nil {
+		return err
 	}
 	return p.lost.check()
+}
+
+// endingStatement returns the error a business gets for a statement that would end the Guard's
+// transaction: one that ends it (endsTx) or, on MySQL and MariaDB, commits it implicitly
+// (commitsImplicitly). nil for any other statement.
+func endingStatement(query string, mysql bool) error {
+	switch {
+	case endsTx(query):
+		return errGuardOwned
+	case mysql && commitsImplicitly(query):
+		return errImplicitCommit
+	}
+	return nil
+}
+
+// errImplicitCommit is what a business gets for a statement MySQL or MariaDB would commit the
+// Guard's transaction before (and after) running.
+var errImplicitCommit = errors.New("record: the statement would commit the Guard's transaction implicitly " +
+	"(MySQL and MariaDB commit before DDL, LOCK TABLES, SET autocommit, GRANT, ANALYZE and their like): " +
+	"run it outside the guarded function")
+
+// commitsImplicitly reports whether MySQL or MariaDB commits the transaction a statement is sent in
+// before running it: DDL other than on a temporary table's CREATE and DROP (ALTER, CREATE, DROP,
+// RENAME, TRUNCATE and the plugin statements), account statements (GRANT, REVOKE and SET
+// PASSWORD), LOCK and UNLOCK TABLES, SET autocommit, the administrative table statements (ANALYZE,
+// CHECK, OPTIMIZE, REPAIR, CACHE INDEX, LOAD INDEX, FLUSH, RESET) and replication control (CHANGE,
+// START and STOP REPLICA or SLAVE), XA. The business's writes before it would commit apart from the
+// record, and every duplicate would run them again. The check reads the statement's first words; a
+// stored procedure (CALL) that commits is not seen.
+func commitsImplicitly(query string) bool {
+	word, rest := firstWord(query)
+	next, after := firstWord(rest)
+	is := strings.EqualFold
+	switch {
+	case is(word, "CREATE"):
+		if is(next, "OR") { // CREATE OR REPLACE [TEMPORARY] TABLE (MariaDB)
+			_, after = firstWord(after) // REPLACE
+			next, _ = firstWord(after)
+		}
+		return !is(next, "TEMPORARY")
+	case is(word, "DROP"):
+		return !is(next, "TEMPORARY")
+	case is(word, "ALTER"), is(word, "RENAME"), is(word, "TRUNCATE"), is(word, "INSTALL"), is(word, "UNINSTALL"),
+		is(word, "GRANT"), is(word, "REVOKE"), is(word, "LOCK"), is(word, "UNLOCK"), is(word, "ANALYZE"),
+		is(word, "OPTIMIZE"), is(word, "REPAIR"), is(word, "FLUSH"), is(word, "RESET"), is(word, "CHANGE"), is(word, "XA"):
+		return true
+	case is(word, "CHECK"), is(word, "CACHE"):
+		return is(next, "TABLE") || is(next, "TABLES") || is(next, "INDEX")
+	case is(word, "LOAD"):
+		return is(next, "INDEX")
+	case is(word, "START"), is(word, "STOP"):
+		return is(next, "REPLICA") || is(next, "SLAVE") || is(next, "ALL")
+	case is(word, "SET"):
+		return is(next, "PASSWORD") || containsFold(query, "autocommit")
+	}
+	return false
+}
+
+// containsFold reports whether s contains the ASCII word sub in any case.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // endsTx reports whether query is a statement that ends (or, on MySQL, implicitly commits and
