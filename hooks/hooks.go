@@ -30,6 +30,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/background"
 )
 
 // Txn is one global transaction followed by a Lifecycle. A hook is given a copy: what it changes in
@@ -132,8 +133,8 @@ func (l *Lifecycle) IsPermanent(err error) bool {
 // Begin claims the record for call with gid and runs the Before hook. Exactly one of its results is
 // meaningful: a *Txn to run the transaction under; a replayed result (Replayed set, possibly with an
 // *idemkit.RejectedError) when the key already finished; or an error (ErrInFlight while another
-// attempt's transaction is running, a Guard error, or the Before hook's error — the record is then
-// FAILED so a retry may run).
+// attempt's transaction is running, a Guard error, or the Before hook's error — the Rollback hook then
+// runs for the gid, which never starts, and the record is FAILED so a retry may run).
 //
 // A permanent Before error (see idemkit.Permanent) makes the record REJECTED, and Begin returns it in
 // the shape a replay of the key returns: an error for which errors.As finds an *idemkit.RejectedError
@@ -185,9 +186,37 @@ func (l *Lifecycle) before(ctx context.Context, t *Txn) error {
 	return err
 }
 
-// failBefore finishes t's claim after its Before hook failed with err and returns Begin's error.
+// failBefore ends t, whose Before hook failed with err (or panicked), and returns Begin's error. The
+// transaction never starts, and the Rollback hook runs for its gid, as for every gid that never
+// started: the Before hook may have written before it failed (its row committed, then a second
+// statement refused, a lost reply, a panic), and nothing else ever would run a hook for that gid — no
+// Reconciler looks at the record it rolls back. Then the claim is finished, also when the Rollback
+// hook failed (its error is returned too) or panicked (the panic then goes on): the key is free again.
 func (l *Lifecycle) failBefore(ctx context.Context, t *Txn, err error) error {
 	wrapped := fmt.Errorf("hooks: before transaction %s: %w", t.GID, err)
+	if l.OnRollback == nil {
+		return l.finishBefore(ctx, t, err, wrapped)
+	}
+	finished := false
+	defer func() {
+		if !finished { // the Rollback hook panicked: the claim is finished before the panic goes on
+			_ = l.finishBefore(ctx, t, err, wrapped)
+		}
+	}()
+	sctx, cancel := background.Settling(ctx) // the hook runs also when the caller left (the hook's error)
+	defer cancel()
+	herr := l.OnRollback.Rollback(sctx, t.forHook(), fmt.Errorf("%w (never started): the BeforeTransaction hook failed: %w", ErrRolledBack, err))
+	finished = true
+	ferr := l.finishBefore(ctx, t, err, wrapped)
+	if herr != nil {
+		return errors.Join(ferr, fmt.Errorf("hooks: rollback %s: %w", t.GID, herr))
+	}
+	return ferr
+}
+
+// finishBefore finishes t's claim after its Before hook failed with err, and returns Begin's error:
+// wrapped, in the shape a replay returns when the record is REJECTED.
+func (l *Lifecycle) finishBefore(ctx context.Context, t *Txn, err, wrapped error) error {
 	if t.claim == nil {
 		if l.IsPermanent(err) {
 			return &rejection{rej: &idemkit.RejectedError{Message: err.Error()}, cause: wrapped}
