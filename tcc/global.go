@@ -48,7 +48,9 @@ type RunParams struct {
 	// Tries must not change t.Gid or t.TransType (see Options).
 	Tries func(t *dtmcli.Tcc) error
 	// Options sets the transaction's options before it is prepared (t.TimeoutToFail,
-	// t.RetryInterval...). Optional. Options (and Tries) must not change t.Gid or t.TransType: the
+	// t.RetryInterval...). Optional. t.WaitResult is ignored: Global.Wait waits for the outcome
+	// (DTM answers a submit or an abort with WaitResult 500 while a confirm or cancel fails, as if
+	// the call went unanswered). Options (and Tries) must not change t.Gid or t.TransType: the
 	// record, the wait and the Reconciler follow the gid Run chose (GID) as a TCC, and a transaction
 	// prepared, tried or submitted under another gid or type would run unfollowed (a retry of the key
 	// running it again). Run refuses such a change (see Run).
@@ -191,6 +193,12 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	// DTM's answers (or a gateway's) are never the business's: they are returned marked
 	// idemkit.Retryable, so that the Guard's Options.IsPermanent does not record the key REJECTED
 	// when the transaction rolls back with one as the reason. A try's own error is returned as it is.
+	//
+	// WaitResult (set by Options) is not sent: with it DTM runs the confirms within the submit and
+	// the cancels within the abort (it reads it from the options stored at the prepare) and answers
+	// 500 while one fails, which cannot be told from an answer lost: the abort, posted again, would
+	// make DTM run the cancels and double the TCC's retry interval each time. Run's Wait waits.
+	t.WaitResult = false
 	if err := status.Call(ctx, "prepare", t.Gid, &t.TransBase); err != nil {
 		return idemkit.Retryable(err)
 	}
@@ -212,6 +220,7 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	}()
 	tryErr := tries(t)
 	panicked = false
+	t.WaitResult = false // as for the prepare: the submit's wait_result is the submit's own
 	if changed := changedBy("Tries", t, gid); changed != nil {
 		// Submitted or aborted as it is, a transaction the record does not know would be: the record's
 		// is aborted instead (its tries cancelled), whatever the tries returned.
