@@ -68,7 +68,11 @@ type RunParams struct {
 //
 // Prepare, submit and abort are posted through Status's HTTP client (dtmcli's try calls, made by
 // Tries, take no context): the prepare with ctx; the submit or abort that follows the tries whether or
-// not ctx was cancelled meanwhile, since the transaction exists by then. Only DTM's own refusal of the
+// not ctx was cancelled meanwhile, since the transaction exists by then. A submit that could not be
+// sent (an error matching txstatus.ErrNotSent: DTM restarting) is posted again for up to 5 s; one whose
+// answer was lost is not, since DTM v1.19 takes a second submit of a TCC it holds as submitted for one
+// without branches and marks it succeed, whatever became of its confirms (nor must anything between
+// the initiator and DTM post a submit again: a gateway retrying POSTs). Only DTM's own refusal of the
 // prepare (409 FAILURE), or a prepare that could not even connect to DTM (an error matching
 // txstatus.ErrNotSent, returned: an outage, retry later), rolls the record back at once; a timeout, a reset connection or a 5xx from a proxy in front of DTM leaves the record
 // PROCESSING for the reconciler. A try that fails makes Run abort: DTM cancels what was tried and
@@ -239,7 +243,10 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 		}
 	}
 	if tryErr == nil {
-		if err := status.Call(ctx, "submit", t.Gid, &t.TransBase); err != nil {
+		// Posted again while it could not be sent (see post): lost to a DTM restarting, the submit
+		// left the TCC prepared, every try's reservation held, until DTM aborted it at its
+		// TimeoutToFail, a transaction whose tries all succeeded rolled back.
+		if err := post(ctx, status, "submit", t, notSent); err != nil {
 			return idemkit.Retryable(exists("submitting", t.Gid, err))
 		}
 		return nil
@@ -261,24 +268,39 @@ func start(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc, tries fu
 	return tryErr
 }
 
-// abortPatience bounds how long abort posts again an abort DTM did not answer.
-const abortPatience = txstatus.DefaultTimeout
+// postPatience bounds how long post posts a submit or an abort again.
+const postPatience = txstatus.DefaultTimeout
 
-// abort posts t's abort, which carries its rollback reason to DTM. An abort DTM did not answer — it
-// could not be reached, a gateway answered for it, the answer timed out — is posted again, the pause
-// growing from Status's PollInterval to a second, for up to abortPatience: DTM stores the reason (a
-// permanent one marked with hooks.PermanentReason, which a Reconciler reads) and cancels the tried
-// branches only once an abort reaches it; without one it aborts the TCC at its TimeoutToFail with a
-// reason of its own. DTM's refusal ends it at once. It returns the last error.
+// abort posts t's abort, which carries its rollback reason to DTM, again while DTM does not answer it
+// (see post): DTM stores the reason (a permanent one marked with hooks.PermanentReason, which a
+// Reconciler reads) and cancels the tried branches only once an abort reaches it; without one it aborts
+// the TCC at its TimeoutToFail with a reason of its own. An abort is safe to post again whatever became
+// of the first: DTM accepts one of a TCC it holds as prepared or aborting, and cancels the branches it
+// stores (the barrier makes each cancel take effect once).
 func abort(ctx context.Context, status *txstatus.Client, t *dtmcli.Tcc) error {
-	deadline := time.Now().Add(abortPatience)
+	return post(ctx, status, "abort", t, func(err error) bool { return !errors.Is(err, txstatus.ErrRefused) })
+}
+
+// notSent reports whether a call failed without being sent (txstatus.ErrNotSent). Only such a submit
+// is posted again: DTM v1.19 takes a submit of a TCC it already holds as submitted for one without
+// branches and marks the TCC succeed at once, so a second submit landing after a first that DTM got
+// (its answer lost, or a gateway forwarding it late) could end the TCC before its confirms succeeded,
+// which DTM would then never retry.
+func notSent(err error) bool { return errors.Is(err, txstatus.ErrNotSent) }
+
+// post posts op ("submit" or "abort") of t, the call that ends a prepared TCC, and posts it again
+// while it fails with an error for which again reports true, the pause growing from Status's
+// PollInterval to a second, for up to postPatience: until one reaches it, DTM holds the TCC prepared,
+// every try's reservation with it, until its TimeoutToFail. It returns the last error.
+func post(ctx context.Context, status *txstatus.Client, op string, t *dtmcli.Tcc, again func(error) bool) error {
+	deadline := time.Now().Add(postPatience)
 	pause := status.PollInterval
 	if pause <= 0 {
 		pause = txstatus.DefaultPollInterval
 	}
 	for {
-		err := status.Call(ctx, "abort", t.Gid, &t.TransBase)
-		if err == nil || errors.Is(err, txstatus.ErrRefused) || time.Now().Add(pause).After(deadline) {
+		err := status.Call(ctx, op, t.Gid, &t.TransBase)
+		if err == nil || !again(err) || time.Now().Add(pause).After(deadline) {
 			return err
 		}
 		time.Sleep(pause) // ctx outlives the caller (see start): nothing to cancel the pause
