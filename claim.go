@@ -751,7 +751,9 @@ func writeOutcome(ctx context.Context, st Store, next *Record, prev Version) (no
 // killed after its submit) keeps its lock until LockTTL, which may outlast the lease, and every
 // duplicate of the settled key would be answered in flight until then. A lock another attempt holds is
 // left alone; a release that fails (bounded by Options.FinishTimeout) leaves the lock to expire and is
-// not reported.
+// not reported. Once 3 such releases in a row failed (a Redis that stopped answering), Settle no longer
+// waits for them: each is made in the background (see [Guard.Wait]), at most 64 at once (the locks of
+// the others expire by themselves), until one succeeds.
 func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error) error {
 	if rec == nil || rec.Status != StatusProcessing {
 		return fmt.Errorf("%w: only a PROCESSING record can be settled", ErrFenced)
@@ -775,18 +777,36 @@ func (g *Guard) Settle(ctx context.Context, rec *Record, value []byte, err error
 	return note
 }
 
+// maxHolderFailures is how many releases of settled records' holders' locks in a row may fail before
+// Settle stops waiting for them (see Guard.releaseHolder).
+const maxHolderFailures = 3
+
 // releaseHolder releases the lock that rec's holder (its owner's token) may still hold, once another
-// settled the record: see [Guard.Settle].
+// settled the record: see [Guard.Settle]. Once maxHolderFailures such releases in a row failed (a
+// Redis that stopped answering makes each wait for FinishTimeout, and a reconciler settles its records
+// in turn: a backlog of 500 would hold its pass for 500 times that), it releases in the background
+// instead, at most maxWatches at once (the rest expire by themselves), until one succeeds.
 func (g *Guard) releaseHolder(ctx context.Context, rec *Record) {
 	if g.opts.Locker == nil || rec.Owner == "" {
 		return
 	}
+	scope, key, owner := rec.Scope, LockKey(rec.Scope, rec.Key), rec.Owner // rec is the caller's again once Settle returns
+	release := func(ctx context.Context) {
+		err := g.opts.Locker.Release(ctx, key, owner, nil, 0)
+		if err != nil && !errors.Is(err, ErrLockNotHeld) {
+			g.holderFailures.Add(1)
+			g.opts.Logger.WarnContext(ctx, "idemkit: releasing the lock of a settled record's holder", "scope", scope, "error", err)
+			return
+		}
+		g.holderFailures.Store(0)
+	}
+	if g.holderFailures.Load() >= maxHolderFailures {
+		g.holders.Go(ctx, g.opts.FinishTimeout, release)
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, g.opts.FinishTimeout) // a Redis that hangs delays no settlement longer
 	defer cancel()
-	err := g.opts.Locker.Release(rctx, LockKey(rec.Scope, rec.Key), rec.Owner, nil, 0)
-	if err != nil && !errors.Is(err, ErrLockNotHeld) {
-		g.opts.Logger.WarnContext(ctx, "idemkit: releasing the lock of a settled record's holder", "scope", rec.Scope, "error", err)
-	}
+	release(rctx)
 }
 
 // fencedWhy returns ErrFenced for a write of want (nil: one it cannot tell) fenced off the record

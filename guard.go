@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/background"
@@ -32,6 +33,10 @@ type Guard struct {
 	// watches, which a stalled store fills (every caller that gives up leaves an abandoned claim), so
 	// that the outcome of a call that finished still gets written.
 	rewrites background.Limit
+	// holders run the releases of settled records' holders' locks once the Locker failed them
+	// (see Guard.releaseHolder); holderFailures counts those that failed in a row.
+	holders        background.Limit
+	holderFailures atomic.Int32
 }
 
 // MaxKeyLen is the longest key or scope the Guard accepts, in bytes (Options.MaxKeyLen).
@@ -54,19 +59,20 @@ func New(store Store, opts *Options) (*Guard, error) {
 	}
 	return &Guard{store: store, opts: o, watches: background.Limit{Max: maxWatches}, failed: background.Limit{Max: maxWatches},
 		forgets: background.Limit{Max: maxWatches}, retries: background.Limit{Max: maxWatches},
-		rewrites: background.Limit{Max: maxWatches}}, nil
+		rewrites: background.Limit{Max: maxWatches}, holders: background.Limit{Max: maxWatches}}, nil
 }
 
 // Wait waits until the work the Guard runs in the background after its calls answered has ended, or
 // ctx ends (its error returned): a finish or a failed mark's release written again after its write
 // failed, a lock released again after its release failed, a claim that landed after its caller left
-// watched and released. Each lasts until it succeeds or its claim's lease ends (a minute at most). Call
+// watched and released, the lock of a settled record's holder released (see [Guard.Settle]). Each
+// lasts until it succeeds or its claim's lease ends (a minute at most). Call
 // it at a graceful shutdown, once the Guard's calls have returned, before the process exits (and
 // before closing the Store's database and the Locker's client): the process would otherwise cut that
 // work short, and a key whose outcome was not written would run again once its lease ran out. Calls
 // made while it waits may add work it then waits for too. The Guard stays usable.
 func (g *Guard) Wait(ctx context.Context) error {
-	return background.WaitAll(ctx, &g.rewrites, &g.retries, &g.watches, &g.failed, &g.forgets)
+	return background.WaitAll(ctx, &g.rewrites, &g.retries, &g.watches, &g.failed, &g.forgets, &g.holders)
 }
 
 // Call names one guarded operation.
