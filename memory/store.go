@@ -63,11 +63,12 @@ func clone(r *idemkit.Record) *idemkit.Record {
 }
 
 // write runs apply with s.mu held once no transaction holds k's lock, waiting for the one holding it
-// until ctx is done.
+// until ctx is done. When ctx ended first, nothing was written, and never will be: it returns an
+// error matching idemkit.ErrNotSent and ctx's error.
 func (s *Store) write(ctx context.Context, k recKey, apply func() error) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return notSent(err)
 		}
 		s.mu.Lock()
 		l := s.locks[k]
@@ -79,12 +80,19 @@ func (s *Store) write(ctx context.Context, k recKey, apply func() error) error {
 		select {
 		case <-l.free:
 		case <-ctx.Done():
-			return ctx.Err()
+			return notSent(ctx.Err())
 		}
 	}
 }
 
-// Insert implements [idemkit.Store].
+// notSent is the error of a write whose context ended before it was made.
+func notSent(err error) error {
+	return fmt.Errorf("memory: writing record: %w: %w", idemkit.ErrNotSent, err)
+}
+
+// Insert implements [idemkit.Store]. When ctx ends before the record is written (at once, or while
+// the Insert waits for a transaction holding the key) it returns an error matching
+// idemkit.ErrNotSent and ctx's error: the record is not written, and never will be.
 func (s *Store) Insert(ctx context.Context, rec *idemkit.Record) error {
 	k := recKey{rec.Scope, rec.Key}
 	return s.write(ctx, k, func() error {

@@ -262,6 +262,18 @@ func TestMemoryBackendsBehaveAsDatabaseAndRedis(t *testing.T) {
 			p.log("DoTx second %s", <-done)
 			p.log("%s", p.record(c))
 		}},
+		{name: "CallerLeftBeforeItsClaim", noLocker: true, run: func(p *parityRun) {
+			// Nothing was written, and nothing can land: no claim is watched for, and Wait returns.
+			left, leave := context.WithCancel(ctx)
+			leave()
+			c := p.call("left", "do")
+			p.log("Do %s", seen(p.g.Do(left, c, value([]byte("v")))))
+			p.log("Mark %s", seen(idemkit.Result{}, p.g.Mark(left, p.call("left", "mark"), func(context.Context) error { return nil })))
+			bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			p.log("Wait %v", p.g.Wait(bounded))
+			p.log("%s", p.record(c))
+		}},
 		{name: "SweptClaimsLock", opts: idemkit.Options{Lease: time.Second, LockTTL: time.Hour}, run: func(p *parityRun) {
 			c := p.call("swept", "k")
 			_, res, err := p.g.Begin(ctx, c) // its holder dies
