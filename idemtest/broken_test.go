@@ -33,6 +33,8 @@ var brokenDefects = map[string]string{
 	"truncates-times":         "it keeps times to the second, as a DATETIME column without fractional seconds does",
 	"update-keeps-expiry":     "its Update leaves ExpiresAt as it was",
 	"update-finish-only":      "its Update writes a finish's columns only, a takeover's new GID, BranchID, Fingerprint and CreatedAt lost",
+	"get-hides-expired":       "its Get hides records whose expiry passed by the real clock",
+	"insert-replaces-expired": "its Insert replaces a record whose expiry passed by the real clock",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
@@ -255,6 +257,11 @@ func (b *brokenStore) keep(rec *idemkit.Record, err error) error {
 
 func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Record, error) {
 	scope, key = b.fold(scope, key)
+	if b.defect == "get-hides-expired" {
+		if r, err := b.Store.Get(ctx, scope, key); err == nil && r.Expired(time.Now()) {
+			return nil, idemkit.ErrNotFound
+		}
+	}
 	b.mu.Lock()
 	r := b.dirty[[2]string{scope, key}]
 	b.mu.Unlock()
@@ -278,7 +285,12 @@ func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
 		b.never = append(b.never, rec)
 		b.mu.Unlock()
 	}
-	return b.keep(rec, insert(ctx, b.Store, rec, b.defect == "insert-overwrites"))
+	overwrite := b.defect == "insert-overwrites"
+	if b.defect == "insert-replaces-expired" {
+		cur, err := b.Store.Get(ctx, rec.Scope, rec.Key)
+		overwrite = err == nil && cur.Expired(time.Now())
+	}
+	return b.keep(rec, insert(ctx, b.Store, rec, overwrite))
 }
 
 func (b *brokenStore) Update(ctx context.Context, rec *idemkit.Record, prev idemkit.Version) error {

@@ -211,6 +211,47 @@ func runContract(t *testing.T, newStore NewStore) {
 		}
 	})
 
+	t.Run("ExpiredRecordsStay", func(t *testing.T) {
+		// Expiry is the Guard's to judge, by its own clock; a sweeper deletes the expired records that
+		// no attempt still answers for. Two never go while their expiry passed, by the real clock too,
+		// which every other check's records (in 2030) never reach: a claim of a global transaction
+		// nobody settled, and a claim whose lease is live. A Store must keep them as they are — Get
+		// returns them, Insert does not replace them — and a Guard answers their duplicates in flight.
+		// A Store that hid them from Get (a read filtered by the database's clock) failed every call of
+		// such a key (its Insert found a record its read did not); one whose Insert replaced them ran
+		// a second attempt beside the live one, or lost the transaction's outcome.
+		s := newStore(t)
+		now := time.Now().Truncate(time.Millisecond)
+		unsettled := sample(now.Add(-48*time.Hour), "s", "unsettled") // lease and expiry two days gone
+		unsettled.GID = "gid-1"
+		alive := sample(now.Add(-48*time.Hour), "s", "alive")
+		alive.GID, alive.LeaseUntil = "", now.Add(time.Hour) // renewed past its record's expiry
+		// A Guard on the real clock.
+		g, err := idemkit.New(s, &idemkit.Options{Lease: lease, TTL: time.Hour})
+		must(t, err)
+		for _, rec := range []*idemkit.Record{unsettled, alive} {
+			must(t, s.Insert(ctxb, rec))
+			got, err := s.Get(ctxb, "s", rec.Key)
+			if err != nil {
+				t.Fatalf("Get of the %s claim, its expiry passed by the real clock: %v; want the record", rec.Key, err)
+			}
+			RequireSameRecord(t, rec, got)
+			dup := sample(now, "s", rec.Key)
+			dup.Owner, dup.GID = "intruder", ""
+			if err := s.Insert(ctxb, dup); !errors.Is(err, idemkit.ErrExists) {
+				t.Fatalf("Insert over the %s claim, its expiry passed by the real clock: %v; want ErrExists (it never overwrites)", rec.Key, err)
+			}
+			got, err = s.Get(ctxb, "s", rec.Key)
+			must(t, err)
+			RequireSameRecord(t, rec, got)
+			c := &counter{}
+			if _, err := g.Do(ctxb, idemkit.Call{Scope: "s", Key: rec.Key}, c.fn); !errors.Is(err, idemkit.ErrInFlight) {
+				t.Fatalf("Guard call of the %s claim's key: %v; want ErrInFlight", rec.Key, err)
+			}
+			c.want(t, 0)
+		}
+	})
+
 	t.Run("KeysCompareByteForByte", func(t *testing.T) {
 		// Keys and scopes that a text collation folds together (case, trailing spaces, accents,
 		// Unicode normalisation) are different keys: a Store conflating them answers one client's
