@@ -35,6 +35,7 @@ var brokenDefects = map[string]string{
 	"update-finish-only":      "its Update writes a finish's columns only, a takeover's new GID, BranchID, Fingerprint and CreatedAt lost",
 	"get-hides-expired":       "its Get hides records whose expiry passed by the real clock",
 	"insert-replaces-expired": "its Insert replaces a record whose expiry passed by the real clock",
+	"claims-as-recovered":     "its RecoverStaleClaims reports the claims as it left them (owner \"\"), not as they were",
 }
 
 // TestRunStoreRefusesBrokenStores runs RunStore, in a child process, on Stores that break the
@@ -184,6 +185,19 @@ func (b *brokenStore) DeleteExpired(ctx context.Context, now time.Time, limit in
 	}
 	m, err := b.Store.DeleteExpired(ctx, now, limit-n)
 	return n + m, err
+}
+
+// RecoverStaleClaims reports, when the Store reports claims as recovered, the records it left.
+func (b *brokenStore) RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+	recs, err := b.Store.RecoverStaleClaims(ctx, now, limit)
+	if b.defect == "claims-as-recovered" {
+		for i, r := range recs {
+			if cur, gerr := b.Store.Get(ctx, r.Scope, r.Key); gerr == nil {
+				recs[i] = cur
+			}
+		}
+	}
+	return recs, err
 }
 
 // fold returns the spelling of scope and key the Store first met, when it folds keys.

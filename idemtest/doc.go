@@ -8,11 +8,12 @@
 //
 // The Store suite checks the Store contract (insert-first uniqueness, compare-and-swap updates and
 // deletes, keys compared byte for byte, round-tripping every field, keeping and handing out copies,
-// keeping records past their expiry by the real clock, concurrency) and then drives a Guard over the Store through every row of the state table: new key,
-// replay, permanent and retryable failures, in-flight, lease takeover, fencing of a stale holder,
-// expiry, payload mismatch, Mark mode, panics, and concurrent duplicates.
-// When the Store also has the sweeper hooks (DeleteExpired, RecoverStale) the suite checks them; when it
-// begins transactions ([idemkit.TxBeginner]) it checks the contract inside a transaction too (a write
-// over a version that moved on since it was read is refused, Rollback discards, Commit applies) and
-// drives [idemkit.Guard.Tx] through the state table.
+// keeping records past their expiry by the real clock, concurrency) and then drives a Guard over the
+// Store through every row of the state table: new key, replay, permanent and retryable failures,
+// in-flight, lease takeover, fencing of a stale holder, expiry, payload mismatch, Mark mode, panics,
+// and concurrent duplicates. When the Store also has the sweeper hooks (DeleteExpired, RecoverStale,
+// and RecoverStaleClaims of sweep.ClaimRecoverer) the suite checks them; when it begins transactions
+// ([idemkit.TxBeginner]) it checks the contract inside a transaction too (a write over a version that
+// moved on since it was read is refused, Rollback discards, Commit applies) and drives
+// [idemkit.Guard.Tx] through the state table.
 package idemtest

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -446,4 +447,40 @@ func runSweeper(t *testing.T, newStore NewStore) {
 		must(t, err)
 		RequireSameRecord(t, r, got)
 	}
+
+	// A Store that reports the claims it recovers (sweep.ClaimRecoverer) reports them as they were:
+	// sweep.RecordTasksWithLocker releases each dead holder's lock by the owner it returns, and one
+	// reported as recovered (owner "") leaves that lock answering the key in flight until it expires.
+	cr, ok := s.(claimRecoverer)
+	if !ok {
+		return
+	}
+	claimA := put("claim-a", func(r *idemkit.Record) { r.LeaseUntil, r.Fence, r.Owner = now.Add(-time.Second), 3, "holder-a" })
+	claimB := put("claim-b", func(r *idemkit.Record) { r.LeaseUntil, r.Owner = now.Add(-time.Minute), "holder-b" })
+	recs, err := cr.RecoverStaleClaims(ctxb, now, 10)
+	must(t, err)
+	if len(recs) != 2 {
+		t.Fatalf("RecoverStaleClaims returned %d claims, want the 2 stale ones (claim-a, claim-b)", len(recs))
+	}
+	slices.SortFunc(recs, func(a, b *idemkit.Record) int { return strings.Compare(a.Key, b.Key) })
+	for i, want := range []*idemkit.Record{claimA, claimB} {
+		got := recs[i]
+		if got.Scope != want.Scope || got.Key != want.Key || got.Status != want.Status || got.Fence != want.Fence || got.Owner != want.Owner {
+			t.Fatalf("RecoverStaleClaims reported %s/%s %s fence %d owner %q; want the claim as it was: %s/%s %s fence %d owner %q",
+				got.Scope, got.Key, got.Status, got.Fence, got.Owner, want.Scope, want.Key, want.Status, want.Fence, want.Owner)
+		}
+		cur, err := s.Get(ctxb, "sweep", want.Key)
+		must(t, err)
+		if cur.Status != idemkit.StatusFailed || cur.Fence != want.Fence+1 || cur.Owner != "" {
+			t.Fatalf("claim %s after RecoverStaleClaims: %s fence %d owner %q; want FAILED, %d, \"\"", want.Key, cur.Status, cur.Fence, cur.Owner, want.Fence+1)
+		}
+	}
+	if recs, err := cr.RecoverStaleClaims(ctxb, now, 10); err != nil || len(recs) != 0 {
+		t.Fatalf("RecoverStaleClaims again: %d claims, %v; want none (recovered already)", len(recs), err)
+	}
+}
+
+// claimRecoverer is sweep.ClaimRecoverer: a Store that reports the claims it recovers.
+type claimRecoverer interface {
+	RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error)
 }
