@@ -68,6 +68,7 @@ var brokenLockerDefects = map[string]string{
 	"aliases":        "it hands every duplicate the buffer it cached",
 	"folds-keys":     "it compares keys as a case-insensitive, PAD SPACE collation does",
 	"truncates-keys": "it keeps the first 64 bytes of a key only",
+	"stale-holder":   "its InFlightError names the first token that ever locked the key, not the holder",
 }
 
 // TestRunLockerRefusesBrokenLockers runs RunLocker, in a child process, on Lockers that break the
@@ -75,8 +76,11 @@ var brokenLockerDefects = map[string]string{
 func TestRunLockerRefusesBrokenLockers(t *testing.T) {
 	if defect := os.Getenv(envBrokenLocker); defect != "" {
 		idemtest.RunLocker(t, func(t *testing.T) idemkit.Locker {
-			if defect == "aliases" {
+			switch defect {
+			case "aliases":
 				return &aliasingLocker{Locker: memory.NewLocker(nil), kept: map[string][]byte{}}
+			case "stale-holder":
+				return &staleHolderLocker{Locker: memory.NewLocker(nil), first: map[string]string{}}
 			}
 			return &keyLocker{Locker: memory.NewLocker(nil), defect: defect}
 		})
@@ -123,6 +127,29 @@ func (l *keyLocker) Refresh(ctx context.Context, key, token string, ttl time.Dur
 
 func (l *keyLocker) Release(ctx context.Context, key, token string, result []byte, cacheTTL time.Duration) error {
 	return l.Locker.Release(ctx, l.key(key), token, result, cacheTTL)
+}
+
+// staleHolderLocker is a memory Locker whose InFlightError names the first token that locked the key.
+type staleHolderLocker struct {
+	*memory.Locker
+	mu    sync.Mutex
+	first map[string]string
+}
+
+func (l *staleHolderLocker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
+	cached, err := l.Locker.Acquire(ctx, key, token, ttl)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var inf *idemkit.InFlightError
+	switch {
+	case err == nil && cached == nil:
+		if _, ok := l.first[key]; !ok {
+			l.first[key] = token
+		}
+	case errors.As(err, &inf) && l.first[key] != "":
+		return nil, &idemkit.InFlightError{RetryAfter: inf.RetryAfter, Holder: l.first[key]}
+	}
+	return cached, err
 }
 
 // aliasingLocker is a memory Locker that caches the caller's result itself and answers every cache
