@@ -150,8 +150,10 @@ func (s *Store) Delete(ctx context.Context, scope, key string, prev idemkit.Vers
 }
 
 // DeleteExpired deletes up to limit records whose ExpiresAt is not after now and returns how many it
-// deleted; a record tied to a global transaction nobody settled yet (PROCESSING with a GID) never
-// expires, and one an open transaction locked is left for a later pass. It is the sweeper's hook.
+// deleted, as record.Store's does: a record without an ExpiresAt, one tied to a global transaction
+// nobody settled yet (PROCESSING with a GID) and a claim whose lease is live (renewed past its
+// record's expiry) never expire, and one an open transaction locked is left for a later pass. It is
+// the sweeper's hook.
 func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -171,10 +173,11 @@ func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (in
 	return n, nil
 }
 
-// RecoverStale marks up to limit PROCESSING records whose lease ran out before now FAILED, bumping
-// their fence and clearing their owner, so their stalled holders cannot finish them. Records with a GID
-// are left for a transaction reconciler, and records an open transaction locked for a later pass. It
-// returns how many it recovered.
+// RecoverStale marks up to limit PROCESSING records whose lease ran out by now FAILED, bumping their
+// fence and clearing their owner, so their stalled holders cannot finish them. Records with a GID
+// are left for a transaction reconciler, expired ones for DeleteExpired, and records an open
+// transaction locked for a later pass, as record.Store's RecoverStale does. It returns how many it
+// recovered.
 func (s *Store) RecoverStale(ctx context.Context, now time.Time, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
