@@ -27,6 +27,7 @@ var brokenDefects = map[string]string{
 	"update-ignores-fence":    "its Update overwrites whatever version the record has",
 	"insert-overwrites":       "its Insert overwrites an existing record",
 	"dirty-reads":             "its Get returns records an open transaction wrote",
+	"peeks-dirty":             "its transactions' Peek returns records another open transaction wrote",
 	"aliases":                 "it keeps the caller's Response and hands it to every reader",
 	"folds-keys":              "it compares keys as a case-insensitive, PAD SPACE collation does",
 	"sweeps-never":            "its DeleteExpired deletes records whose zero ExpiresAt means never",
@@ -303,12 +304,8 @@ func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Reco
 			return nil, idemkit.ErrNotFound
 		}
 	}
-	b.mu.Lock()
-	r := b.dirty[[2]string{scope, key}]
-	b.mu.Unlock()
-	if r != nil {
-		c := *r
-		return &c, nil
+	if r := b.dirtyRecord(scope, key); r != nil && b.defect == "dirty-reads" {
+		return r, nil
 	}
 	rec, err := b.Store.Get(ctx, scope, key)
 	b.mu.Lock()
@@ -317,6 +314,17 @@ func (b *brokenStore) Get(ctx context.Context, scope, key string) (*idemkit.Reco
 		rec.Response = kept.Response
 	}
 	return rec, err
+}
+
+// dirtyRecord returns a copy of what an open transaction wrote under scope and key, or nil.
+func (b *brokenStore) dirtyRecord(scope, key string) *idemkit.Record {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.dirty[[2]string{scope, key}]; r != nil {
+		c := *r
+		return &c
+	}
+	return nil
 }
 
 func (b *brokenStore) Insert(ctx context.Context, rec *idemkit.Record) error {
@@ -368,7 +376,7 @@ func (t *brokenTx) Update(ctx context.Context, rec *idemkit.Record, prev idemkit
 
 // leak shows rec, written in t, to reads outside t until t ends, when the Store has dirty reads.
 func (t *brokenTx) leak(rec *idemkit.Record, err error) {
-	if err != nil || t.s.defect != "dirty-reads" {
+	if err != nil || t.s.defect != "dirty-reads" && t.s.defect != "peeks-dirty" {
 		return
 	}
 	k := [2]string{rec.Scope, rec.Key}
@@ -377,6 +385,15 @@ func (t *brokenTx) leak(rec *idemkit.Record, err error) {
 	t.s.dirty[k] = &c
 	t.s.mu.Unlock()
 	t.wrote = append(t.wrote, k)
+}
+
+// Peek reads as the transaction's own Peek does, or, when the Store peeks dirty, what another open
+// transaction wrote first.
+func (t *brokenTx) Peek(ctx context.Context, scope, key string) (*idemkit.Record, error) {
+	if r := t.s.dirtyRecord(scope, key); r != nil && t.s.defect == "peeks-dirty" {
+		return r, nil
+	}
+	return t.TxStore.(idemkit.Peeker).Peek(ctx, scope, key)
 }
 
 func (t *brokenTx) Commit() error   { defer t.end(); return t.TxStore.Commit() }

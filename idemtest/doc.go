@@ -14,6 +14,6 @@
 // and concurrent duplicates. When the Store also has the sweeper hooks (DeleteExpired, RecoverStale,
 // and RecoverStaleClaims of sweep.ClaimRecoverer) the suite checks them; when it begins transactions
 // ([idemkit.TxBeginner]) it checks the contract inside a transaction too (a write over a version that
-// moved on since it was read is refused, Rollback discards, Commit applies) and drives
-// [idemkit.Guard.Tx] through the state table.
+// moved on since it was read is refused, Rollback discards, Commit applies, Peek reads no other
+// transaction's uncommitted writes) and drives [idemkit.Guard.Tx] through the state table.
 package idemtest

@@ -58,6 +58,8 @@ func runTxContract(t *testing.T, newStore NewStore) {
 		RequireSameRecord(t, &taken, get(t, s, "k"))
 	})
 
+	t.Run("Peek", func(t *testing.T) { runTxPeek(t, newStore) })
+
 	t.Run("CommitApplies", func(t *testing.T) {
 		s := newStore(t)
 		rec := sample(now, "s", "k")
@@ -89,6 +91,55 @@ func runTxContract(t *testing.T, newStore NewStore) {
 		_, err = s.Get(ctxb, "s", "k")
 		wantErr(t, err, idemkit.ErrNotFound)
 	})
+}
+
+// runTxPeek checks Peek in a transaction ([idemkit.Peeker], DoTx's read before its function) when the
+// Store's transactions implement it: it reads the committed records and the transaction's own writes,
+// and never another open transaction's. DoTx answers a duplicate from it: a result read off a
+// transaction that then rolled back would be replayed for work that never happened, no record left.
+func runTxPeek(t *testing.T, newStore NewStore) {
+	now := contractNow()
+	s := newStore(t)
+	rec := sample(now, "s", "k")
+	must(t, s.Insert(ctxb, rec))
+	tx, err := s.(idemkit.TxBeginner).BeginTx(ctxb)
+	must(t, err)
+	defer func() { _ = tx.Rollback() }()
+	pk, ok := tx.(idemkit.Peeker)
+	if !ok {
+		t.Skip("the Store's transactions do not implement idemkit.Peeker")
+	}
+	got, err := pk.Peek(ctxb, "s", "k")
+	must(t, err)
+	RequireSameRecord(t, rec, got)
+	fresh := sample(now, "s", "new")
+	must(t, tx.Insert(ctxb, fresh))
+	got, err = pk.Peek(ctxb, "s", "new")
+	must(t, err)
+	RequireSameRecord(t, fresh, got)
+
+	// Another transaction, while tx is open. A Store of one connection makes its BeginTx wait for
+	// tx: nothing can read beside tx then, and there is nothing to check.
+	ctx, cancel := context.WithTimeout(ctxb, 500*time.Millisecond)
+	defer cancel()
+	other, err := s.(idemkit.TxBeginner).BeginTx(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback() }()
+	op, ok := other.(idemkit.Peeker)
+	if !ok {
+		t.Fatalf("a transaction of the Store is a Peeker, another is not (%T)", other)
+	}
+	got, err = op.Peek(ctx, "s", "new")
+	switch {
+	case ctx.Err() != nil && err != nil: // waited for tx: no dirty read
+	case !errors.Is(err, idemkit.ErrNotFound):
+		t.Fatalf("Peek in a transaction of a record another open transaction inserted: %+v, %v; want ErrNotFound (it read uncommitted data)", got, err)
+	}
 }
 
 // notYet fails t if a read of key outside an open transaction returns anything but want (nil: no
