@@ -377,6 +377,15 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 		o.logger.WarnContext(ctx, "order created, outcome not known yet", "order_id", id, "gid", d.gid, "error", err)
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order's outcome is not known yet; retry with the same key")
 		return
+	case d.inserted && call.Scope == scopeTCC && out.Status == txstatus.Failed:
+		// DTM cancelled the TCC, and no try refused it (a refusal is ErrRejected, above): a try failed
+		// otherwise (the service unreachable, its database down). The initiator's record is FAILED so
+		// that the key's retry places the order anew (see tries); a 201 FAILED would be stored by the
+		// middleware and replayed to every retry: an outage as the order's final answer. 503: the
+		// order stays FAILED, the retry creates it anew.
+		o.logger.WarnContext(ctx, "order cancelled by a failed try", "order_id", id, "gid", d.gid, "reason", out.Reason)
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the order could not be placed; retry with the same key")
+		return
 	case d.inserted:
 		// The order exists: PAID or FAILED, or PENDING when DTM had not finished within Config.Wait.
 		if err != nil {
