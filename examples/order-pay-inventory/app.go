@@ -64,6 +64,7 @@ type Services struct {
 	serveCh chan error    // the HTTP server's end, or the DTM child process's
 	closing chan struct{} // closed by Close: the DTM child's exit is then no failure
 	closed  sync.Once
+	gate    orderGate // order requests in flight, drained by Close
 	orders  *orders
 	inv     *inventory
 	pay     *payment
@@ -250,8 +251,8 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	// The middleware reads no more of a body than the handlers do: a larger one is 413 for every key
 	// before anything is stored, not a stored 400 from the handler.
 	idem := httpx.Middleware(httpGuard, &httpx.Options{Logger: logger, MaxBodyBytes: maxBody})
-	r.With(asJSON, idem).Post("/api/orders", s.orders.handleCreate(false))
-	r.With(asJSON, idem).Post("/api/orders/tcc", s.orders.handleCreate(true))
+	r.With(s.gate.admit, asJSON, idem).Post("/api/orders", s.orders.handleCreate(false))
+	r.With(s.gate.admit, asJSON, idem).Post("/api/orders/tcc", s.orders.handleCreate(true))
 	r.Get("/api/orders/{order_id}", s.orders.handleGet)
 	r.Get("/api/accounts/{user_id}", s.pay.handleGet)
 	r.Put("/api/accounts/{user_id}", s.pay.handlePut)
@@ -330,8 +331,10 @@ func (s *Services) watchDTM() {
 	}
 }
 
-// Close stops the HTTP server (letting requests in progress finish, up to 10s), the sweeper and a DTM
-// child process, and closes the database and Redis clients. It returns the errors met, joined.
+// Close stops the HTTP server, the sweeper and a DTM child process, and closes the database and Redis
+// clients. It returns the errors met, joined. New order requests are answered 503 from then on; those
+// in progress finish first, their branches still served (DTM calls them on the services' listener),
+// and then the other requests in progress; all of it up to 10s.
 func (s *Services) Close() error {
 	if s.closing != nil {
 		s.closed.Do(func() { close(s.closing) })
@@ -339,6 +342,10 @@ func (s *Services) Close() error {
 	var errs []error
 	if s.server != nil && s.server.Handler != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		select {
+		case <-s.gate.drain():
+		case <-ctx.Done():
+		}
 		if err := s.server.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stopping the HTTP server: %w", err))
 		}
