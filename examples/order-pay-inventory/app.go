@@ -262,6 +262,7 @@ func Start(ctx context.Context, cfg Config, ro RunOptions) (_ *Services, err err
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.health())
 	})
+	routeErrors(r)
 	err = mountBranches(r, &branchDeps{
 		bar: bar, locker: locker, failOpen: failOpen, logger: logger, onBranch: ro.OnBranch, inv: s.inv, pay: s.pay,
 	})

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/go-chi/chi/v5"
 )
 
 // maxBody bounds the JSON bodies the public API reads.
@@ -104,4 +106,20 @@ func writeDecodeError(w http.ResponseWriter, err error) {
 		return
 	}
 	writeProblem(w, http.StatusBadRequest, "bad-request", err.Error())
+}
+
+// routeErrors answers the requests no route of r serves with problems, as every other error: 404
+// not-found for a path, 405 method-not-allowed (with Allow, as chi's own answer) for a method.
+func routeErrors(r chi.Router) {
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		writeProblem(w, http.StatusNotFound, "not-found", "no such resource: "+req.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				w.Header().Add("Allow", m)
+			}
+		}
+		writeProblem(w, http.StatusMethodNotAllowed, "method-not-allowed", req.Method+" is not served on "+req.URL.Path)
+	})
 }
