@@ -253,14 +253,17 @@ type initiatorResult struct {
 }
 
 // replayedOrder finds the order an earlier run of call created, from the initiator's replayed result;
-// when that cannot be read (a record settled without one, by an older version), from the gid on the
-// record and the order that carries it. It returns an error when neither tells.
-func (o *orders) replayedOrder(ctx context.Context, call idemkit.Call, result []byte) (initiatorResult, error) {
+// when the record is REJECTED (rejected: a TCC try refused the order), which stores the refusal and no
+// result, or when the result cannot be read (a record settled without one, by an older version, which
+// is logged), from the gid on the record and the order that carries it. It returns an error when neither
+// tells.
+func (o *orders) replayedOrder(ctx context.Context, call idemkit.Call, result []byte, rejected bool) (initiatorResult, error) {
 	var res initiatorResult
 	jerr := json.Unmarshal(result, &res)
 	if jerr == nil && res.OrderID != "" {
 		return res, nil
 	}
+	unreadable := !rejected || len(result) > 0
 	rec, err := o.sagas.Lifecycle.Guard.Get(ctx, call.Scope, call.Key)
 	if err != nil {
 		return res, fmt.Errorf("the stored result %q cannot be read (%v), and the record cannot either: %w", result, jerr, err)
@@ -270,7 +273,9 @@ func (o *orders) replayedOrder(ctx context.Context, call idemkit.Call, result []
 	if err := row.Scan(&res.OrderID); err != nil {
 		return res, fmt.Errorf("the stored result %q cannot be read (%v), and no order carries the record's gid %q: %w", result, jerr, rec.GID, err)
 	}
-	o.logger.WarnContext(ctx, "initiator result unreadable; found the order by the record's gid", "result", string(result), "gid", rec.GID, "order_id", res.OrderID)
+	if unreadable {
+		o.logger.WarnContext(ctx, "initiator result unreadable; found the order by the record's gid", "result", string(result), "gid", rec.GID, "order_id", res.OrderID)
+	}
 	return res, nil
 }
 
@@ -330,7 +335,7 @@ func (o *orders) answer(ctx context.Context, w http.ResponseWriter, d *draft, ca
 		// The initiator's record already finished for this key (this handler ran again after a 5xx
 		// or a crash): answer with the order it created — also when a try refused it (REJECTED: see
 		// tries).
-		res, rerr := o.replayedOrder(ctx, call, out.Result)
+		res, rerr := o.replayedOrder(ctx, call, out.Result, errors.Is(err, idemkit.ErrRejected))
 		if rerr != nil && errors.Is(err, idemkit.ErrRejected) {
 			// A permanent refusal with no order behind it (none of this example's hooks refuses
 			// permanently, but the answer must be stable): 422, which the middleware stores and
