@@ -27,7 +27,7 @@ type Topology struct {
 //
 // Declaring again with the same arguments changes nothing; with different ones RabbitMQ closes the
 // channel with PRECONDITION_FAILED — as for a quorum queue declared by a version of this package that
-// did not set the two arguments above (see the README's Changes).
+// did not set the two arguments above (see CHANGELOG.md).
 func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, error) {
 	if queue == "" {
 		return Topology{}, errors.New("amqp: Declare needs a queue name")
@@ -58,7 +58,7 @@ func Declare(ch *amqp091.Channel, queue string, args amqp091.Table) (Topology, e
 		if errors.As(err, &aerr) && aerr.Code == amqp091.PreconditionFailed && qargs["x-dead-letter-strategy"] != nil {
 			return Topology{}, fmt.Errorf("amqp: declaring queue %s: %w (a quorum queue declared by an earlier idemkit lacks "+
 				"x-dead-letter-strategy and x-overflow: drain and delete it for Declare to create it anew, or keep declaring it yourself as it is "+
-				"and give it at-least-once dead-lettering through a RabbitMQ policy; see the README's Changes)", queue, err)
+				"and give it at-least-once dead-lettering through a RabbitMQ policy; see CHANGELOG.md)", queue, err)
 		}
 		return Topology{}, fmt.Errorf("amqp: declaring queue %s: %w", queue, err)
 	}
