@@ -51,7 +51,9 @@ var (
 	// ErrNotSent: a Store's write never reached its database — its caller's context ended while it
 	// waited for its turn (record.Store's group commit) — so it never takes effect. Stores wrap it
 	// with the context's error. The Guard then watches for no claim of that write to land (see
-	// [Guard.Wait]): only a claim that may land is released after its caller left.
+	// [Guard.Wait]): only a claim that may land is released after its caller left. A Locker's
+	// Acquire returns it the same way for a command its caller's end kept from being sent (the
+	// Redis Locker's pipeline queue): it took no lock, and the Guard releases none.
 	ErrNotSent = errors.New("idemkit: write not sent")
 	// ErrExists: Store.Insert found a record with the same scope and key.
 	ErrExists = errors.New("idemkit: record exists")

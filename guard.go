@@ -318,7 +318,9 @@ func (g *Guard) open(ctx context.Context, st Store, mode Mode, c *Call) (*Claim,
 			}
 			return cl.fail(OutcomeInFlight, inFlight(err))
 		case ctx.Err() != nil:
-			cl.forgetLock()
+			if !errors.Is(err, ErrNotSent) { // an Acquire never sent took no lock: nothing to release
+				cl.forgetLock()
+			}
 			return cl.fail(OutcomeUnavailable, errors.Join(fmt.Errorf("%w: %w", ErrLockUnavailable, err), ctx.Err()))
 		case g.opts.FailOpen:
 			cl.forgetLock()

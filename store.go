@@ -47,7 +47,9 @@ type Locker interface {
 	// key with token for ttl and returns (nil, nil) — when token holds the lock already, it returns
 	// (nil, nil) and leaves the lock as it is — or returns an [*InFlightError] (ErrLocked) when another
 	// token holds it, with that token as its Holder when the Locker knows it (the Guard then tells a
-	// duplicate with another payload from one in flight; without it, both are in flight).
+	// duplicate with another payload from one in flight; without it, both are in flight). Any other
+	// error may come after the lock was taken (a lost reply), and the Guard releases it in the
+	// background, unless it matches ErrNotSent: the command was never sent and took nothing.
 	Acquire(ctx context.Context, key, token string, ttl time.Duration) (cached []byte, err error)
 	// Refresh extends the lock to ttl if token still holds it; ErrLockNotHeld otherwise.
 	Refresh(ctx context.Context, key, token string, ttl time.Duration) error

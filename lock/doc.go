@@ -91,5 +91,7 @@
 // Acquire reports a held lock as an [*idemkit.InFlightError] and Refresh and Release a lost lock as
 // [idemkit.ErrLockNotHeld]. Every other failure (network, server, cancelled context) is returned
 // wrapped with what was being done ("lock: acquiring: ...") and never matches those sentinels, so a
-// Guard can tell "somebody holds the key" from "Redis is unavailable" (and fail open or closed).
+// Guard can tell "somebody holds the key" from "Redis is unavailable" (and fail open or closed). An
+// Acquire whose context ended before its command was sent (withdrawn from the pipeline's queue)
+// matches [idemkit.ErrNotSent] too: it took no lock, and there is nothing to release.
 package lock

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/batch"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -158,7 +159,10 @@ const (
 // not re-entrancy.
 //
 // Other errors: ctx's error when ctx is done, an error when ttl is not positive, and Redis errors
-// wrapped with what was being done; none of them matches [idemkit.ErrLocked].
+// wrapped with what was being done; none of them matches [idemkit.ErrLocked]. When ctx ended before
+// the command was sent (done on entry, or while the command waited for a pipeline: see
+// [Options.MaxInFlight]) the error matches [idemkit.ErrNotSent] too: no lock was taken, and there is
+// nothing to release.
 func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Duration) ([]byte, error) {
 	const doing = "acquiring"
 	ms, err := millis(doing, ttl)
@@ -166,7 +170,7 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: %s: %w", doing, err)
+		return nil, fmt.Errorf("lock: %s: %w: %w", doing, idemkit.ErrNotSent, err)
 	}
 	now := time.Now()
 	k, lockVal := l.keyAndLock(key, now.UnixMilli()+ms, token)
@@ -174,6 +178,9 @@ func (l *Locker) Acquire(ctx context.Context, key, token string, ttl time.Durati
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, nil // the key was free and is ours now
+	case errors.Is(err, batch.ErrWithdrawn):
+		// Its caller left while it waited for a pipeline: never sent, it takes no lock.
+		return nil, fmt.Errorf("lock: %s: %w: %w", doing, idemkit.ErrNotSent, err)
 	case err != nil:
 		return nil, interpretError(ctx, doing, err)
 	}
