@@ -56,7 +56,8 @@ type Options struct {
 	// disables the cache. A Redis that evicts results (maxmemory) breaks the vouching: in Tx mode the
 	// next duplicate of an evicted key runs its function (its writes then roll back); set a shorter
 	// CacheTTL when Redis may evict. So does a key finished while Redis was unreachable (FailOpen):
-	// its call held no lock, and nothing cached its result.
+	// its call held no lock, and nothing cached its result; and a result Redis refuses to store
+	// (larger than its proto-max-bulk-len): every duplicate of that key runs its function.
 	CacheTTL time.Duration
 	// Watchdog renews the lock and the lease every third of the shorter of LockTTL and Lease (in the Tx
 	// modes, whose records have no lease to renew, of LockTTL) while the function runs, up to
