@@ -313,11 +313,11 @@ func (b *Branches) lock(ctx context.Context, br *barrier.Branch) (release func()
 		}
 		return nil, inflight
 	case ctx.Err() == nil && b.opts.FailOpen:
-		b.releaseLater(ctx, &b.forgets, key, token)
+		b.forgetLock(ctx, err, key, token)
 		b.opts.Logger.WarnContext(ctx, "dtmhttp: lock unavailable, running on the barrier alone", "error", err)
 		return func() {}, nil
 	default:
-		b.releaseLater(ctx, &b.forgets, key, token)
+		b.forgetLock(ctx, err, key, token)
 		// An outage, not the business's answer: DTM must call again, whatever IsPermanent says.
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %w", idemkit.ErrLockUnavailable, err))
 	}
@@ -348,6 +348,16 @@ func (b *Branches) Wait(ctx context.Context) error {
 
 // maxForgets bounds the background releases of Branches.releaseLater running at once, of each kind.
 const maxForgets = 64
+
+// forgetLock releases in the background the lock an Acquire that failed with err may yet have taken
+// (its reply lost): not when the Acquire was never sent (idemkit.ErrNotSent), which took none — on a
+// slow Redis such releases would fill the background slots, and the release of a lock that did land
+// would be dropped.
+func (b *Branches) forgetLock(ctx context.Context, err error, key, token string) {
+	if !errors.Is(err, idemkit.ErrNotSent) {
+		b.releaseLater(ctx, &b.forgets, key, token)
+	}
+}
 
 // releaseLater releases token's lock on key in the background, on l, trying again with a backoff (10
 // ms doubling, up to a second) for DefaultReleaseTimeout until the Locker answers; at most maxForgets
