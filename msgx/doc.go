@@ -44,6 +44,8 @@
 //	  (record.ErrTxAborted), a COMMIT
 //	  refusing a deferred constraint
 //	  ... at Attempt >= MaxAttempts            GaveUp      DeadLetter               as Failed
+//	  (not when the delivery's context ended:
+//	  the consumer stopping cut it short)
 //	store or lock unavailable, claim taken    Failed      Retry after backoff      not recorded
 //	  over (idemkit.ErrFenced), commit failed
 //	  (Tx: a COMMIT refused on a write

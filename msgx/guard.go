@@ -74,7 +74,7 @@ func (g *Guard) Execute(h Handler) HandleFunc {
 			// permanent one, is not this delivery's outcome, and it is retried (as runTx does).
 			return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
 		}
-		return g.decide(m, res, err, herr)
+		return g.decide(ctx, m, res, err, herr)
 	}
 }
 
@@ -107,7 +107,7 @@ func (g *Guard) Tx(db *gorm.DB, records *record.Store, h TxHandler) HandleFunc {
 			// Options.MaxAttempts, as a COMMIT's write conflict is not. Retried.
 			return Decision{Action: Retry, Outcome: Failed, Delay: g.backoff(m), Err: err}
 		}
-		return g.decide(m, res, err, herr)
+		return g.decide(ctx, m, res, err, herr)
 	}
 }
 
@@ -196,8 +196,10 @@ func recovering(f func()) (pe *PanicError) {
 // and that error is the recorded outcome (Execute and runTx leave it nil otherwise), so it is
 // classified as it is: one that wraps idemkit.ErrStoreUnavailable, ErrLockUnavailable or ErrFenced
 // (a handler returning an inner guarded call's error) is the handler's failure, not a failure to
-// record it.
-func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision {
+// record it. ctx is the delivery's: once it has ended (the consumer stopping), a retryable failure is
+// not counted against Options.MaxAttempts — the handler was cut short, whatever error it answered
+// with (a gRPC status, a driver's own error need not wrap ctx's).
+func (g *Guard) decide(ctx context.Context, m *Message, res idemkit.Result, err, herr error) Decision {
 	switch {
 	case err == nil && res.Replayed:
 		return Decision{Action: Ack, Outcome: Duplicate, Replayed: true}
@@ -220,7 +222,7 @@ func (g *Guard) decide(m *Message, res idemkit.Result, err, herr error) Decision
 		// call the Store refuses, or an outcome recorded REJECTED without it (replayed as such).
 		g.opts.Logger.Warn("msgx: message cannot be guarded, dead-lettering it", "queue", m.Queue, "subject", m.Subject, "error", err)
 		return Decision{Action: DeadLetter, Outcome: Poison, Delay: g.backoff(m), Err: err}
-	case herr != nil && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts:
+	case herr != nil && g.opts.MaxAttempts > 0 && m.Attempt >= g.opts.MaxAttempts && ctx.Err() == nil:
 		// The record is FAILED: should dead-lettering fail, the redelivery runs the handler again.
 		return Decision{Action: DeadLetter, Outcome: GaveUp, Delay: g.backoff(m), Err: err}
 	default: // a retryable handler error, an outcome that could not be recorded, cancellation

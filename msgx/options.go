@@ -62,7 +62,9 @@ type Options struct {
 	// MaxAttempts dead-letters a message whose handler failed with a retryable error on this
 	// delivery attempt or a later one (Outcome GaveUp) — in Tx mode also one whose transaction its
 	// handler's ignored failed statement aborted, or a deferred constraint refused at COMMIT; never
-	// one whose outcome could not be recorded (store or lock unavailable, a COMMIT that failed
+	// one whose delivery's context ended while it ran (the consumer stopping: whatever error the
+	// handler answered with, it was cut short), nor one whose outcome could not be recorded (store or
+	// lock unavailable, a COMMIT that failed
 	// otherwise — on a write conflict too, when no other delivery's record answers it), nor, in Tx
 	// mode, one whose handler returned a write conflict the database ended its transaction on (a
 	// deadlock victim, a serialization failure: record.IsConflict); those are retried. Defaults to 0: no limit here (the broker's
