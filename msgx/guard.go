@@ -171,10 +171,16 @@ func (g *Guard) misconfigured(m *Message, err error) Decision {
 }
 
 // safely runs f, turning a panic into a *PanicError, marked idemkit.Retryable: no business failure,
-// whatever the Guard's Options.IsPermanent says of it.
+// whatever the Guard's Options.IsPermanent says of it. f's error is described here too: one whose
+// Error panics (a nil *T returned as a non-nil error) would panic when the Guard records its text,
+// out of the adapter's worker, and is f's panic.
 func (g *Guard) safely(f func() error) error {
 	var err error
-	if pe := recovering(func() { err = f() }); pe != nil {
+	if pe := recovering(func() {
+		if err = f(); err != nil {
+			_ = err.Error()
+		}
+	}); pe != nil {
 		g.opts.Logger.Error("msgx: handler panicked", "panic", pe.Value, "stack", string(pe.Stack))
 		return idemkit.Retryable(pe)
 	}
