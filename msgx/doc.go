@@ -69,8 +69,10 @@
 // deferred constraint refused at COMMIT, failed itself: every delivery fails the same way, so it
 // counts against Options.MaxAttempts like a retryable error. A write conflict the handler returned
 // (record.IsConflict: its statement a deadlock's victim, a serialization failure) is the database
-// resolving a contention, not the message's failure: retried, never counted, and never rejected
-// even when marked or classified permanent.
+// resolving a contention, not the message's failure: retried, never given up on, and never
+// rejected even when marked or classified permanent. What is counted is deliveries (Message.Attempt,
+// the broker's count): a delivery that is not given up on (those, an outage, InFlight) is still one,
+// so a handler whose first failure comes at Attempt >= MaxAttempts gives up at once.
 // Ack happens only after the outcome is durable (committed). An ack that is lost on the way (the
 // process dies right after the commit) costs a redelivery, which finds the record and is acknowledged
 // as a Duplicate. Retry delays double per delivery attempt from Options.RetryDelay (1s) up to

@@ -67,7 +67,10 @@ type Options struct {
 	// lock unavailable, a COMMIT that failed
 	// otherwise — on a write conflict too, when no other delivery's record answers it), nor, in Tx
 	// mode, one whose handler returned a write conflict the database ended its transaction on (a
-	// deadlock victim, a serialization failure: record.IsConflict); those are retried. Defaults to 0: no limit here (the broker's
+	// deadlock victim, a serialization failure: record.IsConflict); those are retried. Attempts
+	// are the broker's deliveries (Message.Attempt), those retried without giving up (and InFlight
+	// ones) among them: a handler whose first failure comes after such deliveries, at MaxAttempts,
+	// gives up at once. Defaults to 0: no limit here (the broker's
 	// own limit still applies: msgx/natsjs dead-letters the last delivery before a consumer's
 	// MaxDeliver — one whose process died during it from the server's advisory, see msgx/natsjs —, a
 	// RabbitMQ quorum queue's x-delivery-limit dead-letters through its exchange). It needs
