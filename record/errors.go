@@ -49,7 +49,8 @@ func (conflictError) Is(target error) bool { return target == idemkit.ErrConflic
 // IsConflict reports whether err says the database rolled a transaction back to resolve a write
 // conflict, so that running the whole transaction again may succeed: an error wrapping
 // [ErrConflict], or a driver error of a deadlock (MySQL/MariaDB 1213, which Galera also returns for a
-// certification failure, PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001), as
+// certification failure, PostgreSQL 40P01) or a serialization failure (PostgreSQL 40001, MariaDB 1020
+// under innodb_snapshot_isolation, the default from 11.6), as
 // returned by a statement or by COMMIT (for instance by gorm.DB.Transaction). It sees through
 // wrapping, including a Guard's ErrStoreUnavailable.
 func IsConflict(err error) bool {

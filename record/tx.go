@@ -125,8 +125,8 @@ func Sealed(tx *gorm.DB) *gorm.DB { return sealed(tx, nil) }
 
 // Watched returns [Sealed] of tx and a function telling whether a statement of that session ended the
 // transaction on the server: nil until one did, then the error, wrapping [ErrTxAborted], the session
-// gives every later statement. On MySQL and MariaDB a deadlock (error 1213, also a Galera conflict)
-// rolls the whole transaction back and leaves the connection outside any transaction (see
+// gives every later statement. On MySQL and MariaDB a deadlock (error 1213, also a Galera conflict;
+// MariaDB's snapshot-isolation conflict, 1020, likewise) rolls the whole transaction back and leaves the connection outside any transaction (see
 // [Store.WithSealedTx]): a business that ignored that error returns nil, and the COMMIT that follows
 // succeeds with nothing of the transaction in it. For adapters whose transaction holds no record
 // written after the business (dtmmsg's local transaction, whose barrier row is written before it).
@@ -146,7 +146,7 @@ func sealed(tx *gorm.DB, lost *txLost) *gorm.DB {
 // WithSealedTx returns [Store.WithTx] of tx and [Sealed] of tx, for an adapter that begins a
 // transaction, hands the business the sealed session and writes the record with the Store. They share
 // what the business's statements reported: on MySQL and MariaDB a deadlock (error 1213, also a Galera
-// conflict) rolls the whole transaction back and leaves the connection outside any transaction, so
+// conflict; MariaDB's snapshot-isolation conflict, 1020, likewise) rolls the whole transaction back and leaves the connection outside any transaction, so
 // after a business that ignored that error the record, and the business's later writes, would each
 // commit on their own — the message or request answered as done without its effect. Once the
 // business's session has seen such an error, it and the Store refuse every statement with an error
@@ -159,7 +159,8 @@ func (s *Store) WithSealedTx(tx *gorm.DB) (*Store, *gorm.DB) {
 }
 
 // txLost records the error of a statement after which the database no longer runs the rest of the
-// transaction in it: a MySQL/MariaDB deadlock (1213), which rolled it back.
+// transaction in it: a MySQL/MariaDB deadlock (1213) or MariaDB snapshot-isolation conflict (1020),
+// which rolled it back.
 type txLost struct{ err atomic.Pointer[error] }
 
 // saw records err when it ended the transaction, and returns it.
@@ -186,10 +187,11 @@ func (l *txLost) check() error {
 }
 
 // mysqlRolledBack reports whether err is a MySQL/MariaDB error after which the transaction it was
-// sent in is over (rolled back by the server): a deadlock victim's, or Galera's conflict.
+// sent in is over (rolled back by the server): a deadlock victim's, Galera's conflict, or MariaDB's
+// snapshot-isolation conflict (1020, "Record has changed since last read").
 func mysqlRolledBack(err error) bool {
 	var my *mysql.MySQLError
-	return errors.As(err, &my) && my.Number == ownedtx.MySQLDeadlock
+	return errors.As(err, &my) && ownedtx.MySQLConflict(my.Number)
 }
 
 // lostConn is a transaction's conn that refuses every statement once lost says the transaction is over.
