@@ -72,10 +72,15 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 				t.Reset(left) // no more renewals: give up in time
 				continue
 			}
-			ectx, ecancel := context.WithTimeout(renewing, min(period, left))
-			err := cl.Extend(ectx)
-			ecancel()
+			err := cl.renewBy(renewing, min(period, left), left, stopc, func() {
+				// The renewal did not return by the time to give the claim up (on SQLite a write
+				// waits the whole busy timeout for another connection's lock, whatever its context
+				// says): the lease it was to move may lapse before it lands.
+				cancel(fmt.Errorf("%w: renewal not answered in time: still waiting after %s", ErrLockLost, left))
+			})
 			switch {
+			case errors.Is(err, errWatchEnded):
+				return
 			case err == nil:
 				failing = nil
 				giveUp = now.Add(period*3 - period/2)
@@ -95,6 +100,33 @@ func (cl *Claim) watch(parent context.Context) (ctx context.Context, stop func()
 		<-done
 		cancel(nil)
 	}
+}
+
+// errWatchEnded is renewBy's error when the watchdog gave up or was stopped while a renewal ran.
+var errWatchEnded = errors.New("idemkit: watchdog ended")
+
+// renewBy extends the claim on a context ending after timeout, and waits for it until giveUp has
+// passed — then it calls giveUpNow first — or stopc is closed, whichever comes first: a renewal that
+// outlives its context (a driver that does not see it, such as SQLite's busy handler) must not keep
+// the watchdog from giving the claim up in time. It returns the renewal's error, or errWatchEnded when
+// it gave up or was stopped before the renewal returned; the renewal has returned either way, so
+// nothing is renewed after the watchdog ends.
+func (cl *Claim) renewBy(ctx context.Context, timeout, giveUp time.Duration, stopc <-chan struct{}, giveUpNow func()) error {
+	ectx, ecancel := context.WithTimeout(ctx, timeout)
+	defer ecancel()
+	res := make(chan error, 1)
+	go func() { res <- cl.Extend(ectx) }()
+	t := time.NewTimer(giveUp)
+	defer t.Stop()
+	select {
+	case err := <-res:
+		return err
+	case <-t.C:
+		giveUpNow()
+	case <-stopc:
+	}
+	<-res
+	return errWatchEnded
 }
 
 // minTime returns the earlier of a and b.
