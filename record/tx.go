@@ -123,13 +123,14 @@ func (s *Store) BeginTx(ctx context.Context) (idemkit.TxStore, error) {
 // writes the record in it first). Adapters that begin such transactions themselves use it.
 func Sealed(tx *gorm.DB) *gorm.DB { return sealed(tx, nil) }
 
-// Watched returns [Sealed] of tx and a function telling whether a statement of that session ended the
-// transaction on the server: nil until one did, then the error, wrapping [ErrTxAborted], the session
-// gives every later statement. On MySQL and MariaDB a deadlock (error 1213, also a Galera conflict;
-// MariaDB's snapshot-isolation conflict, 1020, likewise) rolls the whole transaction back and leaves the connection outside any transaction (see
-// [Store.WithSealedTx]): a business that ignored that error returns nil, and the COMMIT that follows
-// succeeds with nothing of the transaction in it. For adapters whose transaction holds no record
-// written after the business (dtmmsg's local transaction, whose barrier row is written before it).
+// Watched returns [Sealed] of tx and a function telling whether a statement of that session ended
+// the transaction on the server: nil until one did, then the error, wrapping [ErrTxAborted], the
+// session gives every later statement. On MySQL and MariaDB a deadlock (error 1213, also a Galera
+// conflict; MariaDB's snapshot-isolation conflict, 1020, likewise) rolls the whole transaction back
+// and leaves the connection outside any transaction (see [Store.WithSealedTx]): a business that
+// ignored that error returns nil, and the COMMIT that follows succeeds with nothing of the
+// transaction in it. For adapters whose transaction holds no record written after the business
+// (dtmmsg's local transaction, whose barrier row is written before it).
 func Watched(tx *gorm.DB) (*gorm.DB, func() error) {
 	lost := &txLost{}
 	return sealed(tx, lost), lost.check
@@ -144,13 +145,14 @@ func sealed(tx *gorm.DB, lost *txLost) *gorm.DB {
 }
 
 // WithSealedTx returns [Store.WithTx] of tx and [Sealed] of tx, for an adapter that begins a
-// transaction, hands the business the sealed session and writes the record with the Store. They share
-// what the business's statements reported: on MySQL and MariaDB a deadlock (error 1213, also a Galera
-// conflict; MariaDB's snapshot-isolation conflict, 1020, likewise) rolls the whole transaction back and leaves the connection outside any transaction, so
-// after a business that ignored that error the record, and the business's later writes, would each
-// commit on their own — the message or request answered as done without its effect. Once the
-// business's session has seen such an error, it and the Store refuse every statement with an error
-// wrapping [ErrTxAborted], as PostgreSQL does with an aborted transaction.
+// transaction, hands the business the sealed session and writes the record with the Store. They
+// share what the business's statements reported: on MySQL and MariaDB a deadlock (error 1213, also
+// a Galera conflict; MariaDB's snapshot-isolation conflict, 1020, likewise) rolls the whole
+// transaction back and leaves the connection outside any transaction, so after a business that
+// ignored that error the record, and the business's later writes, would each commit on their own —
+// the message or request answered as done without its effect. Once the business's session has seen
+// such an error, it and the Store refuse every statement with an error wrapping [ErrTxAborted], as
+// PostgreSQL does with an aborted transaction.
 func (s *Store) WithSealedTx(tx *gorm.DB) (*Store, *gorm.DB) {
 	lost := &txLost{}
 	st := s.WithTx(tx)
