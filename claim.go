@@ -179,6 +179,12 @@ func (cl *Claim) call(tx TxStore, fn Func) ([]byte, error) {
 		}
 	}()
 	val, ferr := fn(ctx)
+	if ferr != nil {
+		// Described here, where a panic is the function's: an error whose Error panics (a nil *T
+		// returned as a non-nil error) would otherwise panic when its text is recorded, with the
+		// claim held and the transaction open.
+		_ = ferr.Error()
+	}
 	panicked = false
 	if sealer != nil {
 		sealer.SealTx(false)
