@@ -39,6 +39,11 @@ type RunParams struct {
 	// Tries registers and calls the try branches (t.CallBranch(body, try, confirm, cancel)); an
 	// error aborts the transaction, so DTM cancels the tried branches. Required.
 	//
+	// Return every CallBranch error. CallBranch registers the branch with DTM before it calls the
+	// try, so a Tries that ignores a failed try and returns nil submits the transaction with that
+	// branch in it, and DTM confirms it although its try never succeeded (the branch barrier lets
+	// such a confirm through: it stops only a try after a cancel).
+	//
 	// Give CallBranch a body dtmcli encodes as JSON — a struct, a pointer to one, a map — never a
 	// []byte or a string holding JSON: dtmcli sends those to the try as they are, but registers
 	// their JSON encoding (a base64 or quoted string) as the payload DTM sends the confirm and the
