@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/sweep"
 )
 
 // NewStore returns the Store under test over a fresh, empty table.
@@ -451,7 +452,7 @@ func runSweeper(t *testing.T, newStore NewStore) {
 	// A Store that reports the claims it recovers (sweep.ClaimRecoverer) reports them as they were:
 	// sweep.RecordTasksWithLocker releases each dead holder's lock by the owner it returns, and one
 	// reported as recovered (owner "") leaves that lock answering the key in flight until it expires.
-	cr, ok := s.(claimRecoverer)
+	cr, ok := s.(sweep.ClaimRecoverer)
 	if !ok {
 		return
 	}
@@ -478,9 +479,4 @@ func runSweeper(t *testing.T, newStore NewStore) {
 	if recs, err := cr.RecoverStaleClaims(ctxb, now, 10); err != nil || len(recs) != 0 {
 		t.Fatalf("RecoverStaleClaims again: %d claims, %v; want none (recovered already)", len(recs), err)
 	}
-}
-
-// claimRecoverer is sweep.ClaimRecoverer: a Store that reports the claims it recovers.
-type claimRecoverer interface {
-	RecoverStaleClaims(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error)
 }
