@@ -22,6 +22,8 @@ var (
 	// ErrDuplicate: Mark mode saw the key already marked.
 	ErrDuplicate = errors.New("idemkit: duplicate request")
 	// ErrStoreUnavailable: the record store failed; nothing ran, or the result could not be recorded.
+	// A store error met once the caller's context ended is that context's error instead (the caller
+	// left; the store's error is wrapped beside it).
 	ErrStoreUnavailable = errors.New("idemkit: record store unavailable")
 	// ErrLockUnavailable: the Locker failed and fail-open is off; nothing ran.
 	ErrLockUnavailable = errors.New("idemkit: lock unavailable")

@@ -898,12 +898,18 @@ func inFlight(err error) error {
 	return &InFlightError{}
 }
 
-// storeErr wraps a Store error of a call whose context is ctx: the caller's cancellation or deadline
-// as it is (ctx ended: nobody waits for the answer), anything else — a deadline of the Guard's own,
-// such as FinishTimeout on a write that hung, while the caller still waits — as ErrStoreUnavailable.
+// storeErr wraps a Store error of a call whose context is ctx. Once ctx ended, nobody waits for the
+// answer and the caller's cancellation or deadline is the cause: the error is the context's, as it is
+// when err wraps it, beside err when the driver worded the interruption its own way (pgx's "i/o
+// timeout" from the deadline it set on the connection, SQLite's "interrupted"). Anything else — a
+// deadline of the Guard's own, such as FinishTimeout on a write that hung, while the caller still
+// waits — is ErrStoreUnavailable.
 func storeErr(ctx context.Context, doing string, err error) error {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return fmt.Errorf("idemkit: %s: %w", doing, err)
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("idemkit: %s: %w", doing, err)
+		}
+		return fmt.Errorf("idemkit: %s: %w (the store answered: %w)", doing, cerr, err)
 	}
 	return fmt.Errorf("%w: %s: %w", ErrStoreUnavailable, doing, err)
 }
