@@ -118,8 +118,9 @@ var ErrAckPolicy = errors.New("natsjs: the consumer must use AckPolicy explicit"
 // published on that last delivery is not Nak'ed (the server would drop the message) but held in
 // progress and published again until it lands or Consume stops, which waits for it no longer (logged
 // as an error; the server then stops delivering the message, and a consumer process still running
-// dead-letters it from the advisory, below). Messages fetched and not handled are redelivered by
-// the server after the consumer's AckWait; one on its last delivery (MaxDeliver), which the server
+// dead-letters it from the advisory, below). Messages fetched and not handed to a worker when ctx
+// ends are handed back (Nak), for the server to redeliver at once to the next pull (should that Nak
+// be lost, after the consumer's AckWait); one on its last delivery (MaxDeliver), which the server
 // would drop, is dead-lettered as GaveUp, its handler never run.
 //
 // A last delivery nobody settles — its consumer process died (kill -9, OOM, a crash the message
@@ -221,9 +222,13 @@ func (s *settler) pull(ctx context.Context, cons jetstream.Consumer, work chan<-
 		batch, err := cons.Fetch(s.opts.MaxMessages, fetchOpts(ctx)...)
 		if err == nil {
 			for jm := range batch.Messages() {
+				if ctx.Err() != nil { // stopping: no worker gets it, even one free now
+					s.unhandled(jm)
+					continue
+				}
 				select {
 				case work <- jm:
-				case <-ctx.Done(): // not handled: the server redelivers it after AckWait
+				case <-ctx.Done():
 					s.unhandled(jm)
 				}
 			}
@@ -272,12 +277,15 @@ func fetchOpts(ctx context.Context) []jetstream.FetchOpt {
 // errStopped is the error of a message fetched on its last delivery and not handled.
 var errStopped = errors.New("natsjs: Consume stopped before handling the message, on the consumer's last delivery (MaxDeliver)")
 
-// unhandled settles jm, fetched but not handed to a worker before Consume stopped. The server
-// redelivers it after AckWait, except past the consumer's MaxDeliver: on its last delivery it would
-// be dropped, never run, so it is dead-lettered (GaveUp) instead.
+// unhandled settles jm, fetched but not handed to a worker before Consume stopped. It is handed back
+// (Nak) for the server to redeliver at once, except past the consumer's MaxDeliver: on its last
+// delivery it would be dropped, never run, so it is dead-lettered (GaveUp) instead.
 func (s *settler) unhandled(jm jetstream.Msg) {
 	m := s.message(jm)
 	if s.maxDeliver <= 0 || m.Attempt < s.maxDeliver {
+		// Handed back: the server redelivers it to the next pull (another instance's, say) at once
+		// rather than after AckWait. Should the Nak be lost, AckWait still brings it back.
+		_ = jm.Nak()
 		return
 	}
 	d := msgx.Decision{Action: msgx.DeadLetter, Outcome: msgx.GaveUp, Err: errStopped}
