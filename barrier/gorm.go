@@ -310,10 +310,11 @@ func (g *Gorm) insert(ctx context.Context, pool gorm.ConnPool, b *Branch, op, bi
 //
 // Call returns nil without running fn for a duplicate, hanging or null-compensation delivery, fn's
 // error, or the errors of [Gorm.Enter]. When it returns an error, b's barrier count is as it was before
-// the call (see [Gorm.Enter]), so a retry of tx with the same b uses the same barrier id. When tx fails
-// after Call returned nil (at its COMMIT, say), restore b before the retry: see [Gorm.Enter]. fn must
-// return the error of a statement that failed: on MySQL/MariaDB a deadlock rolls tx back whole, the
-// barrier rows with it, and a caller that commits after it commits only what ran since, without them
+// the call (see [Gorm.Enter]), so a retry of tx with the same b uses the same barrier id; so it is
+// after a panic in fn, for a caller that recovers it and runs tx again. When tx fails after Call
+// returned nil (at its COMMIT, say), restore b before the retry: see [Gorm.Enter]. fn must return the
+// error of a statement that failed: on MySQL/MariaDB a deadlock rolls tx back whole, the barrier rows
+// with it, and a caller that commits after it commits only what ran since, without them
 // ([Gorm.Transaction] refuses that for its own transaction).
 func (g *Gorm) Call(ctx context.Context, tx *gorm.DB, b *Branch, fn func(tx *gorm.DB) error) error {
 	_, err := g.CallOutcome(ctx, tx, b, fn)
@@ -330,16 +331,22 @@ func (g *Gorm) CallOutcome(ctx context.Context, tx *gorm.DB, b *Branch, fn func(
 	if err != nil || out != Proceed {
 		return out, err
 	}
+	done := false
+	defer func() {
+		if !done { // fn failed or panicked: the caller rolls tx back, as after Enter's error
+			b.calls = calls
+		}
+	}()
 	if err := fn(tx.WithContext(ctx)); err != nil {
-		b.calls = calls // as Enter's error does: the caller rolls tx back
 		return Proceed, err
 	}
+	done = true
 	return Proceed, nil
 }
 
 // Transaction opens a transaction on the barrier's database, runs [Gorm.Call] in it and commits; on an
 // error it rolls back and returns the error, on a panic it rolls back and re-panics (gorm's
-// db.Transaction); one the database rolled back on a write conflict before fn ran is run again (see
+// db.Transaction), b's barrier count restored as after an error; one the database rolled back on a write conflict before fn ran is run again (see
 // [Gorm.TransactionOutcome]). It is the equivalent of dtmcli's BranchBarrier.CallWithDB.
 func (g *Gorm) Transaction(ctx context.Context, b *Branch, fn func(tx *gorm.DB) error) error {
 	_, err := g.TransactionOutcome(ctx, b, fn)
