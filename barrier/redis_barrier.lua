@@ -8,6 +8,13 @@
 -- ARGV[4]  value of an origin key set by a null compensation (the compensating op; 'rollback' in dtmcli's)
 -- ARGV[5…] the business's arguments, seen by the business as ARGV[1…]
 -- Returns {'duplicate'}, {'hanging'}, {'null'}, {'proceed', <business result>} or the business's error reply.
+
+-- The business first, so that it sees none of the barrier's locals: a body assigning one of their
+-- names without 'local' would change what the barrier stores; it is Redis' undeclared-global error.
+local business = function(KEYS, ARGV)
+--[[idemkit:business]]
+end
+
 local done, origin, ttl, blocked = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local seen = redis.call('GET', KEYS[1])
@@ -27,10 +34,6 @@ end
 local bkeys, bargs = {}, {}
 for i = 3, #KEYS do bkeys[#bkeys + 1] = KEYS[i] end
 for i = 5, #ARGV do bargs[#bargs + 1] = ARGV[i] end
-
-local business = function(KEYS, ARGV)
---[[idemkit:business]]
-end
 
 local result = business(bkeys, bargs)
 if type(result) == 'table' and result.err then
