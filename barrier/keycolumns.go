@@ -30,8 +30,15 @@ const maxBarrierID = 45
 // for a repeated delivery of the first's, and its business never runs. The error names the column,
 // its type and collation and the ALTER TABLE that gives the four columns the shipped types (a table
 // rebuild on MySQL/MariaDB: see the repository's docs/DTM.md). The shipped table (package
-// github.com/idemkit/idemkit/sql) and DTM's own PostgreSQL table pass. It checks nothing on SQLite,
-// and nothing when the table or the columns do not exist. It reads the catalog: run it at start-up,
+// github.com/idemkit/idemkit/sql) and DTM's own PostgreSQL table pass.
+//
+// On MySQL/MariaDB it also returns an error when the table has no unique key on exactly gid,
+// branch_id, op and barrier_id, whole columns (a plain index made by hand or by a migration tool, a
+// prefix of gid, a wider key): the barrier's INSERT IGNORE would store every delivery's row anew, a
+// repeated delivery running its business again. The error names the ALTER TABLE that adds the key.
+// (On PostgreSQL and SQLite the barrier's insert itself fails without that key.)
+//
+// It checks nothing on SQLite, and nothing when the table or the columns do not exist. It reads the catalog: run it at start-up,
 // not per call ([Gorm.CreateTable] runs it).
 func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 	query := g.db.Statement.ConnPool.QueryContext
@@ -40,6 +47,15 @@ func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 	switch g.db.Dialector.Name() {
 	case "mysql":
 		column, err = keycolumns.MySQL(ctx, query, g.d.schema, g.d.base, keyColumns)
+		if err == nil && column == "" {
+			var ok bool
+			if ok, err = keycolumns.MySQLUniqueKey(ctx, query, g.d.schema, g.d.base, keyColumns); err == nil && !ok {
+				return fmt.Errorf("barrier: table %s: no unique key on exactly (gid, branch_id, op, barrier_id), whole "+
+					"columns: the barrier's INSERT IGNORE would store a repeated delivery's row anew, and run its business "+
+					"again (a late try after its cancel too); add it: ALTER TABLE %s ADD UNIQUE KEY (gid, branch_id, op, barrier_id)",
+					g.d.table, g.d.quoted)
+			}
+		}
 	case "postgres":
 		column, err = keycolumns.Postgres(ctx, query, g.d.quoted, keyColumns)
 	default:

@@ -67,6 +67,92 @@ func MySQL(ctx context.Context, query Query, schema, table string, cols []Column
 	})
 }
 
+// MySQLUniqueKey reports whether table has a unique key (PRIMARY or UNIQUE) on exactly the columns
+// of cols, in any order, each whole (no prefix length): without one, an INSERT IGNORE or an INSERT
+// ... ON DUPLICATE KEY UPDATE finds no duplicate and stores a repeated row anew. It also reports true
+// when the table does not exist or has none of the columns (nothing to check). schema "" is the
+// session's database.
+func MySQLUniqueKey(ctx context.Context, query Query, schema, table string, cols []Column) (bool, error) {
+	where := " WHERE table_name = ? AND table_schema = "
+	args := []any{table}
+	if schema != "" {
+		where += "?"
+		args = append(args, schema)
+	} else {
+		where += "DATABASE()"
+	}
+	var present int
+	err := scanOne(ctx, query, &present, "SELECT COUNT(*) FROM information_schema.columns"+where+" AND column_name IN ("+names(cols)+")", args...)
+	if err != nil || present == 0 {
+		return true, err
+	}
+	rows, err := query(ctx, "SELECT index_name, column_name, sub_part IS NOT NULL FROM information_schema.statistics"+where+
+		" AND non_unique = 0 ORDER BY index_name, seq_in_index", args...)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	indexes := map[string][]string{} // column names of each unique index; "" for a prefix
+	for rows.Next() {
+		var index, column string
+		var prefix bool
+		if err := rows.Scan(&index, &column, &prefix); err != nil {
+			return false, err
+		}
+		if prefix {
+			column = ""
+		}
+		indexes[index] = append(indexes[index], column)
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	for _, columns := range indexes {
+		if sameColumns(columns, cols) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// sameColumns reports whether columns names each column of cols once and nothing else.
+func sameColumns(columns []string, cols []Column) bool {
+	if len(columns) != len(cols) {
+		return false
+	}
+	for _, c := range cols {
+		n := 0
+		for _, name := range columns {
+			if strings.EqualFold(name, c.Name) {
+				n++
+			}
+		}
+		if n != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// scanOne scans the single value the query q returns into dest.
+func scanOne(ctx context.Context, query Query, dest any, q string, args ...any) error {
+	rows, err := query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
 // isNoPadBinCollation reports whether a MySQL/MariaDB collation compares strings byte for byte,
 // trailing spaces included: MariaDB's *_nopad_bin, MySQL 8's utf8mb4_0900_bin, binary.
 func isNoPadBinCollation(collation string) bool {
