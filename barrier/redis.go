@@ -53,9 +53,11 @@ const (
 	// Compatibility wins over the cluster: the keys carry no prefix and no hash tag of their own, as in
 	// dtmcli (whose barrier takes a single-node client). On Redis Cluster a call works only when its gid
 	// carries a hash tag ("{acct7}-...") that the business's keys share; otherwise Redis refuses it and
-	// Call returns ErrCrossSlot. RedisOptions.Prefix and RedisCall.HashTag do not apply, and a branch_id
-	// or op containing '-' is refused (ErrInvalidBranch), since dtmcli's key would not tell it from
-	// another branch's. Unlike dtmcli's, the barrier also blocks a late action after a null rollback
+	// Call returns ErrCrossSlot. So it is on a redis.Ring, which runs the script on the shard of the
+	// barrier key: there the barrier refuses the call itself, with ErrCrossSlot (also a compensating
+	// op's whose gid carries no tag: the key of the op it undoes may be on another shard).
+	// RedisOptions.Prefix and RedisCall.HashTag do not apply, and a branch_id or op containing '-' is
+	// refused (ErrInvalidBranch), since dtmcli's key would not tell it from another branch's. Unlike dtmcli's, the barrier also blocks a late action after a null rollback
 	// (workflow); dtmcli's Redis barrier honours those keys too.
 	LayoutDTMCli
 )
@@ -91,6 +93,7 @@ type RedisOptions struct {
 // barrier keys and applies the business's change atomically. It is safe for concurrent use.
 type Redis struct {
 	c      Scripter
+	ring   bool // c is a *redis.Ring: it runs a script on the shard of its first key, the barrier key
 	layout RedisLayout
 	prefix string
 	ttlMS  string
@@ -124,7 +127,8 @@ func NewRedis(c Scripter, opts *RedisOptions) (*Redis, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return nil, fmt.Errorf("barrier: redis prefix %q must not contain braces", o.Prefix)
 	}
-	return &Redis{c: c, layout: o.Layout, prefix: o.Prefix, ttlMS: strconv.FormatInt(o.TTL.Milliseconds(), 10)}, nil
+	_, ring := c.(*redis.Ring)
+	return &Redis{c: c, ring: ring, layout: o.Layout, prefix: o.Prefix, ttlMS: strconv.FormatInt(o.TTL.Milliseconds(), 10)}, nil
 }
 
 // Script is a business change for [Redis.Call]: a Lua body that runs as a function of KEYS and ARGV (the
@@ -236,6 +240,16 @@ func (r *Redis) Call(ctx context.Context, b *Branch, call *RedisCall) (res Resul
 			originKey = b.Gid + "-" + b.BranchID + "-" + origin + "-" + bid
 		}
 		done, blocked = dtmcliDone, dtmcliBlocked
+		if r.ring { // as Redis Cluster refuses it: the other keys may be on other shards
+			tag := hashTag(current)
+			for _, k := range append([]string{originKey}, call.Keys...) {
+				if hashTag(k) != tag {
+					return Result{}, fmt.Errorf("%w: key %q is not under the hash tag of the barrier key %q: a redis.Ring "+
+						"runs the script on the barrier key's shard; give the gid the business keys' hash tag ({tag}-...)",
+						ErrCrossSlot, k, current)
+				}
+			}
+		}
 	default:
 		tag, err := slotTag(call.Keys, call.HashTag, b.Gid)
 		if err != nil {
