@@ -32,14 +32,17 @@ const maxBarrierID = 45
 // rebuild on MySQL/MariaDB: see the repository's docs/DTM.md). The shipped table (package
 // github.com/idemkit/idemkit/sql) and DTM's own PostgreSQL table pass.
 //
-// On MySQL/MariaDB it also returns an error when the table has no unique key on exactly gid,
-// branch_id, op and barrier_id, whole columns (a plain index made by hand or by a migration tool, a
-// prefix of gid, a wider key): the barrier's INSERT IGNORE would store every delivery's row anew, a
-// repeated delivery running its business again. The error names the ALTER TABLE that adds the key.
-// (On PostgreSQL and SQLite the barrier's insert itself fails without that key.)
+// On MySQL/MariaDB it also returns an error when the table's engine has no transactions (MyISAM,
+// Aria, MEMORY: the barrier rows would stay when the business's transaction rolls back, and its
+// redelivery be taken for a duplicate, the business never run), naming the ALTER TABLE that moves it
+// to InnoDB; and when the table has no unique key on exactly gid, branch_id, op and barrier_id, whole
+// columns (a plain index made by hand or by a migration tool, a prefix of gid, a wider key): the
+// barrier's INSERT IGNORE would store every delivery's row anew, a repeated delivery running its
+// business again. That error names the ALTER TABLE that adds the key. (On PostgreSQL and SQLite the
+// barrier's insert itself fails without that key.)
 //
-// It checks nothing on SQLite, and nothing when the table or the columns do not exist. It reads the catalog: run it at start-up,
-// not per call ([Gorm.CreateTable] runs it).
+// It checks nothing on SQLite, and nothing when the table or the columns do not exist. It reads the
+// catalog: run it at start-up, not per call ([Gorm.CreateTable] runs it).
 func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 	query := g.db.Statement.ConnPool.QueryContext
 	var column string
@@ -48,6 +51,15 @@ func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 	case "mysql":
 		column, err = keycolumns.MySQL(ctx, query, g.d.schema, g.d.base, keyColumns)
 		if err == nil && column == "" {
+			engine, transactional, err := keycolumns.MySQLEngine(ctx, query, g.d.schema, g.d.base)
+			if err != nil {
+				return fmt.Errorf("barrier: inspecting table %s: %w", g.d.table, err)
+			}
+			if !transactional {
+				return fmt.Errorf("barrier: table %s: engine %s has no transactions: its barrier rows would not roll back "+
+					"with the business's writes (a redelivery after a failed business taken for a duplicate, the business "+
+					"never run); move it: ALTER TABLE %s ENGINE = InnoDB", g.d.table, engine, g.d.quoted)
+			}
 			var ok bool
 			if ok, err = keycolumns.MySQLUniqueKey(ctx, query, g.d.schema, g.d.base, keyColumns); err == nil && !ok {
 				return fmt.Errorf("barrier: table %s: no unique key on exactly (gid, branch_id, op, barrier_id), whole "+

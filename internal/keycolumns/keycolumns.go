@@ -115,6 +115,35 @@ func MySQLUniqueKey(ctx context.Context, query Query, schema, table string, cols
 	return false, nil
 }
 
+// MySQLEngine returns the storage engine of table and whether it has transactions (information_schema
+// ENGINES), or "" and true when the table does not exist or its engine is not listed there. schema
+// "" is the session's database. A table in an engine without transactions (MyISAM, Aria, MEMORY)
+// keeps its rows when the transaction that wrote them rolls back.
+func MySQLEngine(ctx context.Context, query Query, schema, table string) (engine string, transactional bool, err error) {
+	q := "SELECT COALESCE(t.engine, ''), COALESCE(e.transactions, '') FROM information_schema.tables t " +
+		"LEFT JOIN information_schema.engines e ON e.engine = t.engine WHERE t.table_name = ? AND t.table_schema = "
+	args := []any{table}
+	if schema != "" {
+		q += "?"
+		args = append(args, schema)
+	} else {
+		q += "DATABASE()"
+	}
+	rows, err := query(ctx, q, args...)
+	if err != nil {
+		return "", false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return "", true, rows.Err()
+	}
+	var transactions string
+	if err := rows.Scan(&engine, &transactions); err != nil {
+		return "", false, err
+	}
+	return engine, !strings.EqualFold(transactions, "NO"), rows.Close()
+}
+
 // sameColumns reports whether columns names each column of cols once and nothing else.
 func sameColumns(columns []string, cols []Column) bool {
 	if len(columns) != len(cols) {
