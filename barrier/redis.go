@@ -57,8 +57,9 @@ const (
 	// barrier key: there the barrier refuses the call itself, with ErrCrossSlot (also a compensating
 	// op's whose gid carries no tag: the key of the op it undoes may be on another shard).
 	// RedisOptions.Prefix and RedisCall.HashTag do not apply, and a branch_id or op containing '-' is
-	// refused (ErrInvalidBranch), since dtmcli's key would not tell it from another branch's. Unlike dtmcli's, the barrier also blocks a late action after a null rollback
-	// (workflow); dtmcli's Redis barrier honours those keys too.
+	// refused (ErrInvalidBranch), since dtmcli's key would not tell it from another branch's. Unlike
+	// dtmcli's, the barrier also blocks a late action after a null rollback (workflow); dtmcli's Redis
+	// barrier honours those keys too.
 	LayoutDTMCli
 )
 
