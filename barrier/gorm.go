@@ -103,9 +103,9 @@ func (g *Gorm) checkEncoding(ctx context.Context, cfg *gorm.Config, pool gorm.Co
 // It returns [Gorm.CheckKeyColumns]'s error, and creates nothing, when the table exists with a gid,
 // branch_id, op or barrier_id column that does not tell every two values apart (a MySQL/MariaDB table
 // made from DTM's own DDL, whose VARCHAR columns compare case-insensitively; a collation changed by a
-// migration tool), or, on MySQL/MariaDB, without a unique key on exactly those four columns or in an
-// engine without transactions (MyISAM, Aria, MEMORY): CREATE TABLE IF NOT EXISTS would keep such a
-// table.
+// migration tool; a SQLite column declared COLLATE NOCASE), or, on MySQL/MariaDB, without a unique
+// key on exactly those four columns or in an engine without transactions (MyISAM, Aria, MEMORY):
+// CREATE TABLE IF NOT EXISTS would keep such a table.
 func (g *Gorm) CreateTable(ctx context.Context) error {
 	if err := g.CheckKeyColumns(ctx); err != nil {
 		return err

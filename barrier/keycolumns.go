@@ -41,8 +41,10 @@ const maxBarrierID = 45
 // business again. That error names the ALTER TABLE that adds the key. (On PostgreSQL and SQLite the
 // barrier's insert itself fails without that key.)
 //
-// It checks nothing on SQLite, and nothing when the table or the columns do not exist. It reads the
-// catalog: run it at start-up, not per call ([Gorm.CreateTable] runs it).
+// On SQLite it returns an error when the table's unique key compares a column with another collation
+// than BINARY (a column declared COLLATE NOCASE or RTRIM). It checks nothing when the table or the
+// columns do not exist. It reads the catalog: run it at start-up, not per call ([Gorm.CreateTable]
+// runs it).
 func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 	query := g.db.Statement.ConnPool.QueryContext
 	var column string
@@ -70,6 +72,8 @@ func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 		}
 	case "postgres":
 		column, err = keycolumns.Postgres(ctx, query, g.d.quoted, keyColumns)
+	case "sqlite":
+		column, err = keycolumns.SQLite(ctx, query, g.d.schema, g.d.base, keyColumns)
 	default:
 		return nil
 	}
@@ -87,7 +91,11 @@ func (g *Gorm) CheckKeyColumns(ctx context.Context) error {
 
 // keyColumnsFix returns the statement that gives the barrier table the shipped key column types.
 func (g *Gorm) keyColumnsFix() string {
-	if g.db.Dialector.Name() == "mysql" {
+	switch g.db.Dialector.Name() {
+	case "sqlite":
+		return "SQLite cannot change a column's collation: create a table from the shipped DDL, copy the rows " +
+			"into it and give it the old one's name (ALTER TABLE ... RENAME TO)"
+	case "mysql":
 		return fmt.Sprintf("ALTER TABLE %s MODIFY gid varbinary(%d) DEFAULT '', MODIFY branch_id varbinary(%d) DEFAULT '', "+
 			"MODIFY op varbinary(%d) DEFAULT '', MODIFY barrier_id varbinary(%d) DEFAULT ''",
 			g.d.quoted, 4*maxGid, 4*maxBranchID, 4*maxOp, 4*maxBarrierID)

@@ -8,7 +8,8 @@
 // On MySQL/MariaDB only VARBINARY, or VARCHAR of a binary NO PAD collation, compares byte for byte (the
 // utf8mb4 collations, utf8mb4_bin too, ignore trailing spaces, most also case and accents); on
 // PostgreSQL VARCHAR or TEXT of a deterministic collation (citext and nondeterministic collations ignore
-// case or accents, CHAR trailing spaces).
+// case or accents, CHAR trailing spaces); on SQLite a unique index comparing with BINARY (NOCASE
+// ignores case, RTRIM trailing spaces).
 package keycolumns
 
 import (
@@ -65,6 +66,60 @@ func MySQL(ctx context.Context, query Query, schema, table string, cols []Column
 		}
 		return "", nil
 	})
+}
+
+// SQLite returns the first column of cols, in the order of table's unique index on exactly those
+// columns, that the index compares with another collation than BINARY (NOCASE ignores case, RTRIM
+// trailing spaces), described as MySQL describes it, or "" when they are right, the table does not
+// exist or has no such index (the insert's ON CONFLICT clause then fails). schema "" is "main".
+func SQLite(ctx context.Context, query Query, schema, table string, cols []Column) (string, error) {
+	if schema == "" {
+		schema = "main"
+	}
+	var unique []string
+	rows, err := query(ctx, `SELECT name FROM pragma_index_list(?, ?) WHERE "unique" = 1`, table, schema)
+	if err != nil {
+		return "", err
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return "", err
+		}
+		unique = append(unique, name)
+	}
+	if err := rows.Close(); err != nil {
+		return "", err
+	}
+	for _, index := range unique {
+		var names, colls []string
+		rows, err := query(ctx, "SELECT COALESCE(name, ''), COALESCE(coll, '') FROM pragma_index_xinfo(?, ?) WHERE key = 1 ORDER BY seqno", index, schema)
+		if err != nil {
+			return "", err
+		}
+		for rows.Next() {
+			var name, coll string
+			if err := rows.Scan(&name, &coll); err != nil {
+				rows.Close()
+				return "", err
+			}
+			names, colls = append(names, name), append(colls, coll)
+		}
+		if err := rows.Close(); err != nil {
+			return "", err
+		}
+		if !sameColumns(names, cols) {
+			continue
+		}
+		for i, coll := range colls {
+			if !strings.EqualFold(coll, "BINARY") {
+				return fmt.Sprintf("%s is COLLATE %s in the unique key, whose comparison ignores case or trailing spaces", names[i], coll), nil
+			}
+		}
+		return "", nil
+	}
+	return "", nil
 }
 
 // MySQLUniqueKey reports whether table has a unique key (PRIMARY or UNIQUE) on exactly the columns
