@@ -135,6 +135,8 @@ func NewRedis(c Scripter, opts *RedisOptions) (*Redis, error) {
 // Script is a business change for [Redis.Call]: a Lua body that runs as a function of KEYS and ARGV (the
 // business's own keys and arguments, numbered from 1) after the barrier let the call through, in the
 // same script as the barrier. Create it once with [NewScript] and reuse it; it is safe for concurrent use.
+// The body sees none of the barrier's variables: declare its own with local, as in any script (an
+// assignment to an undeclared name is Redis' error, before anything is written).
 //
 // The body ends with a return value, which Call hands back in [Result].Value (Lua numbers come back as
 // integers, truncated: return strings for other numbers). To refuse the change, return an error reply
