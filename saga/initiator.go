@@ -25,7 +25,8 @@ type Initiator struct {
 	// saga is submitted, with Status Submitted, and the Reconciler settles the record later.
 	Wait time.Duration
 	// Status submits the saga and asks DTM about its outcome, with its HTTP client (and its
-	// timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
+	// timeout); it must talk to Server. Defaults to a txstatus.Client on Server; one whose Server is
+	// empty (set for its HTTP client or PollInterval) talks to Server too.
 	Status *txstatus.Client
 }
 
@@ -77,7 +78,7 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 	if i.Server == "" || i.Lifecycle == nil || p.Steps == nil {
 		return hooks.Outcome{}, errors.New("saga: Initiator needs Server and Lifecycle, SubmitParams needs Steps")
 	}
-	status := cmp.Or(i.Status, &txstatus.Client{Server: i.Server})
+	status := i.statusClient()
 	var panicked *stepsPanic // Steps panicked: nothing was sent
 	var changed error        // Steps changed the saga's gid or type: nothing was sent
 	out, err := i.Lifecycle.Run(ctx, hooks.RunParams{
@@ -126,6 +127,17 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 		err = errors.Join(changed, err)
 	}
 	return out, err
+}
+
+// statusClient returns the client Submit talks to DTM with: Status, on Server when its own Server is
+// empty (a copy: the caller's is not changed).
+func (i *Initiator) statusClient() *txstatus.Client {
+	if i.Status == nil {
+		return &txstatus.Client{Server: i.Server}
+	}
+	c := *i.Status
+	c.Server = cmp.Or(c.Server, i.Server)
+	return &c
 }
 
 // stepsPanic is the value SubmitParams.Steps panicked with.
