@@ -50,7 +50,8 @@ type Publisher struct {
 	// fences the publication, which then returns ErrLocalFailed with the key free.
 	Wait time.Duration
 	// Status prepares, submits and aborts the message and asks DTM about outcomes, with its HTTP client
-	// (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
+	// (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server; one whose
+	// Server is empty (set for its HTTP client or PollInterval) talks to Server too.
 	Status *txstatus.Client
 }
 
@@ -128,7 +129,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		pp.Steps == nil || pp.Local == nil {
 		return hooks.Outcome{}, errors.New("dtmmsg: Publisher needs Server, DB, Barrier, Lifecycle and QueryPrepared; PublishParams needs Steps and Local")
 	}
-	status := cmp.Or(p.Status, &txstatus.Client{Server: p.Server})
+	status := p.statusClient()
 	gid := GIDPrefix + txstatus.NewGID()
 	call := pp.Call
 	call.Result = pp.Result // stored with the claim: a reconciled record replays it too
@@ -357,3 +358,14 @@ type rejection struct {
 
 func (e *rejection) Error() string   { return e.rej.Error() }
 func (e *rejection) Unwrap() []error { return []error{e.rej, e.cause} }
+
+// statusClient returns the client Publish talks to DTM with: Status, on Server when its own Server is
+// empty (a copy: the caller's is not changed).
+func (p *Publisher) statusClient() *txstatus.Client {
+	if p.Status == nil {
+		return &txstatus.Client{Server: p.Server}
+	}
+	c := *p.Status
+	c.Server = cmp.Or(c.Server, p.Server)
+	return &c
+}

@@ -28,7 +28,8 @@ type Global struct {
 	// to 0: Run returns after submitting (or aborting) and the Reconciler settles the record later.
 	Wait time.Duration
 	// Status prepares, submits and aborts the transaction and asks DTM about its outcome, with its
-	// HTTP client (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server.
+	// HTTP client (and its timeout); it must talk to Server. Defaults to a txstatus.Client on Server;
+	// one whose Server is empty (set for its HTTP client or PollInterval) talks to Server too.
 	Status *txstatus.Client
 }
 
@@ -103,7 +104,7 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
 	}
-	status := cmp.Or(g.Status, &txstatus.Client{Server: g.Server})
+	status := g.statusClient()
 	var panicked *optionsPanic // Options panicked: nothing was sent
 	var changed *changedError  // Options or Tries changed the gid or type
 	out, err := g.Lifecycle.Run(ctx, hooks.RunParams{
@@ -351,4 +352,15 @@ type laterRefusal struct{ op, gid, msg string }
 
 func (e *laterRefusal) Error() string {
 	return fmt.Sprintf("tcc: %s %s after its prepare was accepted: %s (the transaction exists: follow its status)", e.op, e.gid, e.msg)
+}
+
+// statusClient returns the client Run talks to DTM with: Status, on Server when its own Server is
+// empty (a copy: the caller's is not changed).
+func (g *Global) statusClient() *txstatus.Client {
+	if g.Status == nil {
+		return &txstatus.Client{Server: g.Server}
+	}
+	c := *g.Status
+	c.Server = cmp.Or(c.Server, g.Server)
+	return &c
 }
