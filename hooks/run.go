@@ -96,7 +96,8 @@ type RunParams struct {
 // store or lock failure, a failing hook, the transaction manager unreachable or its answer unknown, the
 // claim lost before the start); a transaction that rolled back is an Outcome with Status Failed and a
 // nil error. A permanent failure is an *idemkit.RejectedError, on a replay as on the first call (see
-// [Lifecycle.Begin]).
+// [Lifecycle.Begin]). A Status whose PollInterval is negative (which its wait refuses) is refused before
+// anything is claimed or started.
 //
 // The claim is renewed right before Start and Start is not called when that fails: a claim whose lease
 // ran out may have been settled by a Reconciler, which fences the gid at DTM first (see
@@ -142,6 +143,11 @@ type RunParams struct {
 func (l *Lifecycle) Run(ctx context.Context, p RunParams) (Outcome, error) {
 	if p.Start == nil || p.Status == nil {
 		return Outcome{}, errors.New("hooks: RunParams needs Start and Status")
+	}
+	if p.Status.PollInterval < 0 {
+		// The wait would refuse it once the transaction started: refused before anything is
+		// claimed or started instead.
+		return Outcome{}, fmt.Errorf("hooks: RunParams.Status: PollInterval must not be negative, got %s", p.Status.PollInterval)
 	}
 	gid := cmp.Or(p.GID, txstatus.NewGID())
 	if strings.ContainsAny(gid, ";\r\n") {
