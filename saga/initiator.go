@@ -10,6 +10,7 @@ import (
 	"github.com/dtm-labs/client/dtmcli"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/barrier"
 	"github.com/idemkit/idemkit/hooks"
 	"github.com/idemkit/idemkit/txstatus"
 )
@@ -58,7 +59,10 @@ type SubmitParams struct {
 // rolls the record back at once — and a submit that could not even connect to DTM (never sent: an
 // error matching txstatus.ErrNotSent, returned, an outage to retry); a timeout, a reset connection or
 // a 5xx from a proxy in front of DTM leaves the record PROCESSING for the reconciler, since DTM may
-// have accepted the saga. A rolled-back
+// have accepted the saga. DTM's refusal of a submit sent a second time (by an HTTP client or a gateway
+// that sent it again after the first answer was lost) once the saga the first one started is no
+// longer running is no refusal: DTM holds the gid as a saga with this call's steps and payloads, and
+// Submit follows it. A rolled-back
 // saga reports DTM's rollback reason (the failing step's message) in Outcome.Reason; its record is
 // FAILED, on the first call as on a replay (a step's failure is never REJECTED: a retry with the key
 // runs a new saga). A saga whose Steps add no step is not submitted: the record is rolled back, its
@@ -116,7 +120,13 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 			s.BuildCustomOptions() // what dtmcli's Submit does before it posts
 			// DTM's answer (or a gateway's), never the business's: retryable whatever the Guard's
 			// Options.IsPermanent says, should the saga roll back with it as the reason.
-			return idemkit.Retryable(status.Call(ctx, "submit", gid, &s.TransBase))
+			err := status.Call(ctx, "submit", gid, &s.TransBase)
+			if resentAndLanded(ctx, status, gid, s, err) {
+				// Refused because this very submit, sent before, had started the saga, which has
+				// run since: the saga is this call's, and Run follows it.
+				return nil
+			}
+			return idemkit.Retryable(err)
 		},
 	})
 	if panicked != nil {
@@ -138,6 +148,41 @@ func (i *Initiator) statusClient() *txstatus.Client {
 	c := *i.Status
 	c.Server = cmp.Or(c.Server, i.Server)
 	return &c
+}
+
+// resentAndLanded reports whether err, DTM's answer to the submit of s, is its refusal of a submit sent
+// a second time — by an HTTP client or a gateway in front of DTM that sent it again after the first
+// answer was lost — once the saga the first one started was no longer running (DTM v1.19 refuses to
+// submit a gid it holds as succeed, aborting or failed): DTM holds gid as a saga with exactly s's
+// steps and payloads. Another transaction holding gid does not pass: a Reconciler's fence (an empty
+// TCC), a saga submit that landed on one (no branch), another call's saga under a reused gid. A
+// refusal by idemkit (nothing sent), or one DTM cannot be asked about, is not.
+func resentAndLanded(ctx context.Context, status *txstatus.Client, gid string, s *dtmcli.Saga, err error) bool {
+	var refused *txstatus.RefusedError
+	if !errors.As(err, &refused) || refused.Local || len(s.Payloads) != len(s.Steps) {
+		return false
+	}
+	// Asked whether or not the caller is still there, as Run asks about a start that failed.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txstatus.DefaultTimeout)
+	defer cancel()
+	info, branches, qerr := status.QueryBranches(qctx, gid)
+	if qerr != nil || info.TransType != "saga" || len(branches) != 2*len(s.Steps) {
+		return false
+	}
+	held := make(map[[2]string]txstatus.Branch, len(branches))
+	for _, b := range branches {
+		held[[2]string{b.BranchID, b.Op}] = b
+	}
+	for i, step := range s.Steps {
+		id := fmt.Sprintf("%02d", i+1) // DTM's branch ids of a saga's steps
+		for _, op := range []string{barrier.OpAction, barrier.OpCompensate} {
+			b, ok := held[[2]string{id, op}]
+			if !ok || b.URL != step[op] || string(b.Payload) != s.Payloads[i] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // stepsPanic is the value SubmitParams.Steps panicked with.

@@ -129,10 +129,57 @@ func (c *Client) Query(ctx context.Context, gid string) (Info, error) {
 	return c.query(ctx, gid, false)
 }
 
+// Branch is one branch operation the server holds for a global transaction.
+type Branch struct {
+	// BranchID and Op identify it ("01", "action"); URL is where the server calls it.
+	BranchID, Op, URL string
+	// Payload is the body the server sends it.
+	Payload []byte
+}
+
+// QueryBranches is [Client.Query], with the branch operations the server holds for gid (none when it
+// has no transaction with gid). They carry their payloads: the answer can be large.
+func (c *Client) QueryBranches(ctx context.Context, gid string) (Info, []Branch, error) {
+	body, err := c.fetch(ctx, gid, false)
+	if err != nil {
+		return Info{}, nil, err
+	}
+	info, err := parseInfo(body)
+	if err != nil || info.Status == Unknown {
+		return info, nil, err
+	}
+	var ans struct {
+		Branches []struct {
+			BranchID string `json:"branch_id"`
+			Op       string `json:"op"`
+			URL      string `json:"url"`
+			BinData  []byte `json:"bin_data"`
+		} `json:"branches"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil {
+		return Info{}, nil, fmt.Errorf("txstatus: malformed query answer: %w", err)
+	}
+	branches := make([]Branch, len(ans.Branches))
+	for i, b := range ans.Branches {
+		branches[i] = Branch{BranchID: b.BranchID, Op: b.Op, URL: b.URL, Payload: b.BinData}
+	}
+	return info, branches, nil
+}
+
 // query is Query; with notSent, an error that opened no connection matches ErrNotSent (see Status).
 func (c *Client) query(ctx context.Context, gid string, notSent bool) (Info, error) {
+	body, err := c.fetch(ctx, gid, notSent)
+	if err != nil {
+		return Info{}, err
+	}
+	return parseInfo(body)
+}
+
+// fetch returns the query API's answer about gid; with notSent, an error that opened no connection
+// matches ErrNotSent (see Status).
+func (c *Client) fetch(ctx context.Context, gid string, notSent bool) ([]byte, error) {
 	if c.Server == "" {
-		return Info{}, errors.New("txstatus: no DTM server configured")
+		return nil, errors.New("txstatus: no DTM server configured")
 	}
 	var conn connTrace
 	if notSent {
@@ -140,27 +187,27 @@ func (c *Client) query(ctx context.Context, gid string, notSent bool) (Info, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base()+"/query?gid="+url.QueryEscape(gid), nil)
 	if err != nil {
-		return Info{}, fmt.Errorf("txstatus: building query: %w", err)
+		return nil, fmt.Errorf("txstatus: building query: %w", err)
 	}
 	resp, err := c.http().Do(req)
 	if err != nil {
 		if notSent && conn.never(err) {
-			return Info{}, &notSentError{"query", gid, err}
+			return nil, &notSentError{"query", gid, err}
 		}
-		return Info{}, fmt.Errorf("txstatus: querying %s: %w", gid, err)
+		return nil, fmt.Errorf("txstatus: querying %s: %w", gid, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxQueryAnswer+1))
 	if err != nil {
-		return Info{}, fmt.Errorf("txstatus: reading query answer: %w", err)
+		return nil, fmt.Errorf("txstatus: reading query answer: %w", err)
 	}
 	if len(body) > maxQueryAnswer {
-		return Info{}, fmt.Errorf("txstatus: query %s: the answer is larger than %d bytes", gid, maxQueryAnswer)
+		return nil, fmt.Errorf("txstatus: query %s: the answer is larger than %d bytes", gid, maxQueryAnswer)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return Info{}, fmt.Errorf("txstatus: query %s: HTTP %d: %.200s", gid, resp.StatusCode, body)
+		return nil, fmt.Errorf("txstatus: query %s: HTTP %d: %.200s", gid, resp.StatusCode, body)
 	}
-	return parseInfo(body)
+	return body, nil
 }
 
 // maxQueryAnswer bounds the query API's answer, in bytes. The answer carries every branch operation
