@@ -41,7 +41,11 @@ type SubmitParams struct {
 	// the same FAILURE as a refusal to start one. Steps must not change s.Gid or s.TransType: the
 	// record, the wait and the Reconciler follow the gid Submit chose (GID) as a saga, and a saga
 	// submitted under another gid or type would run unfollowed (a retry of the key running it again).
-	// Submit refuses such a saga before anything is sent (see Submit).
+	// Submit refuses such a saga before anything is sent (see Submit). dtmcli stores a step's
+	// payload JSON-encoded: give s.Add a value (a struct, a pointer to one, a map), never a string
+	// or []byte holding JSON already marshalled, which it stores as a JSON string (base64 for a
+	// []byte) that a step decoding the JSON into its type (dtmhttp.Gorm, dtmhttp.Redis) cannot
+	// read: a malformed payload, whose action answers 409, so the saga rolls back on every call.
 	Steps func(s *dtmcli.Saga)
 	// Result is the saga's result (an order id...): stored with the claim, returned in
 	// Outcome.Result when the saga succeeds, and replayed to duplicates. See hooks.RunParams.Result.
