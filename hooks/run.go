@@ -42,7 +42,10 @@ type RunParams struct {
 	Call idemkit.Call
 	// GID is the transaction's gid. Defaults to a fresh txstatus.NewGID(). Set it to know the gid
 	// before the call (to put it in Result); it must be new for every call, and free of ';', CR and
-	// LF, which DTM's HTTP API removes from gids (Run refuses such a gid before anything starts). Run
+	// LF, which DTM's HTTP API removes from gids (Run refuses such a gid before anything starts), and
+	// at most idemkit.MaxStoredLen (128) bytes, which the record stores: a longer one fails the call
+	// before anything is claimed, with an error matching idemkit.ErrUnstorable — also one of 128
+	// characters or fewer that barrier.ValidateGid accepts, when they are not all ASCII. Run
 	// asks the manager about a gid given here before it starts anything (one query more), and a gid
 	// the manager knows — in any state, even still running — rolls the call back without starting
 	// anything: DTM itself accepts a submit or a prepare for a gid it holds as submitted or prepared.
