@@ -51,6 +51,7 @@ var problemTitles = map[string]string{
 	ProblemTokenInvalid:      "Idempotency token unknown, expired or already used",
 	ProblemResponseNotStored: "Request already processed; response not stored",
 	ProblemRejected:          "Request already rejected",
+	ProblemHeadNotGuarded:    "HEAD not guarded on this route",
 	ProblemBodyTooLarge:      "Request body too large",
 	ProblemPayloadMismatch:   "Idempotency key reused with a different payload",
 	ProblemInternal:          "Internal error",
