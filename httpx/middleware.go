@@ -78,6 +78,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	r = r.WithContext(ctx)
+	if headOfGet && ownHead(r, st) {
+		next.ServeHTTP(w, r) // not the GET's handler: HEAD is not guarded
+		return
+	}
 	if _, _, unroutable := st.route(r); unroutable && !(headOfGet && routesGET(r)) && !m.carriesKey(r) {
 		next.ServeHTTP(w, r) // chi has no route for it and no key is given: its 404 or 405 needs none
 		return
@@ -173,6 +177,15 @@ func (m *middleware) headOfGet(w http.ResponseWriter, r *http.Request, st *reqSt
 func (m *middleware) carriesKey(r *http.Request) bool {
 	key, err := m.cfg.Key(r)
 	return key != "" || err != nil && !errors.Is(err, ErrKeyMissing)
+}
+
+// ownHead reports whether chi routes r, a HEAD, to an endpoint of its own (r.Head) on a path where
+// it routes no GET: that HEAD cannot reach a GET handler, and passes unguarded as any method not
+// in Methods. Where chi routes a GET too the HEAD may be its handler's (a route for every method),
+// and it is refused as any HEAD of a guarded GET.
+func ownHead(r *http.Request, st *reqState) bool {
+	pattern, rctx, unroutable := st.route(r)
+	return rctx != nil && rctx.Routes != nil && pattern != "" && !unroutable && !routesGET(r)
 }
 
 // routesGET reports whether chi routes r's path for a GET. A HEAD chi has no route for may yet
