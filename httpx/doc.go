@@ -54,7 +54,8 @@
 // handler set (net/http closes the connection mid-response), and a handler that returned without
 // answering once its context had ended (its client went away). A panicking handler releases the
 // claim the same way and the panic continues to the outer recoverer. Set-Cookie, Authorization,
-// hop-by-hop, framing and encoding headers (Content-Length, Content-Encoding) are never replayed,
+// hop-by-hop, framing and encoding headers (Content-Length, Content-Encoding) are never replayed
+// (a guarded HEAD's Content-Length, the size of the GET's body, is replayed to HEADs),
 // and of the allow-listed headers only what the handler set is stored: middleware wrapped outside
 // this one sets its own headers (and encodes the body) again on every replay. A response body
 // larger than Options.MaxResponseBytes, one the handler encoded itself, or one whose header fields a

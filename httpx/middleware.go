@@ -407,7 +407,7 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, st *reqState
 		m.problem(w, st, problem{Type: ProblemResponseNotStored, Status: m.unreplayedStatus(s.status), OriginalStatus: s.status,
 			Detail: "A request with this idempotency key was processed, but its response was not stored: the header fields it set (more than 256, or a value with a control character) cannot be replayed."})
 	default:
-		s.write(w)
+		s.write(w, r.Method == http.MethodHead)
 	}
 }
 

@@ -192,11 +192,14 @@ func validFieldValue(v []byte) bool {
 // outer middleware put on the response, Idempotent-Replayed: true, the status, the body and the
 // trailers (declared in a Trailer header, as net/http needs to send them after the body). No
 // Content-Length is set: outer middleware may transform the body (compress it), and net/http adds
-// one itself to a small body that arrives in one piece.
-func (s *storedResponse) write(w http.ResponseWriter) {
+// one itself to a small body that arrives in one piece; but a response to a HEAD (head), which has
+// no body, gets the Content-Length the handler declared, when one is stored (see captureWriter.result).
+func (s *storedResponse) write(w http.ResponseWriter, head bool) {
 	h := w.Header()
 	for _, f := range s.header {
 		switch {
+		case head && f.name == "Content-Length" && !f.clear && !f.trailer && len(s.body) == 0:
+			h.Set(f.name, f.value)
 		case neverStored(f.name), f.trailer:
 		case f.clear && f.name == "Content-Type":
 			// The handler left the response without a type (removed or suppressed it): so does the

@@ -89,7 +89,7 @@ func TestReplayWrite(t *testing.T) {
 	rec.Header().Set("Vary", "Accept-Encoding")
 	rec.Header().Set("Cache-Control", "no-cache")
 	rec.Header().Set("Expires", "0")
-	s.write(rec)
+	s.write(rec, false)
 	h := rec.Header()
 	if rec.Code != 201 || rec.Body.String() != "hello" || h.Get("Set-Cookie") != "" || h.Get("Content-Encoding") != "" ||
 		h.Get("Content-Length") != "" || h.Get("Proxy-Status") != "" || h.Get(ReplayedHeader) != "true" {
@@ -105,7 +105,7 @@ func TestReplayWrite(t *testing.T) {
 		t.Errorf("Expires %q, want removed as the handler removed it", v)
 	}
 	rec = httptest.NewRecorder()
-	(&storedResponse{status: 304, body: []byte("x")}).write(rec)
+	(&storedResponse{status: 304, body: []byte("x")}).write(rec, false)
 	if rec.Code != 304 || rec.Body.Len() != 0 || rec.Header().Get("Content-Length") != "" {
 		t.Fatalf("304: %d %v %q", rec.Code, rec.Header(), rec.Body)
 	}
@@ -132,6 +132,6 @@ func FuzzDecodeResponse(f *testing.F) {
 		if !s.omitted && !bytes.HasSuffix(b, s.body) {
 			t.Fatal("body is not the tail of the input")
 		}
-		s.write(httptest.NewRecorder()) // a decoded response is always writable
+		s.write(httptest.NewRecorder(), false) // a decoded response is always writable
 	})
 }
