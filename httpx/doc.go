@@ -85,8 +85,8 @@
 //	  the record store could not hold
 //	HEAD on a route whose GET is guarded     405 head-not-guarded (Allow: GET), the handler not
 //	  and whose HEAD is not in Methods           run; with Optional and no key it passes (so does
-//	                                             one chi routes to a HEAD endpoint of its own on
-//	                                             a path with no GET route)
+//	                                             one chi routes to a HEAD endpoint of its own,
+//	                                             r.Head with another handler than the GET's)
 //	body over Options.MaxBodyBytes           413 body-too-large (with Options.DTM, by the branch's
 //	                                             op: an action or try 409, a compensate, cancel or
 //	                                             rollback 200 SUCCESS; see Options.DTM)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/idemkit/idemkit"
 )
 
@@ -179,13 +181,47 @@ func (m *middleware) carriesKey(r *http.Request) bool {
 	return key != "" || err != nil && !errors.Is(err, ErrKeyMissing)
 }
 
-// ownHead reports whether chi routes r, a HEAD, to an endpoint of its own (r.Head) on a path where
-// it routes no GET: that HEAD cannot reach a GET handler, and passes unguarded as any method not
-// in Methods. Where chi routes a GET too the HEAD may be its handler's (a route for every method),
-// and it is refused as any HEAD of a guarded GET.
+// ownHead reports whether chi routes r, a HEAD, to an endpoint of its own (r.Head): on a path where
+// it routes no GET, on another route than the GET's, or with another handler than the GET's. That
+// HEAD cannot reach the GET's handler, and passes unguarded as any method not in Methods. A HEAD
+// whose handler is the GET's (a route for every method, r.HandleFunc) or may be is refused as any
+// HEAD of a guarded GET.
 func ownHead(r *http.Request, st *reqState) bool {
 	pattern, rctx, unroutable := st.route(r)
-	return rctx != nil && rctx.Routes != nil && pattern != "" && !unroutable && !routesGET(r)
+	if rctx == nil || rctx.Routes == nil || pattern == "" || unroutable {
+		return false
+	}
+	get, _, unroutable := resolveRouteAs(r, http.MethodGet)
+	if unroutable || get != pattern {
+		return true
+	}
+	var gets, heads []http.Handler
+	_ = chi.Walk(rctx.Routes, func(method, route string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
+		switch {
+		case normalPattern(route) != pattern:
+		case method == http.MethodGet:
+			gets = append(gets, h)
+		case method == http.MethodHead:
+			heads = append(heads, h)
+		}
+		return nil
+	})
+	return len(gets) == 1 && len(heads) == 1 && !sameHandler(gets[0], heads[0])
+}
+
+// sameHandler reports whether a and b are, or may be, the same handler value; funcs, which == cannot
+// compare, by their code (so two closures of one function literal count as the same).
+func sameHandler(a, b http.Handler) bool {
+	av, bv := reflect.ValueOf(a), reflect.ValueOf(b)
+	switch {
+	case av.Type() != bv.Type():
+		return false
+	case av.Kind() == reflect.Func:
+		return av.Pointer() == bv.Pointer()
+	case av.Type().Comparable():
+		return a == b
+	}
+	return true
 }
 
 // routesGET reports whether chi routes r's path for a GET. A HEAD chi has no route for may yet
