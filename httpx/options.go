@@ -118,7 +118,9 @@ type Options struct {
 	// (POST, PATCH). One exception: when GET is listed and HEAD is not, a HEAD (which net/http's
 	// ServeMux and chi's middleware.GetHead route to the GET handler) is answered 405
 	// head-not-guarded and the handler does not run, unless Optional lets it pass without a key as
-	// the GET would. Listed, HEAD is an operation of its own: its scope and fingerprint name HEAD.
+	// the GET would, or chi routes it to a HEAD handler of its own (r.Head, with another handler than
+	// the GET's): that passes, unguarded. Listed, HEAD is an operation of its own: its scope and
+	// fingerprint name HEAD.
 	Methods []string
 	// Optional lets guarded requests without a key pass through unguarded instead of failing with
 	// 400. A key given empty (an empty header, or query parameter with [Query]) is no missing key but
