@@ -127,7 +127,10 @@ type Options struct {
 	// an invalid one, 400 either way. Defaults to false: the key is required.
 	Optional bool
 	// Scope names the operation a key belongs to. Defaults to [DefaultScope]: the method and the chi
-	// route pattern, else the net/http pattern, else the path.
+	// route pattern, else the net/http pattern, else the path. The scope is part of the stored key:
+	// a deploy that edits a route's pattern (a parameter renamed, a regexp added, the route mounted
+	// elsewhere) starts a new scope, and a retry of a key finished before it runs the handler again;
+	// a Scope naming the operation stably avoids that.
 	Scope func(r *http.Request) string
 	// Principal returns the caller (user, tenant) a key belongs to; it becomes part of the stored
 	// key, so one principal can never replay another's response. Return "" for an anonymous caller
