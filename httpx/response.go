@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -193,12 +194,13 @@ func validFieldValue(v []byte) bool {
 // trailers (declared in a Trailer header, as net/http needs to send them after the body). No
 // Content-Length is set: outer middleware may transform the body (compress it), and net/http adds
 // one itself to a small body that arrives in one piece; but a response to a HEAD (head), which has
-// no body, gets the Content-Length the handler declared, when one is stored (see captureWriter.result).
+// no body, gets the Content-Length the handler declared, when one is stored (see
+// captureWriter.result: with no body, or the body of that length the handler wrote).
 func (s *storedResponse) write(w http.ResponseWriter, head bool) {
 	h := w.Header()
 	for _, f := range s.header {
 		switch {
-		case head && f.name == "Content-Length" && !f.clear && !f.trailer && len(s.body) == 0:
+		case head && f.name == "Content-Length" && !f.clear && !f.trailer && (len(s.body) == 0 || f.value == strconv.Itoa(len(s.body))):
 			h.Set(f.name, f.value)
 		case neverStored(f.name), f.trailer:
 		case f.clear && f.name == "Content-Type":

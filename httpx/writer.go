@@ -438,9 +438,11 @@ func (cw *captureWriter) result(ctx context.Context) ([]byte, error) {
 		// client went away: it stays recorded as not stored, and is not run again.)
 		return nil, idemkit.Retryable(fmt.Errorf("%w: %d of %d bytes", errResponseCut, cw.size, cw.declared))
 	}
-	if cw.head && cw.size == 0 && cw.declared >= 0 && bodyAllowed(cw.status) && declaredLength(cw.w.Header()) >= 0 {
+	if cw.head && (cw.size == 0 || cw.size == uint64(cw.declared)) && cw.declared >= 0 && bodyAllowed(cw.status) &&
+		declaredLength(cw.w.Header()) >= 0 {
 		// A HEAD's Content-Length is no framing but the size of the body a GET would get (RFC 9110
-		// §8.6), sent with no body: what the HEAD asked for, replayed to HEADs (see storedResponse.write).
+		// §8.6), sent with no body (net/http discards what a handler writes for a HEAD): what the
+		// HEAD asked for, replayed to HEADs (see storedResponse.write).
 		cw.header = append(cw.header, headerField{name: "Content-Length", value: strconv.FormatInt(cw.declared, 10)})
 	}
 	s := storedResponse{status: cw.status, header: cw.header, body: cw.body}
