@@ -114,6 +114,9 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 		stop := false
 		if ev.Err != nil {
 			errs = append(errs, ev.Err)
+			if r.Logger != nil {
+				r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "scope", rec.Scope, "gid", rec.GID, "error", ev.Err)
+			}
 			stop = silence.Stop() // the error is DTM's silence (a store's or a hook's leaves it at 0)
 		}
 		if r.Observe != nil {
@@ -153,9 +156,6 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *hooks.Reconc
 		// settled by its initiator meanwhile
 	default:
 		ev.Err = err
-		if r.Logger != nil {
-			r.Logger.WarnContext(ctx, "dtmmsg: reconcile failed", "gid", rec.GID, "error", err)
-		}
 	}
 }
 
