@@ -74,7 +74,9 @@ type PublishParams struct {
 	// the same fails, with an error wrapping record.ErrTxAborted, as a PostgreSQL transaction a failed
 	// statement aborted does at its COMMIT. Required.
 	Local func(ctx context.Context, tx *gorm.DB, gid string) error
-	// Result is stored when the message succeeds and replayed to duplicates.
+	// Result is stored with the claim (as Call.Result, unless that is set), returned in
+	// Outcome.Result once the local transaction committed, and replayed to duplicates once the
+	// message succeeded, as hooks.RunParams.Result is.
 	Result []byte
 }
 
@@ -132,7 +134,9 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	status := p.statusClient()
 	gid := GIDPrefix + txstatus.NewGID()
 	call := pp.Call
-	call.Result = pp.Result // stored with the claim: a reconciled record replays it too
+	if call.Result == nil {
+		call.Result = pp.Result // stored with the claim: a reconciled record replays it too
+	}
 	t, res, err := p.Lifecycle.Begin(ctx, TransType, gid, call)
 	if t == nil {
 		if res.Replayed {
@@ -268,7 +272,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	}
 
 	// Committed: the message will be delivered, and its result is what every replay returns.
-	out.Result = pp.Result
+	out.Result = call.Result
 	m.BuildCustomOptions() // what dtmcli's Submit does before it posts: the message's delay
 	if serr := p.call(ctx, status, "submit", m); serr != nil {
 		out.Reason = serr // DTM's back-check will find the commit and publish
@@ -301,7 +305,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 	// there, and the hooks and the record follow it (as the wait does).
 	sctx, cancelSettle := background.Settling(ctx)
 	defer cancelSettle()
-	err = p.Lifecycle.Conclude(sctx, t, out.Status, pp.Result)
+	err = p.Lifecycle.Conclude(sctx, t, out.Status, call.Result)
 	if errors.Is(err, idemkit.ErrFenced) && out.Status.Final() {
 		return out, nil // a Reconciler settled the record first, from the same outcome
 	}
