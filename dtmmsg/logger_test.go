@@ -62,3 +62,29 @@ func TestReconcilerLogsEveryRecordItCannotSettle(t *testing.T) {
 		t.Fatalf("Logger got %q; want a line naming %s, which the Reconciler could not settle (DTM has no record of it)", got, rec.GID)
 	}
 }
+
+// TestReconcilerWithoutAGuardSettlesNothing: a Reconciler given its records through Pending and a
+// Lifecycle without a Guard ran the Commit hook of a delivered message's record and reported it
+// settled, while the record stayed PROCESSING (without a Guard, Conclude writes nothing): pass after
+// pass the hook ran again and the key stayed in flight. Such a Reconciler is refused.
+func TestReconcilerWithoutAGuardSettlesNothing(t *testing.T) {
+	e := setup(t)
+	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
+	status := e.delivered(t, pub, "ng1", 3)
+	commits := 0
+	r := &dtmmsg.Reconciler{
+		Lifecycle: &hooks.Lifecycle{OnCommit: hooks.CommitFunc(func(context.Context, *hooks.Txn, []byte) error { commits++; return nil })},
+		Barrier:   e.w.Barrier, Status: status.Status,
+		Pending: func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+			return e.w.Guard.Pending(ctx, now.Add(time.Hour), limit, chaosdtmmsg.Scope)
+		}}
+	n, err := r.RunOnce(ctxb, time.Now(), 10)
+	rec, gerr := e.w.Guard.Get(ctxb, chaosdtmmsg.Scope, "ng1")
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if n != 0 || err == nil || commits != 0 || rec.Status != idemkit.StatusProcessing {
+		t.Fatalf("RunOnce with a Lifecycle without a Guard = %d, %v (record %s, Commit hook run %d times); want it refused, nothing run nor reported settled",
+			n, err, rec.Status, commits)
+	}
+}

@@ -35,7 +35,8 @@ import (
 // get the same answer whoever settled it. Run it with [Reconciler.Task] under a sweep.Sweeper (one
 // instance at a time).
 type Reconciler struct {
-	// Lifecycle runs the hooks; its Guard keeps the records. Required.
+	// Lifecycle runs the hooks; its Guard keeps the records. Required, with a Guard (also with
+	// Pending): RunOnce refuses one without.
 	Lifecycle *hooks.Lifecycle
 	// Barrier answers the back-check. Required.
 	Barrier *barrier.Gorm
@@ -88,6 +89,11 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	list, pageable := reconcile.Source(now, r.Pending, g, r.Scopes)
 	if r.Lifecycle == nil || r.Barrier == nil || list == nil || r.Status == nil {
 		return 0, errors.New("dtmmsg: Reconciler needs Lifecycle, Barrier, Status and Scopes (with a Lifecycle.Guard) or Pending")
+	}
+	if g == nil {
+		// Without a Guard, Conclude writes no record: every listed record would have its hook run, be
+		// reported settled and stay PROCESSING, listed again by the next pass.
+		return 0, errors.New("dtmmsg: Reconciler needs a Lifecycle with a Guard, which keeps the records it settles")
 	}
 	if r.FenceWithin < 0 {
 		return 0, fmt.Errorf("dtmmsg: Reconciler.FenceWithin %v is negative", r.FenceWithin)

@@ -77,7 +77,8 @@ type ReconcileEvent struct {
 // and its Scopes; give each application, and each Lifecycle with hooks of its own, a Reconciler with its
 // own Scopes and Manager.
 type Reconciler struct {
-	// Lifecycle runs the hooks; its Guard keeps the records. Required.
+	// Lifecycle runs the hooks; its Guard keeps the records. Required, with a Guard (also with
+	// Pending): RunOnce refuses one without.
 	Lifecycle *Lifecycle
 	// Scopes are the scopes of the calls this Lifecycle's transactions were started with
 	// ([idemkit.Call.Scope]): the reconciler lists and settles only those records of its Guard's
@@ -142,6 +143,11 @@ func (r *Reconciler) RunOnce(ctx context.Context, now time.Time, limit int) (int
 	list, pageable := reconcile.Source(now, r.Pending, g, r.Scopes)
 	if r.Lifecycle == nil || list == nil || r.Manager == nil {
 		return 0, errors.New("hooks: Reconciler needs Lifecycle, Manager and Scopes (with a Lifecycle.Guard) or Pending")
+	}
+	if g == nil {
+		// Without a Guard, Commit and Rollback write no record: every listed record would have its
+		// hook run, be reported settled and stay PROCESSING, listed again by the next pass.
+		return 0, errors.New("hooks: Reconciler needs a Lifecycle with a Guard, which keeps the records it settles")
 	}
 	if r.FenceWithin < 0 {
 		return 0, fmt.Errorf("hooks: Reconciler.FenceWithin %v is negative", r.FenceWithin)
