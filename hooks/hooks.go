@@ -1,6 +1,7 @@
 // Package hooks ties an idempotency record to the outcome of the global transaction it started.
 //
-// A [Lifecycle] runs three steps around a distributed transaction (a DTM saga or TCC):
+// A [Lifecycle] runs three steps around a distributed transaction (a DTM saga or TCC, or a 2-phase
+// message published by package dtmmsg):
 //
 //   - Begin, before the transaction starts: claim the record PROCESSING with the transaction's gid (a
 //     duplicate gets the stored result or ErrInFlight and no transaction starts), then run the user's
@@ -36,7 +37,8 @@ import (
 // Txn is one global transaction followed by a Lifecycle. A hook is given a copy: what it changes in
 // it changes nothing of the transaction the Lifecycle follows.
 type Txn struct {
-	// TransType is the transaction kind, "saga" or "tcc".
+	// TransType is the transaction kind: "saga" or "tcc", or "msg" (dtmmsg.TransType) for a 2-phase
+	// message that dtmmsg's Publisher or Reconciler follows with the same Lifecycle.
 	TransType string
 	// GID is the global transaction id.
 	GID string
