@@ -286,7 +286,11 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 			p.Lifecycle.Detach(ctx, t)
 			return out, nil // published (or about to be); the Reconciler settles the record
 		}
-		out.Status = st
+		if st.Final() || st == txstatus.Submitted {
+			out.Status = st
+		}
+		// Otherwise DTM still holds it prepared (the submit failed): the local transaction committed,
+		// so its back-check will submit it. Submitted, as without a Wait.
 	}
 	switch out.Status {
 	case txstatus.Succeed:
