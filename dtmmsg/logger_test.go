@@ -88,3 +88,26 @@ func TestReconcilerWithoutAGuardSettlesNothing(t *testing.T) {
 			n, err, rec.Status, commits)
 	}
 }
+
+// TestReconcilerReportsAStatusItDoesNotKnow: a Status function (the Reconciler's field is the user's to
+// set) reporting a status outside DTM's — "ABORTED", a translation's mistake — had its record taken
+// for a message still on its way: passed over, pass after pass, with no error, the key in flight for
+// ever and nothing telling an operator. Such a record is reported and left PROCESSING.
+func TestReconcilerReportsAStatusItDoesNotKnow(t *testing.T) {
+	e := setup(t)
+	pub := e.w.Publisher(e.dtm.URL(), e.svc, 0)
+	e.delivered(t, pub, "odd1", 3)
+	r := &dtmmsg.Reconciler{Lifecycle: &hooks.Lifecycle{Guard: e.w.Guard}, Barrier: e.w.Barrier,
+		Status: func(context.Context, string) (txstatus.Status, error) { return "ABORTED", nil },
+		Pending: func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Record, error) {
+			return e.w.Guard.Pending(ctx, now.Add(time.Hour), limit, chaosdtmmsg.Scope)
+		}}
+	n, err := r.RunOnce(ctxb, time.Now(), 10)
+	rec, gerr := e.w.Guard.Get(ctxb, chaosdtmmsg.Scope, "odd1")
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if n != 0 || err == nil || !strings.Contains(err.Error(), "ABORTED") || rec.Status != idemkit.StatusProcessing {
+		t.Fatalf("RunOnce = %d, %v (record %s); want the record whose status the reconciler does not know reported and left PROCESSING", n, err, rec.Status)
+	}
+}

@@ -176,6 +176,9 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *hooks.Reconc
 func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Record, status func(context.Context, string) (txstatus.Status, error)) (txstatus.Status, error) {
 	gid := rec.GID
 	st, err := status(ctx, gid)
+	if err == nil {
+		err = unknownStatus(gid, st)
+	}
 	if err != nil {
 		return txstatus.Unknown, err
 	}
@@ -206,7 +209,10 @@ func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Re
 	}
 	// Committed: ask DTM again, which may have heard of the message (its prepare, its submit) while the
 	// back-check waited for the local transaction.
-	if st, err = status(ctx, gid); err != nil {
+	if st, err = status(ctx, gid); err == nil {
+		err = unknownStatus(gid, st)
+	}
+	if err != nil {
 		return txstatus.Unknown, err
 	}
 	switch st {
@@ -221,4 +227,15 @@ func (r *Reconciler) outcome(ctx context.Context, now time.Time, rec *idemkit.Re
 		return txstatus.Unknown, fmt.Errorf("dtmmsg: message %s committed locally but DTM has no record of it (lost by its store, or expired after it finished): delivered or not, only an operator can tell", gid)
 	}
 	return st, nil
+}
+
+// unknownStatus returns an error when st, what Status reported of gid, is none of DTM's statuses nor
+// Unknown (a Status function of the user's translating another API's): such a message is not taken
+// for one still on its way, which nobody would ever hear of, nor back-checked.
+func unknownStatus(gid string, st txstatus.Status) error {
+	switch st {
+	case txstatus.Unknown, txstatus.Prepared, txstatus.Submitted, txstatus.Aborting, txstatus.Succeed, txstatus.Failed:
+		return nil
+	}
+	return fmt.Errorf("dtmmsg: DTM's status of message %s is reported as %q, which is none of the statuses the reconciler knows (prepared, submitted, succeed, failed): left PROCESSING", gid, st)
 }

@@ -22,7 +22,8 @@ type Pending func(ctx context.Context, now time.Time, limit int) ([]*idemkit.Rec
 // Implementations must be safe for concurrent use.
 type Manager interface {
 	// Query reports a global transaction's status and rollback reason (Status Unknown when the
-	// manager has no transaction with gid).
+	// manager has no transaction with gid). A status that is none of txstatus's is reported as the
+	// record's error, which is left PROCESSING.
 	Query(ctx context.Context, gid string) (txstatus.Info, error)
 	// Fence makes sure gid can no longer start and reports its status afterwards (see
 	// txstatus.Client.Fence). Implementations should report the stored TransType and Branches, as
@@ -239,8 +240,14 @@ func (r *Reconciler) settle(ctx context.Context, now time.Time, ev *ReconcileEve
 		err = r.Lifecycle.Commit(ctx, t, rec.Response) // the result stored with the claim
 	case info.Status == txstatus.Failed:
 		err = r.Lifecycle.Rollback(ctx, t, dtmRollbackReason(info.RollbackReason))
-	default:
+	case info.Status == txstatus.Prepared || info.Status == txstatus.Submitted || info.Status == txstatus.Aborting:
 		return true // still running: a later pass will see its outcome
+	default:
+		// None of DTM's statuses (a Manager of the user's translating another API's, or Unknown
+		// after its fence): not taken for a running transaction, which nobody would ever hear of.
+		ev.Err = fmt.Errorf("hooks: the transaction manager reports %s as %q, which is none of the statuses the reconciler knows (prepared, submitted, aborting, succeed, failed): left PROCESSING",
+			rec.GID, info.Status)
+		return true
 	}
 	switch {
 	case err == nil:
