@@ -194,8 +194,9 @@ func New(opts *Options, tasks ...Task) (*Sweeper, error) {
 var ErrSkipped = errors.New("sweep: another instance is sweeping")
 
 // RunOnce runs one pass now: every task in batches until a batch comes back short or MaxBatches is
-// reached. It returns what each task did, ErrSkipped when another instance holds the lock, or the
-// tasks' errors joined (a failing task does not stop the others). On a context already ended it
+// reached (a full batch that also returned an error goes on: a reconciler reports a record it cannot
+// settle after settling the others). It returns what each task did, ErrSkipped when another instance
+// holds the lock, or the tasks' errors joined (a failing task does not stop the others). On a context already ended it
 // returns its error and does nothing.
 func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 	if err := ctx.Err(); err != nil {
@@ -231,14 +232,18 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Stats, error) {
 	stats := make(Stats, len(s.tasks))
 	var errs []error
 	for _, t := range s.tasks {
+		var last string // the task's latest error, reported once however many batches repeat it
 		for range s.opts.MaxBatches {
 			n, err := t.Run(ctx, s.opts.Now(), s.opts.BatchSize)
 			stats[t.Name] += n
-			if err != nil {
+			if err != nil && err.Error() != last {
+				last = err.Error()
 				errs = append(errs, fmt.Errorf("sweep: %s: %w", t.Name, err))
-				break
 			}
-			if n < s.opts.BatchSize {
+			// A full batch goes on, also beside an error: a reconciler reports the records it must
+			// leave to an operator on every pass, after settling the others, and stopping there
+			// would settle one batch of a backlog per Interval.
+			if n < s.opts.BatchSize || ctx.Err() != nil {
 				break
 			}
 		}
