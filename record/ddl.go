@@ -137,7 +137,9 @@ func (s *Store) DDL() (string, error) {
 // Total Order Isolation instead: no write commits anywhere in the cluster until the table is rebuilt,
 // and transactions open on the table are rolled back, error 1213, rather than waited for); on PostgreSQL
 // the indexes are built and dropped CONCURRENTLY and the primary key swapped in one short
-// transaction; on SQLite the table is copied in one transaction. See the README's "Upgrading from
+// transaction (each index build, once built, waits for every transaction of the database holding an
+// older snapshot to end, on any table: a REPEATABLE READ transaction, a running pg_dump; reads and
+// writes go on meanwhile); on SQLite the table is copied in one transaction. See the README's "Upgrading from
 // v1". It returns the first failing statement's error; every step can be run again. Its context
 // bounds it: the session's statement timeout (PostgreSQL statement_timeout, MariaDB
 // max_statement_time, set by the DSN or the role for the application's queries) is lifted for its

@@ -8,7 +8,9 @@
 -- its statements name the id column). Run the statements one by one, outside a transaction block
 -- (CREATE/DROP INDEX CONCURRENTLY refuse one); the file is idempotent, so a failed run can be run
 -- again (its first block drops the INVALID index a cancelled CREATE INDEX CONCURRENTLY leaves).
--- Locks: the CONCURRENTLY statements build and drop indexes without blocking reads or writes; the
+-- Locks: the CONCURRENTLY statements build and drop indexes without blocking reads or writes (an
+-- index build, once built, waits for every transaction of the database holding an older snapshot to
+-- end, on any table: a REPEATABLE READ transaction, a running pg_dump; run it outside them); the
 -- DO block swaps the primary key in one short transaction that holds an ACCESS EXCLUSIVE lock for
 -- the time of a few catalog updates (no table scan or rewrite: the new primary key's index exists,
 -- its columns are NOT NULL, and DROP COLUMN only marks the column dropped). Getting that lock waits
