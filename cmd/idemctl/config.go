@@ -71,6 +71,9 @@ type cli struct {
 	// timed contexts made from it.
 	base    context.Context
 	cancels []context.CancelFunc
+	// timedCtx is the context bounded by --timeout the command works on now (nil while it waits for
+	// a confirmation): fail says when --timeout ended it.
+	timedCtx context.Context
 }
 
 // flagSet returns the flags of cmd: the connection flags (defaults from the environment) and its own.

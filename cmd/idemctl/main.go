@@ -372,6 +372,9 @@ func parseInterleaved(fs *flag.FlagSet, argv []string) ([]string, error) {
 
 // fail prints err and returns its exit code.
 func (c *cli) fail(cmd *command, err error) int {
+	if te := c.timedOut(); te != nil {
+		err = fmt.Errorf("%w (%w)", err, te)
+	}
 	code := exitCode(err)
 	msg := err.Error()
 	if c.o.json && !c.printed && code != exitUsage {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -223,6 +224,7 @@ func (c *cli) confirm(question string) (context.Context, error) {
 	if c.o.yes {
 		return c.timed(), nil
 	}
+	c.timedCtx = nil // the question is not timed: a context that ran out while it waited is not used again
 	fmt.Fprintf(c.stderr, "%s [y/N] ", question)
 	answer := make(chan string, 1)
 	go func() { // left blocked on stdin after an interrupt: the command ends right after
@@ -246,11 +248,34 @@ func (c *cli) confirm(question string) (context.Context, error) {
 	return nil, errNotConfirmed
 }
 
-// timed returns a context bounded by --timeout from now, cancelled when the command ends.
+// timed returns a context bounded by --timeout from now, cancelled when the command ends. Its cause,
+// once the bound passed, is a timeoutError, which fail adds to the error it reports.
 func (c *cli) timed() context.Context {
-	ctx, cancel := context.WithTimeout(c.base, c.o.timeout)
+	ctx, cancel := context.WithTimeoutCause(c.base, c.o.timeout, &timeoutError{c.o.timeout})
 	c.cancels = append(c.cancels, cancel)
+	c.timedCtx = ctx
 	return ctx
+}
+
+// timeoutError says that --timeout ended the command: the statement or command it cut short reports
+// only its context's deadline.
+type timeoutError struct{ d time.Duration }
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("--timeout %s ran out: raise --timeout or IDEMCTL_TIMEOUT", e.d)
+}
+
+// timedOut returns the timeoutError of the context the command last worked on, when --timeout ended
+// it, or nil.
+func (c *cli) timedOut() error {
+	if c.timedCtx == nil {
+		return nil
+	}
+	var te *timeoutError
+	if cause := context.Cause(c.timedCtx); errors.As(cause, &te) {
+		return te
+	}
+	return nil
 }
 
 // countsAsAbsent reports whether r's expiry makes it count as absent, as the Guard judges it: not a
