@@ -161,6 +161,9 @@ func (c *cli) validate(cmd *command, pos []string) error {
 	case o.preview < 0:
 		return usagef("--preview must not be negative, got %d", o.preview)
 	}
+	if err := o.checkLengths(cmd, pos); err != nil {
+		return err
+	}
 	if o.filter.GID != "" {
 		if err := admin.CheckGID(o.filter.GID); err != nil {
 			return usagef("--gid: %v", err)
@@ -226,6 +229,23 @@ func (c *cli) validate(cmd *command, pos []string) error {
 	}
 	if _, err := dialector(o.db); err != nil {
 		return err
+	}
+	return nil
+}
+
+// checkLengths returns a usage error naming --max-key-len for a scope or key (SCOPE KEY, --scope)
+// longer than it: the Guard refuses such a value as an invalid key, yet an application whose MaxKeyLen
+// is above idemctl's (the default 255, unless told) accepts and stores it.
+func (o *opts) checkLengths(cmd *command, pos []string) error {
+	given := []struct{ name, v string }{{"--scope", o.filter.Scope}}
+	if strings.Contains(cmd.args, "SCOPE KEY") && len(pos) == 2 {
+		given = append(given, struct{ name, v string }{"SCOPE", pos[0]}, struct{ name, v string }{"KEY", pos[1]})
+	}
+	for _, g := range given {
+		if len(g.v) > o.maxKeyLen {
+			return usagef("%s: %d bytes, longer than %d (--max-key-len): if the application takes it, give its idemkit.Options.MaxKeyLen with --max-key-len or IDEMCTL_MAX_KEY_LEN",
+				g.name, len(g.v), o.maxKeyLen)
+		}
 	}
 	return nil
 }
