@@ -143,10 +143,13 @@ func (s *Store) DDL() (string, error) {
 // v1". It returns the first failing statement's error; every step can be run again. Its context
 // bounds it: the session's statement timeout (PostgreSQL statement_timeout, MariaDB
 // max_statement_time, set by the DSN or the role for the application's queries) is lifted for its
-// connection, lock timeouts are not. Several
+// connection, lock timeouts are not, and a statement the context cuts short is ended on the server
+// too (on MySQL/MariaDB with KILL QUERY, on another connection of the pool: the ALTER rolls back,
+// the table stays v1). Several
 // processes may run it at once (replicas starting together): one migrates, the others wait for it
 // (a named lock on MySQL, an advisory lock on PostgreSQL, the file's transaction on SQLite) and then
-// find the table migrated; the connection Migrate uses is the only one it takes from the pool.
+// find the table migrated; the connection Migrate uses is the only one it takes from the pool, but
+// for that KILL QUERY.
 func (s *Store) Migrate(ctx context.Context) error {
 	if s.inTx || s.sdb == nil {
 		return errors.New("record: Migrate needs a Store on a gorm.DB whose pool is a *sql.DB, not bound to a transaction")
@@ -159,27 +162,49 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return s.q.interpretError("migrating", err)
 	}
-	defer conn.Close()
+	cut, err := s.migrateOn(ctx, conn, text)
 	if s.q.dialect != dialectSQLite {
 		// The connection goes, not back to the pool: the file sets the session's lock_wait_timeout
 		// (MySQL), and the session holds the migration lock until it ends.
-		defer func() { _ = conn.Raw(func(any) error { return driver.ErrBadConn }) }()
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = conn.Close()
+	if cut != 0 {
+		// Released first: the pool may have no other connection for the KILL.
+		err = errors.Join(err, s.killQuery(ctx, cut))
+	}
+	return err
+}
+
+// migrateOn is Migrate's work on conn, the migration file's text. When ctx ended while a statement of
+// the file ran on MySQL/MariaDB, it returns that session's connection id, for killQuery: the driver
+// gives up on the statement (it closes the connection), but the server goes on running it — a table
+// rebuild then completes after Migrate reported its failure. PostgreSQL's driver cancels the
+// statement on the server itself, and SQLite's runs in the process.
+func (s *Store) migrateOn(ctx context.Context, conn *sql.Conn, text string) (cut int64, err error) {
+	var session int64
+	if s.q.dialect != dialectSQLite {
 		if err := unboundStatements(ctx, s.q.dialect, conn); err != nil {
-			return s.q.interpretError("migrating", err)
+			return 0, s.q.interpretError("migrating", err)
 		}
 		// Replicas that each run Migrate as they start would otherwise run the file at once: the
 		// later ALTERs fail on a table already migrated (MySQL), the concurrent index builds
 		// deadlock or drop each other's index (PostgreSQL). One runs; the others wait, then find v2.
 		// (SQLite's file runs in one BEGIN IMMEDIATE transaction: runs are serialised already.)
 		if err := s.lockMigration(ctx, conn); err != nil {
-			return err
+			return 0, err
+		}
+		if s.q.dialect == dialectMySQL {
+			if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&session); err != nil {
+				return 0, s.q.interpretError("migrating", err)
+			}
 		}
 	}
 	on := *s // the Store's reads on conn: the pool may have no other connection to spare
 	on.c = poolConn{p: conn}
 	v1, err := on.isV1(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	stmts := idemsql.Statements(s.q.renderDDL(text))
 	if !v1 {
@@ -187,7 +212,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// of the file's closing DROP INDEX CONCURRENTLY statements, left v1's indexes: finish it.
 		left, err := on.v1Leftovers(ctx)
 		if err != nil || !left {
-			return err
+			return 0, err
 		}
 		stmts = slices.DeleteFunc(stmts, func(stmt string) bool { return !strings.HasPrefix(stmt, "DROP INDEX CONCURRENTLY") })
 	}
@@ -196,14 +221,38 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if s.q.dialect == dialectSQLite {
 				_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 			}
-			if on.migrated(ctx) {
-				return nil // by a run that took no lock (on Galera, or the file applied by hand)
+			if ctx.Err() != nil {
+				cut = session
 			}
-			return s.q.interpretError("migrating", fmt.Errorf("%w (statement: %.80s...)", err, stmt))
+			if on.migrated(ctx) {
+				return cut, nil // by a run that took no lock (on Galera, or the file applied by hand)
+			}
+			return cut, s.q.interpretError("migrating", fmt.Errorf("%w (statement: %.80s...)", err, stmt))
 		}
 	}
-	return nil
+	return 0, nil
 }
+
+// killQueryTimeout bounds killQuery.
+const killQueryTimeout = 5 * time.Second
+
+// killQuery ends, on the server, the statement MySQL/MariaDB session id still runs after the driver
+// gave up on it (see migrateOn): an ALTER TABLE so killed rolls back, leaving the table as it was. It
+// returns an error when the KILL could not be sent, saying the statement may still run; a session
+// that ended meanwhile (ER_NO_SUCH_THREAD) is none.
+func (s *Store) killQuery(ctx context.Context, id int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killQueryTimeout)
+	defer cancel()
+	_, err := s.sdb.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id))
+	var my *mysql.MySQLError
+	if err == nil || errors.As(err, &my) && my.Number == mysqlNoSuchThread {
+		return nil
+	}
+	return fmt.Errorf("record: migrating %s: the statement cut short may still run on the server (KILL QUERY %d: %w)", s.q.name, id, err)
+}
+
+// mysqlNoSuchThread is ER_NO_SUCH_THREAD: KILL of a session that has ended.
+const mysqlNoSuchThread = 1094
 
 // unboundStatements lifts, for the session of conn, the bound on a statement's run time its DSN or
 // role may set for the application's queries (PostgreSQL statement_timeout, MariaDB
