@@ -39,13 +39,8 @@ type Column struct {
 func MySQL(ctx context.Context, query Query, schema, table string, cols []Column) (string, error) {
 	q := "SELECT column_name, column_type, COALESCE(collation_name, ''), data_type, COALESCE(character_octet_length, 0) " +
 		"FROM information_schema.columns WHERE column_name IN (" + names(cols) + ") AND table_name = ? AND table_schema = "
-	args := []any{table}
-	if schema != "" {
-		q += "?"
-		args = append(args, schema)
-	} else {
-		q += "DATABASE()"
-	}
+	in, args := schemaOf(schema, table)
+	q += in
 	return check(ctx, query, q+" ORDER BY ordinal_position", args, func(rows *sql.Rows) (string, error) {
 		var name, typ, collation, dataType string
 		var octets int64
@@ -122,20 +117,23 @@ func SQLite(ctx context.Context, query Query, schema, table string, cols []Colum
 	return "", nil
 }
 
+// schemaOf returns what a MySQL catalog query's "table_name = ? AND table_schema = " is completed
+// with for schema ("" being the session's database), and the arguments of both.
+func schemaOf(schema, table string) (string, []any) {
+	if schema == "" {
+		return "DATABASE()", []any{table}
+	}
+	return "?", []any{table, schema}
+}
+
 // MySQLUniqueKey reports whether table has a unique key (PRIMARY or UNIQUE) on exactly the columns
 // of cols, in any order, each whole (no prefix length): without one, an INSERT IGNORE or an INSERT
 // ... ON DUPLICATE KEY UPDATE finds no duplicate and stores a repeated row anew. It also reports true
 // when the table does not exist or has none of the columns (nothing to check). schema "" is the
 // session's database.
 func MySQLUniqueKey(ctx context.Context, query Query, schema, table string, cols []Column) (bool, error) {
-	where := " WHERE table_name = ? AND table_schema = "
-	args := []any{table}
-	if schema != "" {
-		where += "?"
-		args = append(args, schema)
-	} else {
-		where += "DATABASE()"
-	}
+	in, args := schemaOf(schema, table)
+	where := " WHERE table_name = ? AND table_schema = " + in
 	var present int
 	err := scanOne(ctx, query, &present, "SELECT COUNT(*) FROM information_schema.columns"+where+" AND column_name IN ("+names(cols)+")", args...)
 	if err != nil || present == 0 {
@@ -177,13 +175,8 @@ func MySQLUniqueKey(ctx context.Context, query Query, schema, table string, cols
 func MySQLEngine(ctx context.Context, query Query, schema, table string) (engine string, transactional bool, err error) {
 	q := "SELECT COALESCE(t.engine, ''), COALESCE(e.transactions, '') FROM information_schema.tables t " +
 		"LEFT JOIN information_schema.engines e ON e.engine = t.engine WHERE t.table_name = ? AND t.table_schema = "
-	args := []any{table}
-	if schema != "" {
-		q += "?"
-		args = append(args, schema)
-	} else {
-		q += "DATABASE()"
-	}
+	in, args := schemaOf(schema, table)
+	q += in
 	rows, err := query(ctx, q, args...)
 	if err != nil {
 		return "", false, err
