@@ -1,7 +1,6 @@
 package dtmmsg
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,7 +130,7 @@ func (p *Publisher) Publish(ctx context.Context, pp PublishParams) (hooks.Outcom
 		pp.Steps == nil || pp.Local == nil {
 		return hooks.Outcome{}, errors.New("dtmmsg: Publisher needs Server, DB, Barrier, Lifecycle and QueryPrepared; PublishParams needs Steps and Local")
 	}
-	status := p.statusClient()
+	status := p.Status.On(p.Server)
 	gid := GIDPrefix + txstatus.NewGID()
 	call := pp.Call
 	if call.Result == nil {
@@ -366,14 +365,3 @@ type rejection struct {
 
 func (e *rejection) Error() string   { return e.rej.Error() }
 func (e *rejection) Unwrap() []error { return []error{e.rej, e.cause} }
-
-// statusClient returns the client Publish talks to DTM with: Status, on Server when its own Server is
-// empty (a copy: the caller's is not changed).
-func (p *Publisher) statusClient() *txstatus.Client {
-	if p.Status == nil {
-		return &txstatus.Client{Server: p.Server}
-	}
-	c := *p.Status
-	c.Server = cmp.Or(c.Server, p.Server)
-	return &c
-}

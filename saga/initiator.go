@@ -1,7 +1,6 @@
 package saga
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,7 +85,7 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 	if i.Server == "" || i.Lifecycle == nil || p.Steps == nil {
 		return hooks.Outcome{}, errors.New("saga: Initiator needs Server and Lifecycle, SubmitParams needs Steps")
 	}
-	status := i.statusClient()
+	status := i.Status.On(i.Server)
 	var panicked *stepsPanic // Steps panicked: nothing was sent
 	var changed error        // Steps changed the saga's gid or type: nothing was sent
 	out, err := i.Lifecycle.Run(ctx, hooks.RunParams{
@@ -141,17 +140,6 @@ func (i *Initiator) Submit(ctx context.Context, p SubmitParams) (hooks.Outcome, 
 		err = errors.Join(changed, err)
 	}
 	return out, err
-}
-
-// statusClient returns the client Submit talks to DTM with: Status, on Server when its own Server is
-// empty (a copy: the caller's is not changed).
-func (i *Initiator) statusClient() *txstatus.Client {
-	if i.Status == nil {
-		return &txstatus.Client{Server: i.Server}
-	}
-	c := *i.Status
-	c.Server = cmp.Or(c.Server, i.Server)
-	return &c
 }
 
 // resentAndLanded reports whether err, DTM's answer to the submit of s, is its refusal of a submit sent

@@ -1,7 +1,6 @@
 package tcc
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,7 +103,7 @@ func (g *Global) Run(ctx context.Context, p RunParams) (hooks.Outcome, error) {
 	if g.Server == "" || g.Lifecycle == nil || p.Tries == nil {
 		return hooks.Outcome{}, errors.New("tcc: Global needs Server and Lifecycle, RunParams needs Tries")
 	}
-	status := g.statusClient()
+	status := g.Status.On(g.Server)
 	var panicked *optionsPanic // Options panicked: nothing was sent
 	var changed *changedError  // Options or Tries changed the gid or type
 	out, err := g.Lifecycle.Run(ctx, hooks.RunParams{
@@ -352,15 +351,4 @@ type laterRefusal struct{ op, gid, msg string }
 
 func (e *laterRefusal) Error() string {
 	return fmt.Sprintf("tcc: %s %s after its prepare was accepted: %s (the transaction exists: follow its status)", e.op, e.gid, e.msg)
-}
-
-// statusClient returns the client Run talks to DTM with: Status, on Server when its own Server is
-// empty (a copy: the caller's is not changed).
-func (g *Global) statusClient() *txstatus.Client {
-	if g.Status == nil {
-		return &txstatus.Client{Server: g.Server}
-	}
-	c := *g.Status
-	c.Server = cmp.Or(c.Server, g.Server)
-	return &c
 }

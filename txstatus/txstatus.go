@@ -112,6 +112,18 @@ func (i Info) RanNothingFor(transType string) bool {
 	}
 }
 
+// On returns the client an initiator of server talks to it with: c, or on server when c's own Server is
+// empty (a copy: c is not changed), or a new Client on server when c is nil. An initiator's Status set
+// only for its HTTP client or PollInterval thus talks to the initiator's Server.
+func (c *Client) On(server string) *Client {
+	if c == nil {
+		return &Client{Server: server}
+	}
+	cc := *c
+	cc.Server = cmp.Or(cc.Server, server)
+	return &cc
+}
+
 // Status returns the global transaction's status, Unknown when the server has no transaction with gid,
 // or an error when the server cannot be asked or answers something unexpected: one matching
 // [ErrNotSent] when no connection to the server could be opened, as [Client.Call] tells it. An
